@@ -1,0 +1,573 @@
+//! 2-D convolution (NCHW, OIHW weights): forward, input gradient, weight gradient, bias gradient.
+//!
+//! On the CPU, every pass is im2col + GEMM through the `gemm` crate: the images of a batch
+//! are split across threads, each thread running single-threaded GEMMs into its own
+//! reused im2col buffer (a batch of one lets the GEMM use every thread instead). A 1x1,
+//! stride-1, unpadded convolution needs no im2col at all. The input gradient is GEMM then
+//! col2im (not a transposed convolution), and the weight gradient is one GEMM per image
+//! over its im2col buffer, summed from per-thread partial gradients.
+//!
+//! On other devices the same maths runs through candle's `conv2d` and `conv_transpose2d`,
+//! with the output padding computed so that non-square strided inputs come out right.
+
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use crate::cpu::{self, dispatch_float, Float};
+use crate::error::{CandleContext, OpError, Result};
+use crate::shape::{nchw, window_out};
+
+const OP: &str = "conv2d";
+
+/// The settings of a 2-D convolution, as in PyTorch's `nn.Conv2d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Conv2dParams {
+    /// Stride along (H, W).
+    pub stride: [usize; 2],
+    /// Zero padding along (H, W), on both sides.
+    pub padding: [usize; 2],
+    /// Dilation along (H, W).
+    pub dilation: [usize; 2],
+    /// Number of groups; input and output channels must both divide by it.
+    pub groups: usize,
+}
+
+impl Default for Conv2dParams {
+    fn default() -> Self {
+        Conv2dParams {
+            stride: [1, 1],
+            padding: [0, 0],
+            dilation: [1, 1],
+            groups: 1,
+        }
+    }
+}
+
+/// Which implementation a convolution kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvPath {
+    /// wick's CPU kernel on CPU tensors, candle's ops elsewhere.
+    Auto,
+    /// candle's device-generic ops (`conv2d`, `conv_transpose2d`), on every device. This is
+    /// the path CUDA tensors take; forcing it on the CPU lets tests check it.
+    Generic,
+}
+
+/// The sizes of one convolution, derived once from the input and weight shapes.
+#[derive(Debug, Clone, Copy)]
+struct Geom {
+    n: usize,
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    kh: usize,
+    kw: usize,
+    oh: usize,
+    ow: usize,
+    groups: usize,
+    p: Conv2dParams,
+}
+
+impl Geom {
+    fn cin_g(&self) -> usize {
+        self.c_in / self.groups
+    }
+    fn cout_g(&self) -> usize {
+        self.c_out / self.groups
+    }
+    /// Rows of the im2col matrix of one group: cin_g * kh * kw.
+    fn k(&self) -> usize {
+        self.cin_g() * self.kh * self.kw
+    }
+    /// Output pixels per image.
+    fn pixels(&self) -> usize {
+        self.oh * self.ow
+    }
+    /// A 1x1, stride-1, unpadded convolution: its im2col matrix is the input itself.
+    fn is_pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.p.stride == [1, 1] && self.p.padding == [0, 0]
+    }
+}
+
+impl Conv2dParams {
+    /// Settings with the given stride and padding (same along H and W), no dilation, one group.
+    pub fn new(stride: usize, padding: usize) -> Self {
+        Conv2dParams {
+            stride: [stride, stride],
+            padding: [padding, padding],
+            ..Default::default()
+        }
+    }
+
+    /// The same settings with dilation `d` along H and W.
+    pub fn with_dilation(mut self, d: usize) -> Self {
+        self.dilation = [d, d];
+        self
+    }
+
+    /// The same settings with `groups` groups.
+    pub fn with_groups(mut self, groups: usize) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    fn geom(&self, input: &[usize], weight: &[usize]) -> Result<Geom> {
+        let [n, c_in, h, w] = nchw(OP, "input", input)?;
+        let [c_out, cin_g, kh, kw] = nchw(OP, "weight", weight)?;
+        if self.groups == 0 {
+            return Err(OpError::invalid(OP, "groups must be at least 1, got 0"));
+        }
+        if c_in % self.groups != 0 || c_out % self.groups != 0 {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "input channels ({c_in}, input {input:?}) and output channels ({c_out}, weight {weight:?}) must both divide by groups ({})",
+                    self.groups
+                ),
+            ));
+        }
+        if cin_g * self.groups != c_in {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "channel mismatch: input {input:?} has {c_in} channels but weight {weight:?} expects {} ({cin_g} per group x {} groups)",
+                    cin_g * self.groups,
+                    self.groups
+                ),
+            ));
+        }
+        let oh = window_out(OP, "H", h, kh, self.stride[0], self.padding[0], self.dilation[0])?;
+        let ow = window_out(OP, "W", w, kw, self.stride[1], self.padding[1], self.dilation[1])?;
+        Ok(Geom { n, c_in, h, w, c_out, kh, kw, oh, ow, groups: self.groups, p: *self })
+    }
+
+    /// The output shape for an input of shape `input` (N, C, H, W) and a weight of shape
+    /// `weight` (C_out, C/groups, KH, KW), or an error naming the shapes.
+    pub fn output_shape(&self, input: &[usize], weight: &[usize]) -> Result<[usize; 4]> {
+        let g = self.geom(input, weight)?;
+        Ok([g.n, g.c_out, g.oh, g.ow])
+    }
+
+    /// Checks a bias shape against a weight shape.
+    pub fn check_bias(&self, weight: &[usize], bias: &[usize]) -> Result<()> {
+        if bias.len() != 1 || weight.first() != bias.first() {
+            return Err(OpError::invalid(
+                OP,
+                format!("bias must have shape [{}] for weight {weight:?}, got {bias:?}", weight.first().copied().unwrap_or(0)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Multiply-adds times two of the forward pass (the input and weight gradients cost the same).
+    pub fn flops(&self, input: &[usize], weight: &[usize]) -> u64 {
+        match self.geom(input, weight) {
+            Ok(g) => 2 * (g.n * g.c_out * g.pixels() * g.k()) as u64,
+            Err(_) => 0,
+        }
+    }
+}
+
+/// Convolution forward: `out = conv(x, weight) + bias`.
+pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
+    conv2d_with_path(x, weight, bias, p, ConvPath::Auto)
+}
+
+/// [`conv2d`] on a chosen implementation path.
+pub fn conv2d_with_path(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    p: &Conv2dParams,
+    path: ConvPath,
+) -> Result<Tensor> {
+    let g = p.geom(x.dims(), weight.dims())?;
+    if let Some(b) = bias {
+        p.check_bias(weight.dims(), b.dims())?;
+    }
+    cpu::same_dtype(OP, x.dtype(), &[("weight", weight)])?;
+    let out = if x.device().is_cpu() && path == ConvPath::Auto {
+        dispatch_float!(OP, x.dtype(), forward_cpu(&g, x, weight))?
+    } else {
+        generic_forward(&g, x, weight)?
+    };
+    match bias {
+        Some(b) => out.broadcast_add(&b.reshape((1, g.c_out, 1, 1)).ctx(OP)?).ctx(OP),
+        None => Ok(out),
+    }
+}
+
+/// Convolution input gradient (`ConvBackwardData`): the gradient with respect to an input
+/// of shape `input_shape`, given the output gradient and the weight.
+pub fn conv2d_backward_data(
+    grad_out: &Tensor,
+    weight: &Tensor,
+    input_shape: &[usize],
+    p: &Conv2dParams,
+) -> Result<Tensor> {
+    conv2d_backward_data_with_path(grad_out, weight, input_shape, p, ConvPath::Auto)
+}
+
+/// [`conv2d_backward_data`] on a chosen implementation path.
+pub fn conv2d_backward_data_with_path(
+    grad_out: &Tensor,
+    weight: &Tensor,
+    input_shape: &[usize],
+    p: &Conv2dParams,
+    path: ConvPath,
+) -> Result<Tensor> {
+    let g = p.geom(input_shape, weight.dims())?;
+    check_grad_out(&g, grad_out)?;
+    cpu::same_dtype(OP, grad_out.dtype(), &[("weight", weight)])?;
+    if grad_out.device().is_cpu() && path == ConvPath::Auto {
+        dispatch_float!(OP, grad_out.dtype(), backward_data_cpu(&g, grad_out, weight))
+    } else {
+        generic_backward_data(&g, grad_out, weight)
+    }
+}
+
+/// Convolution weight gradient (`ConvBackwardFilter`) for a weight of shape `weight_shape`.
+pub fn conv2d_backward_filter(
+    grad_out: &Tensor,
+    x: &Tensor,
+    weight_shape: &[usize],
+    p: &Conv2dParams,
+) -> Result<Tensor> {
+    conv2d_backward_filter_with_path(grad_out, x, weight_shape, p, ConvPath::Auto)
+}
+
+/// [`conv2d_backward_filter`] on a chosen implementation path.
+pub fn conv2d_backward_filter_with_path(
+    grad_out: &Tensor,
+    x: &Tensor,
+    weight_shape: &[usize],
+    p: &Conv2dParams,
+    path: ConvPath,
+) -> Result<Tensor> {
+    let g = p.geom(x.dims(), weight_shape)?;
+    check_grad_out(&g, grad_out)?;
+    cpu::same_dtype(OP, grad_out.dtype(), &[("input", x)])?;
+    if x.device().is_cpu() && path == ConvPath::Auto {
+        dispatch_float!(OP, x.dtype(), backward_filter_cpu(&g, grad_out, x))
+    } else {
+        generic_backward_filter(&g, grad_out, x)
+    }
+}
+
+/// Convolution bias gradient: the output gradient summed over batch, height and width.
+pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
+    nchw(OP, "output gradient", grad_out.dims())?;
+    grad_out.sum((0, 2, 3)).ctx(OP)
+}
+
+fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
+    let expected = [g.n, g.c_out, g.oh, g.ow];
+    if grad_out.dims() != expected {
+        return Err(OpError::invalid(
+            OP,
+            format!("output gradient has shape {:?}, expected {expected:?}", grad_out.dims()),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU: im2col + GEMM.
+
+/// Fills `col` ([cin_g*kh*kw, oh*ow]) with the windows of one image's group `x` ([cin_g, h, w]).
+fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
+    let (p, ohw) = (g.pixels(), g.pixels());
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    for c in 0..g.cin_g() {
+        let plane = &x[c * g.h * g.w..(c + 1) * g.h * g.w];
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let row = (c * g.kh + ki) * g.kw + kj;
+                let dst = &mut col[row * p..(row + 1) * p];
+                let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+                for oy in 0..g.oh {
+                    let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                    if iy < 0 || iy >= g.h as isize || lo >= hi {
+                        out_row.fill(T::ZERO);
+                        continue;
+                    }
+                    let src = &plane[iy as usize * g.w..(iy as usize + 1) * g.w];
+                    out_row[..lo].fill(T::ZERO);
+                    out_row[hi..].fill(T::ZERO);
+                    let ix0 = lo * sw + kj * dw - pw;
+                    if sw == 1 {
+                        out_row[lo..hi].copy_from_slice(&src[ix0..ix0 + (hi - lo)]);
+                    } else {
+                        for (o, v) in out_row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(sw)) {
+                            *o = *v;
+                        }
+                    }
+                }
+                debug_assert_eq!(ohw, dst.len());
+            }
+        }
+    }
+}
+
+/// Adds the columns of `col` back into one image's group `dx` ([cin_g, h, w]).
+fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
+    let p = g.pixels();
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    for c in 0..g.cin_g() {
+        let plane = &mut dx[c * g.h * g.w..(c + 1) * g.h * g.w];
+        for ki in 0..g.kh {
+            for kj in 0..g.kw {
+                let row = (c * g.kh + ki) * g.kw + kj;
+                let src = &col[row * p..(row + 1) * p];
+                let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+                if lo >= hi {
+                    continue;
+                }
+                for oy in 0..g.oh {
+                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                    if iy < 0 || iy >= g.h as isize {
+                        continue;
+                    }
+                    let dst = &mut plane[iy as usize * g.w..(iy as usize + 1) * g.w];
+                    let ix0 = lo * sw + kj * dw - pw;
+                    let s = &src[oy * g.ow + lo..oy * g.ow + hi];
+                    if sw == 1 {
+                        for (d, v) in dst[ix0..ix0 + (hi - lo)].iter_mut().zip(s) {
+                            *d += *v;
+                        }
+                    } else {
+                        for (d, v) in dst[ix0..].iter_mut().step_by(sw).zip(s) {
+                            *d += *v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The output columns `[lo, hi)` whose input column `ox*stride + offset - pad` lies in `[0, w)`.
+fn valid_range(ow: usize, stride: usize, offset: usize, pad: usize, w: usize) -> (usize, usize) {
+    // ox*stride + offset >= pad  <=>  ox >= ceil((pad - offset) / stride)
+    let lo = if offset >= pad { 0 } else { (pad - offset).div_ceil(stride) };
+    // ox*stride + offset - pad < w  <=>  ox*stride < w + pad - offset
+    let hi = if w + pad <= offset { 0 } else { (w + pad - offset).div_ceil(stride) };
+    (lo.min(ow), hi.min(ow))
+}
+
+/// Splits `n` images into at most `threads` contiguous chunks of near-equal size.
+fn image_chunks(n: usize) -> usize {
+    n.div_ceil(cpu::threads()).max(1)
+}
+
+fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
+    let in_img = g.c_in * g.h * g.w;
+    let out_img = g.c_out * p;
+    let mut out = vec![T::ZERO; g.n * out_img];
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            let per_image = |col: &mut Vec<T>, n: usize, out_n: &mut [T], parallel: bool| {
+                for grp in 0..g.groups {
+                    let x_ng = &xs[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                    let rhs: &[T] = if g.is_pointwise() {
+                        x_ng
+                    } else {
+                        col.resize(k * p, T::ZERO);
+                        im2col(g, x_ng, col);
+                        col
+                    };
+                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                    let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
+                    cpu::gemm(cout_g, p, k, dst, false, w_g, (k, 1), rhs, (p, 1), parallel);
+                }
+            };
+            if g.n >= 2 && cpu::threads() > 1 {
+                out.par_chunks_mut(out_img)
+                    .enumerate()
+                    .with_min_len(image_chunks(g.n))
+                    .for_each_init(Vec::new, |col, (n, out_n)| per_image(col, n, out_n, false));
+            } else {
+                let mut col = Vec::new();
+                for (n, out_n) in out.chunks_mut(out_img).enumerate() {
+                    per_image(&mut col, n, out_n, true);
+                }
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
+}
+
+fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
+    let in_img = g.c_in * g.h * g.w;
+    let out_img = g.c_out * p;
+    let mut dx = vec![T::ZERO; g.n * in_img];
+    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            let per_image = |col: &mut Vec<T>, n: usize, dx_n: &mut [T], parallel: bool| {
+                for grp in 0..g.groups {
+                    let g_ng = &gs[n * out_img + grp * cout_g * p..][..cout_g * p];
+                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                    let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                    // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
+                    if g.is_pointwise() {
+                        cpu::gemm(k, p, cout_g, dx_ng, false, w_g, (1, k), g_ng, (p, 1), parallel);
+                    } else {
+                        col.resize(k * p, T::ZERO);
+                        cpu::gemm(k, p, cout_g, col, false, w_g, (1, k), g_ng, (p, 1), parallel);
+                        col2im(g, col, dx_ng);
+                    }
+                }
+            };
+            if g.n >= 2 && cpu::threads() > 1 {
+                dx.par_chunks_mut(in_img)
+                    .enumerate()
+                    .with_min_len(image_chunks(g.n))
+                    .for_each_init(Vec::new, |col, (n, dx_n)| per_image(col, n, dx_n, false));
+            } else {
+                let mut col = Vec::new();
+                for (n, dx_n) in dx.chunks_mut(in_img).enumerate() {
+                    per_image(&mut col, n, dx_n, true);
+                }
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+}
+
+fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
+    let in_img = g.c_in * g.h * g.w;
+    let out_img = g.c_out * p;
+    let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            // Accumulates the weight gradient of images `range` into `dw`.
+            let accumulate = |range: std::ops::Range<usize>, parallel: bool| {
+                let mut dw = vec![T::ZERO; g.c_out * k];
+                let mut col = Vec::new();
+                for n in range {
+                    for grp in 0..g.groups {
+                        let x_ng = &xs[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                        let rhs: &[T] = if g.is_pointwise() {
+                            x_ng
+                        } else {
+                            col.resize(k * p, T::ZERO);
+                            im2col(g, x_ng, &mut col);
+                            &col
+                        };
+                        let g_ng = &gs[n * out_img + grp * cout_g * p..][..cout_g * p];
+                        let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
+                        // dw_g (cout_g × k) += g_ng (cout_g × p) · colᵀ (p × k)
+                        cpu::gemm(cout_g, k, p, dst, true, g_ng, (p, 1), rhs, (1, p), parallel);
+                    }
+                }
+                dw
+            };
+            let threads = cpu::threads().min(g.n);
+            if threads >= 2 {
+                let chunk = g.n.div_ceil(threads);
+                let partials: Vec<Vec<T>> = (0..threads)
+                    .into_par_iter()
+                    .map(|t| accumulate(t * chunk..((t + 1) * chunk).min(g.n), false))
+                    .collect();
+                let mut iter = partials.into_iter();
+                let mut total = iter.next().unwrap_or_else(|| vec![T::ZERO; g.c_out * k]);
+                for part in iter {
+                    for (a, b) in total.iter_mut().zip(part) {
+                        *a += b;
+                    }
+                }
+                Ok(total)
+            } else {
+                Ok(accumulate(0..g.n, true))
+            }
+        })
+    })?;
+    cpu::tensor(OP, dw, (g.c_out, cin_g, g.kh, g.kw))
+}
+
+// ---------------------------------------------------------------------------------------
+// Device-generic: candle's conv2d and conv_transpose2d.
+
+fn generic_forward(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if g.p.stride[0] != g.p.stride[1] || g.p.padding[0] != g.p.padding[1] || g.p.dilation[0] != g.p.dilation[1] {
+        return Err(unsupported_anisotropic(x.device()));
+    }
+    x.conv2d(w, g.p.padding[0], g.p.stride[0], g.p.dilation[0], g.groups).ctx(OP)
+}
+
+fn generic_backward_data(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if g.p.stride[0] != g.p.stride[1] || g.p.padding[0] != g.p.padding[1] || g.p.dilation[0] != g.p.dilation[1] {
+        return Err(unsupported_anisotropic(grad_out.device()));
+    }
+    let (s, pad, d) = (g.p.stride[0], g.p.padding[0], g.p.dilation[0]);
+    // The unpadded transposed convolution covers padded rows 0..full_h; input row i is
+    // padded row i + pad. Rows past full_h were never read by a window (the stride skipped
+    // them): their gradient is zero. candle's conv_transpose2d has one output padding for
+    // both axes, which cannot express that for non-square inputs, so crop here instead.
+    let full_h = (g.oh - 1) * s + d * (g.kh - 1) + 1;
+    let full_w = (g.ow - 1) * s + d * (g.kw - 1) + 1;
+    let per_group = |grad: &Tensor, w: &Tensor| -> Result<Tensor> {
+        let dx = grad.conv_transpose2d(w, 0, 0, s, d).ctx(OP)?;
+        let dx = dx.pad_with_zeros(2, 0, (pad + g.h).saturating_sub(full_h)).ctx(OP)?;
+        let dx = dx.pad_with_zeros(3, 0, (pad + g.w).saturating_sub(full_w)).ctx(OP)?;
+        dx.narrow(2, pad, g.h).ctx(OP)?.narrow(3, pad, g.w).ctx(OP)?.contiguous().ctx(OP)
+    };
+    if g.groups == 1 {
+        return per_group(grad_out, w);
+    }
+    let grads = grad_out.chunk(g.groups, 1).ctx(OP)?;
+    let ws = w.chunk(g.groups, 0).ctx(OP)?;
+    let parts = grads
+        .iter()
+        .zip(&ws)
+        .map(|(gr, wg)| per_group(gr, wg))
+        .collect::<Result<Vec<_>>>()?;
+    Tensor::cat(&parts, 1).ctx(OP)
+}
+
+fn generic_backward_filter(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if g.p.stride[0] != g.p.stride[1] || g.p.padding[0] != g.p.padding[1] || g.p.dilation[0] != g.p.dilation[1] {
+        return Err(unsupported_anisotropic(x.device()));
+    }
+    let (s, pad, d) = (g.p.stride[0], g.p.padding[0], g.p.dilation[0]);
+    // dW[o, c, i, j] = sum_{n, y, x} grad[n, o, y, x] * xpad[n, c, y*s + i*d, x*s + j*d]:
+    // a convolution of x (channels as batch) with grad (as kernel), stride d, dilation s.
+    let per_group = |grad: &Tensor, x: &Tensor| -> Result<Tensor> {
+        let xt = x.transpose(0, 1).ctx(OP)?.contiguous().ctx(OP)?;
+        let gt = grad.transpose(0, 1).ctx(OP)?.contiguous().ctx(OP)?;
+        let dw = xt.conv2d(&gt, pad, d, s, 1).ctx(OP)?; // [cin_g, cout_g, >=kh, >=kw]
+        let dw = dw.narrow(2, 0, g.kh).ctx(OP)?.narrow(3, 0, g.kw).ctx(OP)?;
+        dw.transpose(0, 1).ctx(OP)?.contiguous().ctx(OP)
+    };
+    if g.groups == 1 {
+        return per_group(grad_out, x);
+    }
+    let grads = grad_out.chunk(g.groups, 1).ctx(OP)?;
+    let xs = x.chunk(g.groups, 1).ctx(OP)?;
+    let parts = grads
+        .iter()
+        .zip(&xs)
+        .map(|(gr, xg)| per_group(gr, xg))
+        .collect::<Result<Vec<_>>>()?;
+    Tensor::cat(&parts, 0).ctx(OP)
+}
+
+fn unsupported_anisotropic(device: &Device) -> OpError {
+    OpError::Unsupported {
+        op: OP,
+        what: format!(
+            "different stride, padding or dilation along H and W on {:?} (candle's conv takes one value for both)",
+            device.location()
+        ),
+    }
+}

@@ -1,0 +1,158 @@
+//! Access to the data of CPU tensors, for wick's own CPU kernels.
+
+use candle_core::{DType, Device, Shape, Storage, Tensor, WithDType};
+
+use crate::error::{CandleContext, OpError, Result};
+
+/// The float types wick's CPU kernels are written for (f32 and f64).
+pub(crate) trait Float:
+    WithDType
+    + Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::AddAssign
+    + std::iter::Sum
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INFINITY: Self;
+    fn is_nan(self) -> bool;
+}
+
+impl Float for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const NEG_INFINITY: Self = f32::NEG_INFINITY;
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+}
+
+impl Float for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const NEG_INFINITY: Self = f64::NEG_INFINITY;
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+}
+
+/// Runs `f` on the contiguous data of a CPU tensor (copying only if it is not contiguous).
+pub(crate) fn with_slice<T: WithDType, R>(
+    op: &'static str,
+    t: &Tensor,
+    f: impl FnOnce(&[T]) -> Result<R>,
+) -> Result<R> {
+    let t = t.contiguous().ctx(op)?;
+    let (storage, layout) = t.storage_and_layout();
+    match &*storage {
+        Storage::Cpu(cpu) => {
+            let data = cpu.as_slice::<T>().ctx(op)?;
+            let start = layout.start_offset();
+            f(&data[start..start + layout.shape().elem_count()])
+        }
+        _ => Err(OpError::Unsupported {
+            op,
+            what: format!("a CPU kernel was asked to read a tensor on {:?}", t.device().location()),
+        }),
+    }
+}
+
+/// Wraps a vector as a CPU tensor of the given shape.
+pub(crate) fn tensor<T: WithDType>(op: &'static str, data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+    Tensor::from_vec(data, shape, &Device::Cpu).ctx(op)
+}
+
+/// Runs the f32 or f64 instance of a generic CPU kernel, by the dtype of `dtype`.
+macro_rules! dispatch_float {
+    ($op:expr, $dtype:expr, $f:ident ( $($arg:expr),* $(,)? )) => {
+        match $dtype {
+            candle_core::DType::F32 => $f::<f32>($($arg),*),
+            candle_core::DType::F64 => $f::<f64>($($arg),*),
+            other => Err($crate::error::OpError::Unsupported {
+                op: $op,
+                what: format!("dtype {other:?} on the CPU (f32 and f64 are supported)"),
+            }),
+        }
+    };
+}
+pub(crate) use dispatch_float;
+
+/// Checks that every tensor has `dtype`.
+pub(crate) fn same_dtype(op: &'static str, dtype: DType, tensors: &[(&str, &Tensor)]) -> Result<()> {
+    for (name, t) in tensors {
+        if t.dtype() != dtype {
+            return Err(OpError::invalid(
+                op,
+                format!("{name} has dtype {:?} but the op runs in {dtype:?}", t.dtype()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How many worker threads wick's CPU kernels split work across.
+pub(crate) fn threads() -> usize {
+    rayon::current_num_threads().max(1)
+}
+
+/// One row-major matrix product through the `gemm` crate:
+/// `dst (m×n) = [dst +] lhs (m×k) · rhs (k×n)`, each operand given by its row and column strides.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    accumulate: bool,
+    lhs: &[T],
+    lhs_strides: (usize, usize),
+    rhs: &[T],
+    rhs_strides: (usize, usize),
+    parallel: bool,
+) {
+    assert!(dst.len() >= m * n, "gemm destination too small");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k > 0 {
+        assert!(lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1, "gemm lhs too small");
+        assert!(rhs.len() > (k - 1) * rhs_strides.0 + (n - 1) * rhs_strides.1, "gemm rhs too small");
+    }
+    let parallelism = if parallel && threads() > 1 {
+        gemm::Parallelism::Rayon(threads())
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the bounds of all three operands are checked above; `dst` does not alias the
+    // inputs (it is a distinct `&mut` borrow).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_strides.1 as isize,
+            lhs_strides.0 as isize,
+            rhs.as_ptr(),
+            rhs_strides.1 as isize,
+            rhs_strides.0 as isize,
+            T::ONE,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
+}

@@ -1,0 +1,45 @@
+//! # wick-ops: the kernels of wick
+//!
+//! Forward and backward kernels for the op set of the ResNet family and its training,
+//! written on candle [`Tensor`](candle_core::Tensor)s. Each op family lives in its own
+//! module and offers:
+//!
+//! - a settings type with **output-shape inference** that returns a clear [`OpError`]
+//!   (naming the op and the shapes) for invalid shapes or settings, never a panic;
+//! - a **forward** kernel and the **backward** kernels its gradients need;
+//! - a **FLOP count** and the **kernel name** ([`Kernel`]) that profilers print.
+//!
+//! On the CPU the heavy kernels (convolution and its two gradients, the pools) are
+//! wick's own: im2col + GEMM through the `gemm` crate, split across images on all
+//! cores. Every op also has a device-generic path built from candle's tensor ops, so a
+//! tensor on another device gets a result or a clear [`OpError::Unsupported`].
+//!
+//! wick never uses candle's autograd (whose max-pool, upsample and strided non-square
+//! convolution gradients are wrong); every gradient here is checked against finite
+//! differences and PyTorch fixtures.
+//!
+//! This crate knows nothing about graphs: `wick-graph` records these kernels as nodes.
+
+pub mod activation;
+pub mod batchnorm;
+pub mod conv;
+mod cpu;
+pub mod elementwise;
+pub mod error;
+pub mod kernel;
+pub mod linear;
+pub mod loss;
+pub mod optim;
+pub mod pool;
+pub mod shape;
+
+pub use activation::{relu, relu_backward};
+pub use batchnorm::{BatchNorm2dParams, BatchNormOutput, BatchNormGrads};
+pub use conv::{Conv2dParams, ConvPath};
+pub use elementwise::add;
+pub use error::{OpError, Result};
+pub use kernel::{DeviceKind, Kernel};
+pub use linear::{linear, LinearGrads};
+pub use loss::{cross_entropy, cross_entropy_backward};
+pub use optim::{sgd_step, SgdParams};
+pub use pool::{Pool2dParams, PoolKind};

@@ -1,0 +1,59 @@
+//! Shape helpers shared by the op families.
+
+use crate::error::{OpError, Result};
+
+/// Checks that `dims` has rank 4 (NCHW) and returns it as an array.
+pub fn nchw(op: &'static str, what: &str, dims: &[usize]) -> Result<[usize; 4]> {
+    match dims {
+        &[n, c, h, w] => Ok([n, c, h, w]),
+        _ => Err(OpError::invalid(
+            op,
+            format!("{what} must be 4-D (N, C, H, W), got shape {dims:?}"),
+        )),
+    }
+}
+
+/// Checks that two shapes are equal.
+pub fn same(op: &'static str, a_name: &str, a: &[usize], b_name: &str, b: &[usize]) -> Result<()> {
+    if a == b {
+        Ok(())
+    } else {
+        Err(OpError::invalid(
+            op,
+            format!("{a_name} has shape {a:?} but {b_name} has shape {b:?}; they must be equal"),
+        ))
+    }
+}
+
+/// PyTorch's output-size rule for a sliding window: `(size + 2*pad - dil*(k-1) - 1) / stride + 1`,
+/// or an error when the (dilated) kernel does not fit the padded input.
+pub fn window_out(
+    op: &'static str,
+    axis: &str,
+    size: usize,
+    kernel: usize,
+    stride: usize,
+    pad: usize,
+    dilation: usize,
+) -> Result<usize> {
+    if stride == 0 {
+        return Err(OpError::invalid(op, format!("stride along {axis} must be at least 1, got 0")));
+    }
+    if kernel == 0 || dilation == 0 {
+        return Err(OpError::invalid(
+            op,
+            format!("kernel size and dilation along {axis} must be at least 1, got kernel {kernel}, dilation {dilation}"),
+        ));
+    }
+    let effective = dilation * (kernel - 1) + 1;
+    let padded = size + 2 * pad;
+    if effective > padded {
+        return Err(OpError::invalid(
+            op,
+            format!(
+                "kernel of extent {effective} along {axis} is larger than the padded input ({size} + 2*{pad} = {padded})"
+            ),
+        ));
+    }
+    Ok((padded - effective) / stride + 1)
+}

@@ -1,0 +1,138 @@
+//! Helpers shared by wick-ops' tests: PyTorch fixtures, deterministic random tensors,
+//! finite differences and tolerance checks.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use candle_core::{DType, Device, Tensor};
+
+/// The fixtures folder: `$WICK_FIXTURES`, else `../shared/fixtures` beside the repository.
+/// Panics with a message saying where it looked when neither exists: a fixture test must
+/// fail, not pass silently, when its data is missing.
+pub fn fixtures_dir() -> PathBuf {
+    let candidates: Vec<PathBuf> = std::env::var_os("WICK_FIXTURES")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")])
+        .collect();
+    candidates
+        .iter()
+        .find(|p| p.is_dir())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!("PyTorch fixtures not found: set WICK_FIXTURES or provide ../shared/fixtures (looked in {candidates:?})")
+        })
+}
+
+/// One op fixture: its tensors and its metadata.
+pub struct Fixture {
+    pub name: String,
+    pub tensors: HashMap<String, Tensor>,
+    pub meta: HashMap<String, String>,
+}
+
+impl Fixture {
+    pub fn load(case: &str) -> Fixture {
+        let path = fixtures_dir().join("ops").join(format!("{case}.safetensors"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()));
+        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).expect("fixture header");
+        let meta = header.metadata().clone().unwrap_or_default();
+        let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).expect("fixture tensors");
+        Fixture { name: case.to_string(), tensors, meta }
+    }
+
+    pub fn t(&self, name: &str) -> &Tensor {
+        self.tensors
+            .get(name)
+            .unwrap_or_else(|| panic!("fixture {} has no tensor {name}", self.name))
+    }
+
+    pub fn meta(&self, key: &str) -> &str {
+        self.meta
+            .get(key)
+            .unwrap_or_else(|| panic!("fixture {} has no metadata {key}", self.name))
+    }
+
+    pub fn usize(&self, key: &str) -> usize {
+        self.meta(key).parse().unwrap_or_else(|e| panic!("{}: metadata {key}: {e}", self.name))
+    }
+
+    pub fn f64(&self, key: &str) -> f64 {
+        self.meta(key).parse().unwrap_or_else(|e| panic!("{}: metadata {key}: {e}", self.name))
+    }
+
+    pub fn bool(&self, key: &str) -> bool {
+        match self.meta(key) {
+            "true" => true,
+            "false" => false,
+            other => panic!("{}: metadata {key} = {other} is not a boolean", self.name),
+        }
+    }
+
+    /// The fixture's tolerance, relative to max |value|: 1e-9 for f64 cases, 1e-4 for f32.
+    pub fn tol(&self) -> f64 {
+        match self.meta("dtype") {
+            "float64" | "torch.float64" => 1e-9,
+            _ => 1e-4,
+        }
+    }
+}
+
+/// max |a - b| / max |b|, after checking that the shapes agree.
+pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    assert_eq!(a.dims(), b.dims(), "shape mismatch");
+    let a = a.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let b = b.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let scale = b.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-300);
+    let diff = a.iter().zip(&b).fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}
+
+/// Asserts `rel_err(actual, expected) <= tol`, naming what was compared.
+pub fn assert_close(what: &str, actual: &Tensor, expected: &Tensor, tol: f64) {
+    let e = rel_err(actual, expected);
+    assert!(e <= tol, "{what}: relative error {e:.3e} exceeds {tol:.1e}");
+}
+
+/// A deterministic tensor of uniform values in [-1, 1) (xorshift), f64.
+pub fn rand_tensor(seed: u64, shape: &[usize]) -> Tensor {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let n: usize = shape.iter().product();
+    let data: Vec<f64> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect();
+    Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+}
+
+/// The gradient of `sum(f(x) * grad_out)` with respect to `x` by central differences.
+pub fn numeric_grad(f: impl Fn(&Tensor) -> Tensor, x: &Tensor, grad_out: &Tensor) -> Tensor {
+    let h = 1e-6;
+    let base = x.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let weight = grad_out.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let objective = |v: &[f64]| -> f64 {
+        let t = Tensor::from_vec(v.to_vec(), x.dims(), &Device::Cpu).unwrap();
+        let y = f(&t).flatten_all().unwrap().to_vec1::<f64>().unwrap();
+        assert_eq!(y.len(), weight.len(), "grad_out has the wrong size");
+        y.iter().zip(&weight).map(|(a, b)| a * b).sum()
+    };
+    let mut grad = vec![0f64; base.len()];
+    let mut v = base.clone();
+    for i in 0..base.len() {
+        v[i] = base[i] + h;
+        let plus = objective(&v);
+        v[i] = base[i] - h;
+        let minus = objective(&v);
+        v[i] = base[i];
+        grad[i] = (plus - minus) / (2.0 * h);
+    }
+    Tensor::from_vec(grad, x.dims(), &Device::Cpu).unwrap()
+}
+
+/// Finite-difference tolerance (relative to max |gradient|) for f64 central differences.
+pub const FD_TOL: f64 = 1e-6;

@@ -1,0 +1,13 @@
+//! # wick
+//!
+//! A Rust deep-learning mini-framework with a built-in graph profiler, built on candle.
+//! This crate re-exports wick's parts:
+//!
+//! - [`ops`] (`wick-ops`): forward and backward kernels, shapes, FLOPs and kernel names;
+//! - [`graph`] (`wick-graph`): the buffered computation graph, executor, hooks and profiler;
+//! - [`models`] (`wick-models`): the ResNet family and torchvision-named checkpoints.
+
+pub use candle_core;
+pub use wick_graph as graph;
+pub use wick_models as models;
+pub use wick_ops as ops;
