@@ -1,0 +1,44 @@
+//! relu and add: PyTorch fixtures (relu's gradient at 0 is 0) and finite differences.
+
+mod common;
+
+use common::*;
+use wick_ops::{add, relu, relu_backward};
+
+#[test]
+fn relu_matches_pytorch_fixture_with_zero_gradient_at_zero() {
+    let f = Fixture::load("relu_with_zeros");
+    let x = f.t("x");
+    assert_close("out", &relu(x).unwrap(), f.t("out"), 0.0);
+    let dx = relu_backward(f.t("grad_out"), x).unwrap();
+    assert_close("grad_x", &dx, f.t("grad_x"), 0.0);
+    // At x == 0 exactly, the gradient is 0 (candle's autograd gives 1).
+    let xs = x.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let ds = dx.flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let zeros: Vec<_> = xs.iter().zip(&ds).filter(|(x, _)| **x == 0.0).collect();
+    assert!(!zeros.is_empty());
+    assert!(zeros.iter().all(|(_, d)| **d == 0.0));
+}
+
+#[test]
+fn relu_gradient_matches_finite_differences() {
+    let x = rand_tensor(1, &[2, 3, 4]);
+    let g = rand_tensor(2, &[2, 3, 4]);
+    let dx = relu_backward(&g, &x).unwrap();
+    assert_close("relu", &dx, &numeric_grad(|x| relu(x).unwrap(), &x, &g), FD_TOL);
+}
+
+#[test]
+fn add_matches_pytorch_fixture() {
+    let f = Fixture::load("add_broadcast_free");
+    assert_close("out", &add(f.t("a"), f.t("b")).unwrap(), f.t("out"), 1e-15);
+    // The gradient of a + b is the upstream gradient for both inputs.
+    assert_close("grad_a", f.t("grad_out"), f.t("grad_a"), 0.0);
+    assert_close("grad_b", f.t("grad_out"), f.t("grad_b"), 0.0);
+}
+
+#[test]
+fn add_of_different_shapes_is_an_error_naming_both() {
+    let msg = add(&rand_tensor(1, &[2, 3]), &rand_tensor(2, &[3, 2])).unwrap_err().to_string();
+    assert!(msg.contains("add") && msg.contains("[2, 3]") && msg.contains("[3, 2]"), "{msg}");
+}
