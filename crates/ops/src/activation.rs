@@ -16,7 +16,8 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
 pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     let mask = x.gt(0.0).ctx(OP)?;
-    mask.where_cond(grad_y, &grad_y.zeros_like().ctx(OP)?).ctx(OP)
+    mask.where_cond(grad_y, &grad_y.zeros_like().ctx(OP)?)
+        .ctx(OP)
 }
 
 /// ReLU FLOPs: one comparison per element.

@@ -58,18 +58,28 @@ pub struct BatchNormGrads {
 impl BatchNorm2dParams {
     /// Checks an input shape against the per-channel parameter shapes and returns the
     /// output shape (the input's).
-    pub fn output_shape(&self, input: &[usize], channel_params: &[(&str, &[usize])]) -> Result<[usize; 4]> {
+    pub fn output_shape(
+        &self,
+        input: &[usize],
+        channel_params: &[(&str, &[usize])],
+    ) -> Result<[usize; 4]> {
         let dims = nchw(OP, "input", input)?;
         for (name, shape) in channel_params {
             if *shape != [dims[1]] {
                 return Err(OpError::invalid(
                     OP,
-                    format!("{name} must have shape [{}] for input {input:?}, got {shape:?}", dims[1]),
+                    format!(
+                        "{name} must have shape [{}] for input {input:?}, got {shape:?}",
+                        dims[1]
+                    ),
                 ));
             }
         }
-        if !(self.eps > 0.0) {
-            return Err(OpError::invalid(OP, format!("eps must be positive, got {}", self.eps)));
+        if self.eps.is_nan() || self.eps <= 0.0 {
+            return Err(OpError::invalid(
+                OP,
+                format!("eps must be positive, got {}", self.eps),
+            ));
         }
         Ok(dims)
     }
@@ -106,7 +116,10 @@ pub fn batch_norm_train(
     if m < 2 {
         return Err(OpError::invalid(
             OP,
-            format!("training mode needs more than one value per channel, input {:?}", x.dims()),
+            format!(
+                "training mode needs more than one value per channel, input {:?}",
+                x.dims()
+            ),
         ));
     }
     let mean = (x.sum((0, 2, 3)).ctx(OP)? / m as f64).ctx(OP)?;
@@ -167,7 +180,12 @@ fn eval_scale_shift(
     running_var: &Tensor,
     p: &BatchNorm2dParams,
 ) -> Result<(Tensor, Tensor)> {
-    let inv_std = (running_var + p.eps).ctx(OP)?.sqrt().ctx(OP)?.recip().ctx(OP)?;
+    let inv_std = (running_var + p.eps)
+        .ctx(OP)?
+        .sqrt()
+        .ctx(OP)?
+        .recip()
+        .ctx(OP)?;
     let scale = (weight * &inv_std).ctx(OP)?;
     let shift = (bias - (running_mean * &scale).ctx(OP)?).ctx(OP)?;
     Ok((scale, shift))
@@ -194,7 +212,8 @@ pub fn batch_norm_train_backward(
     let d_weight = (grad_y * &x_hat).ctx(OP)?.sum((0, 2, 3)).ctx(OP)?;
     // dx = gamma * inv_std / m * (m*dy - sum(dy) - x_hat * sum(dy*x_hat))
     let k = ((weight * inv_std).ctx(OP)? / m).ctx(OP)?;
-    let dx = ((grad_y * m).ctx(OP)?
+    let dx = ((grad_y * m)
+        .ctx(OP)?
         .broadcast_sub(&per_channel(&d_bias, c)?)
         .ctx(OP)?
         - x_hat.broadcast_mul(&per_channel(&d_weight, c)?).ctx(OP)?)
@@ -219,7 +238,12 @@ pub fn batch_norm_eval_backward(
 ) -> Result<BatchNormGrads> {
     let [_, c, _, _] = nchw(OP, "input", x.dims())?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
-    let inv_std = (running_var + p.eps).ctx(OP)?.sqrt().ctx(OP)?.recip().ctx(OP)?;
+    let inv_std = (running_var + p.eps)
+        .ctx(OP)?
+        .sqrt()
+        .ctx(OP)?
+        .recip()
+        .ctx(OP)?;
     let x_hat = x
         .broadcast_sub(&per_channel(running_mean, c)?)
         .ctx(OP)?
@@ -235,4 +259,3 @@ pub fn batch_norm_eval_backward(
         bias: d_bias,
     })
 }
-

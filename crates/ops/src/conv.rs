@@ -137,9 +137,37 @@ impl Conv2dParams {
                 ),
             ));
         }
-        let oh = window_out(OP, "H", h, kh, self.stride[0], self.padding[0], self.dilation[0])?;
-        let ow = window_out(OP, "W", w, kw, self.stride[1], self.padding[1], self.dilation[1])?;
-        Ok(Geom { n, c_in, h, w, c_out, kh, kw, oh, ow, groups: self.groups, p: *self })
+        let oh = window_out(
+            OP,
+            "H",
+            h,
+            kh,
+            self.stride[0],
+            self.padding[0],
+            self.dilation[0],
+        )?;
+        let ow = window_out(
+            OP,
+            "W",
+            w,
+            kw,
+            self.stride[1],
+            self.padding[1],
+            self.dilation[1],
+        )?;
+        Ok(Geom {
+            n,
+            c_in,
+            h,
+            w,
+            c_out,
+            kh,
+            kw,
+            oh,
+            ow,
+            groups: self.groups,
+            p: *self,
+        })
     }
 
     /// The output shape for an input of shape `input` (N, C, H, W) and a weight of shape
@@ -154,7 +182,10 @@ impl Conv2dParams {
         if bias.len() != 1 || weight.first() != bias.first() {
             return Err(OpError::invalid(
                 OP,
-                format!("bias must have shape [{}] for weight {weight:?}, got {bias:?}", weight.first().copied().unwrap_or(0)),
+                format!(
+                    "bias must have shape [{}] for weight {weight:?}, got {bias:?}",
+                    weight.first().copied().unwrap_or(0)
+                ),
             ));
         }
         Ok(())
@@ -170,7 +201,12 @@ impl Conv2dParams {
 }
 
 /// Convolution forward: `out = conv(x, weight) + bias`.
-pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, p: &Conv2dParams) -> Result<Tensor> {
+pub fn conv2d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    p: &Conv2dParams,
+) -> Result<Tensor> {
     conv2d_with_path(x, weight, bias, p, ConvPath::Auto)
 }
 
@@ -193,7 +229,9 @@ pub fn conv2d_with_path(
         generic_forward(&g, x, weight)?
     };
     match bias {
-        Some(b) => out.broadcast_add(&b.reshape((1, g.c_out, 1, 1)).ctx(OP)?).ctx(OP),
+        Some(b) => out
+            .broadcast_add(&b.reshape((1, g.c_out, 1, 1)).ctx(OP)?)
+            .ctx(OP),
         None => Ok(out),
     }
 }
@@ -221,7 +259,11 @@ pub fn conv2d_backward_data_with_path(
     check_grad_out(&g, grad_out)?;
     cpu::same_dtype(OP, grad_out.dtype(), &[("weight", weight)])?;
     if grad_out.device().is_cpu() && path == ConvPath::Auto {
-        dispatch_float!(OP, grad_out.dtype(), backward_data_cpu(&g, grad_out, weight))
+        dispatch_float!(
+            OP,
+            grad_out.dtype(),
+            backward_data_cpu(&g, grad_out, weight)
+        )
     } else {
         generic_backward_data(&g, grad_out, weight)
     }
@@ -266,7 +308,10 @@ fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
     if grad_out.dims() != expected {
         return Err(OpError::invalid(
             OP,
-            format!("output gradient has shape {:?}, expected {expected:?}", grad_out.dims()),
+            format!(
+                "output gradient has shape {:?}, expected {expected:?}",
+                grad_out.dims()
+            ),
         ));
     }
     Ok(())
@@ -302,7 +347,10 @@ fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
                     if sw == 1 {
                         out_row[lo..hi].copy_from_slice(&src[ix0..ix0 + (hi - lo)]);
                     } else {
-                        for (o, v) in out_row[lo..hi].iter_mut().zip(src[ix0..].iter().step_by(sw)) {
+                        for (o, v) in out_row[lo..hi]
+                            .iter_mut()
+                            .zip(src[ix0..].iter().step_by(sw))
+                        {
                             *o = *v;
                         }
                     }
@@ -355,9 +403,17 @@ fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
 /// The output columns `[lo, hi)` whose input column `ox*stride + offset - pad` lies in `[0, w)`.
 fn valid_range(ow: usize, stride: usize, offset: usize, pad: usize, w: usize) -> (usize, usize) {
     // ox*stride + offset >= pad  <=>  ox >= ceil((pad - offset) / stride)
-    let lo = if offset >= pad { 0 } else { (pad - offset).div_ceil(stride) };
+    let lo = if offset >= pad {
+        0
+    } else {
+        (pad - offset).div_ceil(stride)
+    };
     // ox*stride + offset - pad < w  <=>  ox*stride < w + pad - offset
-    let hi = if w + pad <= offset { 0 } else { (w + pad - offset).div_ceil(stride) };
+    let hi = if w + pad <= offset {
+        0
+    } else {
+        (w + pad - offset).div_ceil(stride)
+    };
     (lo.min(ow), hi.min(ow))
 }
 
@@ -419,10 +475,32 @@ fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Resul
                     let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
                     // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
                     if g.is_pointwise() {
-                        cpu::gemm(k, p, cout_g, dx_ng, false, w_g, (1, k), g_ng, (p, 1), parallel);
+                        cpu::gemm(
+                            k,
+                            p,
+                            cout_g,
+                            dx_ng,
+                            false,
+                            w_g,
+                            (1, k),
+                            g_ng,
+                            (p, 1),
+                            parallel,
+                        );
                     } else {
                         col.resize(k * p, T::ZERO);
-                        cpu::gemm(k, p, cout_g, col, false, w_g, (1, k), g_ng, (p, 1), parallel);
+                        cpu::gemm(
+                            k,
+                            p,
+                            cout_g,
+                            col,
+                            false,
+                            w_g,
+                            (1, k),
+                            g_ng,
+                            (p, 1),
+                            parallel,
+                        );
                         col2im(g, col, dx_ng);
                     }
                 }
@@ -499,14 +577,21 @@ fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Res
 // Device-generic: candle's conv2d and conv_transpose2d.
 
 fn generic_forward(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if g.p.stride[0] != g.p.stride[1] || g.p.padding[0] != g.p.padding[1] || g.p.dilation[0] != g.p.dilation[1] {
+    if g.p.stride[0] != g.p.stride[1]
+        || g.p.padding[0] != g.p.padding[1]
+        || g.p.dilation[0] != g.p.dilation[1]
+    {
         return Err(unsupported_anisotropic(x.device()));
     }
-    x.conv2d(w, g.p.padding[0], g.p.stride[0], g.p.dilation[0], g.groups).ctx(OP)
+    x.conv2d(w, g.p.padding[0], g.p.stride[0], g.p.dilation[0], g.groups)
+        .ctx(OP)
 }
 
 fn generic_backward_data(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if g.p.stride[0] != g.p.stride[1] || g.p.padding[0] != g.p.padding[1] || g.p.dilation[0] != g.p.dilation[1] {
+    if g.p.stride[0] != g.p.stride[1]
+        || g.p.padding[0] != g.p.padding[1]
+        || g.p.dilation[0] != g.p.dilation[1]
+    {
         return Err(unsupported_anisotropic(grad_out.device()));
     }
     let (s, pad, d) = (g.p.stride[0], g.p.padding[0], g.p.dilation[0]);
@@ -518,9 +603,18 @@ fn generic_backward_data(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tens
     let full_w = (g.ow - 1) * s + d * (g.kw - 1) + 1;
     let per_group = |grad: &Tensor, w: &Tensor| -> Result<Tensor> {
         let dx = grad.conv_transpose2d(w, 0, 0, s, d).ctx(OP)?;
-        let dx = dx.pad_with_zeros(2, 0, (pad + g.h).saturating_sub(full_h)).ctx(OP)?;
-        let dx = dx.pad_with_zeros(3, 0, (pad + g.w).saturating_sub(full_w)).ctx(OP)?;
-        dx.narrow(2, pad, g.h).ctx(OP)?.narrow(3, pad, g.w).ctx(OP)?.contiguous().ctx(OP)
+        let dx = dx
+            .pad_with_zeros(2, 0, (pad + g.h).saturating_sub(full_h))
+            .ctx(OP)?;
+        let dx = dx
+            .pad_with_zeros(3, 0, (pad + g.w).saturating_sub(full_w))
+            .ctx(OP)?;
+        dx.narrow(2, pad, g.h)
+            .ctx(OP)?
+            .narrow(3, pad, g.w)
+            .ctx(OP)?
+            .contiguous()
+            .ctx(OP)
     };
     if g.groups == 1 {
         return per_group(grad_out, w);
@@ -536,7 +630,10 @@ fn generic_backward_data(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tens
 }
 
 fn generic_backward_filter(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
-    if g.p.stride[0] != g.p.stride[1] || g.p.padding[0] != g.p.padding[1] || g.p.dilation[0] != g.p.dilation[1] {
+    if g.p.stride[0] != g.p.stride[1]
+        || g.p.padding[0] != g.p.padding[1]
+        || g.p.dilation[0] != g.p.dilation[1]
+    {
         return Err(unsupported_anisotropic(x.device()));
     }
     let (s, pad, d) = (g.p.stride[0], g.p.padding[0], g.p.dilation[0]);

@@ -59,13 +59,20 @@ pub(crate) fn with_slice<T: WithDType, R>(
         }
         _ => Err(OpError::Unsupported {
             op,
-            what: format!("a CPU kernel was asked to read a tensor on {:?}", t.device().location()),
+            what: format!(
+                "a CPU kernel was asked to read a tensor on {:?}",
+                t.device().location()
+            ),
         }),
     }
 }
 
 /// Wraps a vector as a CPU tensor of the given shape.
-pub(crate) fn tensor<T: WithDType>(op: &'static str, data: Vec<T>, shape: impl Into<Shape>) -> Result<Tensor> {
+pub(crate) fn tensor<T: WithDType>(
+    op: &'static str,
+    data: Vec<T>,
+    shape: impl Into<Shape>,
+) -> Result<Tensor> {
     Tensor::from_vec(data, shape, &Device::Cpu).ctx(op)
 }
 
@@ -85,12 +92,19 @@ macro_rules! dispatch_float {
 pub(crate) use dispatch_float;
 
 /// Checks that every tensor has `dtype`.
-pub(crate) fn same_dtype(op: &'static str, dtype: DType, tensors: &[(&str, &Tensor)]) -> Result<()> {
+pub(crate) fn same_dtype(
+    op: &'static str,
+    dtype: DType,
+    tensors: &[(&str, &Tensor)],
+) -> Result<()> {
     for (name, t) in tensors {
         if t.dtype() != dtype {
             return Err(OpError::invalid(
                 op,
-                format!("{name} has dtype {:?} but the op runs in {dtype:?}", t.dtype()),
+                format!(
+                    "{name} has dtype {:?} but the op runs in {dtype:?}",
+                    t.dtype()
+                ),
             ));
         }
     }
@@ -122,8 +136,14 @@ pub(crate) fn gemm<T: Float>(
         return;
     }
     if k > 0 {
-        assert!(lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1, "gemm lhs too small");
-        assert!(rhs.len() > (k - 1) * rhs_strides.0 + (n - 1) * rhs_strides.1, "gemm rhs too small");
+        assert!(
+            lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1,
+            "gemm lhs too small"
+        );
+        assert!(
+            rhs.len() > (k - 1) * rhs_strides.0 + (n - 1) * rhs_strides.1,
+            "gemm rhs too small"
+        );
     }
     let parallelism = if parallel && threads() > 1 {
         gemm::Parallelism::Rayon(threads())

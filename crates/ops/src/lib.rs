@@ -34,7 +34,7 @@ pub mod pool;
 pub mod shape;
 
 pub use activation::{relu, relu_backward};
-pub use batchnorm::{BatchNorm2dParams, BatchNormOutput, BatchNormGrads};
+pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 pub use conv::{Conv2dParams, ConvPath};
 pub use elementwise::add;
 pub use error::{OpError, Result};

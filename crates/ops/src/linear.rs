@@ -18,7 +18,11 @@ pub struct LinearGrads {
 }
 
 /// The output shape [N, out] for an input [N, in] and a weight [out, in], or an error.
-pub fn linear_output_shape(input: &[usize], weight: &[usize], bias: Option<&[usize]>) -> Result<[usize; 2]> {
+pub fn linear_output_shape(
+    input: &[usize],
+    weight: &[usize],
+    bias: Option<&[usize]>,
+) -> Result<[usize; 2]> {
     let (&[n, fin], &[out, win]) = (input, weight) else {
         return Err(OpError::invalid(
             OP,
@@ -33,7 +37,10 @@ pub fn linear_output_shape(input: &[usize], weight: &[usize], bias: Option<&[usi
     }
     if let Some(b) = bias {
         if b != [out] {
-            return Err(OpError::invalid(OP, format!("bias must have shape [{out}], got {b:?}")));
+            return Err(OpError::invalid(
+                OP,
+                format!("bias must have shape [{out}], got {b:?}"),
+            ));
         }
     }
     Ok([n, out])
@@ -58,12 +65,21 @@ pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tens
 }
 
 /// Linear backward (`LinearBackward`): input, weight and (if `has_bias`) bias gradients.
-pub fn linear_backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor, has_bias: bool) -> Result<LinearGrads> {
+pub fn linear_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    has_bias: bool,
+) -> Result<LinearGrads> {
     let out = linear_output_shape(x.dims(), weight.dims(), None)?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "output", &out)?;
     let dx = grad_y.matmul(weight).ctx(OP)?;
     let dw = grad_y.t().ctx(OP)?.matmul(x).ctx(OP)?;
-    let db = if has_bias { Some(grad_y.sum(0).ctx(OP)?) } else { None };
+    let db = if has_bias {
+        Some(grad_y.sum(0).ctx(OP)?)
+    } else {
+        None
+    };
     Ok(LinearGrads {
         x: dx,
         weight: dw,

@@ -10,12 +10,19 @@ const OP: &str = "cross_entropy";
 /// Checks logits [N, C] against labels [N] and that every label lies in `0..C`.
 fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     let &[n, c] = logits.dims() else {
-        return Err(OpError::invalid(OP, format!("logits must be [N, classes], got {:?}", logits.dims())));
+        return Err(OpError::invalid(
+            OP,
+            format!("logits must be [N, classes], got {:?}", logits.dims()),
+        ));
     };
     if labels.dims() != [n] {
         return Err(OpError::invalid(
             OP,
-            format!("labels must have shape [{n}] for logits {:?}, got {:?}", logits.dims(), labels.dims()),
+            format!(
+                "labels must have shape [{n}] for logits {:?}, got {:?}",
+                logits.dims(),
+                labels.dims()
+            ),
         ));
     }
     if n == 0 {
@@ -23,16 +30,36 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     }
     let values: Vec<i64> = match labels.dtype() {
         DType::I64 => labels.to_vec1::<i64>().ctx(OP)?,
-        DType::U32 => labels.to_vec1::<u32>().ctx(OP)?.into_iter().map(i64::from).collect(),
-        DType::U8 => labels.to_vec1::<u8>().ctx(OP)?.into_iter().map(i64::from).collect(),
+        DType::U32 => labels
+            .to_vec1::<u32>()
+            .ctx(OP)?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
+        DType::U8 => labels
+            .to_vec1::<u8>()
+            .ctx(OP)?
+            .into_iter()
+            .map(i64::from)
+            .collect(),
         other => {
-            return Err(OpError::invalid(OP, format!("labels must be integers (i64, u32 or u8), got {other:?}")))
+            return Err(OpError::invalid(
+                OP,
+                format!("labels must be integers (i64, u32 or u8), got {other:?}"),
+            ))
         }
     };
-    if let Some((i, bad)) = values.iter().enumerate().find(|(_, &v)| v < 0 || v >= c as i64) {
+    if let Some((i, bad)) = values
+        .iter()
+        .enumerate()
+        .find(|(_, &v)| v < 0 || v >= c as i64)
+    {
         return Err(OpError::invalid(
             OP,
-            format!("label {bad} at position {i} is outside the class range 0..{c} of logits {:?}", logits.dims()),
+            format!(
+                "label {bad} at position {i} is outside the class range 0..{c} of logits {:?}",
+                logits.dims()
+            ),
         ));
     }
     Ok((n, c))
@@ -41,7 +68,13 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
 fn log_softmax(logits: &Tensor) -> Result<Tensor> {
     let max = logits.max_keepdim(1).ctx(OP)?;
     let shifted = logits.broadcast_sub(&max).ctx(OP)?;
-    let lse = shifted.exp().ctx(OP)?.sum_keepdim(1).ctx(OP)?.log().ctx(OP)?;
+    let lse = shifted
+        .exp()
+        .ctx(OP)?
+        .sum_keepdim(1)
+        .ctx(OP)?
+        .log()
+        .ctx(OP)?;
     shifted.broadcast_sub(&lse).ctx(OP)
 }
 
@@ -53,18 +86,33 @@ fn labels_u32(labels: &Tensor) -> Result<Tensor> {
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     let (n, _) = check(logits, labels)?;
     let log_probs = log_softmax(logits)?;
-    let picked = log_probs.gather(&labels_u32(labels)?.unsqueeze(1).ctx(OP)?, 1).ctx(OP)?;
+    let picked = log_probs
+        .gather(&labels_u32(labels)?.unsqueeze(1).ctx(OP)?, 1)
+        .ctx(OP)?;
     (picked.sum_all().ctx(OP)? * (-1.0 / n as f64)).ctx(OP)
 }
 
 /// Cross-entropy backward (`SoftmaxCrossEntropyBackward`): `(softmax - onehot) / N * grad_loss`.
-pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
+pub fn cross_entropy_backward(
+    grad_loss: &Tensor,
+    logits: &Tensor,
+    labels: &Tensor,
+) -> Result<Tensor> {
     let (n, c) = check(logits, labels)?;
     if grad_loss.elem_count() != 1 {
-        return Err(OpError::invalid(OP, format!("loss gradient must be a scalar, got shape {:?}", grad_loss.dims())));
+        return Err(OpError::invalid(
+            OP,
+            format!(
+                "loss gradient must be a scalar, got shape {:?}",
+                grad_loss.dims()
+            ),
+        ));
     }
     let probs = log_softmax(logits)?.exp().ctx(OP)?;
-    let classes = Tensor::arange(0u32, c as u32, logits.device()).ctx(OP)?.unsqueeze(0).ctx(OP)?;
+    let classes = Tensor::arange(0u32, c as u32, logits.device())
+        .ctx(OP)?
+        .unsqueeze(0)
+        .ctx(OP)?;
     let onehot = labels_u32(labels)?
         .unsqueeze(1)
         .ctx(OP)?
@@ -72,7 +120,13 @@ pub fn cross_entropy_backward(grad_loss: &Tensor, logits: &Tensor, labels: &Tens
         .ctx(OP)?
         .to_dtype(logits.dtype())
         .ctx(OP)?;
-    let scale = (grad_loss.reshape(()).ctx(OP)?.to_dtype(logits.dtype()).ctx(OP)? / n as f64).ctx(OP)?;
+    let scale = (grad_loss
+        .reshape(())
+        .ctx(OP)?
+        .to_dtype(logits.dtype())
+        .ctx(OP)?
+        / n as f64)
+        .ctx(OP)?;
     (probs - onehot).ctx(OP)?.broadcast_mul(&scale).ctx(OP)
 }
 

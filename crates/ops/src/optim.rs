@@ -37,7 +37,8 @@ impl Default for SgdParams {
 impl SgdParams {
     /// Checks the settings as PyTorch does.
     pub fn validate(&self) -> Result<()> {
-        if !(self.lr >= 0.0) || !(self.momentum >= 0.0) || !(self.weight_decay >= 0.0) {
+        let valid = |v: f64| v.is_finite() && v >= 0.0;
+        if !valid(self.lr) || !valid(self.momentum) || !valid(self.weight_decay) {
             return Err(OpError::invalid(
                 OP,
                 format!(
@@ -47,7 +48,10 @@ impl SgdParams {
             ));
         }
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
-            return Err(OpError::invalid(OP, "nesterov momentum needs a momentum above 0 and zero dampening"));
+            return Err(OpError::invalid(
+                OP,
+                "nesterov momentum needs a momentum above 0 and zero dampening",
+            ));
         }
         Ok(())
     }
@@ -81,7 +85,9 @@ pub fn sgd_step(
     if p.momentum != 0.0 {
         let buf = match momentum_buf {
             None => d.clone(),
-            Some(buf) => ((buf * p.momentum).ctx(OP)? + (&d * (1.0 - p.dampening)).ctx(OP)?).ctx(OP)?,
+            Some(buf) => {
+                ((buf * p.momentum).ctx(OP)? + (&d * (1.0 - p.dampening)).ctx(OP)?).ctx(OP)?
+            }
         };
         d = if p.nesterov {
             (d + (&buf * p.momentum).ctx(OP)?).ctx(OP)?

@@ -69,8 +69,24 @@ impl Pool2dParams {
                 ));
             }
         }
-        let oh = window_out(op, "H", h, self.kernel[0], self.stride[0], self.padding[0], 1)?;
-        let ow = window_out(op, "W", w, self.kernel[1], self.stride[1], self.padding[1], 1)?;
+        let oh = window_out(
+            op,
+            "H",
+            h,
+            self.kernel[0],
+            self.stride[0],
+            self.padding[0],
+            1,
+        )?;
+        let ow = window_out(
+            op,
+            "W",
+            w,
+            self.kernel[1],
+            self.stride[1],
+            self.padding[1],
+            1,
+        )?;
         Ok([n, c, oh, ow])
     }
 
@@ -109,15 +125,26 @@ struct Geom {
 impl Geom {
     fn new(p: &Pool2dParams, input: &[usize]) -> Result<Self> {
         let [n, c, oh, ow] = p.output_shape(input)?;
-        Ok(Geom { n, c, planes: n * c, h: input[2], w: input[3], oh, ow, p: *p })
+        Ok(Geom {
+            n,
+            c,
+            planes: n * c,
+            h: input[2],
+            w: input[3],
+            oh,
+            ow,
+            p: *p,
+        })
     }
 
     /// The in-bounds input rows and columns of output (oy, ox)'s window.
     fn window(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
         let y0 = (oy * self.p.stride[0]) as isize - self.p.padding[0] as isize;
         let x0 = (ox * self.p.stride[1]) as isize - self.p.padding[1] as isize;
-        let ys = y0.max(0) as usize..((y0 + self.p.kernel[0] as isize).min(self.h as isize)) as usize;
-        let xs = x0.max(0) as usize..((x0 + self.p.kernel[1] as isize).min(self.w as isize)) as usize;
+        let ys =
+            y0.max(0) as usize..((y0 + self.p.kernel[0] as isize).min(self.h as isize)) as usize;
+        let xs =
+            x0.max(0) as usize..((x0 + self.p.kernel[1] as isize).min(self.w as isize)) as usize;
         (ys, xs)
     }
 }
@@ -125,13 +152,19 @@ impl Geom {
 fn unsupported_device(op: &'static str, t: &Tensor) -> OpError {
     OpError::Unsupported {
         op,
-        what: format!("padded pooling on {:?} (wick's pooling kernels run on the CPU)", t.device().location()),
+        what: format!(
+            "padded pooling on {:?} (wick's pooling kernels run on the CPU)",
+            t.device().location()
+        ),
     }
 }
 
 /// Max-pool forward (`PoolingForward`), returning the output and the argmax indices.
 pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<MaxPoolOutput> {
-    let p = Pool2dParams { kind: PoolKind::Max, ..*p };
+    let p = Pool2dParams {
+        kind: PoolKind::Max,
+        ..*p
+    };
     let g = Geom::new(&p, x.dims())?;
     if !x.device().is_cpu() {
         return Err(unsupported_device(p.op(), x));
@@ -182,28 +215,57 @@ fn max_forward_cpu<T: Float>(g: &Geom, x: &Tensor) -> Result<MaxPoolOutput> {
 
 /// Max-pool backward (`PoolingBackward`): scatters each output gradient to the element
 /// its window chose. `input_shape` is the forward input's shape.
-pub fn max_pool2d_backward(grad_y: &Tensor, indices: &Tensor, input_shape: &[usize], p: &Pool2dParams) -> Result<Tensor> {
-    let p = Pool2dParams { kind: PoolKind::Max, ..*p };
+pub fn max_pool2d_backward(
+    grad_y: &Tensor,
+    indices: &Tensor,
+    input_shape: &[usize],
+    p: &Pool2dParams,
+) -> Result<Tensor> {
+    let p = Pool2dParams {
+        kind: PoolKind::Max,
+        ..*p
+    };
     let g = Geom::new(&p, input_shape)?;
     let out = [input_shape[0], input_shape[1], g.oh, g.ow];
-    crate::shape::same(p.op(), "output gradient", grad_y.dims(), "pooled output", &out)?;
+    crate::shape::same(
+        p.op(),
+        "output gradient",
+        grad_y.dims(),
+        "pooled output",
+        &out,
+    )?;
     crate::shape::same(p.op(), "indices", indices.dims(), "pooled output", &out)?;
     if !grad_y.device().is_cpu() {
         return Err(unsupported_device(p.op(), grad_y));
     }
     if indices.dtype() != DType::U32 {
-        return Err(OpError::invalid(p.op(), format!("indices must be u32, got {:?}", indices.dtype())));
+        return Err(OpError::invalid(
+            p.op(),
+            format!("indices must be u32, got {:?}", indices.dtype()),
+        ));
     }
-    dispatch_float!(p.op(), grad_y.dtype(), max_backward_cpu(&g, grad_y, indices, input_shape))
+    dispatch_float!(
+        p.op(),
+        grad_y.dtype(),
+        max_backward_cpu(&g, grad_y, indices, input_shape)
+    )
 }
 
-fn max_backward_cpu<T: Float>(g: &Geom, grad_y: &Tensor, indices: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
+fn max_backward_cpu<T: Float>(
+    g: &Geom,
+    grad_y: &Tensor,
+    indices: &Tensor,
+    input_shape: &[usize],
+) -> Result<Tensor> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
     let mut dx = vec![T::ZERO; g.planes * hw];
     cpu::with_slice::<T, _>("max_pool2d", grad_y, |gs| {
         cpu::with_slice::<u32, _>("max_pool2d", indices, |is| {
             if let Some(bad) = is.iter().find(|&&i| i as usize >= hw) {
-                return Err(OpError::invalid("max_pool2d", format!("index {bad} is outside a {}x{} plane", g.h, g.w)));
+                return Err(OpError::invalid(
+                    "max_pool2d",
+                    format!("index {bad} is outside a {}x{} plane", g.h, g.w),
+                ));
             }
             dx.par_chunks_mut(hw).enumerate().for_each(|(plane, dx)| {
                 let gs = &gs[plane * ohw..(plane + 1) * ohw];
@@ -220,7 +282,10 @@ fn max_backward_cpu<T: Float>(g: &Geom, grad_y: &Tensor, indices: &Tensor, input
 
 /// Average-pool forward (`PoolingForward`), padding counted in the divisor.
 pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
-    let p = Pool2dParams { kind: PoolKind::Avg, ..*p };
+    let p = Pool2dParams {
+        kind: PoolKind::Avg,
+        ..*p
+    };
     let g = Geom::new(&p, x.dims())?;
     let shape = (g.n, g.c, g.oh, g.ow);
     if !x.device().is_cpu() {
@@ -237,7 +302,11 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
     dispatch_float!(p.op(), x.dtype(), avg_forward_cpu(&g, x, shape))
 }
 
-fn avg_forward_cpu<T: Float>(g: &Geom, x: &Tensor, shape: (usize, usize, usize, usize)) -> Result<Tensor> {
+fn avg_forward_cpu<T: Float>(
+    g: &Geom,
+    x: &Tensor,
+    shape: (usize, usize, usize, usize),
+) -> Result<Tensor> {
     let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
     let scale = T::from_f64(1.0 / (g.p.kernel[0] * g.p.kernel[1]) as f64);
     let mut y = vec![T::ZERO; g.planes * ohw];
@@ -264,15 +333,32 @@ fn avg_forward_cpu<T: Float>(g: &Geom, x: &Tensor, shape: (usize, usize, usize, 
 
 /// Average-pool backward (`PoolingBackward`): each output gradient, divided by the window
 /// size, goes to every in-bounds element of its window.
-pub fn avg_pool2d_backward(grad_y: &Tensor, input_shape: &[usize], p: &Pool2dParams) -> Result<Tensor> {
-    let p = Pool2dParams { kind: PoolKind::Avg, ..*p };
+pub fn avg_pool2d_backward(
+    grad_y: &Tensor,
+    input_shape: &[usize],
+    p: &Pool2dParams,
+) -> Result<Tensor> {
+    let p = Pool2dParams {
+        kind: PoolKind::Avg,
+        ..*p
+    };
     let g = Geom::new(&p, input_shape)?;
     let out = [input_shape[0], input_shape[1], g.oh, g.ow];
-    crate::shape::same(p.op(), "output gradient", grad_y.dims(), "pooled output", &out)?;
+    crate::shape::same(
+        p.op(),
+        "output gradient",
+        grad_y.dims(),
+        "pooled output",
+        &out,
+    )?;
     if !grad_y.device().is_cpu() {
         return Err(unsupported_device(p.op(), grad_y));
     }
-    dispatch_float!(p.op(), grad_y.dtype(), avg_backward_cpu(&g, grad_y, input_shape))
+    dispatch_float!(
+        p.op(),
+        grad_y.dtype(),
+        avg_backward_cpu(&g, grad_y, input_shape)
+    )
 }
 
 fn avg_backward_cpu<T: Float>(g: &Geom, grad_y: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
@@ -311,7 +397,13 @@ pub fn global_avg_pool(x: &Tensor) -> Result<Tensor> {
 /// Global average pool backward: the gradient spread evenly over each plane.
 pub fn global_avg_pool_backward(grad_y: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
     let [n, c, h, w] = nchw(GAP, "input", input_shape)?;
-    crate::shape::same(GAP, "output gradient", grad_y.dims(), "pooled output", &[n, c, 1, 1])?;
+    crate::shape::same(
+        GAP,
+        "output gradient",
+        grad_y.dims(),
+        "pooled output",
+        &[n, c, 1, 1],
+    )?;
     (grad_y / (h * w) as f64)
         .ctx(GAP)?
         .broadcast_as((n, c, h, w))

@@ -37,7 +37,10 @@ pub fn window_out(
     dilation: usize,
 ) -> Result<usize> {
     if stride == 0 {
-        return Err(OpError::invalid(op, format!("stride along {axis} must be at least 1, got 0")));
+        return Err(OpError::invalid(
+            op,
+            format!("stride along {axis} must be at least 1, got 0"),
+        ));
     }
     if kernel == 0 || dilation == 0 {
         return Err(OpError::invalid(

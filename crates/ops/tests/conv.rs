@@ -24,14 +24,17 @@ fn check_fixture(case: &str, path: ConvPath) {
     let bias = if f.bool("bias") { Some(f.t("b")) } else { None };
     let tol = f.tol();
     let out = conv2d_with_path(x, w, bias, &p, path).unwrap();
-    assert_eq!(p.output_shape(x.dims(), w.dims()).unwrap().as_slice(), out.dims());
+    assert_eq!(
+        p.output_shape(x.dims(), w.dims()).unwrap().as_slice(),
+        out.dims()
+    );
     assert_close(&format!("{case} out"), &out, f.t("out"), tol);
     let g = f.t("grad_out");
     let dx = conv2d_backward_data_with_path(g, w, x.dims(), &p, path).unwrap();
     assert_close(&format!("{case} grad_x"), &dx, f.t("grad_x"), tol);
     let dw = conv2d_backward_filter_with_path(g, x, w.dims(), &p, path).unwrap();
     assert_close(&format!("{case} grad_w"), &dw, f.t("grad_w"), tol);
-    if let Some(_) = bias {
+    if bias.is_some() {
         let db = conv2d_backward_bias(g).unwrap();
         assert_close(&format!("{case} grad_b"), &db, f.t("grad_b"), tol);
     }
@@ -69,10 +72,20 @@ fn fd_check(x_shape: [usize; 4], w_shape: [usize; 4], p: Conv2dParams, seed: u64
     for path in [ConvPath::Auto, ConvPath::Generic] {
         let dx = conv2d_backward_data_with_path(&g, &w, &x_shape, &p, path).unwrap();
         let num_dx = numeric_grad(|x| conv2d_with_path(x, &w, None, &p, path).unwrap(), &x, &g);
-        assert_close(&format!("dx {x_shape:?} {p:?} {path:?}"), &dx, &num_dx, FD_TOL);
+        assert_close(
+            &format!("dx {x_shape:?} {p:?} {path:?}"),
+            &dx,
+            &num_dx,
+            FD_TOL,
+        );
         let dw = conv2d_backward_filter_with_path(&g, &x, &w_shape, &p, path).unwrap();
         let num_dw = numeric_grad(|w| conv2d_with_path(&x, w, None, &p, path).unwrap(), &w, &g);
-        assert_close(&format!("dw {x_shape:?} {p:?} {path:?}"), &dw, &num_dw, FD_TOL);
+        assert_close(
+            &format!("dw {x_shape:?} {p:?} {path:?}"),
+            &dw,
+            &num_dw,
+            FD_TOL,
+        );
     }
 }
 
@@ -87,7 +100,12 @@ fn gradients_match_finite_differences_across_settings() {
     fd_check([1, 2, 5, 5], [3, 2, 3, 3], Conv2dParams::new(1, 1), 20);
     fd_check([2, 4, 6, 5], [4, 4, 1, 1], Conv2dParams::new(1, 0), 30); // pointwise: no im2col
     fd_check([2, 4, 7, 7], [6, 4, 1, 1], Conv2dParams::new(2, 0), 40); // downsample shortcut
-    fd_check([1, 4, 8, 7], [6, 2, 3, 3], Conv2dParams::new(1, 2).with_dilation(2).with_groups(2), 50);
+    fd_check(
+        [1, 4, 8, 7],
+        [6, 2, 3, 3],
+        Conv2dParams::new(1, 2).with_dilation(2).with_groups(2),
+        50,
+    );
     fd_check([1, 2, 9, 8], [2, 2, 5, 5], Conv2dParams::new(3, 2), 60);
 }
 
@@ -125,17 +143,28 @@ fn invalid_shapes_and_settings_are_errors_naming_op_and_shapes() {
     let x = rand_tensor(1, &[1, 3, 5, 5]);
     let w4 = rand_tensor(2, &[2, 4, 3, 3]);
     let msg = err(conv2d(&x, &w4, None, &Conv2dParams::new(1, 1)));
-    assert!(msg.contains("conv2d") && msg.contains("[1, 3, 5, 5]") && msg.contains("[2, 4, 3, 3]"), "{msg}");
+    assert!(
+        msg.contains("conv2d") && msg.contains("[1, 3, 5, 5]") && msg.contains("[2, 4, 3, 3]"),
+        "{msg}"
+    );
 
     let w7 = rand_tensor(3, &[2, 3, 7, 7]);
     let msg = err(conv2d(&x, &w7, None, &Conv2dParams::new(1, 0)));
-    assert!(msg.contains("conv2d") && msg.contains("larger than the padded input"), "{msg}");
+    assert!(
+        msg.contains("conv2d") && msg.contains("larger than the padded input"),
+        "{msg}"
+    );
 
     let w3 = rand_tensor(4, &[2, 3, 3, 3]);
     let msg = err(conv2d(&x, &w3, None, &Conv2dParams::new(0, 1)));
     assert!(msg.contains("conv2d") && msg.contains("stride"), "{msg}");
 
-    let msg = err(conv2d(&x.flatten_all().unwrap(), &w3, None, &Conv2dParams::new(1, 1)));
+    let msg = err(conv2d(
+        &x.flatten_all().unwrap(),
+        &w3,
+        None,
+        &Conv2dParams::new(1, 1),
+    ));
     assert!(msg.contains("4-D") && msg.contains("[75]"), "{msg}");
 
     let b = rand_tensor(5, &[3]);
@@ -143,10 +172,25 @@ fn invalid_shapes_and_settings_are_errors_naming_op_and_shapes() {
     assert!(msg.contains("bias") && msg.contains("[3]"), "{msg}");
 
     let g = rand_tensor(6, &[1, 2, 4, 4]);
-    let msg = err(conv2d_backward_data(&g, &w3, x.dims(), &Conv2dParams::new(1, 1)));
-    assert!(msg.contains("output gradient") && msg.contains("[1, 2, 4, 4]") && msg.contains("[1, 2, 5, 5]"), "{msg}");
+    let msg = err(conv2d_backward_data(
+        &g,
+        &w3,
+        x.dims(),
+        &Conv2dParams::new(1, 1),
+    ));
+    assert!(
+        msg.contains("output gradient")
+            && msg.contains("[1, 2, 4, 4]")
+            && msg.contains("[1, 2, 5, 5]"),
+        "{msg}"
+    );
 
-    let msg = err(conv2d(&x, &w3, None, &Conv2dParams::new(1, 1).with_groups(2)));
+    let msg = err(conv2d(
+        &x,
+        &w3,
+        None,
+        &Conv2dParams::new(1, 1).with_groups(2),
+    ));
     assert!(msg.contains("groups"), "{msg}");
 }
 

@@ -25,7 +25,12 @@ fn relu_gradient_matches_finite_differences() {
     let x = rand_tensor(1, &[2, 3, 4]);
     let g = rand_tensor(2, &[2, 3, 4]);
     let dx = relu_backward(&g, &x).unwrap();
-    assert_close("relu", &dx, &numeric_grad(|x| relu(x).unwrap(), &x, &g), FD_TOL);
+    assert_close(
+        "relu",
+        &dx,
+        &numeric_grad(|x| relu(x).unwrap(), &x, &g),
+        FD_TOL,
+    );
 }
 
 #[test]
@@ -39,6 +44,11 @@ fn add_matches_pytorch_fixture() {
 
 #[test]
 fn add_of_different_shapes_is_an_error_naming_both() {
-    let msg = add(&rand_tensor(1, &[2, 3]), &rand_tensor(2, &[3, 2])).unwrap_err().to_string();
-    assert!(msg.contains("add") && msg.contains("[2, 3]") && msg.contains("[3, 2]"), "{msg}");
+    let msg = add(&rand_tensor(1, &[2, 3]), &rand_tensor(2, &[3, 2]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("add") && msg.contains("[2, 3]") && msg.contains("[3, 2]"),
+        "{msg}"
+    );
 }

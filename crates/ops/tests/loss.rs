@@ -32,7 +32,13 @@ fn label_outside_class_range_is_an_error() {
     let logits = rand_tensor(1, &[3, 4]);
     let labels = Tensor::new(&[0i64, 4, 1], &Device::Cpu).unwrap();
     let msg = cross_entropy(&logits, &labels).unwrap_err().to_string();
-    assert!(msg.contains("cross_entropy") && msg.contains("label 4") && msg.contains("0..4") && msg.contains("[3, 4]"), "{msg}");
+    assert!(
+        msg.contains("cross_entropy")
+            && msg.contains("label 4")
+            && msg.contains("0..4")
+            && msg.contains("[3, 4]"),
+        "{msg}"
+    );
     let labels = Tensor::new(&[0i64, -1, 1], &Device::Cpu).unwrap();
     assert!(cross_entropy(&logits, &labels).is_err());
     let labels = Tensor::new(&[0i64, 1], &Device::Cpu).unwrap();

@@ -7,7 +7,12 @@ use common::*;
 use wick_ops::pool::*;
 
 fn params(f: &Fixture, kind: PoolKind) -> Pool2dParams {
-    Pool2dParams::new(kind, f.usize("kernel"), f.usize("stride"), f.usize("padding"))
+    Pool2dParams::new(
+        kind,
+        f.usize("kernel"),
+        f.usize("stride"),
+        f.usize("padding"),
+    )
 }
 
 fn check_max_fixture(case: &str) {
@@ -17,7 +22,14 @@ fn check_max_fixture(case: &str) {
     let x = f.t("x");
     let out = max_pool2d(x, &p).unwrap();
     assert_close("out", &out.y, f.t("out"), 1e-12);
-    let idx: Vec<i64> = out.indices.to_dtype(DType::I64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let idx: Vec<i64> = out
+        .indices
+        .to_dtype(DType::I64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     let expected: Vec<i64> = f.t("indices").flatten_all().unwrap().to_vec1().unwrap();
     assert_eq!(idx, expected, "{case}: argmax indices");
     let dx = max_pool2d_backward(f.t("grad_out"), &out.indices, x.dims(), &p).unwrap();
@@ -33,12 +45,20 @@ fn max_pool_3x3_s2_p1_matches_pytorch_fixture() {
 fn max_pool_ties_route_to_the_first_maximum_as_pytorch() {
     check_max_fixture("maxpool_2x2_ties");
     // The same rule checked directly: a window of equal values sends everything to its first element.
-    let x = Tensor::from_vec(vec![5f64, 5., 5., 5.], (1, 1, 2, 2), &candle_core::Device::Cpu).unwrap();
+    let x = Tensor::from_vec(
+        vec![5f64, 5., 5., 5.],
+        (1, 1, 2, 2),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
     let p = Pool2dParams::new(PoolKind::Max, 2, 2, 0);
     let out = max_pool2d(&x, &p).unwrap();
     let g = Tensor::from_vec(vec![3f64], (1, 1, 1, 1), &candle_core::Device::Cpu).unwrap();
     let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
-    assert_eq!(dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(), vec![3., 0., 0., 0.]);
+    assert_eq!(
+        dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+        vec![3., 0., 0., 0.]
+    );
 }
 
 #[test]
@@ -64,17 +84,29 @@ fn global_avg_pool_matches_pytorch_fixture() {
 #[test]
 fn max_pool_unique_maximum_gets_gradient_one() {
     // candle's autograd scales this by (#maxima)/(k*k); the right answer is 1.
-    let x = Tensor::from_vec(vec![1f64, 2., 3., 9.], (1, 1, 2, 2), &candle_core::Device::Cpu).unwrap();
+    let x = Tensor::from_vec(
+        vec![1f64, 2., 3., 9.],
+        (1, 1, 2, 2),
+        &candle_core::Device::Cpu,
+    )
+    .unwrap();
     let p = Pool2dParams::new(PoolKind::Max, 2, 2, 0);
     let out = max_pool2d(&x, &p).unwrap();
     let g = Tensor::ones((1, 1, 1, 1), DType::F64, &candle_core::Device::Cpu).unwrap();
     let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
-    assert_eq!(dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(), vec![0., 0., 0., 1.]);
+    assert_eq!(
+        dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
+        vec![0., 0., 0., 1.]
+    );
 }
 
 #[test]
 fn pool_gradients_match_finite_differences() {
-    for (shape, k, s, pad) in [([2, 2, 7, 6], 3, 2, 1), ([1, 3, 6, 6], 2, 2, 0), ([1, 2, 8, 5], 3, 1, 1)] {
+    for (shape, k, s, pad) in [
+        ([2, 2, 7, 6], 3, 2, 1),
+        ([1, 3, 6, 6], 2, 2, 0),
+        ([1, 2, 8, 5], 3, 1, 1),
+    ] {
         let x = rand_tensor(shape.iter().sum::<usize>() as u64, &shape);
         for kind in [PoolKind::Max, PoolKind::Avg] {
             let p = Pool2dParams::new(kind, k, s, pad);
@@ -90,13 +122,23 @@ fn pool_gradients_match_finite_differences() {
                     numeric_grad(|x| avg_pool2d(x, &p).unwrap(), &x, &g),
                 ),
             };
-            assert_close(&format!("{kind:?} {shape:?} k{k} s{s} p{pad}"), &dx, &num, FD_TOL);
+            assert_close(
+                &format!("{kind:?} {shape:?} k{k} s{s} p{pad}"),
+                &dx,
+                &num,
+                FD_TOL,
+            );
         }
     }
     let x = rand_tensor(5, &[2, 3, 4, 5]);
     let g = rand_tensor(6, &[2, 3, 1, 1]);
     let dx = global_avg_pool_backward(&g, x.dims()).unwrap();
-    assert_close("global", &dx, &numeric_grad(|x| global_avg_pool(x).unwrap(), &x, &g), FD_TOL);
+    assert_close(
+        "global",
+        &dx,
+        &numeric_grad(|x| global_avg_pool(x).unwrap(), &x, &g),
+        FD_TOL,
+    );
 }
 
 #[test]
@@ -109,12 +151,29 @@ fn output_shapes_follow_pytorch_rule() {
 #[test]
 fn invalid_settings_are_errors() {
     let x = rand_tensor(1, &[1, 1, 4, 4]);
-    let msg = max_pool2d(&x, &Pool2dParams::new(PoolKind::Max, 2, 0, 0)).unwrap_err().to_string();
-    assert!(msg.contains("max_pool2d") && msg.contains("stride"), "{msg}");
-    let msg = avg_pool2d(&x, &Pool2dParams::new(PoolKind::Avg, 7, 1, 1)).unwrap_err().to_string();
-    assert!(msg.contains("avg_pool2d") && msg.contains("larger than the padded input"), "{msg}");
-    let msg = max_pool2d(&x, &Pool2dParams::new(PoolKind::Max, 2, 1, 2)).unwrap_err().to_string();
+    let msg = max_pool2d(&x, &Pool2dParams::new(PoolKind::Max, 2, 0, 0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("max_pool2d") && msg.contains("stride"),
+        "{msg}"
+    );
+    let msg = avg_pool2d(&x, &Pool2dParams::new(PoolKind::Avg, 7, 1, 1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("avg_pool2d") && msg.contains("larger than the padded input"),
+        "{msg}"
+    );
+    let msg = max_pool2d(&x, &Pool2dParams::new(PoolKind::Max, 2, 1, 2))
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("at most half"), "{msg}");
-    let msg = global_avg_pool(&x.flatten_all().unwrap()).unwrap_err().to_string();
-    assert!(msg.contains("global_avg_pool") && msg.contains("[16]"), "{msg}");
+    let msg = global_avg_pool(&x.flatten_all().unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("global_avg_pool") && msg.contains("[16]"),
+        "{msg}"
+    );
 }

@@ -34,12 +34,20 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn load(case: &str) -> Fixture {
-        let path = fixtures_dir().join("ops").join(format!("{case}.safetensors"));
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()));
+        let path = fixtures_dir()
+            .join("ops")
+            .join(format!("{case}.safetensors"));
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()));
         let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).expect("fixture header");
         let meta = header.metadata().clone().unwrap_or_default();
-        let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).expect("fixture tensors");
-        Fixture { name: case.to_string(), tensors, meta }
+        let tensors =
+            candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).expect("fixture tensors");
+        Fixture {
+            name: case.to_string(),
+            tensors,
+            meta,
+        }
     }
 
     pub fn t(&self, name: &str) -> &Tensor {
@@ -55,11 +63,15 @@ impl Fixture {
     }
 
     pub fn usize(&self, key: &str) -> usize {
-        self.meta(key).parse().unwrap_or_else(|e| panic!("{}: metadata {key}: {e}", self.name))
+        self.meta(key)
+            .parse()
+            .unwrap_or_else(|e| panic!("{}: metadata {key}: {e}", self.name))
     }
 
     pub fn f64(&self, key: &str) -> f64 {
-        self.meta(key).parse().unwrap_or_else(|e| panic!("{}: metadata {key}: {e}", self.name))
+        self.meta(key)
+            .parse()
+            .unwrap_or_else(|e| panic!("{}: metadata {key}: {e}", self.name))
     }
 
     pub fn bool(&self, key: &str) -> bool {
@@ -82,10 +94,25 @@ impl Fixture {
 /// max |a - b| / max |b|, after checking that the shapes agree.
 pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
     assert_eq!(a.dims(), b.dims(), "shape mismatch");
-    let a = a.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
-    let b = b.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1::<f64>().unwrap();
+    let a = a
+        .to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap();
+    let b = b
+        .to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f64>()
+        .unwrap();
     let scale = b.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-300);
-    let diff = a.iter().zip(&b).fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+    let diff = a
+        .iter()
+        .zip(&b)
+        .fold(0f64, |m, (x, y)| m.max((x - y).abs()));
     diff / scale
 }
 
