@@ -1,0 +1,62 @@
+//! The error type of wick-graph.
+
+use wick_ops::OpError;
+
+use crate::ir::Phase;
+
+/// What went wrong while building or running a graph.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    /// An op rejected its shapes or settings while the graph was being built.
+    #[error("building {op}: {source}")]
+    Build {
+        /// The builder call (`conv2d`, `linear`, ...).
+        op: &'static str,
+        /// The kernel's error, naming the shapes.
+        #[source]
+        source: OpError,
+    },
+    /// A kernel failed while the graph ran.
+    #[error("OP_ID{op_id} ({name}, {phase:?}): {source}")]
+    Run {
+        /// The node's OP_ID.
+        op_id: usize,
+        /// The node's kernel name.
+        name: &'static str,
+        /// The node's phase.
+        phase: Phase,
+        /// The kernel's error.
+        #[source]
+        source: OpError,
+    },
+    /// A value was fed or set with the wrong shape or dtype.
+    #[error("value `{name}`: expected {expected}, got {found}")]
+    ValueMismatch {
+        /// The value's name.
+        name: String,
+        /// Its declared shape and dtype.
+        expected: String,
+        /// What was given.
+        found: String,
+    },
+    /// A value the graph needs has not been set or fed.
+    #[error("value `{name}` has not been set (OP_ID{op_id} reads it)")]
+    MissingValue {
+        /// The value's name.
+        name: String,
+        /// The first node that reads it.
+        op_id: usize,
+    },
+    /// No value of this name exists in the graph.
+    #[error("the graph has no value named `{0}`")]
+    UnknownValue(String),
+    /// The graph is used in a way its construction does not allow.
+    #[error("{0}")]
+    Usage(String),
+    /// A candle error outside any kernel (moving a tensor to the device, ...).
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+}
+
+/// The result type of wick-graph.
+pub type Result<T> = std::result::Result<T, GraphError>;

@@ -1,0 +1,382 @@
+//! The executor: runs a graph's nodes in OP_ID order on a candle device, many times.
+//!
+//! Parameters, optimizer state and batch-norm running statistics persist across
+//! iterations; every intermediate tensor is freed right after its last consumer (liveness
+//! is computed once, when the executor is made). Hooks are called around iterations,
+//! phases and ops, and each op runs inside a `tracing` span (`op`, with its name, OP_ID
+//! and phase), so any `tracing` subscriber sees the ops.
+
+use candle_core::{DType, Device, Tensor};
+use wick_ops::{
+    activation, batchnorm, conv, elementwise, linear, loss, optim, pool, DeviceKind, OpError,
+};
+
+use crate::error::{GraphError, Result};
+use crate::hooks::{Hook, NodeInfo};
+use crate::ir::{Graph, Op, Phase, ValueId, ValueKind};
+
+/// Runs a [`Graph`] on a device.
+pub struct Executor {
+    graph: Graph,
+    device: Device,
+    slots: Vec<Option<Tensor>>,
+    frees: Vec<Vec<ValueId>>,
+    infos: Vec<NodeInfo>,
+    hooks: Vec<Box<dyn Hook>>,
+    iteration: usize,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("nodes", &self.graph.nodes.len())
+            .field("device", &self.device)
+            .field("hooks", &self.hooks.len())
+            .field("iteration", &self.iteration)
+            .finish()
+    }
+}
+
+fn describe(shape: &[usize], dtype: DType) -> String {
+    format!("shape {shape:?} {dtype:?}")
+}
+
+impl Executor {
+    /// An executor for `graph` on `device`. Parameters and state start unset: set them with
+    /// [`set`](Executor::set) before the first [`run`](Executor::run).
+    pub fn new(graph: Graph, device: &Device) -> Self {
+        let kind = DeviceKind::of(device);
+        let infos = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(op_id, n)| NodeInfo {
+                op_id,
+                name: n.op.kernel().name(kind),
+                phase: n.phase,
+                input_shapes: n
+                    .inputs
+                    .iter()
+                    .map(|v| graph.values[v.0].shape.clone())
+                    .collect(),
+                output_shapes: n
+                    .outputs
+                    .iter()
+                    .map(|v| graph.values[v.0].shape.clone())
+                    .collect(),
+                flops: n.flops,
+            })
+            .collect();
+        let frees = graph.last_uses();
+        Executor {
+            slots: vec![None; graph.values.len()],
+            graph,
+            device: device.clone(),
+            frees,
+            infos,
+            hooks: Vec::new(),
+            iteration: 0,
+        }
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The device the graph runs on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// What hooks are told about each node, in OP_ID order.
+    pub fn node_infos(&self) -> &[NodeInfo] {
+        &self.infos
+    }
+
+    /// How many iterations have run.
+    pub fn iterations(&self) -> usize {
+        self.iteration
+    }
+
+    /// Attaches a hook; it is called from the next iteration on.
+    pub fn add_hook<H: Hook>(&mut self, mut hook: H) -> Result<()> {
+        hook.on_attach(&self.infos, &self.device)?;
+        self.hooks.push(Box::new(hook));
+        Ok(())
+    }
+
+    /// The first attached hook of type `H`.
+    pub fn hook<H: Hook>(&self) -> Option<&H> {
+        self.hooks
+            .iter()
+            .find_map(|h| (&**h as &dyn std::any::Any).downcast_ref::<H>())
+    }
+
+    /// The first attached hook of type `H`, mutably.
+    pub fn hook_mut<H: Hook>(&mut self) -> Option<&mut H> {
+        self.hooks
+            .iter_mut()
+            .find_map(|h| (&mut **h as &mut dyn std::any::Any).downcast_mut::<H>())
+    }
+
+    /// Removes every hook of type `H` and returns the first.
+    pub fn remove_hook<H: Hook>(&mut self) -> Option<H> {
+        let pos = self
+            .hooks
+            .iter()
+            .position(|h| (&**h as &dyn std::any::Any).is::<H>())?;
+        let hook: Box<dyn std::any::Any> = self.hooks.remove(pos);
+        hook.downcast::<H>().ok().map(|b| *b)
+    }
+
+    fn id(&self, name: &str) -> Result<ValueId> {
+        self.graph
+            .find(name)
+            .ok_or_else(|| GraphError::UnknownValue(name.to_string()))
+    }
+
+    /// Sets (or feeds) the value `name`, moved to the executor's device. Its shape and
+    /// dtype must be the declared ones.
+    pub fn set(&mut self, name: &str, tensor: &Tensor) -> Result<()> {
+        let id = self.id(name)?;
+        self.set_id(id, tensor)
+    }
+
+    /// [`set`](Executor::set) by id.
+    pub fn set_id(&mut self, id: ValueId, tensor: &Tensor) -> Result<()> {
+        let info = &self.graph.values[id.0];
+        if info.shape != tensor.dims() || info.dtype != tensor.dtype() {
+            return Err(GraphError::ValueMismatch {
+                name: info.name.clone(),
+                expected: describe(&info.shape, info.dtype),
+                found: describe(tensor.dims(), tensor.dtype()),
+            });
+        }
+        self.slots[id.0] = Some(tensor.to_device(&self.device)?);
+        Ok(())
+    }
+
+    /// The current tensor of a value: a parameter, state, input, or a graph output of the
+    /// last iteration (intermediates are freed after their last use).
+    pub fn get(&self, name: &str) -> Result<Option<&Tensor>> {
+        Ok(self.get_id(self.id(name)?))
+    }
+
+    /// [`get`](Executor::get) by id.
+    pub fn get_id(&self, id: ValueId) -> Option<&Tensor> {
+        self.slots.get(id.0).and_then(|s| s.as_ref())
+    }
+
+    /// Every parameter and state value that is set, by name (a state dict).
+    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.graph
+            .values
+            .iter()
+            .zip(&self.slots)
+            .filter(|(v, _)| matches!(v.kind, ValueKind::Param | ValueKind::State))
+            .filter_map(|(v, s)| s.as_ref().map(|t| (v.name.clone(), t.clone())))
+            .collect()
+    }
+
+    /// Changes the learning rate of every SGD update node.
+    pub fn set_learning_rate(&mut self, lr: f64) {
+        for node in &mut self.graph.nodes {
+            if let Op::SgdUpdate { params } = &mut node.op {
+                params.lr = lr;
+            }
+        }
+    }
+
+    /// Runs one iteration: every node in OP_ID order.
+    pub fn run(&mut self) -> Result<()> {
+        let hooked = !self.hooks.is_empty();
+        let iteration = self.iteration;
+        if hooked {
+            self.hooks
+                .iter_mut()
+                .for_each(|h| h.on_iteration_start(iteration));
+        }
+        let mut phase: Option<Phase> = None;
+        for op_id in 0..self.graph.nodes.len() {
+            let node_phase = self.graph.nodes[op_id].phase;
+            if hooked && phase != Some(node_phase) {
+                if let Some(p) = phase {
+                    self.hooks.iter_mut().for_each(|h| h.on_phase_end(p));
+                }
+                self.hooks
+                    .iter_mut()
+                    .for_each(|h| h.on_phase_start(node_phase));
+            }
+            phase = Some(node_phase);
+            let info = &self.infos[op_id];
+            let span =
+                tracing::debug_span!("op", name = info.name, op_id, phase = node_phase.as_str());
+            let _entered = span.enter();
+            if hooked {
+                self.hooks.iter_mut().for_each(|h| h.before_op(info));
+            }
+            let outputs = self.execute(op_id).map_err(|source| GraphError::Run {
+                op_id,
+                name: self.infos[op_id].name,
+                phase: node_phase,
+                source,
+            })?;
+            if hooked {
+                let info = &self.infos[op_id];
+                self.hooks.iter_mut().for_each(|h| h.after_op(info));
+            }
+            for (v, t) in self.graph.nodes[op_id].outputs.iter().zip(outputs) {
+                self.slots[v.0] = t;
+            }
+            for v in &self.frees[op_id] {
+                self.slots[v.0] = None;
+            }
+        }
+        if hooked {
+            if let Some(p) = phase {
+                self.hooks.iter_mut().for_each(|h| h.on_phase_end(p));
+            }
+            for h in &mut self.hooks {
+                h.on_iteration_end(iteration)?;
+            }
+        }
+        self.iteration += 1;
+        Ok(())
+    }
+
+    /// The tensor of input `i` of node `op_id`, or an error naming the unset value.
+    fn input(&self, op_id: usize, i: usize) -> std::result::Result<&Tensor, OpError> {
+        let v = self.graph.nodes[op_id].inputs[i];
+        self.slots[v.0].as_ref().ok_or_else(|| {
+            OpError::invalid(
+                "executor",
+                format!(
+                    "input `{}` has not been set or fed",
+                    self.graph.values[v.0].name
+                ),
+            )
+        })
+    }
+
+    /// Runs node `op_id`'s kernel and returns its outputs in order.
+    fn execute(&self, op_id: usize) -> std::result::Result<Vec<Option<Tensor>>, OpError> {
+        let node = &self.graph.nodes[op_id];
+        let x = |i: usize| self.input(op_id, i);
+        let one = |t: Tensor| Ok(vec![Some(t)]);
+        match &node.op {
+            Op::Conv2d { params, has_bias } => {
+                let bias = if *has_bias { Some(x(2)?) } else { None };
+                one(conv::conv2d(x(0)?, x(1)?, bias, params)?)
+            }
+            Op::ConvBackwardData {
+                params,
+                input_shape,
+            } => one(conv::conv2d_backward_data(
+                x(0)?,
+                x(1)?,
+                input_shape,
+                params,
+            )?),
+            Op::ConvBackwardFilter {
+                params,
+                weight_shape,
+            } => one(conv::conv2d_backward_filter(
+                x(0)?,
+                x(1)?,
+                weight_shape,
+                params,
+            )?),
+            Op::ConvBackwardBias => one(conv::conv2d_backward_bias(x(0)?)?),
+            Op::BatchNormTrain { params } => {
+                let o = batchnorm::batch_norm_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, params)?;
+                Ok(vec![
+                    Some(o.y),
+                    Some(o.mean),
+                    Some(o.inv_std),
+                    Some(o.running_mean),
+                    Some(o.running_var),
+                ])
+            }
+            Op::BatchNormEval { params } => one(batchnorm::batch_norm_eval(
+                x(0)?,
+                x(1)?,
+                x(2)?,
+                x(3)?,
+                x(4)?,
+                params,
+            )?),
+            Op::BatchNormTrainBackward => {
+                let g = batchnorm::batch_norm_train_backward(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?)?;
+                Ok(vec![Some(g.x), Some(g.weight), Some(g.bias)])
+            }
+            Op::BatchNormEvalBackward { params } => {
+                let g =
+                    batchnorm::batch_norm_eval_backward(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, params)?;
+                Ok(vec![Some(g.x), Some(g.weight), Some(g.bias)])
+            }
+            Op::Relu => one(activation::relu(x(0)?)?),
+            Op::ReluBackward => one(activation::relu_backward(x(0)?, x(1)?)?),
+            Op::Add | Op::AccumulateGrad => one(elementwise::add(x(0)?, x(1)?)?),
+            Op::MaxPool2d { params } => {
+                let o = pool::max_pool2d(x(0)?, params)?;
+                Ok(vec![Some(o.y), Some(o.indices)])
+            }
+            Op::MaxPool2dBackward {
+                params,
+                input_shape,
+            } => one(pool::max_pool2d_backward(
+                x(0)?,
+                x(1)?,
+                input_shape,
+                params,
+            )?),
+            Op::AvgPool2d { params } => one(pool::avg_pool2d(x(0)?, params)?),
+            Op::AvgPool2dBackward {
+                params,
+                input_shape,
+            } => one(pool::avg_pool2d_backward(x(0)?, input_shape, params)?),
+            Op::GlobalAvgPool => one(pool::global_avg_pool(x(0)?)?),
+            Op::GlobalAvgPoolBackward { input_shape } => {
+                one(pool::global_avg_pool_backward(x(0)?, input_shape)?)
+            }
+            Op::Reshape { shape } => {
+                one(x(0)?
+                    .reshape(shape.as_slice())
+                    .map_err(|source| OpError::Candle {
+                        op: "reshape",
+                        source,
+                    })?)
+            }
+            Op::Linear { has_bias } => {
+                let bias = if *has_bias { Some(x(2)?) } else { None };
+                one(linear::linear(x(0)?, x(1)?, bias)?)
+            }
+            Op::LinearBackward { has_bias } => {
+                let g = linear::linear_backward(x(0)?, x(1)?, x(2)?, *has_bias)?;
+                Ok(vec![Some(g.x), Some(g.weight), g.bias])
+            }
+            Op::CrossEntropy => one(loss::cross_entropy(x(0)?, x(1)?)?),
+            Op::CrossEntropyBackward => {
+                let logits = x(0)?;
+                let seed = Tensor::ones((), logits.dtype(), logits.device()).map_err(|source| {
+                    OpError::Candle {
+                        op: "cross_entropy",
+                        source,
+                    }
+                })?;
+                one(loss::cross_entropy_backward(&seed, logits, x(1)?)?)
+            }
+            Op::SgdUpdate { params } => {
+                // The momentum buffer is empty before the first step.
+                let buf = node.inputs.get(2).and_then(|v| self.slots[v.0].as_ref());
+                let (p, b) = optim::sgd_step(x(0)?, x(1)?, buf, params)?;
+                Ok(if node.inputs.len() > 2 {
+                    vec![Some(p), b]
+                } else {
+                    vec![Some(p)]
+                })
+            }
+        }
+    }
+}

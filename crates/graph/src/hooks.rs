@@ -1,0 +1,48 @@
+//! Hooks: code the executor calls around iterations, phases and ops. The profiler is one.
+
+use std::any::Any;
+
+use candle_core::Device;
+
+use crate::ir::Phase;
+
+/// What a hook is told about a node: its identity, kernel and shapes.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    /// The node's OP_ID (its index in recording order).
+    pub op_id: usize,
+    /// The kernel's name on the executor's device (`ConvForward`, `cudnnConvForward`, ...).
+    pub name: &'static str,
+    /// The node's phase.
+    pub phase: Phase,
+    /// Shapes of the inputs, in the op's input order.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// Shapes of the outputs.
+    pub output_shapes: Vec<Vec<usize>>,
+    /// FLOPs of one execution.
+    pub flops: u64,
+}
+
+/// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every
+/// method has an empty default. With no hook attached the executor makes none of these
+/// calls.
+pub trait Hook: Any {
+    /// Once, when the hook is attached: the graph's nodes and the device they run on.
+    fn on_attach(&mut self, _nodes: &[NodeInfo], _device: &Device) -> crate::Result<()> {
+        Ok(())
+    }
+    /// Before the first node of iteration `iteration` (counted from 0 for this executor).
+    fn on_iteration_start(&mut self, _iteration: usize) {}
+    /// After the last node of the iteration.
+    fn on_iteration_end(&mut self, _iteration: usize) -> crate::Result<()> {
+        Ok(())
+    }
+    /// Before the first node of `phase`.
+    fn on_phase_start(&mut self, _phase: Phase) {}
+    /// After the last node of `phase`.
+    fn on_phase_end(&mut self, _phase: Phase) {}
+    /// Right before the node's kernel runs.
+    fn before_op(&mut self, _node: &NodeInfo) {}
+    /// Right after the node's kernel returned.
+    fn after_op(&mut self, _node: &NodeInfo) {}
+}
