@@ -1,0 +1,278 @@
+//! The time profiler with an injected fake clock: skip semantics, averaging, phase times,
+//! the SINGA line formats, the per-op-type table and the trace.
+
+mod common;
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use wick_graph::float_format::cpp_float;
+use wick_graph::{Executor, GraphBuilder, Mode, Phase, TimeProfiler, Timer};
+use wick_ops::SgdParams;
+
+/// A fake clock: the time of each mark is a function of the iteration (set by the test
+/// before each run) and the mark's slot. It counts the marks it was asked for.
+struct FakeTimer {
+    iteration: Rc<Cell<usize>>,
+    marks: Rc<Cell<usize>>,
+    clock: Box<dyn Fn(usize, usize) -> f64>,
+    recorded: Vec<f64>,
+}
+
+impl Timer for FakeTimer {
+    fn method(&self) -> &'static str {
+        "fake clock"
+    }
+    fn prepare(&mut self, slots: usize) -> wick_graph::Result<()> {
+        self.recorded = vec![f64::NAN; slots];
+        Ok(())
+    }
+    fn mark(&mut self, slot: usize) {
+        self.marks.set(self.marks.get() + 1);
+        self.recorded[slot] = (self.clock)(self.iteration.get(), slot);
+    }
+    fn read(&mut self, out: &mut [f64]) -> wick_graph::Result<()> {
+        out.copy_from_slice(&self.recorded);
+        Ok(())
+    }
+}
+
+// Slot layout used by the profiler: 0/1 iteration, 2+2p/3+2p phase p, 8+2i/9+2i op i.
+const SKIP_POISON: f64 = 1e6;
+
+/// Durations chosen per iteration: op i takes (i+1) ms * (1 + iteration); each phase is
+/// given a fixed length; skipped iterations would show huge times if they were timed.
+fn clock(skip: usize, phase_len: [f64; 3]) -> impl Fn(usize, usize) -> f64 {
+    move |it, slot| {
+        let base = 1000.0 * it as f64 + if it < skip { SKIP_POISON } else { 0.0 };
+        match slot {
+            0 => base,
+            1 => base + 10.0,
+            2..=7 => {
+                let p = (slot - 2) / 2;
+                let start = base + 1.0 + 3.0 * p as f64;
+                if slot % 2 == 0 {
+                    start
+                } else {
+                    start + phase_len[p]
+                }
+            }
+            _ => {
+                let op = (slot - 8) / 2;
+                let start = base + 100.0 + op as f64;
+                if slot % 2 == 0 {
+                    start
+                } else {
+                    start + 1e-3 * (op + 1) as f64 * (1 + it) as f64
+                }
+            }
+        }
+    }
+}
+
+struct Setup {
+    exec: Executor,
+    iteration: Rc<Cell<usize>>,
+    marks: Rc<Cell<usize>>,
+}
+
+fn setup(verbosity: u8, skip: usize, phase_len: [f64; 3]) -> Setup {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    b.sgd(
+        &grads,
+        SgdParams {
+            lr: 0.01,
+            momentum: 0.9,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    exec.set(
+        "images",
+        &Tensor::zeros((2, 3, 6, 6), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
+        .unwrap();
+    let iteration = Rc::new(Cell::new(0));
+    let marks = Rc::new(Cell::new(0));
+    let timer = FakeTimer {
+        iteration: iteration.clone(),
+        marks: marks.clone(),
+        clock: Box::new(clock(skip, phase_len)),
+        recorded: vec![],
+    };
+    exec.add_hook(TimeProfiler::new(verbosity, skip).with_timer(Box::new(timer)))
+        .unwrap();
+    Setup {
+        exec,
+        iteration,
+        marks,
+    }
+}
+
+fn run(s: &mut Setup, iterations: usize) {
+    for it in 0..iterations {
+        s.iteration.set(it);
+        s.exec.run().unwrap();
+    }
+}
+
+#[test]
+fn skipped_iterations_leave_no_trace_and_every_figure_is_averaged() {
+    let (skip, total) = (3, 7);
+    let mut s = setup(2, skip, [0.0409127, 0.114813, 0.00148837]);
+    run(&mut s, total);
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    assert_eq!(p.timed_iterations, total - skip);
+    assert_eq!(p.skipped, skip);
+    // Op i takes (i+1) ms * (1+it) in iteration it: the mean over the timed iterations.
+    let mean_factor = (skip..total).map(|it| (1 + it) as f64).sum::<f64>() / (total - skip) as f64;
+    for op in &p.ops {
+        let expected = 1e-3 * (op.op_id + 1) as f64 * mean_factor;
+        assert!(
+            (op.mean_sec - expected).abs() < 1e-9,
+            "OP_ID{}: {} vs {expected}",
+            op.op_id,
+            op.mean_sec
+        );
+        assert!((op.min_sec - 1e-3 * (op.op_id + 1) as f64 * (1 + skip) as f64).abs() < 1e-9);
+        assert!((op.max_sec - 1e-3 * (op.op_id + 1) as f64 * total as f64).abs() < 1e-9);
+        assert!(op.max_sec < SKIP_POISON);
+    }
+    assert!((p.forward_sec - 0.0409127).abs() < 1e-9);
+    assert!((p.backward_sec - 0.114813).abs() < 1e-9);
+    assert!((p.optimizer_sec - 0.00148837).abs() < 1e-9);
+    assert!((p.iteration_sec - 10.0).abs() < 1e-9);
+}
+
+#[test]
+fn verbosity_one_prints_singa_lines_and_times_only_phases() {
+    let mut s = setup(1, 2, [0.0409127, 0.114813, 0.00148837]);
+    run(&mut s, 5);
+    // Per timed iteration: 2 iteration marks + 2 per phase; no per-op marks.
+    assert_eq!(s.marks.get(), 3 * (2 + 2 * 3));
+    let text = s.exec.hook::<TimeProfiler>().unwrap().profile().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        &lines[..4],
+        &[
+            "Time Profiling:",
+            "Forward Propagation Time : 0.0409127 sec",
+            "Backward Propagation Time : 0.114813 sec",
+            "Optimizer Time : 0.00148837 sec"
+        ]
+    );
+    assert!(
+        text.contains("3 timed iterations after 2 skipped"),
+        "{text}"
+    );
+    assert!(text.contains("fake clock"));
+    assert!(!text.contains("OP_ID"));
+}
+
+#[test]
+fn verbosity_two_prints_one_line_per_op_id_in_order() {
+    let mut s = setup(2, 1, [0.5, 0.25, 0.125]);
+    run(&mut s, 3);
+    let prof = s.exec.hook::<TimeProfiler>().unwrap();
+    let p = prof.profile();
+    let text = p.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "Time Profiling:");
+    let n = s.exec.node_infos().len();
+    for (i, info) in s.exec.node_infos().iter().enumerate() {
+        let mean = 1e-3 * (i + 1) as f64 * 2.5; // iterations 1 and 2: factors 2 and 3
+        assert_eq!(
+            lines[1 + i],
+            format!("OP_ID{i}. {} : {} sec", info.name, cpp_float(mean))
+        );
+    }
+    assert_eq!(lines[1], "OP_ID0. ConvForward : 0.0025 sec");
+    assert_eq!(lines[2], "OP_ID1. BatchNormForwardTraining : 0.005 sec");
+    assert_eq!(lines[1 + n], "");
+    assert_eq!(lines[2 + n], "Forward Propagation Time : 0.5 sec");
+    // The per-op-type table: sorted by total, totals add up, ratios sum to 1.
+    let rows = p.by_type();
+    assert!(rows.windows(2).all(|w| w[0].total_sec >= w[1].total_sec));
+    let total: f64 = rows.iter().map(|r| r.total_sec).sum();
+    assert!((total - p.ops_sec()).abs() < 1e-12);
+    assert!((rows.iter().map(|r| r.ratio).sum::<f64>() - 1.0).abs() < 1e-12);
+    assert_eq!(rows.iter().map(|r| r.calls).sum::<usize>(), n);
+    let conv = rows.iter().find(|r| r.name == "ConvForward").unwrap();
+    assert_eq!(conv.calls, 3);
+    assert!(text.contains("Per-op-type summary") && text.contains("ConvBackwardFilter"));
+    // The trace holds one complete event per node of the last timed iteration.
+    let trace: serde_json::Value = serde_json::from_str(&p.chrome_trace()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    assert_eq!(events.iter().filter(|e| e["ph"] == "X").count(), n);
+    let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    assert_eq!(json["ops"].as_array().unwrap().len(), n);
+    assert_eq!(json["ops"][0]["phase"], "forward");
+}
+
+#[test]
+fn verbosity_zero_records_nothing() {
+    let mut s = setup(0, 0, [1.0, 1.0, 1.0]);
+    run(&mut s, 3);
+    assert_eq!(s.marks.get(), 0);
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    assert_eq!(p.timed_iterations, 0);
+    assert_eq!(p.to_string(), "Time Profiling: off (verbosity 0)\n");
+}
+
+#[test]
+fn phases_come_from_the_nodes_not_from_kernel_names() {
+    let s = setup(2, 0, [1.0, 1.0, 1.0]);
+    let infos = s.exec.node_infos();
+    let first_backward = infos
+        .iter()
+        .position(|i| i.phase == Phase::Backward)
+        .unwrap();
+    // SINGA ends "forward" at the first op whose name contains "Backward"; here the loss
+    // gradient (SoftmaxCrossEntropyBackward) opens the backward phase by its tag.
+    assert_eq!(infos[first_backward].name, "SoftmaxCrossEntropyBackward");
+    assert!(infos[..first_backward]
+        .iter()
+        .all(|i| i.phase == Phase::Forward));
+    assert!(infos
+        .iter()
+        .filter(|i| i.name == "SgdUpdate")
+        .all(|i| i.phase == Phase::Optimizer));
+}
+
+#[test]
+fn host_timer_measures_real_runs() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    b.sgd(&grads, SgdParams::default()).unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    exec.set(
+        "images",
+        &Tensor::ones((2, 3, 6, 6), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
+        .unwrap();
+    exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
+    for _ in 0..3 {
+        exec.run().unwrap();
+    }
+    let p = exec.hook::<TimeProfiler>().unwrap().profile();
+    assert_eq!(p.timed_iterations, 2);
+    assert!(p.method.contains("host clock"));
+    assert!(p
+        .ops
+        .iter()
+        .all(|o| o.mean_sec > 0.0 && o.min_sec <= o.max_sec));
+    let phases = p.forward_sec + p.backward_sec + p.optimizer_sec;
+    assert!(p.ops_sec() <= phases + 1e-9 && phases <= p.iteration_sec + 1e-9);
+}
