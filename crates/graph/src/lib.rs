@@ -51,4 +51,4 @@ pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo};
 pub use ir::{Graph, Node, Op, Phase, ValueId, ValueInfo, ValueKind};
 pub use profiler::{OpProfile, OpTypeRow, Profile, TimeProfiler};
-pub use timer::{HostTimer, Timer};
+pub use timer::{EventSource, EventTimer, HostTimer, Timer};

@@ -293,7 +293,7 @@ fn default_timer(device: &Device) -> Result<Box<dyn Timer>> {
     match device {
         Device::Cpu => Ok(Box::new(HostTimer::default())),
         #[cfg(feature = "cuda")]
-        Device::Cuda(dev) => Ok(Box::new(crate::timer::CudaEventTimer::new(dev)?)),
+        Device::Cuda(dev) => Ok(Box::new(crate::timer::EventTimer::new(crate::timer::CudaEvents::new(dev)))),
         other => Err(GraphError::Usage(format!(
             "the time profiler has no timer for {:?}; build wick with the `cuda` feature for CUDA devices",
             other.location()

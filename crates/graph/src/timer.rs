@@ -56,3 +56,148 @@ impl Timer for HostTimer {
         Ok(())
     }
 }
+
+/// A source of device events: what an [`EventTimer`] needs from a device. CUDA's is
+/// [`CudaEvents`] (with the `cuda` feature); tests use a fake one.
+pub trait EventSource {
+    /// One event.
+    type Event;
+    /// The timing method's name for reports.
+    fn method(&self) -> &'static str;
+    /// Creates an event (once per mark, before the first timed iteration).
+    fn create(&mut self) -> crate::Result<Self::Event>;
+    /// Records `event` on the stream: it completes when the work queued before it does.
+    fn record(&mut self, event: &Self::Event) -> crate::Result<()>;
+    /// Waits for all queued work (once per iteration).
+    fn synchronize(&mut self) -> crate::Result<()>;
+    /// Seconds between two completed events.
+    fn elapsed(&mut self, start: &Self::Event, end: &Self::Event) -> crate::Result<f64>;
+}
+
+/// A [`Timer`] on device events: one event per mark (so one start/stop pair per node),
+/// created once and reused every iteration; marks only record events on the stream, and
+/// [`read`](Timer::read) synchronises once and then reads every event.
+pub struct EventTimer<S: EventSource> {
+    source: S,
+    events: Vec<S::Event>,
+    recorded: Vec<bool>,
+    error: Option<crate::GraphError>,
+}
+
+impl<S: EventSource> EventTimer<S> {
+    /// A timer on `source`; its events are created by [`prepare`](Timer::prepare).
+    pub fn new(source: S) -> Self {
+        EventTimer {
+            source,
+            events: Vec::new(),
+            recorded: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The event source (for inspection).
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+}
+
+impl<S: EventSource> Timer for EventTimer<S> {
+    fn method(&self) -> &'static str {
+        self.source.method()
+    }
+
+    fn prepare(&mut self, slots: usize) -> crate::Result<()> {
+        if self.events.len() != slots {
+            self.events = (0..slots)
+                .map(|_| self.source.create())
+                .collect::<crate::Result<_>>()?;
+        }
+        self.recorded = vec![false; slots];
+        Ok(())
+    }
+
+    fn mark(&mut self, slot: usize) {
+        if let Some(e) = self.events.get(slot) {
+            match self.source.record(e) {
+                Ok(()) => self.recorded[slot] = true,
+                Err(err) => self.error = Some(err),
+            }
+        }
+    }
+
+    fn read(&mut self, out: &mut [f64]) -> crate::Result<()> {
+        if let Some(err) = self.error.take() {
+            return Err(err);
+        }
+        self.source.synchronize()?;
+        let Some(origin) = self.recorded.iter().position(|r| *r) else {
+            return Ok(());
+        };
+        for (slot, o) in out.iter_mut().enumerate().take(self.events.len()) {
+            if self.recorded[slot] {
+                *o = self
+                    .source
+                    .elapsed(&self.events[origin], &self.events[slot])?;
+            }
+        }
+        self.recorded.iter_mut().for_each(|r| *r = false);
+        Ok(())
+    }
+}
+
+/// CUDA events on a candle CUDA device's stream.
+#[cfg(feature = "cuda")]
+pub struct CudaEvents {
+    stream: std::sync::Arc<candle_core::cuda::cudarc::driver::CudaStream>,
+}
+
+#[cfg(feature = "cuda")]
+impl CudaEvents {
+    /// Events on `device`'s stream.
+    pub fn new(device: &candle_core::CudaDevice) -> Self {
+        CudaEvents {
+            stream: device.cuda_stream(),
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_err(what: &str, e: impl std::fmt::Debug) -> crate::GraphError {
+    crate::GraphError::Usage(format!("CUDA event timer: {what}: {e:?}"))
+}
+
+#[cfg(feature = "cuda")]
+impl EventSource for CudaEvents {
+    type Event = candle_core::cuda::cudarc::driver::CudaEvent;
+
+    fn method(&self) -> &'static str {
+        "CUDA events (one pair per node, created once; one stream synchronisation per iteration)"
+    }
+
+    fn create(&mut self) -> crate::Result<Self::Event> {
+        use candle_core::cuda::cudarc::driver::sys::CUevent_flags;
+        self.stream
+            .context()
+            .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| cuda_err("creating an event", e))
+    }
+
+    fn record(&mut self, event: &Self::Event) -> crate::Result<()> {
+        event
+            .record(&self.stream)
+            .map_err(|e| cuda_err("recording an event", e))
+    }
+
+    fn synchronize(&mut self) -> crate::Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| cuda_err("synchronising the stream", e))
+    }
+
+    fn elapsed(&mut self, start: &Self::Event, end: &Self::Event) -> crate::Result<f64> {
+        start
+            .elapsed_ms(end)
+            .map(|ms| ms as f64 / 1e3)
+            .map_err(|e| cuda_err("reading an event", e))
+    }
+}

@@ -276,3 +276,89 @@ fn host_timer_measures_real_runs() {
     let phases = p.forward_sec + p.backward_sec + p.optimizer_sec;
     assert!(p.ops_sec() <= phases + 1e-9 && phases <= p.iteration_sec + 1e-9);
 }
+
+/// A fake device-event source: each record stamps the event with a clock that advances
+/// 1 ms per record. Counts creations, records and synchronisations.
+#[derive(Default)]
+struct FakeEvents {
+    times: Vec<f64>,
+    clock: f64,
+    creates: usize,
+    records: usize,
+    syncs: usize,
+}
+
+impl wick_graph::EventSource for FakeEvents {
+    type Event = usize;
+    fn method(&self) -> &'static str {
+        "fake events"
+    }
+    fn create(&mut self) -> wick_graph::Result<usize> {
+        self.creates += 1;
+        self.times.push(f64::NAN);
+        Ok(self.times.len() - 1)
+    }
+    fn record(&mut self, e: &usize) -> wick_graph::Result<()> {
+        self.records += 1;
+        self.clock += 1e-3;
+        self.times[*e] = self.clock;
+        Ok(())
+    }
+    fn synchronize(&mut self) -> wick_graph::Result<()> {
+        self.syncs += 1;
+        Ok(())
+    }
+    fn elapsed(&mut self, start: &usize, end: &usize) -> wick_graph::Result<f64> {
+        Ok(self.times[*end] - self.times[*start])
+    }
+}
+
+/// A timer that shares its event source with the test, to count calls after the run.
+struct SharedEventTimer(Rc<std::cell::RefCell<wick_graph::EventTimer<FakeEvents>>>);
+
+impl Timer for SharedEventTimer {
+    fn method(&self) -> &'static str {
+        "fake events"
+    }
+    fn prepare(&mut self, slots: usize) -> wick_graph::Result<()> {
+        self.0.borrow_mut().prepare(slots)
+    }
+    fn mark(&mut self, slot: usize) {
+        self.0.borrow_mut().mark(slot)
+    }
+    fn read(&mut self, out: &mut [f64]) -> wick_graph::Result<()> {
+        self.0.borrow_mut().read(out)
+    }
+}
+
+#[test]
+fn event_timer_creates_events_once_and_synchronises_once_per_iteration() {
+    let mut s = setup(2, 2, [1.0, 1.0, 1.0]);
+    let nodes = s.exec.node_infos().len();
+    let _ = s.exec.remove_hook::<TimeProfiler>().unwrap();
+    let timer = Rc::new(std::cell::RefCell::new(wick_graph::EventTimer::new(
+        FakeEvents::default(),
+    )));
+    s.exec
+        .add_hook(TimeProfiler::new(2, 2).with_timer(Box::new(SharedEventTimer(timer.clone()))))
+        .unwrap();
+    run(&mut s, 6);
+    let t = timer.borrow();
+    let src = t.source();
+    let slots = 8 + 2 * nodes;
+    assert_eq!(src.creates, slots, "one event per mark, created once");
+    assert_eq!(src.syncs, 4, "one synchronisation per timed iteration");
+    assert_eq!(
+        src.records,
+        4 * slots,
+        "every mark recorded once per timed iteration"
+    );
+    // Each op's stop is the record right after its start: 1 ms per op, averaged.
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    assert!(
+        p.ops.iter().all(|o| (o.mean_sec - 1e-3).abs() < 1e-9),
+        "{:?}",
+        p.ops[0]
+    );
+    assert_eq!(p.method, "fake events");
+}
