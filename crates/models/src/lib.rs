@@ -1,1 +1,20 @@
-//! placeholder
+//! # wick-models: the ResNet family on wick's graph
+//!
+//! - [`ResNetConfig`]: resnet18/34/50/101/152 with the ImageNet or CIFAR stem and any
+//!   number of classes, recorded on a [`wick_graph::GraphBuilder`] with torchvision's op
+//!   order and `state_dict` names;
+//! - [`init::torchvision_init`]: torchvision's initialisation;
+//! - [`checkpoint`]: safetensors checkpoints that move to and from PyTorch;
+//! - [`Session`]: a training or inference graph with its weights, as the examples use it;
+//! - [`data`]: synthetic images, CIFAR-10 binaries and batch files, prefetched on a thread.
+
+pub mod checkpoint;
+pub mod data;
+pub mod error;
+pub mod init;
+pub mod resnet;
+pub mod session;
+
+pub use error::{ModelError, Result};
+pub use resnet::{Depth, ResNetConfig, Stem};
+pub use session::{Session, TrainOptions};

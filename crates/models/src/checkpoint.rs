@@ -1,0 +1,137 @@
+//! safetensors checkpoints with torchvision's `state_dict` names.
+//!
+//! Loading converts f16, bf16 and f64 tensors to the model's f32 and checks every name
+//! and shape; saving writes a temporary file beside the target and renames it, so a crash
+//! never leaves a broken checkpoint.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{ModelError, Result};
+use crate::resnet::ResNetConfig;
+
+/// A state dict: tensors by torchvision name.
+pub type StateDict = HashMap<String, Tensor>;
+
+/// Reads every tensor of a safetensors file onto the CPU.
+pub fn read_safetensors(path: &Path) -> Result<StateDict> {
+    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| {
+        ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            message: format!("not a valid safetensors file ({} bytes): {e}", bytes.len()),
+        }
+    })
+}
+
+/// The checked state dict of `config` from `tensors` (read from `path`): float tensors
+/// converted to f32, `num_batches_tracked` (int64, optional, 0 when absent) returned apart.
+pub fn validate(
+    config: &ResNetConfig,
+    tensors: StateDict,
+    path: &Path,
+) -> Result<(StateDict, HashMap<String, i64>)> {
+    let spec = config.state_spec()?;
+    let bn_names = config.batch_norm_names()?;
+    let mut missing: Vec<String> = spec
+        .iter()
+        .filter(|s| !tensors.contains_key(&s.name))
+        .map(|s| s.name.clone())
+        .collect();
+    missing.sort();
+    if !missing.is_empty() {
+        return Err(ModelError::MissingTensors {
+            path: path.to_path_buf(),
+            names: missing,
+        });
+    }
+    let tracked_names: HashMap<String, String> = bn_names
+        .iter()
+        .map(|bn| (format!("{bn}.num_batches_tracked"), bn.clone()))
+        .collect();
+    let mut extra: Vec<String> = tensors
+        .keys()
+        .filter(|k| !tracked_names.contains_key(*k) && !spec.iter().any(|s| &s.name == *k))
+        .cloned()
+        .collect();
+    extra.sort();
+    if !extra.is_empty() {
+        return Err(ModelError::ExtraTensors {
+            path: path.to_path_buf(),
+            names: extra,
+        });
+    }
+    let mut state = StateDict::new();
+    let mut tracked = HashMap::new();
+    for (name, t) in tensors {
+        if let Some(bn) = tracked_names.get(&name) {
+            let v = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1::<i64>()?;
+            let Some(&count) = v.first() else {
+                return Err(ModelError::Checkpoint {
+                    path: path.to_path_buf(),
+                    message: format!("`{name}` is empty"),
+                });
+            };
+            tracked.insert(bn.clone(), count);
+            continue;
+        }
+        let s = spec.iter().find(|s| s.name == name).expect("checked above");
+        if t.dims() != s.shape.as_slice() {
+            return Err(ModelError::ShapeMismatch {
+                path: path.to_path_buf(),
+                name,
+                expected: s.shape.clone(),
+                found: t.dims().to_vec(),
+            });
+        }
+        let t = match t.dtype() {
+            DType::F32 => t,
+            DType::F16 | DType::BF16 | DType::F64 => t.to_dtype(DType::F32)?,
+            other => {
+                return Err(ModelError::Checkpoint {
+                    path: path.to_path_buf(),
+                    message: format!("tensor `{name}` has dtype {other:?}; expected a float type"),
+                })
+            }
+        };
+        state.insert(name, t);
+    }
+    for bn in bn_names {
+        tracked.entry(bn).or_insert(0);
+    }
+    Ok((state, tracked))
+}
+
+/// Writes `tensors` to `path` atomically: into a temporary file in the same folder, then
+/// renamed over `path`.
+pub fn write_safetensors(tensors: &StateDict, path: &Path) -> Result<()> {
+    let cpu: HashMap<String, Tensor> = tensors
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), v.to_device(&Device::Cpu)?)))
+        .collect::<Result<_>>()?;
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "checkpoint".into());
+    let tmp: PathBuf = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    let written = candle_core::safetensors::save(&cpu, &tmp).map_err(|e| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        message: format!("writing {}: {e}", tmp.display()),
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    std::fs::rename(&tmp, path).map_err(|source| {
+        let _ = std::fs::remove_file(&tmp);
+        ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    })
+}

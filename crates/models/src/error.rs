@@ -1,0 +1,67 @@
+//! The error type of wick-models.
+
+use std::path::PathBuf;
+
+/// What went wrong with a model or a checkpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The graph could not be built or run.
+    #[error(transparent)]
+    Graph(#[from] wick_graph::GraphError),
+    /// An invalid configuration (model name, input size, class count).
+    #[error("{0}")]
+    Config(String),
+    /// A checkpoint file could not be read or parsed.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A checkpoint lacks tensors the model needs.
+    #[error("checkpoint {path}: missing tensor(s) {names:?} (expected by the model)")]
+    MissingTensors {
+        /// The file.
+        path: PathBuf,
+        /// The missing names.
+        names: Vec<String>,
+    },
+    /// A checkpoint has tensors the model does not know.
+    #[error("checkpoint {path}: unexpected tensor(s) {names:?} (not in the model)")]
+    ExtraTensors {
+        /// The file.
+        path: PathBuf,
+        /// The unknown names.
+        names: Vec<String>,
+    },
+    /// A tensor has the wrong shape.
+    #[error(
+        "checkpoint {path}: tensor `{name}` has shape {found:?}, the model expects {expected:?}"
+    )]
+    ShapeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The tensor's name.
+        name: String,
+        /// The model's shape.
+        expected: Vec<usize>,
+        /// The file's shape.
+        found: Vec<usize>,
+    },
+    /// A candle error outside a graph.
+    #[error(transparent)]
+    Candle(#[from] candle_core::Error),
+    /// A file-system error, with the path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The result type of wick-models.
+pub type Result<T> = std::result::Result<T, ModelError>;

@@ -1,0 +1,335 @@
+//! The ResNet family (He et al. 2015, torchvision's v1.5 layout: the stride of a
+//! bottleneck sits on its 3x3 convolution), recorded on a [`GraphBuilder`].
+//!
+//! Parameter and state names are torchvision's `state_dict` names (`conv1.weight`,
+//! `bn1.running_mean`, `layer1.0.downsample.0.weight`, `fc.bias`, ...), so checkpoints
+//! move between PyTorch and wick unchanged.
+
+use std::str::FromStr;
+
+use candle_core::DType;
+use wick_graph::{GraphBuilder, ValueId};
+use wick_ops::{BatchNorm2dParams, Conv2dParams};
+
+use crate::error::{ModelError, Result};
+
+/// Which ResNet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Depth {
+    /// ResNet-18: basic blocks [2, 2, 2, 2].
+    R18,
+    /// ResNet-34: basic blocks [3, 4, 6, 3].
+    R34,
+    /// ResNet-50: bottleneck blocks [3, 4, 6, 3].
+    R50,
+    /// ResNet-101: bottleneck blocks [3, 4, 23, 3].
+    R101,
+    /// ResNet-152: bottleneck blocks [3, 8, 36, 3].
+    R152,
+}
+
+impl Depth {
+    /// Blocks per stage.
+    pub fn blocks(self) -> [usize; 4] {
+        match self {
+            Depth::R18 => [2, 2, 2, 2],
+            Depth::R34 | Depth::R50 => [3, 4, 6, 3],
+            Depth::R101 => [3, 4, 23, 3],
+            Depth::R152 => [3, 8, 36, 3],
+        }
+    }
+
+    /// Whether the blocks are bottlenecks (1x1, 3x3, 1x1 with expansion 4).
+    pub fn bottleneck(self) -> bool {
+        matches!(self, Depth::R50 | Depth::R101 | Depth::R152)
+    }
+
+    fn expansion(self) -> usize {
+        if self.bottleneck() {
+            4
+        } else {
+            1
+        }
+    }
+
+    /// The model's name (`resnet50`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Depth::R18 => "resnet18",
+            Depth::R34 => "resnet34",
+            Depth::R50 => "resnet50",
+            Depth::R101 => "resnet101",
+            Depth::R152 => "resnet152",
+        }
+    }
+}
+
+impl FromStr for Depth {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "resnet18" => Depth::R18,
+            "resnet34" => Depth::R34,
+            "resnet50" => Depth::R50,
+            "resnet101" => Depth::R101,
+            "resnet152" => Depth::R152,
+            _ => {
+                return Err(ModelError::Config(format!(
+                    "unknown model `{s}`: expected resnet18, resnet34, resnet50, resnet101 or resnet152"
+                )))
+            }
+        })
+    }
+}
+
+/// The first layers of the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stem {
+    /// 7x7 stride-2 conv, batch norm, relu, 3x3 stride-2 padding-1 max pool (ImageNet).
+    ImageNet,
+    /// 3x3 stride-1 conv, batch norm, relu, no max pool (CIFAR-sized images).
+    Cifar,
+}
+
+impl FromStr for Stem {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "imagenet" => Ok(Stem::ImageNet),
+            "cifar" => Ok(Stem::Cifar),
+            _ => Err(ModelError::Config(format!(
+                "unknown stem `{s}`: expected imagenet or cifar"
+            ))),
+        }
+    }
+}
+
+/// A ResNet configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ResNetConfig {
+    /// Which ResNet.
+    pub depth: Depth,
+    /// The stem.
+    pub stem: Stem,
+    /// Output classes.
+    pub num_classes: usize,
+}
+
+/// The role of a tensor in a ResNet's state dict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorRole {
+    /// Convolution weight (Kaiming normal, fan out).
+    ConvWeight,
+    /// Batch-norm scale (ones).
+    BnWeight,
+    /// Batch-norm shift (zeros).
+    BnBias,
+    /// Batch-norm running mean (zeros).
+    RunningMean,
+    /// Batch-norm running variance (ones).
+    RunningVar,
+    /// Fully connected weight (uniform ±1/sqrt(fan_in)).
+    FcWeight,
+    /// Fully connected bias (uniform ±1/sqrt(fan_in)).
+    FcBias,
+}
+
+/// One entry of the state dict: name, shape, role.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorSpec {
+    /// torchvision's name.
+    pub name: String,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its role.
+    pub role: TensorRole,
+}
+
+impl ResNetConfig {
+    /// A configuration; `num_classes` must be at least 1.
+    pub fn new(depth: Depth, stem: Stem, num_classes: usize) -> Result<Self> {
+        if num_classes == 0 {
+            return Err(ModelError::Config("num_classes must be at least 1".into()));
+        }
+        Ok(ResNetConfig {
+            depth,
+            stem,
+            num_classes,
+        })
+    }
+
+    /// The default class count of a stem: 1000 for ImageNet, 10 for CIFAR.
+    pub fn default_classes(stem: Stem) -> usize {
+        match stem {
+            Stem::ImageNet => 1000,
+            Stem::Cifar => 10,
+        }
+    }
+
+    /// Width of the final feature vector (512 or 2048).
+    pub fn features(&self) -> usize {
+        512 * self.depth.expansion()
+    }
+
+    /// Records the forward pass of `images` [N, 3, H, W] on `b` and returns the logits.
+    /// Parameters and running statistics are created on the builder under their
+    /// torchvision names. The op order is torchvision's (and SINGA's documented listing).
+    pub fn forward(&self, b: &mut GraphBuilder, images: ValueId) -> Result<ValueId> {
+        let mut rec = Recorder { b, specs: None };
+        Ok(self.record(&mut rec, images)?)
+    }
+
+    /// The state dict's tensors in torchvision's order (without `num_batches_tracked`).
+    pub fn state_spec(&self) -> Result<Vec<TensorSpec>> {
+        let mut b = GraphBuilder::new(wick_graph::Mode::Eval, DType::F32);
+        let mut specs = Vec::new();
+        let mut rec = Recorder {
+            b: &mut b,
+            specs: Some(&mut specs),
+        };
+        // Parameter shapes do not depend on the image size; 224 survives every stem.
+        let images = rec.b.input("images", &[1, 3, 224, 224], DType::F32)?;
+        self.record(&mut rec, images)?;
+        Ok(specs)
+    }
+
+    /// The names of the batch-norm layers (each has a `num_batches_tracked` in a checkpoint).
+    pub fn batch_norm_names(&self) -> Result<Vec<String>> {
+        Ok(self
+            .state_spec()?
+            .into_iter()
+            .filter(|s| s.role == TensorRole::RunningMean)
+            .map(|s| s.name.trim_end_matches(".running_mean").to_string())
+            .collect())
+    }
+
+    fn record(&self, r: &mut Recorder, images: ValueId) -> wick_graph::Result<ValueId> {
+        let mut x = match self.stem {
+            Stem::ImageNet => {
+                let h = r.conv(images, "conv1", 3, 64, 7, 2, 3)?;
+                let h = r.bn(h, "bn1", 64)?;
+                let h = r.b.relu(h)?;
+                r.b.max_pool2d(h, 3, 2, 1)?
+            }
+            Stem::Cifar => {
+                let h = r.conv(images, "conv1", 3, 64, 3, 1, 1)?;
+                let h = r.bn(h, "bn1", 64)?;
+                r.b.relu(h)?
+            }
+        };
+        let mut inplanes = 64;
+        let exp = self.depth.expansion();
+        for (stage, &blocks) in self.depth.blocks().iter().enumerate() {
+            let planes = 64 << stage;
+            for block in 0..blocks {
+                let stride = if stage > 0 && block == 0 { 2 } else { 1 };
+                let p = format!("layer{}.{block}", stage + 1);
+                let identity = x;
+                let out = if self.depth.bottleneck() {
+                    let h = r.conv(x, &format!("{p}.conv1"), inplanes, planes, 1, 1, 0)?;
+                    let h = r.bn(h, &format!("{p}.bn1"), planes)?;
+                    let h = r.b.relu(h)?;
+                    let h = r.conv(h, &format!("{p}.conv2"), planes, planes, 3, stride, 1)?;
+                    let h = r.bn(h, &format!("{p}.bn2"), planes)?;
+                    let h = r.b.relu(h)?;
+                    let h = r.conv(h, &format!("{p}.conv3"), planes, planes * exp, 1, 1, 0)?;
+                    r.bn(h, &format!("{p}.bn3"), planes * exp)?
+                } else {
+                    let h = r.conv(x, &format!("{p}.conv1"), inplanes, planes, 3, stride, 1)?;
+                    let h = r.bn(h, &format!("{p}.bn1"), planes)?;
+                    let h = r.b.relu(h)?;
+                    let h = r.conv(h, &format!("{p}.conv2"), planes, planes, 3, 1, 1)?;
+                    r.bn(h, &format!("{p}.bn2"), planes)?
+                };
+                let shortcut = if stride != 1 || inplanes != planes * exp {
+                    let h = r.conv(
+                        identity,
+                        &format!("{p}.downsample.0"),
+                        inplanes,
+                        planes * exp,
+                        1,
+                        stride,
+                        0,
+                    )?;
+                    r.bn(h, &format!("{p}.downsample.1"), planes * exp)?
+                } else {
+                    identity
+                };
+                let sum = r.b.add(out, shortcut)?;
+                x = r.b.relu(sum)?;
+                inplanes = planes * exp;
+            }
+        }
+        let h = r.b.global_avg_pool(x)?;
+        let h = r.b.flatten(h)?;
+        let fc_w = r.param(
+            "fc.weight",
+            &[self.num_classes, inplanes],
+            TensorRole::FcWeight,
+        )?;
+        let fc_b = r.param("fc.bias", &[self.num_classes], TensorRole::FcBias)?;
+        r.b.linear(h, fc_w, Some(fc_b))
+    }
+}
+
+/// Records layers on a builder and, optionally, the state-dict spec of what it creates.
+struct Recorder<'a> {
+    b: &'a mut GraphBuilder,
+    specs: Option<&'a mut Vec<TensorSpec>>,
+}
+
+impl Recorder<'_> {
+    fn note(&mut self, name: &str, shape: &[usize], role: TensorRole) {
+        if let Some(s) = self.specs.as_mut() {
+            s.push(TensorSpec {
+                name: name.to_string(),
+                shape: shape.to_vec(),
+                role,
+            });
+        }
+    }
+
+    fn param(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        role: TensorRole,
+    ) -> wick_graph::Result<ValueId> {
+        self.note(name, shape, role);
+        self.b.param(name, shape)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn conv(
+        &mut self,
+        x: ValueId,
+        name: &str,
+        cin: usize,
+        cout: usize,
+        k: usize,
+        stride: usize,
+        pad: usize,
+    ) -> wick_graph::Result<ValueId> {
+        let w = self.param(
+            &format!("{name}.weight"),
+            &[cout, cin, k, k],
+            TensorRole::ConvWeight,
+        )?;
+        self.b.conv2d(x, w, None, Conv2dParams::new(stride, pad))
+    }
+
+    fn bn(&mut self, x: ValueId, name: &str, c: usize) -> wick_graph::Result<ValueId> {
+        let w = self.param(&format!("{name}.weight"), &[c], TensorRole::BnWeight)?;
+        let bias = self.param(&format!("{name}.bias"), &[c], TensorRole::BnBias)?;
+        self.note(
+            &format!("{name}.running_mean"),
+            &[c],
+            TensorRole::RunningMean,
+        );
+        let rm = self.b.state(&format!("{name}.running_mean"), &[c])?;
+        self.note(&format!("{name}.running_var"), &[c], TensorRole::RunningVar);
+        let rv = self.b.state(&format!("{name}.running_var"), &[c])?;
+        self.b
+            .batch_norm(x, w, bias, rm, rv, BatchNorm2dParams::default())
+    }
+}

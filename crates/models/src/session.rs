@@ -1,0 +1,266 @@
+//! A ResNet ready to run: its graph (training or inference), executor and weights. The
+//! examples and the fixture tests go through these same calls.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+use wick_graph::{Executor, GraphBuilder, Mode, ValueId};
+use wick_ops::SgdParams;
+
+use crate::checkpoint::{self, StateDict};
+use crate::error::{ModelError, Result};
+use crate::init::torchvision_init;
+use crate::resnet::ResNetConfig;
+
+/// What a training session needs beyond the model.
+#[derive(Debug, Clone, Copy)]
+pub struct TrainOptions {
+    /// The optimizer's settings.
+    pub sgd: SgdParams,
+    /// Keep every parameter's gradient after each step (for tests and inspection; costs memory).
+    pub keep_gradients: bool,
+}
+
+/// A ResNet as a buffered graph on a device, with its weights.
+#[derive(Debug)]
+pub struct Session {
+    config: ResNetConfig,
+    exec: Executor,
+    images: ValueId,
+    labels: Option<ValueId>,
+    logits: ValueId,
+    loss: Option<ValueId>,
+    gradients: HashMap<String, ValueId>,
+    batches_tracked: HashMap<String, i64>,
+    batch: usize,
+    image_size: usize,
+}
+
+impl Session {
+    /// A training graph (forward, loss, backward, SGD) for batches of `batch` images of
+    /// `image_size`x`image_size`.
+    pub fn training(
+        config: ResNetConfig,
+        batch: usize,
+        image_size: usize,
+        options: TrainOptions,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+        let images = b.input("images", &[batch, 3, image_size, image_size], DType::F32)?;
+        let labels = b.input("labels", &[batch], DType::I64)?;
+        let logits = config.forward(&mut b, images)?;
+        let loss = b.cross_entropy(logits, labels)?;
+        b.output(logits);
+        b.output(loss);
+        let grads = b.backward(loss)?;
+        let mut gradients = HashMap::new();
+        if options.keep_gradients {
+            for (p, g) in grads.iter() {
+                b.output(g);
+                gradients.insert(b.graph().value(p).name.clone(), g);
+            }
+        }
+        b.sgd(&grads, options.sgd)?;
+        Self::finish(
+            config,
+            b,
+            images,
+            Some(labels),
+            logits,
+            Some(loss),
+            gradients,
+            batch,
+            image_size,
+            device,
+        )
+    }
+
+    /// An inference graph (batch norm with running statistics, no backward).
+    pub fn inference(
+        config: ResNetConfig,
+        batch: usize,
+        image_size: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+        let images = b.input("images", &[batch, 3, image_size, image_size], DType::F32)?;
+        let logits = config.forward(&mut b, images)?;
+        b.output(logits);
+        Self::finish(
+            config,
+            b,
+            images,
+            None,
+            logits,
+            None,
+            HashMap::new(),
+            batch,
+            image_size,
+            device,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        config: ResNetConfig,
+        b: GraphBuilder,
+        images: ValueId,
+        labels: Option<ValueId>,
+        logits: ValueId,
+        loss: Option<ValueId>,
+        gradients: HashMap<String, ValueId>,
+        batch: usize,
+        image_size: usize,
+        device: &Device,
+    ) -> Result<Self> {
+        let batches_tracked = config
+            .batch_norm_names()?
+            .into_iter()
+            .map(|n| (n, 0))
+            .collect();
+        Ok(Session {
+            config,
+            exec: Executor::new(b.finish(), device),
+            images,
+            labels,
+            logits,
+            loss,
+            gradients,
+            batches_tracked,
+            batch,
+            image_size,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ResNetConfig {
+        &self.config
+    }
+
+    /// Images per batch.
+    pub fn batch_size(&self) -> usize {
+        self.batch
+    }
+
+    /// Height and width of the images.
+    pub fn image_size(&self) -> usize {
+        self.image_size
+    }
+
+    /// The executor (to attach hooks such as the profiler).
+    pub fn executor(&self) -> &Executor {
+        &self.exec
+    }
+
+    /// The executor, mutably.
+    pub fn executor_mut(&mut self) -> &mut Executor {
+        &mut self.exec
+    }
+
+    /// Sets fresh torchvision-initialised weights from `seed`.
+    pub fn init_weights(&mut self, seed: u64) -> Result<()> {
+        let weights = torchvision_init(&self.config, seed)?;
+        self.set_state(&weights)?;
+        self.batches_tracked.values_mut().for_each(|v| *v = 0);
+        Ok(())
+    }
+
+    fn set_state(&mut self, state: &StateDict) -> Result<()> {
+        for (name, t) in state {
+            self.exec.set(name, t)?;
+        }
+        Ok(())
+    }
+
+    /// Loads a torchvision-named safetensors checkpoint. Every tensor the model needs must
+    /// be there with its shape; f16, bf16 and f64 tensors are converted to f32.
+    pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
+        let tensors = checkpoint::read_safetensors(path)?;
+        let (state, tracked) = checkpoint::validate(&self.config, tensors, path)?;
+        self.set_state(&state)?;
+        self.batches_tracked = tracked;
+        Ok(())
+    }
+
+    /// The state dict as torchvision names it, `num_batches_tracked` (int64) included.
+    pub fn state_dict(&self) -> Result<StateDict> {
+        let mut out = StateDict::new();
+        for spec in self.config.state_spec()? {
+            let t = self.exec.get(&spec.name)?.ok_or_else(|| {
+                ModelError::Config(format!(
+                    "`{}` has not been set: load a checkpoint or init the weights first",
+                    spec.name
+                ))
+            })?;
+            out.insert(spec.name, t.clone());
+        }
+        for (bn, n) in &self.batches_tracked {
+            out.insert(
+                format!("{bn}.num_batches_tracked"),
+                Tensor::new(*n, &Device::Cpu)?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Saves the state dict to `path` (atomically: temporary file, then rename).
+    pub fn save_checkpoint(&self, path: &Path) -> Result<()> {
+        checkpoint::write_safetensors(&self.state_dict()?, path)
+    }
+
+    fn feed_images(&mut self, images: &Tensor) -> Result<()> {
+        let images = if images.dtype() == DType::F32 {
+            images.clone()
+        } else {
+            images.to_dtype(DType::F32)?
+        };
+        self.exec.set_id(self.images, &images)?;
+        Ok(())
+    }
+
+    /// One training step on a batch: forward, loss, backward and SGD update. `labels` are
+    /// integer class indices. Returns the batch's mean loss.
+    pub fn step(&mut self, images: &Tensor, labels: &Tensor) -> Result<f32> {
+        let (Some(label_id), Some(loss)) = (self.labels, self.loss) else {
+            return Err(ModelError::Config(
+                "step needs a training session (Session::training)".into(),
+            ));
+        };
+        self.feed_images(images)?;
+        self.exec.set_id(label_id, &labels.to_dtype(DType::I64)?)?;
+        self.exec.run()?;
+        self.batches_tracked.values_mut().for_each(|v| *v += 1);
+        let loss = self
+            .exec
+            .get_id(loss)
+            .ok_or_else(|| ModelError::Config("the loss was not kept".into()))?;
+        Ok(loss.to_dtype(DType::F32)?.to_scalar::<f32>()?)
+    }
+
+    /// Runs the graph on a batch of images and returns the logits. In a training session
+    /// this is not allowed (it would update the weights): use [`step`](Session::step).
+    pub fn forward(&mut self, images: &Tensor) -> Result<Tensor> {
+        if self.labels.is_some() {
+            return Err(ModelError::Config(
+                "forward needs an inference session (Session::inference)".into(),
+            ));
+        }
+        self.feed_images(images)?;
+        self.exec.run()?;
+        self.logits()
+            .cloned()
+            .ok_or_else(|| ModelError::Config("the logits were not kept".into()))
+    }
+
+    /// The logits of the last run.
+    pub fn logits(&self) -> Option<&Tensor> {
+        self.exec.get_id(self.logits)
+    }
+
+    /// The gradient of parameter `name` from the last step (with `keep_gradients`).
+    pub fn gradient(&self, name: &str) -> Option<&Tensor> {
+        self.gradients.get(name).and_then(|g| self.exec.get_id(*g))
+    }
+}

@@ -1,0 +1,133 @@
+//! Checkpoint errors: a wrong shape, a missing tensor, an unknown tensor, a truncated
+//! file; f16/bf16 conversion; save and load round trip.
+
+use std::path::PathBuf;
+
+use candle_core::{DType, Device, Tensor};
+use wick_models::checkpoint::{read_safetensors, write_safetensors};
+use wick_models::init::torchvision_init;
+use wick_models::{Depth, ModelError, ResNetConfig, Session, Stem};
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wick-ckpt-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("model.safetensors")
+}
+
+fn cfg() -> ResNetConfig {
+    ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap()
+}
+
+fn session() -> Session {
+    Session::inference(cfg(), 1, 16, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn wrong_shape_is_an_error_naming_the_tensor_and_both_shapes() {
+    let path = tmp("shape");
+    let mut w = torchvision_init(&cfg(), 0).unwrap();
+    w.insert(
+        "layer2.0.conv1.weight".into(),
+        Tensor::zeros((128, 64, 5, 5), DType::F32, &Device::Cpu).unwrap(),
+    );
+    write_safetensors(&w, &path).unwrap();
+    let err = session().load_checkpoint(&path).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ModelError::ShapeMismatch { .. }), "{msg}");
+    assert!(
+        msg.contains("layer2.0.conv1.weight")
+            && msg.contains("[128, 64, 5, 5]")
+            && msg.contains("[128, 64, 3, 3]"),
+        "{msg}"
+    );
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+}
+
+#[test]
+fn missing_and_extra_tensors_are_errors_naming_them() {
+    let path = tmp("missing");
+    let mut w = torchvision_init(&cfg(), 0).unwrap();
+    w.remove("layer3.1.bn2.running_var");
+    write_safetensors(&w, &path).unwrap();
+    let msg = session().load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        msg.contains("missing") && msg.contains("layer3.1.bn2.running_var"),
+        "{msg}"
+    );
+
+    let mut w = torchvision_init(&cfg(), 0).unwrap();
+    w.insert(
+        "head.weight".into(),
+        Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap(),
+    );
+    write_safetensors(&w, &path).unwrap();
+    let msg = session().load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        msg.contains("unexpected") && msg.contains("head.weight"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn truncated_file_is_an_error_naming_the_file() {
+    let path = tmp("truncated");
+    write_safetensors(&torchvision_init(&cfg(), 0).unwrap(), &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let msg = session().load_checkpoint(&path).unwrap_err().to_string();
+    assert!(
+        msg.contains(&path.display().to_string()) && msg.contains("not a valid safetensors file"),
+        "{msg}"
+    );
+    let msg = session()
+        .load_checkpoint(&path.with_file_name("absent.safetensors"))
+        .unwrap_err()
+        .to_string();
+    assert!(msg.contains("absent.safetensors"), "{msg}");
+}
+
+#[test]
+fn half_precision_checkpoints_are_converted_and_round_trips_are_exact() {
+    let path = tmp("half");
+    let w = torchvision_init(&cfg(), 3).unwrap();
+    let half: std::collections::HashMap<_, _> = w
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v))| {
+            (
+                k.clone(),
+                v.to_dtype(if i % 2 == 0 { DType::F16 } else { DType::BF16 })
+                    .unwrap(),
+            )
+        })
+        .collect();
+    write_safetensors(&half, &path).unwrap();
+    let mut s = session();
+    s.load_checkpoint(&path).unwrap();
+    let sd = s.state_dict().unwrap();
+    for (k, v) in &half {
+        assert_eq!(sd[k].dtype(), DType::F32);
+        let diff = (sd[k].clone() - v.to_dtype(DType::F32).unwrap())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_eq!(diff, 0.0, "{k}");
+    }
+    // Save and load again: identical, and no temporary file is left behind.
+    let path2 = path.with_file_name("again.safetensors");
+    s.save_checkpoint(&path2).unwrap();
+    let a = read_safetensors(&path2).unwrap();
+    assert_eq!(a.len(), sd.len());
+    assert!(a.keys().any(|k| k == "bn1.num_batches_tracked"));
+    assert_eq!(a["bn1.num_batches_tracked"].dtype(), DType::I64);
+    let leftovers: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
