@@ -11,3 +11,5 @@ pub use candle_core;
 pub use wick_graph as graph;
 pub use wick_models as models;
 pub use wick_ops as ops;
+
+pub mod device;

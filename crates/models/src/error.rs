@@ -19,6 +19,14 @@ pub enum ModelError {
         /// What is wrong with it.
         message: String,
     },
+    /// A data file (CIFAR-10 binary, batch file) could not be used.
+    #[error("data file {path}: {message}")]
+    Data {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// A checkpoint lacks tensors the model needs.
     #[error("checkpoint {path}: missing tensor(s) {names:?} (expected by the model)")]
     MissingTensors {

@@ -1,0 +1,147 @@
+//! Runs a ResNet checkpoint on a batch file and writes the logits; with `--bench`,
+//! measures latency as shared/spec/measuring-time.md says.
+//!
+//!   cargo run --release --example infer_resnet -- --model resnet50 --num-classes 1000 \
+//!       --weights W.safetensors --input B.safetensors --output O.safetensors
+//!   cargo run --release --example infer_resnet -- --model resnet50 --bench
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use candle_core::{Device, Tensor};
+use clap::Parser;
+use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
+use wick::models::{checkpoint, ResNetConfig, Session, Stem};
+
+#[derive(Parser)]
+#[command(about = "Run a ResNet with wick: logits for a batch, or a latency benchmark")]
+struct Args {
+    /// resnet18, resnet34, resnet50, resnet101 or resnet152.
+    #[arg(long, default_value = "resnet50")]
+    model: String,
+    /// imagenet or cifar.
+    #[arg(long, default_value = "imagenet")]
+    stem: String,
+    /// Output classes [default: 1000 for the imagenet stem, 10 for cifar].
+    #[arg(long)]
+    num_classes: Option<usize>,
+    /// Safetensors checkpoint with torchvision names (fresh torchvision init if absent).
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Batch file with `images` f32 [N, 3, H, W] (random images if absent).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Write the logits here as a safetensors file with one tensor, `logits`.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Batch size of the random images (without --input).
+    #[arg(long, default_value_t = 1)]
+    batch_size: usize,
+    /// Image size of the random images (without --input).
+    #[arg(long, default_value_t = 224)]
+    image_size: usize,
+    /// Measure latency: warm-up runs, then timed repetitions and their statistics.
+    #[arg(long)]
+    bench: bool,
+    /// Untimed warm-up runs for --bench.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed repetitions for --bench.
+    #[arg(long, default_value_t = 20)]
+    reps: usize,
+    /// cpu or cuda.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+}
+
+fn main() -> Result<()> {
+    let a = Args::parse();
+    let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
+    let stem: Stem = a.stem.parse()?;
+    let config = ResNetConfig::new(
+        a.model.parse()?,
+        stem,
+        a.num_classes.unwrap_or(ResNetConfig::default_classes(stem)),
+    )?;
+    let images = match &a.input {
+        Some(path) => BatchFile::open(path)?.images,
+        None => {
+            SyntheticImages::new(10, a.batch_size, a.image_size, 7)?
+                .next_batch()?
+                .0
+        }
+    };
+    let (n, size) = (images.dim(0)?, images.dim(3)?);
+    anyhow::ensure!(
+        images.dim(2)? == size,
+        "images must be square, got {:?}",
+        images.dims()
+    );
+    let mut session = Session::inference(config, n, size, &device)?;
+    match &a.weights {
+        Some(w) => session.load_checkpoint(w)?,
+        None => {
+            eprintln!("no --weights given: using a fresh torchvision initialisation");
+            session.init_weights(0)?
+        }
+    }
+    // The input is moved to the device once, outside any timed region.
+    let images = images.to_device(&device)?;
+    let logits = session.forward(&images)?;
+    if let Some(path) = &a.output {
+        let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);
+        checkpoint::write_safetensors(&out, path)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("logits {:?} written to {}", logits.dims(), path.display());
+    }
+    if a.bench {
+        bench(&mut session, &images, &device, &a)?;
+    }
+    Ok(())
+}
+
+/// Latency: warm-up, then repetitions each ending with a device synchronisation before
+/// the clock is read, so queued GPU work is inside the measurement.
+fn bench(session: &mut Session, images: &Tensor, device: &Device, a: &Args) -> Result<()> {
+    anyhow::ensure!(a.reps > 0, "--reps must be at least 1");
+    for _ in 0..a.warmup {
+        session.forward(images)?;
+        device.synchronize()?;
+    }
+    let mut ms = Vec::with_capacity(a.reps);
+    for _ in 0..a.reps {
+        device.synchronize()?;
+        let start = Instant::now();
+        session.forward(images)?;
+        device.synchronize()?;
+        ms.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    let mean = ms.iter().sum::<f64>() / ms.len() as f64;
+    let std = (ms.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / ms.len() as f64).sqrt();
+    let mut sorted = ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| sorted[((p / 100.0) * (sorted.len() - 1) as f64).round() as usize];
+    println!(
+        "latency of {} on {:?}: batch {}, {}x{}, f32, {} CPU threads, {} warm-up + {} timed runs; input already on the device",
+        session.config().depth.name(),
+        device.location(),
+        session.batch_size(),
+        session.image_size(),
+        session.image_size(),
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        a.warmup,
+        a.reps
+    );
+    println!("method: host clock (std::time::Instant) around each run, device synchronised before reading it");
+    println!(
+        "mean {mean:.3} ms, std {std:.3} ms, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, min {:.3} ms, max {:.3} ms",
+        pct(50.0),
+        pct(90.0),
+        pct(99.0),
+        sorted[0],
+        sorted[sorted.len() - 1]
+    );
+    Ok(())
+}
