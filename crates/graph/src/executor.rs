@@ -153,12 +153,21 @@ impl Executor {
                 found: describe(tensor.dims(), tensor.dtype()),
             });
         }
-        self.slots[id.0] = Some(tensor.to_device(&self.device)?);
+        let on_device = tensor.to_device(&self.device)?;
+        // Parameters and state are updated in place by later runs: take a private copy so
+        // the caller's tensor never changes behind its back.
+        let owned = match info.kind {
+            ValueKind::Param | ValueKind::State => on_device.copy()?,
+            ValueKind::Input | ValueKind::Intermediate => on_device,
+        };
+        self.slots[id.0] = Some(owned);
         Ok(())
     }
 
     /// The current tensor of a value: a parameter, state, input, or a graph output of the
-    /// last iteration (intermediates are freed after their last use).
+    /// last iteration (intermediates are freed after their last use). Parameters and
+    /// momentum buffers are updated in place by later runs on the CPU: `copy()` the
+    /// tensor to keep its current values.
     pub fn get(&self, name: &str) -> Result<Option<&Tensor>> {
         Ok(self.get_id(self.id(name)?))
     }
@@ -168,15 +177,16 @@ impl Executor {
         self.slots.get(id.0).and_then(|s| s.as_ref())
     }
 
-    /// Every parameter and state value that is set, by name (a state dict).
-    pub fn state_dict(&self) -> Vec<(String, Tensor)> {
-        self.graph
-            .values
-            .iter()
-            .zip(&self.slots)
-            .filter(|(v, _)| matches!(v.kind, ValueKind::Param | ValueKind::State))
-            .filter_map(|(v, s)| s.as_ref().map(|t| (v.name.clone(), t.clone())))
-            .collect()
+    /// A snapshot of every parameter and state value that is set, by name (copies: later
+    /// runs do not change them).
+    pub fn state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for (v, s) in self.graph.values.iter().zip(&self.slots) {
+            if let (ValueKind::Param | ValueKind::State, Some(t)) = (v.kind, s) {
+                out.push((v.name.clone(), t.copy()?));
+            }
+        }
+        Ok(out)
     }
 
     /// Changes the learning rate of every SGD update node.
@@ -370,7 +380,9 @@ impl Executor {
             Op::SgdUpdate { params } => {
                 // The momentum buffer is empty before the first step.
                 let buf = node.inputs.get(2).and_then(|v| self.slots[v.0].as_ref());
-                let (p, b) = optim::sgd_step(x(0)?, x(1)?, buf, params)?;
+                // Parameters and buffers are owned by the executor (copied in by `set`), so
+                // the CPU kernel may update them in place.
+                let (p, b) = optim::sgd_step_in_place(x(0)?, x(1)?, buf, params)?;
                 Ok(if node.inputs.len() > 2 {
                     vec![Some(p), b]
                 } else {

@@ -109,7 +109,7 @@ fn gradients_match_finite_differences() {
     let mut exec = Executor::new(g2, &Device::Cpu);
     init(&mut exec, DType::F64, 7);
     feed(&mut exec, DType::F64, batch, size, classes, 99);
-    let params = exec.state_dict();
+    let params = exec.state_dict().unwrap();
     exec.run().unwrap();
 
     let mut fwd = Executor::new(forward_graph, &Device::Cpu);
@@ -283,7 +283,7 @@ fn inference_graph_from_the_same_model_code_uses_running_statistics() {
     let mut exec = Executor::new(graph, &Device::Cpu);
     init(&mut exec, DType::F32, 1);
     feed(&mut exec, DType::F32, 2, 8, 3, 5);
-    let before = exec.state_dict();
+    let before = exec.state_dict().unwrap();
     exec.run().unwrap();
     let logits_a = exec.get_id(net.logits).unwrap().to_vec2::<f32>().unwrap();
     // Running statistics do not move in inference, and the output does not depend on the batch.

@@ -194,7 +194,7 @@ impl Session {
                     spec.name
                 ))
             })?;
-            out.insert(spec.name, t.clone());
+            out.insert(spec.name, t.copy()?);
         }
         for (bn, n) in &self.batches_tracked {
             out.insert(

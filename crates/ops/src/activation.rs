@@ -1,10 +1,15 @@
 //! ReLU and its gradient.
 
 use candle_core::Tensor;
+use rayon::prelude::*;
 
+use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, Result};
 
 const OP: &str = "relu";
+
+/// Elements per parallel task of the element-wise CPU kernels.
+const CHUNK: usize = 1 << 15;
 
 /// ReLU forward: `max(x, 0)`.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
@@ -12,12 +17,33 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
 }
 
 /// ReLU backward: `grad_y` where `x > 0`, else 0. The gradient at exactly 0 is 0, as in
-/// PyTorch (candle's autograd gives 1 there).
+/// PyTorch (candle's autograd gives 1 there). `x` may be the forward input or output:
+/// both are positive at the same places.
 pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    if x.device().is_cpu() && x.dtype() == grad_y.dtype() {
+        return dispatch_float!(OP, x.dtype(), relu_backward_cpu(grad_y, x));
+    }
     let mask = x.gt(0.0).ctx(OP)?;
     mask.where_cond(grad_y, &grad_y.zeros_like().ctx(OP)?)
         .ctx(OP)
+}
+
+fn relu_backward_cpu<T: Float>(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let mut out = vec![T::ZERO; x.elem_count()];
+    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            out.par_chunks_mut(CHUNK)
+                .zip(gs.par_chunks(CHUNK).zip(xs.par_chunks(CHUNK)))
+                .for_each(|(o, (g, v))| {
+                    for ((o, g), v) in o.iter_mut().zip(g).zip(v) {
+                        *o = if *v > T::ZERO { *g } else { T::ZERO };
+                    }
+                });
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, out, x.dims())
 }
 
 /// ReLU FLOPs: one comparison per element.

@@ -4,7 +4,11 @@
 //! updated running statistics (unbiased variance, momentum) as new tensors, leaving the
 //! old ones untouched: no hidden side effects. Inference mode uses the running statistics.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
+use rayon::prelude::*;
+
+use crate::cpu::{self, dispatch_float, Float};
+use crate::kernel::KernelPath;
 
 use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;
@@ -94,8 +98,7 @@ fn per_channel(t: &Tensor, c: usize) -> Result<Tensor> {
     t.reshape((1, c, 1, 1)).ctx(OP)
 }
 
-/// Batch norm forward in training mode (`BatchNormForwardTraining`).
-pub fn batch_norm_train(
+fn generic_train(
     x: &Tensor,
     weight: &Tensor,
     bias: &Tensor,
@@ -146,9 +149,7 @@ pub fn batch_norm_train(
     })
 }
 
-/// Batch norm forward in inference mode (`BatchNormForwardInference`): normalises with
-/// the running statistics.
-pub fn batch_norm_eval(
+fn generic_eval(
     x: &Tensor,
     weight: &Tensor,
     bias: &Tensor,
@@ -191,9 +192,7 @@ fn eval_scale_shift(
     Ok((scale, shift))
 }
 
-/// Batch norm backward after a training-mode forward (`BatchNormBackward`), from the
-/// saved batch `mean` and `inv_std`.
-pub fn batch_norm_train_backward(
+fn generic_train_backward(
     grad_y: &Tensor,
     x: &Tensor,
     weight: &Tensor,
@@ -227,8 +226,7 @@ pub fn batch_norm_train_backward(
     })
 }
 
-/// Batch norm backward after an inference-mode forward: the statistics are constants.
-pub fn batch_norm_eval_backward(
+fn generic_eval_backward(
     grad_y: &Tensor,
     x: &Tensor,
     weight: &Tensor,
@@ -258,4 +256,368 @@ pub fn batch_norm_eval_backward(
         weight: d_weight,
         bias: d_bias,
     })
+}
+
+fn channel_params(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<[usize; 4]> {
+    p.output_shape(
+        x.dims(),
+        &[
+            ("weight", weight.dims()),
+            ("bias", bias.dims()),
+            ("running_mean", running_mean.dims()),
+            ("running_var", running_var.dims()),
+        ],
+    )
+}
+
+/// Batch norm forward in training mode (`BatchNormForwardTraining`).
+pub fn batch_norm_train(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<BatchNormOutput> {
+    batch_norm_train_with_path(
+        x,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        p,
+        KernelPath::Auto,
+    )
+}
+
+/// [`batch_norm_train`] on a chosen implementation path.
+pub fn batch_norm_train_with_path(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+    path: KernelPath,
+) -> Result<BatchNormOutput> {
+    if !x.device().is_cpu() || path == KernelPath::Generic {
+        return generic_train(x, weight, bias, running_mean, running_var, p);
+    }
+    let dims = channel_params(x, weight, bias, running_mean, running_var, p)?;
+    let [n, c, h, w] = dims;
+    if n * h * w < 2 {
+        return Err(OpError::invalid(
+            OP,
+            format!(
+                "training mode needs more than one value per channel, input {:?}",
+                x.dims()
+            ),
+        ));
+    }
+    let (mean, var) = dispatch_float!(OP, x.dtype(), channel_moments(x, dims))?;
+    let m = (n * h * w) as f64;
+    let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
+    let gamma = host(weight)?;
+    let beta = host(bias)?;
+    let scale: Vec<f64> = (0..c).map(|i| gamma[i] * inv_std[i]).collect();
+    let shift: Vec<f64> = (0..c).map(|i| beta[i] - mean[i] * scale[i]).collect();
+    let y = dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))?;
+    let mom = p.momentum;
+    let rm = host(running_mean)?;
+    let rv = host(running_var)?;
+    let new_rm: Vec<f64> = (0..c)
+        .map(|i| (1.0 - mom) * rm[i] + mom * mean[i])
+        .collect();
+    let new_rv: Vec<f64> = (0..c)
+        .map(|i| (1.0 - mom) * rv[i] + mom * var[i] * m / (m - 1.0))
+        .collect();
+    let dt = x.dtype();
+    Ok(BatchNormOutput {
+        y,
+        mean: vector(mean, dt)?,
+        inv_std: vector(inv_std, dt)?,
+        running_mean: vector(new_rm, running_mean.dtype())?,
+        running_var: vector(new_rv, running_var.dtype())?,
+    })
+}
+
+/// Batch norm forward in inference mode (`BatchNormForwardInference`): normalises with
+/// the running statistics.
+pub fn batch_norm_eval(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<Tensor> {
+    batch_norm_eval_with_path(
+        x,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        p,
+        KernelPath::Auto,
+    )
+}
+
+/// [`batch_norm_eval`] on a chosen implementation path.
+pub fn batch_norm_eval_with_path(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+    path: KernelPath,
+) -> Result<Tensor> {
+    if !x.device().is_cpu() || path == KernelPath::Generic {
+        return generic_eval(x, weight, bias, running_mean, running_var, p);
+    }
+    let dims = channel_params(x, weight, bias, running_mean, running_var, p)?;
+    let (gamma, beta, rm, rv) = (
+        host(weight)?,
+        host(bias)?,
+        host(running_mean)?,
+        host(running_var)?,
+    );
+    let scale: Vec<f64> = (0..dims[1])
+        .map(|i| gamma[i] / (rv[i] + p.eps).sqrt())
+        .collect();
+    let shift: Vec<f64> = (0..dims[1]).map(|i| beta[i] - rm[i] * scale[i]).collect();
+    dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))
+}
+
+/// Batch norm backward after a training-mode forward (`BatchNormBackward`), from the
+/// saved batch `mean` and `inv_std`.
+pub fn batch_norm_train_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    mean: &Tensor,
+    inv_std: &Tensor,
+) -> Result<BatchNormGrads> {
+    batch_norm_train_backward_with_path(grad_y, x, weight, mean, inv_std, KernelPath::Auto)
+}
+
+/// [`batch_norm_train_backward`] on a chosen implementation path.
+pub fn batch_norm_train_backward_with_path(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    mean: &Tensor,
+    inv_std: &Tensor,
+    path: KernelPath,
+) -> Result<BatchNormGrads> {
+    if !x.device().is_cpu() || path == KernelPath::Generic {
+        return generic_train_backward(grad_y, x, weight, mean, inv_std);
+    }
+    let dims = nchw(OP, "input", x.dims())?;
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let [n, c, h, w] = dims;
+    let (mean, inv_std, gamma) = (host(mean)?, host(inv_std)?, host(weight)?);
+    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, &mean))?;
+    let m = (n * h * w) as f64;
+    // dx = a*dy + b*x + k per channel (the batch statistics' gradient folded in).
+    let mut a = vec![0.0; c];
+    let mut b = vec![0.0; c];
+    let mut k = vec![0.0; c];
+    let mut d_weight = vec![0.0; c];
+    for i in 0..c {
+        a[i] = gamma[i] * inv_std[i];
+        d_weight[i] = sum_dy_xc[i] * inv_std[i];
+        b[i] = -a[i] * inv_std[i] * d_weight[i] / m;
+        k[i] = -a[i] * sum_dy[i] / m - b[i] * mean[i];
+    }
+    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, x, dims, &a, &b, &k))?;
+    Ok(BatchNormGrads {
+        x: dx,
+        weight: vector(d_weight, weight.dtype())?,
+        bias: vector(sum_dy, weight.dtype())?,
+    })
+}
+
+/// Batch norm backward after an inference-mode forward: the statistics are constants.
+pub fn batch_norm_eval_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<BatchNormGrads> {
+    batch_norm_eval_backward_with_path(
+        grad_y,
+        x,
+        weight,
+        running_mean,
+        running_var,
+        p,
+        KernelPath::Auto,
+    )
+}
+
+/// [`batch_norm_eval_backward`] on a chosen implementation path.
+pub fn batch_norm_eval_backward_with_path(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+    path: KernelPath,
+) -> Result<BatchNormGrads> {
+    if !x.device().is_cpu() || path == KernelPath::Generic {
+        return generic_eval_backward(grad_y, x, weight, running_mean, running_var, p);
+    }
+    let dims = nchw(OP, "input", x.dims())?;
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let c = dims[1];
+    let (gamma, rm, rv) = (host(weight)?, host(running_mean)?, host(running_var)?);
+    let inv_std: Vec<f64> = rv.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
+    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, &rm))?;
+    let d_weight: Vec<f64> = (0..c).map(|i| sum_dy_xc[i] * inv_std[i]).collect();
+    let a: Vec<f64> = (0..c).map(|i| gamma[i] * inv_std[i]).collect();
+    let zeros = vec![0.0; c];
+    let dx = dispatch_float!(
+        OP,
+        x.dtype(),
+        dx_kernel(grad_y, x, dims, &a, &zeros, &zeros)
+    )?;
+    Ok(BatchNormGrads {
+        x: dx,
+        weight: vector(d_weight, weight.dtype())?,
+        bias: vector(sum_dy, weight.dtype())?,
+    })
+}
+
+/// A small per-channel tensor's values on the host, as f64.
+fn host(t: &Tensor) -> Result<Vec<f64>> {
+    t.to_dtype(DType::F64)
+        .ctx(OP)?
+        .flatten_all()
+        .ctx(OP)?
+        .to_vec1::<f64>()
+        .ctx(OP)
+}
+
+/// A per-channel vector as a CPU tensor of `dtype`.
+fn vector(v: Vec<f64>, dtype: DType) -> Result<Tensor> {
+    let n = v.len();
+    cpu::tensor(OP, v, n)?.to_dtype(dtype).ctx(OP)
+}
+
+/// Per-channel mean and biased variance (two passes, f64 accumulation), channels in parallel.
+fn channel_moments<T: Float>(x: &Tensor, [n, c, h, w]: [usize; 4]) -> Result<(Vec<f64>, Vec<f64>)> {
+    let hw = h * w;
+    let m = (n * hw) as f64;
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        let moments: Vec<(f64, f64)> = (0..c)
+            .into_par_iter()
+            .map(|ch| {
+                let planes = (0..n).map(|b| &xs[(b * c + ch) * hw..(b * c + ch + 1) * hw]);
+                let mean = planes
+                    .clone()
+                    .map(|p| p.iter().map(|v| v.to_f64()).sum::<f64>())
+                    .sum::<f64>()
+                    / m;
+                let var = planes
+                    .map(|p| p.iter().map(|v| (v.to_f64() - mean).powi(2)).sum::<f64>())
+                    .sum::<f64>()
+                    / m;
+                (mean, var)
+            })
+            .collect();
+        Ok(moments.into_iter().unzip())
+    })
+}
+
+/// `y = x * scale[c] + shift[c]`, planes in parallel.
+fn affine_per_channel<T: Float>(
+    x: &Tensor,
+    [n, c, h, w]: [usize; 4],
+    scale: &[f64],
+    shift: &[f64],
+) -> Result<Tensor> {
+    let hw = h * w;
+    let mut y = vec![T::ZERO; n * c * hw];
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        y.par_chunks_mut(hw)
+            .zip(xs.par_chunks(hw))
+            .enumerate()
+            .for_each(|(plane, (yp, xp))| {
+                let (s, t) = (T::from_f64(scale[plane % c]), T::from_f64(shift[plane % c]));
+                for (o, v) in yp.iter_mut().zip(xp) {
+                    *o = *v * s + t;
+                }
+            });
+        Ok(())
+    })?;
+    cpu::tensor(OP, y, (n, c, h, w))
+}
+
+/// Per channel: sum of dy and sum of dy * (x - center).
+fn grad_sums<T: Float>(
+    grad_y: &Tensor,
+    x: &Tensor,
+    [n, c, h, w]: [usize; 4],
+    center: &[f64],
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let hw = h * w;
+    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            let sums: Vec<(f64, f64)> = (0..c)
+                .into_par_iter()
+                .map(|ch| {
+                    let mu = center[ch];
+                    let (mut s1, mut s2) = (0.0, 0.0);
+                    for b in 0..n {
+                        let r = (b * c + ch) * hw..(b * c + ch + 1) * hw;
+                        for (g, v) in gs[r.clone()].iter().zip(&xs[r]) {
+                            let g = g.to_f64();
+                            s1 += g;
+                            s2 += g * (v.to_f64() - mu);
+                        }
+                    }
+                    (s1, s2)
+                })
+                .collect();
+            Ok(sums.into_iter().unzip())
+        })
+    })
+}
+
+/// `dx = a[c]*dy + b[c]*x + k[c]`, planes in parallel.
+fn dx_kernel<T: Float>(
+    grad_y: &Tensor,
+    x: &Tensor,
+    [n, c, h, w]: [usize; 4],
+    a: &[f64],
+    b: &[f64],
+    k: &[f64],
+) -> Result<Tensor> {
+    let hw = h * w;
+    let mut dx = vec![T::ZERO; n * c * hw];
+    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            dx.par_chunks_mut(hw).enumerate().for_each(|(plane, d)| {
+                let ch = plane % c;
+                let (a, b, k) = (T::from_f64(a[ch]), T::from_f64(b[ch]), T::from_f64(k[ch]));
+                let r = plane * hw..(plane + 1) * hw;
+                for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
+                    *o = a * *g + b * *v + k;
+                }
+            });
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, dx, (n, c, h, w))
 }

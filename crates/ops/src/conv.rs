@@ -15,6 +15,7 @@ use rayon::prelude::*;
 
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
+use crate::kernel::KernelPath;
 use crate::shape::{nchw, window_out};
 
 const OP: &str = "conv2d";
@@ -41,16 +42,6 @@ impl Default for Conv2dParams {
             groups: 1,
         }
     }
-}
-
-/// Which implementation a convolution kernel runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConvPath {
-    /// wick's CPU kernel on CPU tensors, candle's ops elsewhere.
-    Auto,
-    /// candle's device-generic ops (`conv2d`, `conv_transpose2d`), on every device. This is
-    /// the path CUDA tensors take; forcing it on the CPU lets tests check it.
-    Generic,
 }
 
 /// The sizes of one convolution, derived once from the input and weight shapes.
@@ -207,7 +198,7 @@ pub fn conv2d(
     bias: Option<&Tensor>,
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    conv2d_with_path(x, weight, bias, p, ConvPath::Auto)
+    conv2d_with_path(x, weight, bias, p, KernelPath::Auto)
 }
 
 /// [`conv2d`] on a chosen implementation path.
@@ -216,14 +207,14 @@ pub fn conv2d_with_path(
     weight: &Tensor,
     bias: Option<&Tensor>,
     p: &Conv2dParams,
-    path: ConvPath,
+    path: KernelPath,
 ) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight.dims())?;
     if let Some(b) = bias {
         p.check_bias(weight.dims(), b.dims())?;
     }
     cpu::same_dtype(OP, x.dtype(), &[("weight", weight)])?;
-    let out = if x.device().is_cpu() && path == ConvPath::Auto {
+    let out = if x.device().is_cpu() && path == KernelPath::Auto {
         dispatch_float!(OP, x.dtype(), forward_cpu(&g, x, weight))?
     } else {
         generic_forward(&g, x, weight)?
@@ -244,7 +235,7 @@ pub fn conv2d_backward_data(
     input_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    conv2d_backward_data_with_path(grad_out, weight, input_shape, p, ConvPath::Auto)
+    conv2d_backward_data_with_path(grad_out, weight, input_shape, p, KernelPath::Auto)
 }
 
 /// [`conv2d_backward_data`] on a chosen implementation path.
@@ -253,12 +244,12 @@ pub fn conv2d_backward_data_with_path(
     weight: &Tensor,
     input_shape: &[usize],
     p: &Conv2dParams,
-    path: ConvPath,
+    path: KernelPath,
 ) -> Result<Tensor> {
     let g = p.geom(input_shape, weight.dims())?;
     check_grad_out(&g, grad_out)?;
     cpu::same_dtype(OP, grad_out.dtype(), &[("weight", weight)])?;
-    if grad_out.device().is_cpu() && path == ConvPath::Auto {
+    if grad_out.device().is_cpu() && path == KernelPath::Auto {
         dispatch_float!(
             OP,
             grad_out.dtype(),
@@ -276,7 +267,7 @@ pub fn conv2d_backward_filter(
     weight_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    conv2d_backward_filter_with_path(grad_out, x, weight_shape, p, ConvPath::Auto)
+    conv2d_backward_filter_with_path(grad_out, x, weight_shape, p, KernelPath::Auto)
 }
 
 /// [`conv2d_backward_filter`] on a chosen implementation path.
@@ -285,12 +276,12 @@ pub fn conv2d_backward_filter_with_path(
     x: &Tensor,
     weight_shape: &[usize],
     p: &Conv2dParams,
-    path: ConvPath,
+    path: KernelPath,
 ) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight_shape)?;
     check_grad_out(&g, grad_out)?;
     cpu::same_dtype(OP, grad_out.dtype(), &[("input", x)])?;
-    if x.device().is_cpu() && path == ConvPath::Auto {
+    if x.device().is_cpu() && path == KernelPath::Auto {
         dispatch_float!(OP, x.dtype(), backward_filter_cpu(&g, grad_out, x))
     } else {
         generic_backward_filter(&g, grad_out, x)

@@ -141,3 +141,14 @@ impl Kernel {
         self.name(DeviceKind::of(device))
     }
 }
+
+/// Which implementation a kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelPath {
+    /// wick's CPU kernel on CPU tensors, candle's device-generic ops elsewhere.
+    #[default]
+    Auto,
+    /// candle's device-generic ops on every device. This is the path CUDA tensors take;
+    /// forcing it on the CPU lets tests check it against the CPU kernels and fixtures.
+    Generic,
+}

@@ -35,10 +35,10 @@ pub mod shape;
 
 pub use activation::{relu, relu_backward};
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
-pub use conv::{Conv2dParams, ConvPath};
+pub use conv::Conv2dParams;
 pub use elementwise::add;
 pub use error::{OpError, Result};
-pub use kernel::{DeviceKind, Kernel};
+pub use kernel::{DeviceKind, Kernel, KernelPath};
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
 pub use optim::{sgd_step, SgdParams};

@@ -99,3 +99,169 @@ pub fn sgd_step(
     let new_param = (param - (d * p.lr).ctx(OP)?).ctx(OP)?;
     Ok((new_param, new_buf))
 }
+
+/// One SGD step that updates `param` (and the momentum buffer) **in place** where wick has
+/// an in-place kernel (f32/f64 CPU tensors): no allocation after the first step. Elsewhere
+/// it falls back to [`sgd_step`]. Returns the parameter and the buffer to keep (on the
+/// CPU the same tensors, updated; a new buffer on the first step).
+///
+/// The caller must own `param` and `momentum_buf` exclusively: every tensor sharing
+/// their storage sees the update.
+pub fn sgd_step_in_place(
+    param: &Tensor,
+    grad: &Tensor,
+    momentum_buf: Option<&Tensor>,
+    p: &SgdParams,
+) -> Result<(Tensor, Option<Tensor>)> {
+    let cpu_float = param.device().is_cpu()
+        && matches!(
+            param.dtype(),
+            candle_core::DType::F32 | candle_core::DType::F64
+        )
+        && param.is_contiguous()
+        && momentum_buf.is_none_or(|b| b.is_contiguous());
+    if !cpu_float {
+        return sgd_step(param, grad, momentum_buf, p);
+    }
+    p.validate()?;
+    crate::shape::same(OP, "gradient", grad.dims(), "parameter", param.dims())?;
+    crate::cpu::same_dtype(OP, param.dtype(), &[("gradient", grad)])?;
+    let buf = if p.momentum == 0.0 {
+        None
+    } else {
+        match momentum_buf {
+            Some(buf) => {
+                crate::shape::same(OP, "momentum buffer", buf.dims(), "parameter", param.dims())?;
+                buf.inplace_op3(grad, param, &MomentumUpdate(*p)).ctx(OP)?;
+                Some(buf.clone())
+            }
+            // The first step's buffer is the (weight-decayed) gradient, as in PyTorch.
+            None => Some(if p.weight_decay != 0.0 {
+                (grad + (param * p.weight_decay).ctx(OP)?).ctx(OP)?
+            } else {
+                grad.copy().ctx(OP)?
+            }),
+        }
+    };
+    let step_src = buf.as_ref().unwrap_or(grad);
+    param
+        .inplace_op3(
+            grad,
+            step_src,
+            &ParamUpdate {
+                p: *p,
+                has_buf: buf.is_some(),
+            },
+        )
+        .ctx(OP)?;
+    Ok((param.clone(), buf))
+}
+
+/// The contiguous data of one in-place operand.
+fn slice_of<'a, T: candle_core::WithDType>(
+    s: &'a candle_core::CpuStorage,
+    l: &candle_core::Layout,
+) -> candle_core::Result<&'a [T]> {
+    let (start, end) = l.contiguous_offsets().ok_or_else(|| {
+        candle_core::Error::Msg("sgd: in-place operands must be contiguous".into())
+    })?;
+    Ok(&s.as_slice::<T>()?[start..end])
+}
+
+/// Runs `f` on the mutable destination and two sources of an in-place op, as f32 or f64.
+macro_rules! in_place_float {
+    ($dst:expr, $dst_l:expr, $srcs:expr, |$d:ident, $a:ident, $b:ident, $t:ident| $body:block) => {{
+        let [(s1, l1), (s2, l2)] = $srcs;
+        let (start, end) = $dst_l.contiguous_offsets().ok_or_else(|| {
+            candle_core::Error::Msg("sgd: in-place operands must be contiguous".into())
+        })?;
+        match $dst {
+            candle_core::CpuStorage::F32(v) => {
+                type $t = f32;
+                let $d = &mut v[start..end];
+                let $a = slice_of::<f32>(s1, l1)?;
+                let $b = slice_of::<f32>(s2, l2)?;
+                $body
+            }
+            candle_core::CpuStorage::F64(v) => {
+                type $t = f64;
+                let $d = &mut v[start..end];
+                let $a = slice_of::<f64>(s1, l1)?;
+                let $b = slice_of::<f64>(s2, l2)?;
+                $body
+            }
+            _ => candle_core::bail!("sgd: in-place kernels exist for f32 and f64 only"),
+        }
+        Ok(())
+    }};
+}
+
+/// `buf = momentum*buf + (1 - dampening)*(grad + weight_decay*param)`; sources [grad, param].
+struct MomentumUpdate(SgdParams);
+
+impl candle_core::InplaceOp3 for MomentumUpdate {
+    fn name(&self) -> &'static str {
+        "sgd-momentum"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut candle_core::CpuStorage,
+        dst_l: &candle_core::Layout,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        let srcs = [(s1, l1), (s2, l2)];
+        let p = self.0;
+        in_place_float!(dst, dst_l, srcs, |buf, grad, param, T| {
+            let (m, damp, wd) = (
+                p.momentum as T,
+                (1.0 - p.dampening) as T,
+                p.weight_decay as T,
+            );
+            for ((b, g), w) in buf.iter_mut().zip(grad).zip(param) {
+                *b = m * *b + damp * (*g + wd * *w);
+            }
+        })
+    }
+}
+
+/// `param -= lr * step`, where `step` is the buffer (nesterov: d + momentum*buffer) or,
+/// without momentum, `d = grad + weight_decay*param`; sources [grad, buffer or grad].
+struct ParamUpdate {
+    p: SgdParams,
+    has_buf: bool,
+}
+
+impl candle_core::InplaceOp3 for ParamUpdate {
+    fn name(&self) -> &'static str {
+        "sgd-param"
+    }
+
+    fn cpu_fwd(
+        &self,
+        dst: &mut candle_core::CpuStorage,
+        dst_l: &candle_core::Layout,
+        s1: &candle_core::CpuStorage,
+        l1: &candle_core::Layout,
+        s2: &candle_core::CpuStorage,
+        l2: &candle_core::Layout,
+    ) -> candle_core::Result<()> {
+        let srcs = [(s1, l1), (s2, l2)];
+        let (p, has_buf) = (self.p, self.has_buf);
+        in_place_float!(dst, dst_l, srcs, |param, grad, buf, T| {
+            let (lr, m, wd) = (p.lr as T, p.momentum as T, p.weight_decay as T);
+            for ((w, g), b) in param.iter_mut().zip(grad).zip(buf) {
+                let d = *g + wd * *w;
+                let step = match (has_buf, p.nesterov) {
+                    (false, _) => d,
+                    (true, false) => *b,
+                    (true, true) => d + m * *b,
+                };
+                *w -= lr * step;
+            }
+        })
+    }
+}

@@ -4,6 +4,9 @@ mod common;
 
 use common::*;
 use wick_ops::batchnorm::*;
+use wick_ops::KernelPath;
+
+const PATHS: [KernelPath; 2] = [KernelPath::Auto, KernelPath::Generic];
 
 fn params(f: &Fixture) -> BatchNorm2dParams {
     BatchNorm2dParams {
@@ -50,12 +53,15 @@ fn inference_mode_matches_pytorch_fixture() {
         f.t("running_mean"),
         f.t("running_var"),
     );
-    let y = batch_norm_eval(x, w, b, rm, rv, &p).unwrap();
-    assert_close("out", &y, f.t("out"), 1e-9);
-    let g = batch_norm_eval_backward(f.t("grad_out"), x, w, rm, rv, &p).unwrap();
-    assert_close("grad_x", &g.x, f.t("grad_x"), 1e-9);
-    assert_close("grad_weight", &g.weight, f.t("grad_weight"), 1e-9);
-    assert_close("grad_bias", &g.bias, f.t("grad_bias"), 1e-9);
+    for path in PATHS {
+        let y = batch_norm_eval_with_path(x, w, b, rm, rv, &p, path).unwrap();
+        assert_close(&format!("out {path:?}"), &y, f.t("out"), 1e-9);
+        let g =
+            batch_norm_eval_backward_with_path(f.t("grad_out"), x, w, rm, rv, &p, path).unwrap();
+        assert_close("grad_x", &g.x, f.t("grad_x"), 1e-9);
+        assert_close("grad_weight", &g.weight, f.t("grad_weight"), 1e-9);
+        assert_close("grad_bias", &g.bias, f.t("grad_bias"), 1e-9);
+    }
 }
 
 #[test]

@@ -6,6 +6,7 @@ use candle_core::Tensor;
 use common::*;
 use wick_ops::conv::*;
 use wick_ops::Conv2dParams;
+use wick_ops::KernelPath;
 
 fn params(f: &Fixture) -> Conv2dParams {
     Conv2dParams {
@@ -16,7 +17,7 @@ fn params(f: &Fixture) -> Conv2dParams {
     }
 }
 
-fn check_fixture(case: &str, path: ConvPath) {
+fn check_fixture(case: &str, path: KernelPath) {
     let f = Fixture::load(case);
     assert_eq!(f.meta("op"), "conv2d");
     let p = params(&f);
@@ -52,14 +53,14 @@ const CASES: [&str; 6] = [
 #[test]
 fn cpu_kernels_match_pytorch_fixtures() {
     for case in CASES {
-        check_fixture(case, ConvPath::Auto);
+        check_fixture(case, KernelPath::Auto);
     }
 }
 
 #[test]
 fn generic_path_matches_pytorch_fixtures() {
     for case in CASES {
-        check_fixture(case, ConvPath::Generic);
+        check_fixture(case, KernelPath::Generic);
     }
 }
 
@@ -69,7 +70,7 @@ fn fd_check(x_shape: [usize; 4], w_shape: [usize; 4], p: Conv2dParams, seed: u64
     let w = rand_tensor(seed + 1, &w_shape);
     let out_shape = p.output_shape(&x_shape, &w_shape).unwrap();
     let g = rand_tensor(seed + 2, &out_shape);
-    for path in [ConvPath::Auto, ConvPath::Generic] {
+    for path in [KernelPath::Auto, KernelPath::Generic] {
         let dx = conv2d_backward_data_with_path(&g, &w, &x_shape, &p, path).unwrap();
         let num_dx = numeric_grad(|x| conv2d_with_path(x, &w, None, &p, path).unwrap(), &x, &g);
         assert_close(

@@ -130,3 +130,81 @@ fn invalid_settings_and_shapes_are_errors() {
         .to_string()
         .contains("nesterov"));
 }
+
+#[test]
+fn in_place_steps_match_pytorch_fixture_and_the_out_of_place_kernel() {
+    let f = Fixture::load("sgd_momentum");
+    let p = SgdParams {
+        lr: f.f64("lr"),
+        momentum: f.f64("momentum"),
+        weight_decay: f.f64("weight_decay"),
+        ..Default::default()
+    };
+    let param = f.t("param_before").copy().unwrap();
+    let mut buf: Option<Tensor> = None;
+    for step in 0..3 {
+        let (same, b) = wick_ops::optim::sgd_step_in_place(
+            &param,
+            f.t(&format!("grad_step{step}")),
+            buf.as_ref(),
+            &p,
+        )
+        .unwrap();
+        assert_close(
+            &format!("in-place param step {}", step + 1),
+            &param,
+            f.t(&format!("param_after_step{}", step + 1)),
+            1e-6,
+        );
+        assert_close("returned param", &same, &param, 0.0);
+        let b = b.unwrap();
+        assert_close(
+            &format!("in-place buf step {}", step + 1),
+            &b,
+            f.t(&format!("momentum_buf_after_step{}", step + 1)),
+            1e-6,
+        );
+        buf = Some(b);
+    }
+    // Every setting, in place against out of place, over a few steps.
+    let dev = Device::Cpu;
+    for p in [
+        SgdParams {
+            lr: 0.1,
+            momentum: 0.9,
+            weight_decay: 0.01,
+            dampening: 0.0,
+            nesterov: true,
+        },
+        SgdParams {
+            lr: 0.5,
+            momentum: 0.5,
+            weight_decay: 0.0,
+            dampening: 0.3,
+            nesterov: false,
+        },
+        SgdParams {
+            lr: 0.2,
+            momentum: 0.0,
+            weight_decay: 0.1,
+            dampening: 0.0,
+            nesterov: false,
+        },
+    ] {
+        let start = rand_tensor(1, &[3, 4]);
+        let (mut a, mut abuf) = (start.clone(), None::<Tensor>);
+        let b = start.copy().unwrap();
+        let mut bbuf = None::<Tensor>;
+        for step in 0..3 {
+            let g = rand_tensor(10 + step, &[3, 4]);
+            let (na, nb) = sgd_step(&a, &g, abuf.as_ref(), &p).unwrap();
+            a = na;
+            abuf = nb;
+            let (_, nb) = wick_ops::optim::sgd_step_in_place(&b, &g, bbuf.as_ref(), &p).unwrap();
+            bbuf = nb;
+            assert_close(&format!("{p:?} step {step}"), &b, &a, 1e-14);
+        }
+        assert_eq!(abuf.is_some(), bbuf.is_some());
+        let _ = &dev;
+    }
+}
