@@ -79,31 +79,12 @@ fn main() -> Result<()> {
         a.num_classes.unwrap_or(ResNetConfig::default_classes(stem)),
     )?;
 
-    // The training data, and held-out batches to measure accuracy on.
-    let (train, mut eval, batch, size): (
-        Box<dyn BatchSource>,
-        Option<Box<dyn BatchSource>>,
-        usize,
-        usize,
-    ) = if let Some(path) = &a.data {
-        let file = BatchFile::open(path)?;
-        let (n, size) = (file.images.dim(0)?, file.images.dim(3)?);
-        (Box::new(file.clone()), Some(Box::new(file)), n, size)
-    } else if let Some(dir) = &a.data_dir {
-        let train = Cifar10::open(dir, true, a.batch_size, a.seed)?;
-        let test = Cifar10::open(dir, false, a.batch_size, a.seed + 1)?;
-        (Box::new(train), Some(Box::new(test)), a.batch_size, 32)
-    } else {
-        let k = a.synthetic_classes.min(config.num_classes);
-        let train = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1)?;
-        let eval = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1_000_003)?;
-        (
-            Box::new(train),
-            Some(Box::new(eval)),
-            a.batch_size,
-            a.image_size,
-        )
-    };
+    let Data {
+        train,
+        mut eval,
+        batch,
+        size,
+    } = open_data(&a, config.num_classes)?;
 
     let sgd = SgdParams {
         lr: a.lr,
@@ -201,4 +182,44 @@ fn main() -> Result<()> {
         println!("saved {}", path.display());
     }
     Ok(())
+}
+
+/// The training batches, held-out batches to measure accuracy on, and their shape.
+struct Data {
+    train: Box<dyn BatchSource>,
+    eval: Option<Box<dyn BatchSource>>,
+    batch: usize,
+    size: usize,
+}
+
+fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
+    Ok(if let Some(path) = &a.data {
+        let file = BatchFile::open(path)?;
+        let (batch, size) = (file.images.dim(0)?, file.images.dim(3)?);
+        Data {
+            train: Box::new(file.clone()),
+            eval: Some(Box::new(file)),
+            batch,
+            size,
+        }
+    } else if let Some(dir) = &a.data_dir {
+        let train = Cifar10::open(dir, true, a.batch_size, a.seed)?;
+        let test = Cifar10::open(dir, false, a.batch_size, a.seed + 1)?;
+        Data {
+            train: Box::new(train),
+            eval: Some(Box::new(test)),
+            batch: a.batch_size,
+            size: 32,
+        }
+    } else {
+        let k = a.synthetic_classes.min(num_classes);
+        let train = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1)?;
+        let eval = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1_000_003)?;
+        Data {
+            train: Box::new(train),
+            eval: Some(Box::new(eval)),
+            batch: a.batch_size,
+            size: a.image_size,
+        }
+    })
 }

@@ -55,8 +55,14 @@ pub enum GraphError {
     Usage(String),
     /// A candle error outside any kernel (moving a tensor to the device, ...).
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(Box<candle_core::Error>),
 }
 
 /// The result type of wick-graph.
 pub type Result<T> = std::result::Result<T, GraphError>;
+
+impl From<candle_core::Error> for GraphError {
+    fn from(e: candle_core::Error) -> Self {
+        GraphError::Candle(Box::new(e))
+    }
+}

@@ -350,14 +350,9 @@ impl Executor {
             Op::GlobalAvgPoolBackward { input_shape } => {
                 one(pool::global_avg_pool_backward(x(0)?, input_shape)?)
             }
-            Op::Reshape { shape } => {
-                one(x(0)?
-                    .reshape(shape.as_slice())
-                    .map_err(|source| OpError::Candle {
-                        op: "reshape",
-                        source,
-                    })?)
-            }
+            Op::Reshape { shape } => one(x(0)?
+                .reshape(shape.as_slice())
+                .map_err(|e| OpError::candle("reshape", e))?),
             Op::Linear { has_bias } => {
                 let bias = if *has_bias { Some(x(2)?) } else { None };
                 one(linear::linear(x(0)?, x(1)?, bias)?)
@@ -369,12 +364,8 @@ impl Executor {
             Op::CrossEntropy => one(loss::cross_entropy(x(0)?, x(1)?)?),
             Op::CrossEntropyBackward => {
                 let logits = x(0)?;
-                let seed = Tensor::ones((), logits.dtype(), logits.device()).map_err(|source| {
-                    OpError::Candle {
-                        op: "cross_entropy",
-                        source,
-                    }
-                })?;
+                let seed = Tensor::ones((), logits.dtype(), logits.device())
+                    .map_err(|e| OpError::candle("cross_entropy", e))?;
                 one(loss::cross_entropy_backward(&seed, logits, x(1)?)?)
             }
             Op::SgdUpdate { params } => {

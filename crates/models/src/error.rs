@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum ModelError {
     /// The graph could not be built or run.
     #[error(transparent)]
-    Graph(#[from] wick_graph::GraphError),
+    Graph(Box<wick_graph::GraphError>),
     /// An invalid configuration (model name, input size, class count).
     #[error("{0}")]
     Config(String),
@@ -73,3 +73,9 @@ pub enum ModelError {
 
 /// The result type of wick-models.
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+impl From<wick_graph::GraphError> for ModelError {
+    fn from(e: wick_graph::GraphError) -> Self {
+        ModelError::Graph(Box::new(e))
+    }
+}

@@ -27,7 +27,7 @@ pub enum OpError {
         op: &'static str,
         /// candle's error.
         #[source]
-        source: candle_core::Error,
+        source: Box<candle_core::Error>,
     },
 }
 
@@ -40,6 +40,14 @@ impl OpError {
         OpError::Invalid {
             op,
             message: message.into(),
+        }
+    }
+
+    /// An [`OpError::Candle`] for `op`.
+    pub fn candle(op: &'static str, source: candle_core::Error) -> Self {
+        OpError::Candle {
+            op,
+            source: Box::new(source),
         }
     }
 
@@ -61,6 +69,6 @@ pub(crate) trait CandleContext<T> {
 
 impl<T> CandleContext<T> for candle_core::Result<T> {
     fn ctx(self, op: &'static str) -> Result<T> {
-        self.map_err(|source| OpError::Candle { op, source })
+        self.map_err(|source| OpError::candle(op, source))
     }
 }
