@@ -1,0 +1,78 @@
+//! Per-layer convolution speed at every distinct ResNet-50 conv shape (batch 2, 224x224):
+//! forward, input gradient and weight gradient, each next to a plain GEMM of the same
+//! FLOP count (M = output channels, N = batch * output pixels, K = input channels * kernel
+//! area) through candle's matmul. Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
+//!
+//! `cargo bench --bench conv_layers` (`-- 'layer3'` to filter).
+
+use candle_core::{DType, Device, Tensor};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::time::Duration;
+use wick::graph::{GraphBuilder, Mode, Op};
+use wick::models::{Depth, ResNetConfig, Stem};
+use wick::ops::{conv, Conv2dParams};
+
+/// (input shape, weight shape, settings) of every distinct conv in ResNet-50, in order.
+fn resnet50_convs(batch: usize) -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
+    let config = ResNetConfig::new(Depth::R50, Stem::ImageNet, 1000).expect("valid config");
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let images = b
+        .input("images", &[batch, 3, 224, 224], DType::F32)
+        .expect("input");
+    config.forward(&mut b, images).expect("resnet50 records");
+    let g = b.finish();
+    let mut out: Vec<([usize; 4], [usize; 4], Conv2dParams)> = Vec::new();
+    for n in g.nodes() {
+        if let Op::Conv2d { params, .. } = &n.op {
+            let shape = |i: usize| -> [usize; 4] {
+                g.value(n.inputs[i]).shape.clone().try_into().expect("4-D")
+            };
+            let entry = (shape(0), shape(1), *params);
+            if !out.contains(&entry) {
+                out.push(entry);
+            }
+        }
+    }
+    out
+}
+
+fn bench(c: &mut Criterion) {
+    let dev = Device::Cpu;
+    for (x_shape, w_shape, p) in resnet50_convs(2) {
+        let [n, cin, h, _] = x_shape;
+        let [cout, _, k, _] = w_shape;
+        let name = format!("{cin}->{cout} {k}x{k} s{} @{h}", p.stride[0]);
+        let x = Tensor::randn(0f32, 1.0, x_shape.as_slice(), &dev).expect("x");
+        let w = Tensor::randn(0f32, 0.05, w_shape.as_slice(), &dev).expect("w");
+        let out = p.output_shape(&x_shape, &w_shape).expect("shape");
+        let gy = Tensor::randn(0f32, 1.0, out.as_slice(), &dev).expect("grad");
+        let flops = p.flops(&x_shape, &w_shape);
+        // The plain GEMM with the convolution's dimensions.
+        let (m, nn, kk) = (cout, n * out[2] * out[3], cin * k * k);
+        let a = Tensor::randn(0f32, 1.0, (m, kk), &dev).expect("a");
+        let bm = Tensor::randn(0f32, 1.0, (kk, nn), &dev).expect("b");
+
+        let mut group = c.benchmark_group(format!("conv {name}"));
+        group.throughput(Throughput::Elements(flops));
+        group.bench_function(BenchmarkId::from_parameter("forward"), |bch| {
+            bch.iter(|| conv::conv2d(&x, &w, None, &p).expect("forward"))
+        });
+        group.bench_function(BenchmarkId::from_parameter("input_grad"), |bch| {
+            bch.iter(|| conv::conv2d_backward_data(&gy, &w, &x_shape, &p).expect("input grad"))
+        });
+        group.bench_function(BenchmarkId::from_parameter("weight_grad"), |bch| {
+            bch.iter(|| conv::conv2d_backward_filter(&gy, &x, &w_shape, &p).expect("weight grad"))
+        });
+        group.bench_function(BenchmarkId::from_parameter("gemm_same_flops"), |bch| {
+            bch.iter(|| a.matmul(&bm).expect("gemm"))
+        });
+        group.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);
