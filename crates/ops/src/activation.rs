@@ -1,18 +1,19 @@
 //! ReLU and its gradient.
 
-use candle_core::Tensor;
-use rayon::prelude::*;
+use candle_core::{DType, Tensor};
 
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, Result};
 
 const OP: &str = "relu";
 
-/// Elements per parallel task of the element-wise CPU kernels.
-const CHUNK: usize = 1 << 15;
-
 /// ReLU forward: `max(x, 0)`.
 pub fn relu(x: &Tensor) -> Result<Tensor> {
+    if x.device().is_cpu() {
+        if let DType::F32 | DType::F64 = x.dtype() {
+            return dispatch_float!(OP, x.dtype(), relu_cpu(x));
+        }
+    }
     x.relu().ctx(OP)
 }
 
@@ -30,20 +31,11 @@ pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
 }
 
 fn relu_backward_cpu<T: Float>(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
-    let mut out = vec![T::ZERO; x.elem_count()];
-    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        cpu::with_slice::<T, _>(OP, x, |xs| {
-            out.par_chunks_mut(CHUNK)
-                .zip(gs.par_chunks(CHUNK).zip(xs.par_chunks(CHUNK)))
-                .for_each(|(o, (g, v))| {
-                    for ((o, g), v) in o.iter_mut().zip(g).zip(v) {
-                        *o = if *v > T::ZERO { *g } else { T::ZERO };
-                    }
-                });
-            Ok(())
-        })
-    })?;
-    cpu::tensor(OP, out, x.dims())
+    cpu::zip_map::<T>(OP, grad_y, x, |g, v| if v > T::ZERO { g } else { T::ZERO })
+}
+
+fn relu_cpu<T: Float>(x: &Tensor) -> Result<Tensor> {
+    cpu::zip_map::<T>(OP, x, x, |v, _| if v > T::ZERO { v } else { T::ZERO })
 }
 
 /// ReLU FLOPs: one comparison per element.

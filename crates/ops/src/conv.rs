@@ -313,6 +313,11 @@ fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
 
 /// Fills `col` ([cin_g*kh*kw, oh*ow]) with the windows of one image's group `x` ([cin_g, h, w]).
 fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
+    im2col_strided(g, x, col, g.pixels(), 0)
+}
+
+/// [`im2col`] into the columns `offset..offset + oh*ow` of a matrix whose rows are `row_stride` long.
+fn im2col_strided<T: Float>(g: &Geom, x: &[T], col: &mut [T], row_stride: usize, offset: usize) {
     let (p, ohw) = (g.pixels(), g.pixels());
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
@@ -322,7 +327,7 @@ fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
         for ki in 0..g.kh {
             for kj in 0..g.kw {
                 let row = (c * g.kh + ki) * g.kw + kj;
-                let dst = &mut col[row * p..(row + 1) * p];
+                let dst = &mut col[row * row_stride + offset..][..p];
                 let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
                 for oy in 0..g.oh {
                     let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
@@ -354,6 +359,11 @@ fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
 
 /// Adds the columns of `col` back into one image's group `dx` ([cin_g, h, w]).
 fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
+    col2im_strided(g, col, dx, g.pixels(), 0)
+}
+
+/// [`col2im`] from the columns `offset..offset + oh*ow` of a matrix whose rows are `row_stride` long.
+fn col2im_strided<T: Float>(g: &Geom, col: &[T], dx: &mut [T], row_stride: usize, offset: usize) {
     let p = g.pixels();
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
@@ -363,7 +373,7 @@ fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
         for ki in 0..g.kh {
             for kj in 0..g.kw {
                 let row = (c * g.kh + ki) * g.kw + kj;
-                let src = &col[row * p..(row + 1) * p];
+                let src = &col[row * row_stride + offset..][..p];
                 let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
                 if lo >= hi {
                     continue;
@@ -413,7 +423,18 @@ fn image_chunks(n: usize) -> usize {
     n.div_ceil(cpu::threads()).max(1)
 }
 
+/// Below this many output pixels per image, a convolution runs as one GEMM over the whole
+/// batch (packing the weights once) instead of one GEMM per image.
+const BATCHED_BELOW_PIXELS: usize = 256;
+
+fn batched(g: &Geom) -> bool {
+    g.n > 1 && g.pixels() < BATCHED_BELOW_PIXELS
+}
+
 fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if batched(g) {
+        return forward_batched::<T>(g, x, w);
+    }
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let in_img = g.c_in * g.h * g.w;
     let out_img = g.c_out * p;
@@ -453,6 +474,9 @@ fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
 }
 
 fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if batched(g) {
+        return backward_data_batched::<T>(g, grad_out, w);
+    }
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let in_img = g.c_in * g.h * g.w;
     let out_img = g.c_out * p;
@@ -514,6 +538,9 @@ fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Resul
 }
 
 fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if batched(g) {
+        return backward_filter_batched::<T>(g, grad_out, x);
+    }
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let in_img = g.c_in * g.h * g.w;
     let out_img = g.c_out * p;
@@ -562,6 +589,124 @@ fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Res
         })
     })?;
     cpu::tensor(OP, dw, (g.c_out, cin_g, g.kh, g.kw))
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU, small images: one GEMM over the whole batch (columns n*P + p), all threads in the GEMM.
+
+/// The im2col matrix of group `grp` for every image: [k, n * pixels].
+fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
+    let (k, p, cin_g) = (g.k(), g.pixels(), g.cin_g());
+    let in_img = g.c_in * g.h * g.w;
+    let mut col = vec![T::ZERO; k * g.n * p];
+    for n in 0..g.n {
+        let x_ng = &xs[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+        im2col_strided(g, x_ng, &mut col, g.n * p, n * p);
+    }
+    col
+}
+
+/// Output-shaped data [n, c_out, pixels] of group `grp` as a matrix [cout_g, n * pixels].
+fn gather_outputs<T: Float>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
+    let (p, cout_g) = (g.pixels(), g.cout_g());
+    let mut m = vec![T::ZERO; cout_g * g.n * p];
+    for n in 0..g.n {
+        for c in 0..cout_g {
+            let src = &ys[(n * g.c_out + grp * cout_g + c) * p..][..p];
+            m[c * g.n * p + n * p..][..p].copy_from_slice(src);
+        }
+    }
+    m
+}
+
+fn forward_batched<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let np = g.n * p;
+    let mut out = vec![T::ZERO; g.n * g.c_out * p];
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            let mut tmp = vec![T::ZERO; cout_g * np];
+            for grp in 0..g.groups {
+                let col = batch_columns(g, xs, grp);
+                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                cpu::gemm(
+                    cout_g,
+                    np,
+                    k,
+                    &mut tmp,
+                    false,
+                    w_g,
+                    (k, 1),
+                    &col,
+                    (np, 1),
+                    true,
+                );
+                for n in 0..g.n {
+                    for c in 0..cout_g {
+                        out[(n * g.c_out + grp * cout_g + c) * p..][..p]
+                            .copy_from_slice(&tmp[c * np + n * p..][..p]);
+                    }
+                }
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
+}
+
+fn backward_data_batched<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
+    let np = g.n * p;
+    let in_img = g.c_in * g.h * g.w;
+    let mut dx = vec![T::ZERO; g.n * in_img];
+    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            let mut col = vec![T::ZERO; k * np];
+            for grp in 0..g.groups {
+                let gy = gather_outputs(g, gs, grp);
+                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                // col (k × np) = w_gᵀ (k × cout_g) · gy (cout_g × np)
+                cpu::gemm(
+                    k,
+                    np,
+                    cout_g,
+                    &mut col,
+                    false,
+                    w_g,
+                    (1, k),
+                    &gy,
+                    (np, 1),
+                    true,
+                );
+                for n in 0..g.n {
+                    let dx_ng =
+                        &mut dx[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                    col2im_strided(g, &col, dx_ng, np, n * p);
+                }
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+}
+
+fn backward_filter_batched<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let np = g.n * p;
+    let mut dw = vec![T::ZERO; g.c_out * k];
+    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            for grp in 0..g.groups {
+                let col = batch_columns(g, xs, grp);
+                let gy = gather_outputs(g, gs, grp);
+                let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
+                // dw_g (cout_g × k) = gy (cout_g × np) · colᵀ (np × k)
+                cpu::gemm(cout_g, k, np, dst, false, &gy, (np, 1), &col, (1, np), true);
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, dw, (g.c_out, g.cin_g(), g.kh, g.kw))
 }
 
 // ---------------------------------------------------------------------------------------

@@ -111,6 +111,33 @@ pub(crate) fn same_dtype(
     Ok(())
 }
 
+/// Elements per parallel task of the element-wise CPU kernels.
+pub(crate) const CHUNK: usize = 1 << 15;
+
+/// `out[i] = f(a[i], b[i])` over two CPU tensors of one float dtype, in parallel chunks.
+pub(crate) fn zip_map<T: Float>(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(T, T) -> T + Sync,
+) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let mut out = vec![T::ZERO; a.elem_count()];
+    with_slice::<T, _>(op, a, |xa| {
+        with_slice::<T, _>(op, b, |xb| {
+            out.par_chunks_mut(CHUNK)
+                .zip(xa.par_chunks(CHUNK).zip(xb.par_chunks(CHUNK)))
+                .for_each(|(o, (a, b))| {
+                    for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+                        *o = f(*a, *b);
+                    }
+                });
+            Ok(())
+        })
+    })?;
+    tensor(op, out, a.dims())
+}
+
 /// How many worker threads wick's CPU kernels split work across.
 pub(crate) fn threads() -> usize {
     rayon::current_num_threads().max(1)

@@ -2,6 +2,9 @@
 //! PyTorch's `torch.optim.SGD` semantics: one fused update per parameter.
 
 use candle_core::Tensor;
+use rayon::prelude::*;
+
+use crate::cpu::CHUNK;
 
 use crate::error::{CandleContext, OpError, Result};
 
@@ -221,9 +224,14 @@ impl candle_core::InplaceOp3 for MomentumUpdate {
                 (1.0 - p.dampening) as T,
                 p.weight_decay as T,
             );
-            for ((b, g), w) in buf.iter_mut().zip(grad).zip(param) {
-                *b = m * *b + damp * (*g + wd * *w);
-            }
+            buf.par_chunks_mut(CHUNK)
+                .zip(grad.par_chunks(CHUNK))
+                .zip(param.par_chunks(CHUNK))
+                .for_each(|((buf, grad), param)| {
+                    for ((b, g), w) in buf.iter_mut().zip(grad).zip(param) {
+                        *b = m * *b + damp * (*g + wd * *w);
+                    }
+                });
         })
     }
 }
@@ -253,15 +261,21 @@ impl candle_core::InplaceOp3 for ParamUpdate {
         let (p, has_buf) = (self.p, self.has_buf);
         in_place_float!(dst, dst_l, srcs, |param, grad, buf, T| {
             let (lr, m, wd) = (p.lr as T, p.momentum as T, p.weight_decay as T);
-            for ((w, g), b) in param.iter_mut().zip(grad).zip(buf) {
-                let d = *g + wd * *w;
-                let step = match (has_buf, p.nesterov) {
-                    (false, _) => d,
-                    (true, false) => *b,
-                    (true, true) => d + m * *b,
-                };
-                *w -= lr * step;
-            }
+            param
+                .par_chunks_mut(CHUNK)
+                .zip(grad.par_chunks(CHUNK))
+                .zip(buf.par_chunks(CHUNK))
+                .for_each(|((param, grad), buf)| {
+                    for ((w, g), b) in param.iter_mut().zip(grad).zip(buf) {
+                        let d = *g + wd * *w;
+                        let step = match (has_buf, p.nesterov) {
+                            (false, _) => d,
+                            (true, false) => *b,
+                            (true, true) => d + m * *b,
+                        };
+                        *w -= lr * step;
+                    }
+                });
         })
     }
 }

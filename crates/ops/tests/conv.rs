@@ -111,6 +111,14 @@ fn gradients_match_finite_differences_across_settings() {
 }
 
 #[test]
+fn per_image_and_whole_batch_gemm_strategies_both_match_finite_differences() {
+    // 17x16 outputs (272 pixels) take the per-image GEMMs; 7x6 ones the whole-batch GEMM.
+    fd_check([2, 2, 17, 16], [3, 2, 3, 3], Conv2dParams::new(1, 1), 70);
+    fd_check([3, 2, 7, 6], [3, 2, 3, 3], Conv2dParams::new(1, 1), 80);
+    fd_check([2, 3, 16, 16], [4, 3, 1, 1], Conv2dParams::new(1, 0), 90);
+}
+
+#[test]
 fn bias_gradient_matches_finite_differences() {
     let x = rand_tensor(1, &[2, 3, 5, 4]);
     let w = rand_tensor(2, &[4, 3, 3, 3]);
