@@ -58,6 +58,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let a = Args::parse();
+    wick::allocator::keep_freed_memory();
     let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
     let gpu = !device.is_cpu();
     let stem: Stem = a.stem.parse()?;

@@ -12,4 +12,5 @@ pub use wick_graph as graph;
 pub use wick_models as models;
 pub use wick_ops as ops;
 
+pub mod allocator;
 pub mod device;
