@@ -13,4 +13,4 @@ pub use wick_models as models;
 pub use wick_ops as ops;
 
 pub mod allocator;
-pub mod device;
+pub use wick_graph::device;

@@ -36,6 +36,7 @@
 
 pub mod autodiff;
 pub mod builder;
+pub mod device;
 pub mod error;
 pub mod executor;
 pub mod float_format;

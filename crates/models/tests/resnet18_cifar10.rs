@@ -22,6 +22,12 @@ fn fixture(name: &str) -> PathBuf {
     dir.join("resnet18-cifar10").join(name)
 }
 
+/// The CPU, or the GPU with `WICK_TEST_DEVICE=cuda` (see scripts/gpu-check.sh).
+fn device() -> Device {
+    let name = std::env::var("WICK_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    wick_graph::device::select(&name).unwrap_or_else(|e| panic!("WICK_TEST_DEVICE={name}: {e}"))
+}
+
 fn config() -> ResNetConfig {
     ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap()
 }
@@ -73,36 +79,36 @@ fn expected() -> HashMap<String, Tensor> {
 #[test]
 fn evaluation_logits_match_pytorch() {
     let (images, _) = batch();
-    let mut s = Session::inference(config(), 8, 32, &Device::Cpu).unwrap();
+    let mut s = Session::inference(config(), 8, 32, &device()).unwrap();
     s.load_checkpoint(&fixture("weights.safetensors")).unwrap();
     let logits = s.forward(&images).unwrap();
     let e = max_rel(&logits, &expected()["logits_eval"]);
     assert!(e <= 1e-4, "logits_eval relative error {e:.2e}");
 }
 
-#[test]
-fn training_step_matches_pytorch_logits_loss_gradients_and_updated_checkpoint() {
+/// A training session loaded with the fixture weights, after one SGD step on the batch.
+fn stepped() -> (Session, f32) {
     let (images, labels) = batch();
-    let exp = expected();
     let sgd = SgdParams {
         lr: 0.1,
         momentum: 0.9,
         weight_decay: 5e-4,
         ..Default::default()
     };
-    let mut s = Session::training(
-        config(),
-        8,
-        32,
-        TrainOptions {
-            sgd,
-            keep_gradients: true,
-        },
-        &Device::Cpu,
-    )
-    .unwrap();
+    let opts = TrainOptions {
+        sgd,
+        keep_gradients: true,
+    };
+    let mut s = Session::training(config(), 8, 32, opts, &device()).unwrap();
     s.load_checkpoint(&fixture("weights.safetensors")).unwrap();
     let loss = s.step(&images, &labels).unwrap();
+    (s, loss)
+}
+
+#[test]
+fn training_step_matches_pytorch_logits_loss_and_gradients() {
+    let exp = expected();
+    let (s, loss) = stepped();
     let ref_loss = exp["loss_train"].to_scalar::<f32>().unwrap();
     assert!(
         ((loss - ref_loss) / ref_loss).abs() <= 1e-5,
@@ -121,6 +127,11 @@ fn training_step_matches_pytorch_logits_loss_gradients_and_updated_checkpoint() 
         let e = max_rel(s.gradient(name).unwrap(), &exp[&format!("grad.{name}")]);
         assert!(e <= tol, "grad.{name} relative error {e:.2e} > {tol:.0e}");
     }
+}
+
+#[test]
+fn updated_checkpoint_after_one_sgd_step_matches_pytorch() {
+    let (s, _) = stepped();
     // The whole checkpoint after the step, saved and read back as a user would.
     let dir = std::env::temp_dir().join(format!("wick-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

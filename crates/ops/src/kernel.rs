@@ -152,3 +152,46 @@ pub enum KernelPath {
     /// forcing it on the CPU lets tests check it against the CPU kernels and fixtures.
     Generic,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_device_and_cudnn() {
+        assert_eq!(Kernel::ConvForward.name(DeviceKind::Cpu), "ConvForward");
+        assert_eq!(
+            Kernel::ConvForward.name(DeviceKind::Cudnn),
+            "cudnnConvForward"
+        );
+        assert_eq!(
+            Kernel::ConvBackwardData.name(DeviceKind::Cudnn),
+            "cudnnConvBackwardData"
+        );
+        assert_eq!(
+            Kernel::ConvBackwardFilter.name(DeviceKind::Cudnn),
+            "cudnnConvBackwardFilter"
+        );
+        assert_eq!(Kernel::ConvForward.name(DeviceKind::Cuda), "GpuConvForward");
+        assert_eq!(
+            Kernel::BatchNormForwardTraining.name(DeviceKind::Cpu),
+            "BatchNormForwardTraining"
+        );
+        assert_eq!(
+            Kernel::BatchNormForwardTraining.name(DeviceKind::Cuda),
+            "GpuBatchNormForwardTraining"
+        );
+        assert_eq!(
+            Kernel::PoolingForward.name(DeviceKind::Cuda),
+            "GpuPoolingForward"
+        );
+        assert_eq!(
+            Kernel::PoolingBackward.name(DeviceKind::Cpu),
+            "PoolingBackward"
+        );
+        assert_eq!(Kernel::ReLU.name(DeviceKind::Cudnn), "ReLU");
+        assert_eq!(Kernel::Add.name(DeviceKind::Cuda), "Add");
+        assert_eq!(DeviceKind::of(&Device::Cpu), DeviceKind::Cpu);
+        assert_eq!(Kernel::SgdUpdate.name_on(&Device::Cpu), "SgdUpdate");
+    }
+}

@@ -24,6 +24,8 @@ pub mod activation;
 pub mod batchnorm;
 pub mod conv;
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 pub mod elementwise;
 pub mod error;
 pub mod kernel;

@@ -137,6 +137,25 @@ impl Geom {
         })
     }
 
+    /// The sizes wick's CUDA pooling kernels take.
+    #[cfg(feature = "cuda")]
+    fn cuda_dims(&self) -> crate::cuda::PoolDims {
+        let p = &self.p;
+        let v = [
+            self.h,
+            self.w,
+            self.oh,
+            self.ow,
+            p.kernel[0],
+            p.kernel[1],
+            p.stride[0],
+            p.stride[1],
+            p.padding[0],
+            p.padding[1],
+        ];
+        crate::cuda::PoolDims(v.map(|x| x as i32))
+    }
+
     /// The in-bounds input rows and columns of output (oy, ox)'s window.
     fn window(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
         let y0 = (oy * self.p.stride[0]) as isize - self.p.padding[0] as isize;
@@ -167,6 +186,12 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<MaxPoolOutput> {
     };
     let g = Geom::new(&p, x.dims())?;
     if !x.device().is_cpu() {
+        #[cfg(feature = "cuda")]
+        if x.device().is_cuda() {
+            let (y, indices) =
+                crate::cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims())?;
+            return Ok(MaxPoolOutput { y, indices });
+        }
         return Err(unsupported_device(p.op(), x));
     }
     dispatch_float!(p.op(), x.dtype(), max_forward_cpu(&g, x))
@@ -288,6 +313,10 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
     };
     let g = Geom::new(&p, x.dims())?;
     let shape = (g.n, g.c, g.oh, g.ow);
+    #[cfg(feature = "cuda")]
+    if x.device().is_cuda() {
+        return crate::cuda::avg_pool(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims(), false);
+    }
     if !x.device().is_cpu() {
         // candle's avg pool has no padding: pad with zeros first (count_include_pad=true).
         let padded = x

@@ -25,7 +25,18 @@ pub fn fixtures_dir() -> PathBuf {
         })
 }
 
-/// One op fixture: its tensors and its metadata.
+/// The device fixture tests run on: the CPU, or the first GPU with `WICK_TEST_DEVICE=cuda`
+/// (a build with the `cuda` feature; `scripts/gpu-check.sh` sets it).
+pub fn device() -> Device {
+    match std::env::var("WICK_TEST_DEVICE").as_deref() {
+        Ok("cuda") => Device::new_cuda(0)
+            .expect("WICK_TEST_DEVICE=cuda needs a build with the cuda feature and a GPU"),
+        Ok("cpu") | Err(_) => Device::Cpu,
+        Ok(other) => panic!("WICK_TEST_DEVICE={other}: expected cpu or cuda"),
+    }
+}
+
+/// One op fixture: its tensors (on [`device`]) and its metadata.
 pub struct Fixture {
     pub name: String,
     pub tensors: HashMap<String, Tensor>,
@@ -42,7 +53,7 @@ impl Fixture {
         let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).expect("fixture header");
         let meta = header.metadata().clone().unwrap_or_default();
         let tensors =
-            candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).expect("fixture tensors");
+            candle_core::safetensors::load_buffer(&bytes, &device()).expect("fixture tensors");
         Fixture {
             name: case.to_string(),
             tensors,

@@ -1,9 +1,7 @@
 //! cross_entropy: PyTorch fixture, finite differences, label checks.
 
-mod common;
-
+use crate::common::*;
 use candle_core::{Device, Tensor};
-use common::*;
 use wick_ops::{cross_entropy, cross_entropy_backward};
 
 #[test]

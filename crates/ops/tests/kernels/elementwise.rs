@@ -1,8 +1,6 @@
 //! relu and add: PyTorch fixtures (relu's gradient at 0 is 0) and finite differences.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use wick_ops::{add, relu, relu_backward};
 
 #[test]

@@ -1,9 +1,7 @@
 //! conv2d: PyTorch fixtures, finite differences, the device-generic path, and errors.
 
-mod common;
-
+use crate::common::*;
 use candle_core::Tensor;
-use common::*;
 use wick_ops::conv::*;
 use wick_ops::Conv2dParams;
 use wick_ops::KernelPath;

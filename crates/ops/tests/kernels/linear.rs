@@ -1,8 +1,6 @@
 //! linear: PyTorch fixture and finite differences.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use wick_ops::linear::*;
 
 #[test]

@@ -1,9 +1,7 @@
 //! SGD: the PyTorch fixture's three steps, and nesterov/dampening against hand computation.
 
-mod common;
-
+use crate::common::*;
 use candle_core::{Device, Tensor};
-use common::*;
 use wick_ops::{sgd_step, SgdParams};
 
 #[test]

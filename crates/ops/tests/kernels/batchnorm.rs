@@ -1,8 +1,6 @@
 //! batch_norm: PyTorch fixtures (outputs, gradients, running statistics) and finite differences.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use wick_ops::batchnorm::*;
 use wick_ops::KernelPath;
 

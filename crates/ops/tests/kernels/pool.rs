@@ -1,9 +1,7 @@
 //! Pooling: PyTorch fixtures (including max-pool ties), finite differences, errors.
 
-mod common;
-
+use crate::common::*;
 use candle_core::{DType, Tensor};
-use common::*;
 use wick_ops::pool::*;
 
 fn params(f: &Fixture, kind: PoolKind) -> Pool2dParams {

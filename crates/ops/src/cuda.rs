@@ -1,0 +1,261 @@
+//! wick's own CUDA kernels, for the ops candle has no (correct) CUDA kernel for: padded
+//! max and average pooling and their backward. The source (`pool_kernels.cu`) travels with
+//! the crate and is compiled at run time with NVRTC, once per device.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::cuda::cudarc::driver::{
+    CudaModule, CudaSlice, CudaView, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda::cudarc::nvrtc::compile_ptx;
+use candle_core::{CudaDevice, CudaStorage, DType, Device, Storage, Tensor};
+
+use crate::error::{CandleContext, OpError, Result};
+
+const POOL_SOURCE: &str = include_str!("pool_kernels.cu");
+
+/// The pooling module on `dev`, compiled on first use.
+fn pool_module(op: &'static str, dev: &CudaDevice) -> Result<Arc<CudaModule>> {
+    static MODULES: OnceLock<Mutex<HashMap<candle_core::cuda::DeviceId, Arc<CudaModule>>>> =
+        OnceLock::new();
+    let mut cache = MODULES
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| OpError::invalid(op, "kernel cache poisoned"))?;
+    if let Some(m) = cache.get(&dev.id()) {
+        return Ok(m.clone());
+    }
+    let ptx = compile_ptx(POOL_SOURCE).map_err(|e| {
+        OpError::invalid(
+            op,
+            format!("NVRTC failed to compile pool_kernels.cu: {e:?}"),
+        )
+    })?;
+    let module = dev
+        .cuda_stream()
+        .context()
+        .load_module(ptx)
+        .map_err(|e| OpError::invalid(op, format!("loading the pooling kernels: {e:?}")))?;
+    cache.insert(dev.id(), module.clone());
+    Ok(module)
+}
+
+fn cuda_err(
+    op: &'static str,
+    what: &str,
+) -> impl FnOnce(candle_core::cuda::cudarc::driver::DriverError) -> OpError + '_ {
+    move |e| OpError::invalid(op, format!("{what}: {e:?}"))
+}
+
+/// The CUDA device of `t`.
+pub(crate) fn device_of(op: &'static str, t: &Tensor) -> Result<CudaDevice> {
+    match t.device() {
+        Device::Cuda(d) => Ok(d.clone()),
+        other => Err(OpError::Unsupported {
+            op,
+            what: format!("a CUDA kernel asked for a tensor on {:?}", other.location()),
+        }),
+    }
+}
+
+/// Runs `f` with a view of the contiguous data of a CUDA tensor.
+fn with_view<T: candle_core::cuda::CudaDType, R>(
+    op: &'static str,
+    t: &Tensor,
+    f: impl FnOnce(CudaView<'_, T>) -> Result<R>,
+) -> Result<R> {
+    let t = t.contiguous().ctx(op)?;
+    let (storage, layout) = t.storage_and_layout();
+    let Storage::Cuda(cs) = &*storage else {
+        return Err(OpError::Unsupported {
+            op,
+            what: "a CUDA kernel asked for a non-CUDA tensor".into(),
+        });
+    };
+    let slice = cs.as_cuda_slice::<T>().ctx(op)?;
+    let start = layout.start_offset();
+    f(slice.slice(start..start + layout.shape().elem_count()))
+}
+
+fn wrap<T: candle_core::cuda::CudaDType>(
+    slice: CudaSlice<T>,
+    dev: &CudaDevice,
+    shape: &[usize],
+) -> Tensor {
+    Tensor::from_storage(
+        Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone())),
+        shape,
+        candle_core::op::BackpropOp::none(),
+        false,
+    )
+}
+
+/// Sizes passed to every pooling kernel: H, W, OH, OW, kh, kw, sh, sw, ph, pw.
+pub(crate) struct PoolDims(pub [i32; 10]);
+
+fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("f32"),
+        DType::F64 => Ok("f64"),
+        other => Err(OpError::Unsupported {
+            op,
+            what: format!("dtype {other:?} in wick's CUDA pooling kernels (f32, f64)"),
+        }),
+    }
+}
+
+macro_rules! launch {
+    ($op:expr, $module:expr, $dev:expr, $name:expr, $total:expr, [$($arg:expr),* $(,)?]) => {{
+        let func = $module.load_function($name).map_err(cuda_err($op, "loading a pooling kernel"))?;
+        let stream = $dev.cuda_stream();
+        let mut b = stream.launch_builder(&func);
+        $( b.arg($arg); )*
+        // SAFETY: the argument list matches the kernel's signature in pool_kernels.cu, and
+        // every buffer holds `total` (or the plane-derived) elements the kernel indexes.
+        unsafe { b.launch(LaunchConfig::for_num_elems($total as u32)) }.map_err(cuda_err($op, "launching a pooling kernel"))?;
+    }};
+}
+
+/// Max-pool forward on CUDA: (output, u32 indices) of shape `out_shape`.
+pub(crate) fn max_pool_forward(
+    x: &Tensor,
+    out_shape: &[usize],
+    d: &PoolDims,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "max_pool2d";
+    let dev = device_of(OP, x)?;
+    let module = pool_module(OP, &dev)?;
+    let total: usize = out_shape.iter().product();
+    let total_i = total as i32;
+    let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
+    let stream = dev.cuda_stream();
+    let mut idx = stream
+        .alloc_zeros::<u32>(total)
+        .map_err(cuda_err(OP, "allocating indices"))?;
+    match suffix(OP, x.dtype())? {
+        "f32" => {
+            let mut y = stream
+                .alloc_zeros::<f32>(total)
+                .map_err(cuda_err(OP, "allocating the output"))?;
+            with_view::<f32, _>(OP, x, |xv| {
+                launch!(
+                    OP,
+                    module,
+                    dev,
+                    "max_pool_fwd_f32",
+                    total,
+                    [
+                        &xv, &mut y, &mut idx, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph,
+                        &pw
+                    ]
+                );
+                Ok(())
+            })?;
+            Ok((wrap(y, &dev, out_shape), wrap(idx, &dev, out_shape)))
+        }
+        _ => {
+            let mut y = stream
+                .alloc_zeros::<f64>(total)
+                .map_err(cuda_err(OP, "allocating the output"))?;
+            with_view::<f64, _>(OP, x, |xv| {
+                launch!(
+                    OP,
+                    module,
+                    dev,
+                    "max_pool_fwd_f64",
+                    total,
+                    [
+                        &xv, &mut y, &mut idx, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph,
+                        &pw
+                    ]
+                );
+                Ok(())
+            })?;
+            Ok((wrap(y, &dev, out_shape), wrap(idx, &dev, out_shape)))
+        }
+    }
+}
+
+/// Max-pool backward on CUDA: scatters `grad_y` to the chosen elements (atomic adds).
+pub(crate) fn max_pool_backward(
+    grad_y: &Tensor,
+    indices: &Tensor,
+    input_shape: &[usize],
+    d: &PoolDims,
+) -> Result<Tensor> {
+    const OP: &str = "max_pool2d";
+    let dev = device_of(OP, grad_y)?;
+    let module = pool_module(OP, &dev)?;
+    let total = grad_y.elem_count();
+    let n_in: usize = input_shape.iter().product();
+    let [h, w, oh, ow, ..] = d.0;
+    let (total_i, hw, ohw) = (total as i32, h * w, oh * ow);
+    let stream = dev.cuda_stream();
+    macro_rules! run {
+        ($t:ty, $name:expr) => {{
+            let mut dx = stream
+                .alloc_zeros::<$t>(n_in)
+                .map_err(cuda_err(OP, "allocating the gradient"))?;
+            with_view::<$t, _>(OP, grad_y, |gv| {
+                with_view::<u32, _>(OP, indices, |iv| {
+                    launch!(
+                        OP,
+                        module,
+                        dev,
+                        $name,
+                        total,
+                        [&gv, &iv, &mut dx, &total_i, &hw, &ohw]
+                    );
+                    Ok(())
+                })
+            })?;
+            Ok(wrap(dx, &dev, input_shape))
+        }};
+    }
+    match suffix(OP, grad_y.dtype())? {
+        "f32" => run!(f32, "max_pool_bwd_f32"),
+        _ => run!(f64, "max_pool_bwd_f64"),
+    }
+}
+
+/// Average-pool forward (`backward == false`, from `x` to `out_shape`) or backward (from the
+/// output gradient `x` to `out_shape`, the input's shape) on CUDA.
+pub(crate) fn avg_pool(
+    x: &Tensor,
+    out_shape: &[usize],
+    d: &PoolDims,
+    backward: bool,
+) -> Result<Tensor> {
+    const OP: &str = "avg_pool2d";
+    let dev = device_of(OP, x)?;
+    let module = pool_module(OP, &dev)?;
+    let total: usize = out_shape.iter().product();
+    let total_i = total as i32;
+    let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
+    let stream = dev.cuda_stream();
+    macro_rules! run {
+        ($t:ty, $fwd:expr, $bwd:expr) => {{
+            let mut out = stream
+                .alloc_zeros::<$t>(total)
+                .map_err(cuda_err(OP, "allocating the output"))?;
+            with_view::<$t, _>(OP, x, |xv| {
+                let name = if backward { $bwd } else { $fwd };
+                launch!(
+                    OP,
+                    module,
+                    dev,
+                    name,
+                    total,
+                    [&xv, &mut out, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw]
+                );
+                Ok(())
+            })?;
+            Ok(wrap(out, &dev, out_shape))
+        }};
+    }
+    match suffix(OP, x.dtype())? {
+        "f32" => run!(f32, "avg_pool_fwd_f32", "avg_pool_bwd_f32"),
+        _ => run!(f64, "avg_pool_fwd_f64", "avg_pool_bwd_f64"),
+    }
+}

@@ -1,0 +1,13 @@
+//! wick-ops' tests, one module per op family (burn's layout), in one test binary: PyTorch
+//! fixtures, finite-difference gradient checks, the device-generic paths and errors.
+//! `WICK_TEST_DEVICE=cuda` runs the fixture cases on the GPU (scripts/gpu-check.sh).
+
+mod common;
+
+mod batchnorm;
+mod conv;
+mod elementwise;
+mod linear;
+mod loss;
+mod optim;
+mod pool;

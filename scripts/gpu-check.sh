@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Verifies wick's CUDA path on a machine with an NVIDIA GPU, and prints all of it.
+#
+# The GPU machine has no package registry and no Rust toolchain, so the check comes in two
+# halves; binaries travel to it, not sources:
+#   scripts/gpu-check.sh pack   On the build machine (no GPU needed): builds the test and
+#                               example binaries with --features cudnn by the recipe of
+#                               ../shared/tools/cuda-build-check.sh (CUDA 13.4's compiler from
+#                               PyPI, link stubs; about 6 minutes), strips them and packs them
+#                               with the fixtures they read into gpu-bundle/ (at most 64 MiB).
+#   scripts/gpu-check.sh run    On the GPU machine, from the repository root, with gpu-bundle/:
+#                               1. every op fixture test on CUDA (WICK_TEST_DEVICE=cuda), the
+#                                  CPU-only finite-difference tests beside them;
+#                               2. the ResNet-18 fixture tests on CUDA (logits, loss, gradients;
+#                                  the after-step checkpoint file, 45 MB, does not fit the bundle);
+#                               3. profile_resnet at SINGA's setting (resnet50, batch 32, 224x224,
+#                                  skip 5) at verbosity 1 and 2;
+#                               4. infer_resnet --bench.
+#   scripts/gpu-check.sh        pack, then run.
+# Without a GPU, `run` says so plainly and exits with status 2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUNDLE=${BUNDLE:-$ROOT/gpu-bundle}
+SHARED=${SHARED:-$ROOT/../shared}
+FIXTURES=${WICK_FIXTURES:-$SHARED/fixtures}
+LIMIT=$((64 * 1024 * 1024))
+
+pack() {
+    echo "== gpu-check pack: building with --features cudnn (CUDA 13.4 from PyPI, link stubs)"
+    export CARGO_TARGET_DIR=$ROOT/target/gpu
+    FEATURES=cudnn CARGO_CMD=build CARGO_ARGS="--release --workspace --tests --examples" \
+        WORK=$ROOT/target/cuda-ci bash "$SHARED/tools/cuda-build-check.sh"
+    rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/fixtures/ops" "$BUNDLE/fixtures/resnet18-cifar10"
+    newest() { ls -t $1 2>/dev/null | while read -r f; do [ -x "$f" ] && [ -f "$f" ] && echo "$f" && break; done; }
+    for t in kernels resnet18_cifar10; do
+        bin=$(newest "$CARGO_TARGET_DIR/release/deps/$t-*")
+        [ -n "$bin" ] || { echo "gpu-check: test binary $t not built" >&2; exit 1; }
+        cp "$bin" "$BUNDLE/$t"
+    done
+    for e in profile_resnet infer_resnet; do cp "$CARGO_TARGET_DIR/release/examples/$e" "$BUNDLE/$e"; done
+    strip "$BUNDLE"/kernels "$BUNDLE"/resnet18_cifar10 "$BUNDLE"/profile_resnet "$BUNDLE"/infer_resnet
+    cp "$FIXTURES"/ops/*.safetensors "$BUNDLE/fixtures/ops/"
+    cp "$FIXTURES"/resnet18-cifar10/{batch,expected,weights}.safetensors "$BUNDLE/fixtures/resnet18-cifar10/"
+    size=$(du -sb "$BUNDLE" | cut -f1)
+    ls -la "$BUNDLE"
+    echo "gpu-check pack: bundle is $((size / 1024 / 1024)) MiB (limit 64 MiB)"
+    if [ "$size" -gt "$LIMIT" ]; then echo "gpu-check: bundle too large to carry" >&2; exit 1; fi
+}
+
+run() {
+    if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+        echo "gpu-check: NO GPU PRESENT (nvidia-smi is missing or lists no device)."
+        echo "gpu-check: the CUDA build was compiled and packed; nothing was run on a GPU."
+        exit 2
+    fi
+    [ -x "$BUNDLE/kernels" ] || { echo "gpu-check: no bundle at $BUNDLE: run 'scripts/gpu-check.sh pack' first" >&2; exit 1; }
+    nvidia-smi -L
+    # cuBLAS, cuRAND, NVRTC and cuDNN from the machine's Python CUDA wheels, if not on the loader path.
+    libs=$(python3 - <<'PY' 2>/dev/null || true
+import glob, os, site
+dirs = set()
+for sp in site.getsitepackages():
+    for lib in glob.glob(os.path.join(sp, "nvidia", "**", "lib"), recursive=True):
+        dirs.add(lib)
+print(":".join(sorted(dirs)))
+PY
+)
+    export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export WICK_FIXTURES=$BUNDLE/fixtures WICK_TEST_DEVICE=cuda
+    status=0
+    echo "== 1. op tests: fixtures on CUDA"
+    "$BUNDLE/kernels" --test-threads 1 || status=1
+    echo "== 2. ResNet-18 fixture tests on CUDA (without the after-step checkpoint file)"
+    "$BUNDLE/resnet18_cifar10" --test-threads 1 --skip updated_checkpoint || status=1
+    echo "== 3. profile_resnet at SINGA's documented setting"
+    "$BUNDLE/profile_resnet" --device cuda --verbosity 1 || status=1
+    "$BUNDLE/profile_resnet" --device cuda --verbosity 2 || status=1
+    echo "== 4. infer_resnet --bench"
+    "$BUNDLE/infer_resnet" --device cuda --bench || status=1
+    echo "gpu-check: $([ $status -eq 0 ] && echo all passed || echo FAILURES above)"
+    exit $status
+}
+
+case "${1:-all}" in
+    pack) pack ;;
+    run) run ;;
+    all) pack && run ;;
+    *) echo "usage: scripts/gpu-check.sh [pack|run]" >&2; exit 64 ;;
+esac
