@@ -43,8 +43,8 @@ fn pool_module(op: &'static str, dev: &CudaDevice) -> Result<Arc<CudaModule>> {
 
 fn cuda_err(
     op: &'static str,
-    what: &str,
-) -> impl FnOnce(candle_core::cuda::cudarc::driver::DriverError) -> OpError + '_ {
+    what: &'static str,
+) -> impl FnOnce(candle_core::cuda::cudarc::driver::DriverError) -> OpError {
     move |e| OpError::invalid(op, format!("{what}: {e:?}"))
 }
 

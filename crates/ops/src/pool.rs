@@ -260,14 +260,18 @@ pub fn max_pool2d_backward(
         &out,
     )?;
     crate::shape::same(p.op(), "indices", indices.dims(), "pooled output", &out)?;
-    if !grad_y.device().is_cpu() {
-        return Err(unsupported_device(p.op(), grad_y));
-    }
     if indices.dtype() != DType::U32 {
         return Err(OpError::invalid(
             p.op(),
             format!("indices must be u32, got {:?}", indices.dtype()),
         ));
+    }
+    if !grad_y.device().is_cpu() {
+        #[cfg(feature = "cuda")]
+        if grad_y.device().is_cuda() {
+            return crate::cuda::max_pool_backward(grad_y, indices, input_shape, &g.cuda_dims());
+        }
+        return Err(unsupported_device(p.op(), grad_y));
     }
     dispatch_float!(
         p.op(),
