@@ -59,6 +59,7 @@ struct Args {
 fn main() -> Result<()> {
     let a = Args::parse();
     wick::allocator::keep_freed_memory();
+    wick::denormals::flush_denormals_to_zero();
     let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
     let gpu = !device.is_cpu();
     let stem: Stem = a.stem.parse()?;

@@ -72,6 +72,7 @@ struct Args {
 fn main() -> Result<()> {
     let a = Args::parse();
     wick::allocator::keep_freed_memory();
+    wick::denormals::flush_denormals_to_zero();
     let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
     let stem: Stem = a.stem.parse()?;
     let config = ResNetConfig::new(

@@ -14,3 +14,4 @@ pub use wick_ops as ops;
 
 pub mod allocator;
 pub use wick_graph::device;
+pub mod denormals;
