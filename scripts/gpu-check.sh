@@ -51,7 +51,11 @@ pack() {
 run() {
     if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
         echo "gpu-check: NO GPU PRESENT (nvidia-smi is missing or lists no device)."
-        echo "gpu-check: the CUDA build was compiled and packed; nothing was run on a GPU."
+        if [ -x "$BUNDLE/kernels" ]; then
+            echo "gpu-check: the bundle in $BUNDLE is built and packed; nothing was run on a GPU."
+        else
+            echo "gpu-check: no bundle in $BUNDLE either ('scripts/gpu-check.sh pack' builds it); nothing was run on a GPU."
+        fi
         exit 2
     fi
     [ -x "$BUNDLE/kernels" ] || { echo "gpu-check: no bundle at $BUNDLE: run 'scripts/gpu-check.sh pack' first" >&2; exit 1; }
