@@ -643,55 +643,7 @@ fn forward_batched<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor>
     cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
 }
 
-/// For a stride-1, undilated, ungrouped convolution the input gradient is itself a
-/// convolution: of the output gradient with the weight flipped in space and with input and
-/// output channels swapped, padded by `k - 1 - pad`. As a forward GEMM it needs no col2im,
-/// and its shape (few rows, long reduction) runs much faster than `Wᵀ · gy` on small images.
-fn backward_data_as_convolution<T: Float>(
-    g: &Geom,
-    grad_out: &Tensor,
-    w: &Tensor,
-) -> Result<Option<Tensor>> {
-    let p = &g.p;
-    if p.stride != [1, 1]
-        || p.dilation != [1, 1]
-        || g.groups != 1
-        || p.padding[0] >= g.kh
-        || p.padding[1] >= g.kw
-    {
-        return Ok(None);
-    }
-    let (kh, kw) = (g.kh, g.kw);
-    let mut flipped = vec![T::ZERO; g.c_in * g.c_out * kh * kw];
-    cpu::with_slice::<T, _>(OP, w, |ws| {
-        // Channel-in outer, channel-out inner: the writes run sequentially and the reads of
-        // one input channel stay in cache for the next.
-        for c in 0..g.c_in {
-            for o in 0..g.c_out {
-                for i in 0..kh {
-                    for j in 0..kw {
-                        flipped[((c * g.c_out + o) * kh + kh - 1 - i) * kw + kw - 1 - j] =
-                            ws[((o * g.c_in + c) * kh + i) * kw + j];
-                    }
-                }
-            }
-        }
-        Ok(())
-    })?;
-    let flipped = cpu::tensor(OP, flipped, (g.c_in, g.c_out, kh, kw))?;
-    let gp = Conv2dParams {
-        padding: [kh - 1 - p.padding[0], kw - 1 - p.padding[1]],
-        ..*p
-    };
-    let g2 = gp.geom(grad_out.dims(), flipped.dims())?;
-    debug_assert_eq!([g2.oh, g2.ow], [g.h, g.w]);
-    forward_batched::<T>(&g2, grad_out, &flipped).map(Some)
-}
-
 fn backward_data_batched<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if let Some(dx) = backward_data_as_convolution::<T>(g, grad_out, w)? {
-        return Ok(dx);
-    }
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let np = g.n * p;
     let in_img = g.c_in * g.h * g.w;
