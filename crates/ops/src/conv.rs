@@ -679,7 +679,7 @@ fn backward_filter_batched<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) ->
                 let gy = gather_outputs(g, gs, grp);
                 let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
                 // dw_g (cout_g × k) = gy (cout_g × np) · colᵀ (np × k)
-                cpu::gemm(cout_g, k, np, dst, false, &gy, (np, 1), &col, (1, np), true);
+                cpu::gemm_split_rows(cout_g, k, np, dst, &gy, (np, 1), &col, (1, np));
             }
             Ok(())
         })
