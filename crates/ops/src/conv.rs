@@ -629,7 +629,18 @@ fn forward_batched<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor>
             for grp in 0..g.groups {
                 let col = batch_columns(g, xs, grp);
                 let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                cpu::gemm_split_rows(cout_g, np, k, &mut tmp, w_g, (k, 1), &col, (np, 1));
+                cpu::gemm(
+                    cout_g,
+                    np,
+                    k,
+                    &mut tmp,
+                    false,
+                    w_g,
+                    (k, 1),
+                    &col,
+                    (np, 1),
+                    true,
+                );
                 for n in 0..g.n {
                     for c in 0..cout_g {
                         out[(n * g.c_out + grp * cout_g + c) * p..][..p]
@@ -655,7 +666,18 @@ fn backward_data_batched<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> R
                 let gy = gather_outputs(g, gs, grp);
                 let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                 // col (k × np) = w_gᵀ (k × cout_g) · gy (cout_g × np)
-                cpu::gemm_split_rows(k, np, cout_g, &mut col, w_g, (1, k), &gy, (np, 1));
+                cpu::gemm(
+                    k,
+                    np,
+                    cout_g,
+                    &mut col,
+                    false,
+                    w_g,
+                    (1, k),
+                    &gy,
+                    (np, 1),
+                    true,
+                );
                 for n in 0..g.n {
                     let dx_ng =
                         &mut dx[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
@@ -679,7 +701,7 @@ fn backward_filter_batched<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) ->
                 let gy = gather_outputs(g, gs, grp);
                 let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
                 // dw_g (cout_g × k) = gy (cout_g × np) · colᵀ (np × k)
-                cpu::gemm_split_rows(cout_g, k, np, dst, &gy, (np, 1), &col, (1, np));
+                cpu::gemm(cout_g, k, np, dst, false, &gy, (np, 1), &col, (1, np), true);
             }
             Ok(())
         })

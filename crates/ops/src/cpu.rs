@@ -143,43 +143,6 @@ pub(crate) fn threads() -> usize {
     rayon::current_num_threads().max(1)
 }
 
-/// [`gemm`] split by rows of `dst` across the worker threads, each chunk a single-threaded
-/// GEMM. For the short, wide products of small images this beats the GEMM's own threading.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm_split_rows<T: Float>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [T],
-    lhs: &[T],
-    lhs_strides: (usize, usize),
-    rhs: &[T],
-    rhs_strides: (usize, usize),
-) {
-    use rayon::prelude::*;
-    let parts = threads().min(m.max(1));
-    let rows = m.div_ceil(parts).max(1);
-    dst[..m * n]
-        .par_chunks_mut(rows * n)
-        .enumerate()
-        .for_each(|(i, d)| {
-            let r0 = i * rows;
-            let mi = d.len() / n;
-            gemm(
-                mi,
-                n,
-                k,
-                d,
-                false,
-                &lhs[r0 * lhs_strides.0..],
-                lhs_strides,
-                rhs,
-                rhs_strides,
-                false,
-            );
-        });
-}
-
 /// One row-major matrix product through the `gemm` crate:
 /// `dst (m×n) = [dst +] lhs (m×k) · rhs (k×n)`, each operand given by its row and column strides.
 #[allow(clippy::too_many_arguments)]
