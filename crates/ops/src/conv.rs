@@ -713,24 +713,12 @@ fn backward_filter_batched<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) ->
 // Device-generic: candle's conv2d and conv_transpose2d.
 
 fn generic_forward(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if g.p.stride[0] != g.p.stride[1]
-        || g.p.padding[0] != g.p.padding[1]
-        || g.p.dilation[0] != g.p.dilation[1]
-    {
-        return Err(unsupported_anisotropic(x.device()));
-    }
-    x.conv2d(w, g.p.padding[0], g.p.stride[0], g.p.dilation[0], g.groups)
-        .ctx(OP)
+    let (s, pad, d) = isotropic(g, x.device())?;
+    x.conv2d(w, pad, s, d, g.groups).ctx(OP)
 }
 
 fn generic_backward_data(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if g.p.stride[0] != g.p.stride[1]
-        || g.p.padding[0] != g.p.padding[1]
-        || g.p.dilation[0] != g.p.dilation[1]
-    {
-        return Err(unsupported_anisotropic(grad_out.device()));
-    }
-    let (s, pad, d) = (g.p.stride[0], g.p.padding[0], g.p.dilation[0]);
+    let (s, pad, d) = isotropic(g, grad_out.device())?;
     // The unpadded transposed convolution covers padded rows 0..full_h; input row i is
     // padded row i + pad. Rows past full_h were never read by a window (the stride skipped
     // them): their gradient is zero. candle's conv_transpose2d has one output padding for
@@ -752,27 +740,11 @@ fn generic_backward_data(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tens
             .contiguous()
             .ctx(OP)
     };
-    if g.groups == 1 {
-        return per_group(grad_out, w);
-    }
-    let grads = grad_out.chunk(g.groups, 1).ctx(OP)?;
-    let ws = w.chunk(g.groups, 0).ctx(OP)?;
-    let parts = grads
-        .iter()
-        .zip(&ws)
-        .map(|(gr, wg)| per_group(gr, wg))
-        .collect::<Result<Vec<_>>>()?;
-    Tensor::cat(&parts, 1).ctx(OP)
+    by_groups(g.groups, (grad_out, 1), (w, 0), 1, per_group)
 }
 
 fn generic_backward_filter(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
-    if g.p.stride[0] != g.p.stride[1]
-        || g.p.padding[0] != g.p.padding[1]
-        || g.p.dilation[0] != g.p.dilation[1]
-    {
-        return Err(unsupported_anisotropic(x.device()));
-    }
-    let (s, pad, d) = (g.p.stride[0], g.p.padding[0], g.p.dilation[0]);
+    let (s, pad, d) = isotropic(g, x.device())?;
     // dW[o, c, i, j] = sum_{n, y, x} grad[n, o, y, x] * xpad[n, c, y*s + i*d, x*s + j*d]:
     // a convolution of x (channels as batch) with grad (as kernel), stride d, dilation s.
     let per_group = |grad: &Tensor, x: &Tensor| -> Result<Tensor> {
@@ -782,17 +754,40 @@ fn generic_backward_filter(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Te
         let dw = dw.narrow(2, 0, g.kh).ctx(OP)?.narrow(3, 0, g.kw).ctx(OP)?;
         dw.transpose(0, 1).ctx(OP)?.contiguous().ctx(OP)
     };
-    if g.groups == 1 {
-        return per_group(grad_out, x);
+    by_groups(g.groups, (grad_out, 1), (x, 1), 0, per_group)
+}
+
+/// Runs `f` on each group's slices of `a` and `b` (each split along the given dimension)
+/// and concatenates the results along `cat_dim`; one call when there is one group.
+fn by_groups(
+    groups: usize,
+    (a, a_dim): (&Tensor, usize),
+    (b, b_dim): (&Tensor, usize),
+    cat_dim: usize,
+    f: impl Fn(&Tensor, &Tensor) -> Result<Tensor>,
+) -> Result<Tensor> {
+    if groups == 1 {
+        return f(a, b);
     }
-    let grads = grad_out.chunk(g.groups, 1).ctx(OP)?;
-    let xs = x.chunk(g.groups, 1).ctx(OP)?;
-    let parts = grads
+    let a_parts = a.chunk(groups, a_dim).ctx(OP)?;
+    let b_parts = b.chunk(groups, b_dim).ctx(OP)?;
+    let parts = a_parts
         .iter()
-        .zip(&xs)
-        .map(|(gr, xg)| per_group(gr, xg))
+        .zip(&b_parts)
+        .map(|(x, y)| f(x, y))
         .collect::<Result<Vec<_>>>()?;
-    Tensor::cat(&parts, 0).ctx(OP)
+    Tensor::cat(&parts, cat_dim).ctx(OP)
+}
+
+/// (stride, padding, dilation) when each is the same along H and W (candle's conv takes
+/// one value for both), else an error.
+fn isotropic(g: &Geom, device: &Device) -> Result<(usize, usize, usize)> {
+    let p = &g.p;
+    if p.stride[0] != p.stride[1] || p.padding[0] != p.padding[1] || p.dilation[0] != p.dilation[1]
+    {
+        return Err(unsupported_anisotropic(device));
+    }
+    Ok((p.stride[0], p.padding[0], p.dilation[0]))
 }
 
 fn unsupported_anisotropic(device: &Device) -> OpError {
