@@ -1,9 +1,10 @@
-//! Per-layer convolution speed at every distinct ResNet-50 conv shape (batch 2, 224x224):
-//! forward, input gradient and weight gradient, each next to a plain GEMM of the same
+//! Per-layer convolution speed at every distinct ResNet-50 conv shape (batch 2, 224x224) and
+//! every distinct CIFAR ResNet-18 conv shape (batch 8, 32x32): forward, input gradient and
+//! weight gradient, each next to a plain GEMM of the same
 //! FLOP count (M = output channels, N = batch * output pixels, K = input channels * kernel
 //! area) through candle's matmul. Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
 //!
-//! `cargo bench --bench conv_layers` (`-- 'layer3'` to filter).
+//! `cargo bench --bench conv_layers` (`-- 'resnet18'` or `-- '@8 '` to filter).
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -12,14 +13,23 @@ use wick::graph::{GraphBuilder, Mode, Op};
 use wick::models::{Depth, ResNetConfig, Stem};
 use wick::ops::{conv, Conv2dParams};
 
-/// (input shape, weight shape, settings) of every distinct conv in ResNet-50, in order.
-fn resnet50_convs(batch: usize) -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
-    let config = ResNetConfig::new(Depth::R50, Stem::ImageNet, 1000).expect("valid config");
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
+/// (input shape, weight shape, settings) of every distinct conv of a ResNet, in order.
+fn resnet_convs(
+    depth: Depth,
+    stem: Stem,
+    batch: usize,
+    image: usize,
+) -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
+    let config = ResNetConfig::new(depth, stem, 10).expect("valid config");
     let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
     let images = b
-        .input("images", &[batch, 3, 224, 224], DType::F32)
+        .input("images", &[batch, 3, image, image], DType::F32)
         .expect("input");
-    config.forward(&mut b, images).expect("resnet50 records");
+    config.forward(&mut b, images).expect("resnet records");
     let g = b.finish();
     let mut out: Vec<([usize; 4], [usize; 4], Conv2dParams)> = Vec::new();
     for n in g.nodes() {
@@ -37,11 +47,23 @@ fn resnet50_convs(batch: usize) -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
 }
 
 fn bench(c: &mut Criterion) {
+    wick::allocator::keep_freed_memory();
     let dev = Device::Cpu;
-    for (x_shape, w_shape, p) in resnet50_convs(2) {
+    let models = [
+        ("resnet50 b2", Depth::R50, Stem::ImageNet, 2, 224),
+        ("resnet18-cifar b8", Depth::R18, Stem::Cifar, 8, 32),
+    ];
+    let shapes = models
+        .into_iter()
+        .flat_map(|(model, depth, stem, batch, image)| {
+            resnet_convs(depth, stem, batch, image)
+                .into_iter()
+                .map(move |s| (model, s))
+        });
+    for (model, (x_shape, w_shape, p)) in shapes {
         let [n, cin, h, _] = x_shape;
         let [cout, _, k, _] = w_shape;
-        let name = format!("{cin}->{cout} {k}x{k} s{} @{h}", p.stride[0]);
+        let name = format!("{model} {cin}->{cout} {k}x{k} s{} @{h} ", p.stride[0]);
         let x = Tensor::randn(0f32, 1.0, x_shape.as_slice(), &dev).expect("x");
         let w = Tensor::randn(0f32, 0.05, w_shape.as_slice(), &dev).expect("w");
         let out = p.output_shape(&x_shape, &w_shape).expect("shape");
