@@ -16,6 +16,10 @@ use wick::models::data::{BatchSource, SyntheticImages};
 use wick::models::{Depth, ResNetConfig, Session, Stem, TrainOptions};
 use wick::ops::SgdParams;
 
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
 const SGD: SgdParams = SgdParams {
     lr: 0.01,
     momentum: 0.9,

@@ -15,6 +15,10 @@ use clap::Parser;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
 use wick::models::{checkpoint, ResNetConfig, Session, Stem};
 
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
 #[derive(Parser)]
 #[command(about = "Run a ResNet with wick: logits for a batch, or a latency benchmark")]
 struct Args {

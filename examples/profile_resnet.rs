@@ -15,6 +15,10 @@ use wick::models::data::{BatchSource, SyntheticImages};
 use wick::models::{ResNetConfig, Session, Stem, TrainOptions};
 use wick::ops::SgdParams;
 
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
 #[derive(Parser)]
 #[command(about = "Profile ResNet training steps with wick's SINGA-style time profiler")]
 struct Args {

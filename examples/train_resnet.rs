@@ -16,6 +16,10 @@ use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticI
 use wick::models::{ResNetConfig, Session, Stem, TrainOptions};
 use wick::ops::SgdParams;
 
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
 #[derive(Parser)]
 #[command(about = "Train a ResNet with wick")]
 struct Args {
