@@ -52,6 +52,8 @@ pub struct TimeProfiler {
     seen: usize,
     timed: usize,
     iter_sum: f64,
+    /// Seconds of each timed iteration, for the median and spread.
+    iter_times: Vec<f64>,
     phase_sum: [f64; 3],
     op_sum: Vec<f64>,
     op_min: Vec<f64>,
@@ -88,6 +90,7 @@ impl TimeProfiler {
             seen: 0,
             timed: 0,
             iter_sum: 0.0,
+            iter_times: Vec::new(),
             phase_sum: [0.0; 3],
             op_sum: Vec::new(),
             op_min: Vec::new(),
@@ -122,6 +125,7 @@ impl TimeProfiler {
         self.seen = 0;
         self.timed = 0;
         self.iter_sum = 0.0;
+        self.iter_times.clear();
         self.phase_sum = [0.0; 3];
         self.op_sum.iter_mut().for_each(|v| *v = 0.0);
         self.op_min.iter_mut().for_each(|v| *v = f64::INFINITY);
@@ -185,6 +189,13 @@ impl TimeProfiler {
             backward_sec: phase(Phase::Backward),
             optimizer_sec: phase(Phase::Optimizer),
             iteration_sec: self.iter_sum / n,
+            iteration_median_sec: median(&self.iter_times),
+            iteration_min_sec: self
+                .iter_times
+                .iter()
+                .copied()
+                .fold(f64::INFINITY, f64::min),
+            iteration_max_sec: self.iter_times.iter().copied().fold(0.0, f64::max),
             ops,
             last_iteration_trace: trace,
         }
@@ -269,6 +280,7 @@ impl Hook for TimeProfiler {
         timer.read(&mut self.marks)?;
         let m = &self.marks;
         self.iter_sum += m[ITER_END] - m[ITER_START];
+        self.iter_times.push(m[ITER_END] - m[ITER_START]);
         for p in Phase::ALL {
             if self.phases_present[p as usize] {
                 self.phase_sum[p as usize] += m[phase_end(p)] - m[phase_start(p)];
@@ -345,6 +357,21 @@ pub struct OpTypeRow {
     pub flops: u64,
 }
 
+/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
+fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
 /// Everything the profiler measured, as numbers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Profile {
@@ -366,6 +393,12 @@ pub struct Profile {
     pub optimizer_sec: f64,
     /// Mean seconds of a whole iteration.
     pub iteration_sec: f64,
+    /// Median seconds of a whole iteration (0 before any timed iteration).
+    pub iteration_median_sec: f64,
+    /// Fastest timed iteration, in seconds (infinite before any).
+    pub iteration_min_sec: f64,
+    /// Slowest timed iteration, in seconds.
+    pub iteration_max_sec: f64,
     /// Per-node timings in OP_ID order (verbosity 2).
     pub ops: Vec<OpProfile>,
     /// (start, duration) in seconds of each node in the last timed iteration (verbosity 2).
@@ -522,6 +555,15 @@ impl std::fmt::Display for Profile {
             self.device,
             self.method
         )?;
+        if self.timed_iterations > 0 {
+            writeln!(
+                f,
+                "Iteration spread : median {} sec, min {} sec, max {} sec",
+                cpp_float(self.iteration_median_sec),
+                cpp_float(self.iteration_min_sec),
+                cpp_float(self.iteration_max_sec)
+            )?;
+        }
         if self.iteration_sec > 0.0 {
             let share = |t: f64| 100.0 * t / self.iteration_sec;
             let phases = self.forward_sec + self.backward_sec + self.optimizer_sec;
@@ -551,5 +593,18 @@ impl std::fmt::Display for Profile {
             f.write_str(&self.table())?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty_sets() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.0]), 7.0);
+        assert_eq!(median(&[]), 0.0);
     }
 }

@@ -150,6 +150,16 @@ fn skipped_iterations_leave_no_trace_and_every_figure_is_averaged() {
     assert!((p.backward_sec - 0.114813).abs() < 1e-9);
     assert!((p.optimizer_sec - 0.00148837).abs() < 1e-9);
     assert!((p.iteration_sec - 10.0).abs() < 1e-9);
+    for spread in [
+        p.iteration_median_sec,
+        p.iteration_min_sec,
+        p.iteration_max_sec,
+    ] {
+        assert!((spread - 10.0).abs() < 1e-9, "{spread}");
+    }
+    assert!(p
+        .to_string()
+        .contains("Iteration spread : median 10 sec, min 10 sec, max 10 sec"));
 }
 
 #[test]
