@@ -6,13 +6,22 @@
 #   scripts/gpu-check.sh pack   On the build machine (no GPU needed): builds the test and
 #                               example binaries with --features cudnn by the recipe of
 #                               ../shared/tools/cuda-build-check.sh (CUDA 13.4's compiler from
-#                               PyPI, link stubs; about 6 minutes), strips them and packs them
-#                               with the fixtures they read into gpu-bundle/ (at most 64 MiB).
+#                               PyPI, link stubs; about 10 minutes on 2 cores), strips them,
+#                               compresses them with xz (49 MB -> ~8 MB each: candle's embedded
+#                               PTX) and packs them with the op fixtures, the ResNet-18 batch
+#                               and expected outputs into gpu-bundle/ (at most 64 MiB). The two
+#                               45 MB ResNet-18 checkpoints do not fit: pack records a digest of
+#                               each instead.
 #   scripts/gpu-check.sh run    On the GPU machine, from the repository root, with gpu-bundle/:
+#                               0. unpacks the binaries; re-creates the ResNet-18 checkpoints
+#                                  with the machine's PyTorch (scripts/resnet18_cifar10_weights.py:
+#                                  the initial weights must match the recorded digest bit for
+#                                  bit; the after-step one is PyTorch's CPU step, compared at the
+#                                  test's tolerance);
 #                               1. every op fixture test on CUDA (WICK_TEST_DEVICE=cuda), the
 #                                  CPU-only finite-difference tests beside them;
-#                               2. the ResNet-18 fixture tests on CUDA (logits, loss, gradients;
-#                                  the after-step checkpoint file, 45 MB, does not fit the bundle);
+#                               2. the ResNet-18 fixture tests on CUDA (logits, loss, gradients,
+#                                  checkpoint after one SGD step);
 #                               3. profile_resnet at SINGA's setting (resnet50, batch 32, 224x224,
 #                                  skip 5) at verbosity 1 and 2;
 #                               4. infer_resnet --bench.
@@ -25,6 +34,8 @@ BUNDLE=${BUNDLE:-$ROOT/gpu-bundle}
 SHARED=${SHARED:-$ROOT/../shared}
 FIXTURES=${WICK_FIXTURES:-$SHARED/fixtures}
 LIMIT=$((64 * 1024 * 1024))
+
+BINARIES="kernels resnet18_cifar10 profile_resnet infer_resnet"
 
 pack() {
     echo "== gpu-check pack: building with --features cudnn (CUDA 13.4 from PyPI, link stubs)"
@@ -39,26 +50,45 @@ pack() {
         cp "$bin" "$BUNDLE/$t"
     done
     for e in profile_resnet infer_resnet; do cp "$CARGO_TARGET_DIR/release/examples/$e" "$BUNDLE/$e"; done
-    strip "$BUNDLE"/kernels "$BUNDLE"/resnet18_cifar10 "$BUNDLE"/profile_resnet "$BUNDLE"/infer_resnet
+    for b in $BINARIES; do
+        strip "$BUNDLE/$b"
+        xz -T0 -6 "$BUNDLE/$b" # -> $b.xz
+    done
     cp "$FIXTURES"/ops/*.safetensors "$BUNDLE/fixtures/ops/"
-    cp "$FIXTURES"/resnet18-cifar10/{batch,expected,weights}.safetensors "$BUNDLE/fixtures/resnet18-cifar10/"
+    cp "$FIXTURES"/resnet18-cifar10/{batch,expected}.safetensors "$BUNDLE/fixtures/resnet18-cifar10/"
+    for w in weights weights_after_1_step; do
+        python3 scripts/resnet18_cifar10_weights.py --digest "$FIXTURES/resnet18-cifar10/$w.safetensors" \
+            > "$BUNDLE/fixtures/resnet18-cifar10/$w.digest"
+    done
     size=$(du -sb "$BUNDLE" | cut -f1)
     ls -la "$BUNDLE"
     echo "gpu-check pack: bundle is $((size / 1024 / 1024)) MiB (limit 64 MiB)"
     if [ "$size" -gt "$LIMIT" ]; then echo "gpu-check: bundle too large to carry" >&2; exit 1; fi
 }
 
+# Decompresses one packed binary into $BUNDLE/bin (xz if present, else Python's lzma).
+unpack() {
+    mkdir -p "$BUNDLE/bin"
+    if command -v xz >/dev/null 2>&1; then
+        xz -dc "$BUNDLE/$1.xz" > "$BUNDLE/bin/$1"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            "$BUNDLE/$1.xz" "$BUNDLE/bin/$1"
+    fi
+    chmod +x "$BUNDLE/bin/$1"
+}
+
 run() {
     if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
         echo "gpu-check: NO GPU PRESENT (nvidia-smi is missing or lists no device)."
-        if [ -x "$BUNDLE/kernels" ]; then
+        if [ -f "$BUNDLE/kernels.xz" ]; then
             echo "gpu-check: the bundle in $BUNDLE is built and packed; nothing was run on a GPU."
         else
             echo "gpu-check: no bundle in $BUNDLE either ('scripts/gpu-check.sh pack' builds it); nothing was run on a GPU."
         fi
         exit 2
     fi
-    [ -x "$BUNDLE/kernels" ] || { echo "gpu-check: no bundle at $BUNDLE: run 'scripts/gpu-check.sh pack' first" >&2; exit 1; }
+    [ -f "$BUNDLE/kernels.xz" ] || { echo "gpu-check: no bundle at $BUNDLE: run 'scripts/gpu-check.sh pack' first" >&2; exit 1; }
     nvidia-smi -L
     # cuBLAS, cuRAND, NVRTC and cuDNN from the machine's Python CUDA wheels, if not on the loader path.
     libs=$(python3 - <<'PY' 2>/dev/null || true
@@ -73,15 +103,28 @@ PY
     export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export WICK_FIXTURES=$BUNDLE/fixtures WICK_TEST_DEVICE=cuda
     status=0
+    echo "== 0. unpacking the binaries; re-creating the ResNet-18 checkpoints with PyTorch"
+    for b in $BINARIES; do unpack "$b"; done
+    fx=$BUNDLE/fixtures/resnet18-cifar10
+    weights_ok=1
+    python3 scripts/resnet18_cifar10_weights.py "$fx/weights.safetensors" \
+        --expect "$(cat "$fx/weights.digest")" \
+        --after-step "$fx/batch.safetensors" "$fx/weights_after_1_step.safetensors" \
+        --expect-after "$(cat "$fx/weights_after_1_step.digest")" || weights_ok=0
     echo "== 1. op tests: fixtures on CUDA"
-    "$BUNDLE/kernels" --test-threads 1 || status=1
-    echo "== 2. ResNet-18 fixture tests on CUDA (without the after-step checkpoint file)"
-    "$BUNDLE/resnet18_cifar10" --test-threads 1 --skip updated_checkpoint || status=1
+    "$BUNDLE/bin/kernels" --test-threads 1 || status=1
+    echo "== 2. ResNet-18 fixture tests on CUDA"
+    if [ $weights_ok = 1 ]; then
+        "$BUNDLE/bin/resnet18_cifar10" --test-threads 1 || status=1
+    else
+        echo "gpu-check: FAILED to re-create the ResNet-18 weights (see above); step 2 not run"
+        status=1
+    fi
     echo "== 3. profile_resnet at SINGA's documented setting"
-    "$BUNDLE/profile_resnet" --device cuda --verbosity 1 || status=1
-    "$BUNDLE/profile_resnet" --device cuda --verbosity 2 || status=1
+    "$BUNDLE/bin/profile_resnet" --device cuda --verbosity 1 || status=1
+    "$BUNDLE/bin/profile_resnet" --device cuda --verbosity 2 || status=1
     echo "== 4. infer_resnet --bench"
-    "$BUNDLE/infer_resnet" --device cuda --bench || status=1
+    "$BUNDLE/bin/infer_resnet" --device cuda --bench || status=1
     echo "gpu-check: $([ $status -eq 0 ] && echo all passed || echo FAILURES above)"
     exit $status
 }
