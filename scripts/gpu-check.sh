@@ -34,6 +34,7 @@ BUNDLE=${BUNDLE:-$ROOT/gpu-bundle}
 SHARED=${SHARED:-$ROOT/../shared}
 FIXTURES=${WICK_FIXTURES:-$SHARED/fixtures}
 LIMIT=$((64 * 1024 * 1024))
+PYTHON=${PYTHON:-python3} # a Python with PyTorch, on the GPU machine
 
 BINARIES="kernels resnet18_cifar10 profile_resnet infer_resnet"
 
@@ -107,7 +108,7 @@ PY
     for b in $BINARIES; do unpack "$b"; done
     fx=$BUNDLE/fixtures/resnet18-cifar10
     weights_ok=1
-    python3 scripts/resnet18_cifar10_weights.py "$fx/weights.safetensors" \
+    "$PYTHON" scripts/resnet18_cifar10_weights.py "$fx/weights.safetensors" \
         --expect "$(cat "$fx/weights.digest")" \
         --after-step "$fx/batch.safetensors" "$fx/weights_after_1_step.safetensors" \
         --expect-after "$(cat "$fx/weights_after_1_step.digest")" || weights_ok=0
