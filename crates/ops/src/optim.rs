@@ -135,8 +135,23 @@ pub fn sgd_step_in_place(
         match momentum_buf {
             Some(buf) => {
                 crate::shape::same(OP, "momentum buffer", buf.dims(), "parameter", param.dims())?;
-                buf.inplace_op3(grad, param, &MomentumUpdate(*p)).ctx(OP)?;
-                Some(buf.clone())
+                let update = ParamUpdate {
+                    p: *p,
+                    has_buf: true,
+                };
+                // Both passes block by block, so the second finds the block's buffer,
+                // gradient and parameter still in cache: one trip through memory, not two.
+                let flat = |t: &Tensor| t.flatten_all().ctx(OP);
+                let (b, g, w) = (flat(buf)?, flat(grad)?, flat(param)?);
+                let n = w.elem_count();
+                for start in (0..n).step_by(SGD_BLOCK) {
+                    let len = SGD_BLOCK.min(n - start);
+                    let block = |t: &Tensor| t.narrow(0, start, len).ctx(OP);
+                    let (b, g, w) = (block(&b)?, block(&g)?, block(&w)?);
+                    b.inplace_op3(&g, &w, &MomentumUpdate(*p)).ctx(OP)?;
+                    w.inplace_op3(&g, &b, &update).ctx(OP)?;
+                }
+                return Ok((param.clone(), Some(buf.clone())));
             }
             // The first step's buffer is the (weight-decayed) gradient, as in PyTorch.
             None => Some(if p.weight_decay != 0.0 {
@@ -198,6 +213,10 @@ macro_rules! in_place_float {
         Ok(())
     }};
 }
+
+/// Elements per block of the blocked two-pass momentum update (1 MiB of f32 per operand:
+/// the three operands of a block fit the L2 caches of two cores).
+const SGD_BLOCK: usize = 1 << 18;
 
 /// `buf = momentum*buf + (1 - dampening)*(grad + weight_decay*param)`; sources [grad, param].
 struct MomentumUpdate(SgdParams);
@@ -261,6 +280,18 @@ impl candle_core::InplaceOp3 for ParamUpdate {
         let (p, has_buf) = (self.p, self.has_buf);
         in_place_float!(dst, dst_l, srcs, |param, grad, buf, T| {
             let (lr, m, wd) = (p.lr as T, p.momentum as T, p.weight_decay as T);
+            if has_buf && !p.nesterov {
+                // Plain momentum steps by the buffer alone: the gradient is not read.
+                param
+                    .par_chunks_mut(CHUNK)
+                    .zip(buf.par_chunks(CHUNK))
+                    .for_each(|(param, buf)| {
+                        for (w, b) in param.iter_mut().zip(buf) {
+                            *w -= lr * *b;
+                        }
+                    });
+                return Ok(());
+            }
             param
                 .par_chunks_mut(CHUNK)
                 .zip(grad.par_chunks(CHUNK))

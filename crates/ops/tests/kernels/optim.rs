@@ -164,8 +164,10 @@ fn in_place_steps_match_pytorch_fixture_and_the_out_of_place_kernel() {
         );
         buf = Some(b);
     }
-    // Every setting, in place against out of place, over a few steps.
+    // Every setting, in place against out of place, over a few steps, on a tensor that
+    // spans several blocks of the blocked momentum update and a partial one.
     let dev = Device::Cpu;
+    let shape = [3, 200_000];
     for p in [
         SgdParams {
             lr: 0.1,
@@ -189,12 +191,12 @@ fn in_place_steps_match_pytorch_fixture_and_the_out_of_place_kernel() {
             nesterov: false,
         },
     ] {
-        let start = rand_tensor(1, &[3, 4]);
+        let start = rand_tensor(1, &shape);
         let (mut a, mut abuf) = (start.clone(), None::<Tensor>);
         let b = start.copy().unwrap();
         let mut bbuf = None::<Tensor>;
         for step in 0..3 {
-            let g = rand_tensor(10 + step, &[3, 4]);
+            let g = rand_tensor(10 + step, &shape);
             let (na, nb) = sgd_step(&a, &g, abuf.as_ref(), &p).unwrap();
             a = na;
             abuf = nb;
