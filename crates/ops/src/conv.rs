@@ -319,6 +319,15 @@ fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
     }
 }
 
+/// [`im2col`] split across threads, one task per input channel (for a batch of one, where
+/// the images are not split across threads).
+fn im2col_parallel<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
+    let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
+    col.par_chunks_mut(rows)
+        .zip(x.par_chunks(hw))
+        .for_each(|(dst, plane)| im2col_plane(g, plane, dst, g.pixels(), 0));
+}
+
 /// Writes the kh*kw im2col rows of one input plane ([h, w]) into the columns
 /// `offset..offset + oh*ow` of `rows`, a matrix whose rows are `row_stride` long. Every
 /// element of those columns is written (padding as zeros).
@@ -363,6 +372,14 @@ fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
     for (plane, src) in dx.chunks_mut(hw).zip(col.chunks(rows)) {
         col2im_plane(g, src, plane, g.pixels(), 0);
     }
+}
+
+/// [`col2im`] split across threads, one task per input plane (planes are disjoint in dx).
+fn col2im_parallel<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
+    let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
+    dx.par_chunks_mut(hw)
+        .zip(col.par_chunks(rows))
+        .for_each(|(plane, src)| col2im_plane(g, src, plane, g.pixels(), 0));
 }
 
 /// Adds the kh*kw im2col rows of one plane, columns `offset..offset + oh*ow` of `rows` (a
@@ -477,7 +494,11 @@ fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
                         x_ng
                     } else {
                         col.resize(k * p, T::ZERO);
-                        im2col(g, x_ng, col);
+                        if parallel {
+                            im2col_parallel(g, x_ng, col);
+                        } else {
+                            im2col(g, x_ng, col);
+                        }
                         col
                     };
                     let w_g = &ws[grp * cout_g * k..][..cout_g * k];
@@ -545,7 +566,11 @@ fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Resul
                             (p, 1),
                             parallel,
                         );
-                        col2im(g, col, dx_ng);
+                        if parallel {
+                            col2im_parallel(g, col, dx_ng);
+                        } else {
+                            col2im(g, col, dx_ng);
+                        }
                     }
                 }
             };
@@ -588,7 +613,11 @@ fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Res
                             x_ng
                         } else {
                             col.resize(k * p, T::ZERO);
-                            im2col(g, x_ng, &mut col);
+                            if parallel {
+                                im2col_parallel(g, x_ng, &mut col);
+                            } else {
+                                im2col(g, x_ng, &mut col);
+                            }
                             &col
                         };
                         let g_ng = &gs[n * out_img + grp * cout_g * p..][..cout_g * p];
