@@ -583,20 +583,34 @@ fn affine_per_channel<T: Float>(
     scale: &[f64],
     shift: &[f64],
 ) -> Result<Tensor> {
-    let hw = h * w;
-    let mut y = vec![T::ZERO; n * c * hw];
+    let (hw, len) = (h * w, n * c * h * w);
+    let mut y: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, x, |xs| {
-        y.par_chunks_mut(hw)
+        if xs.len() != len {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "input {:?} does not have shape {:?}",
+                    x.dims(),
+                    [n, c, h, w]
+                ),
+            ));
+        }
+        y.spare_capacity_mut()[..len]
+            .par_chunks_mut(hw)
             .zip(xs.par_chunks(hw))
             .enumerate()
             .for_each(|(plane, (yp, xp))| {
                 let (s, t) = (T::from_f64(scale[plane % c]), T::from_f64(shift[plane % c]));
                 for (o, v) in yp.iter_mut().zip(xp) {
-                    *o = *v * s + t;
+                    o.write(*v * s + t);
                 }
             });
         Ok(())
     })?;
+    // SAFETY: `xs` holds `len` elements (checked above), so the planes above wrote every one
+    // of the `len` slots (written once, not zeroed first).
+    unsafe { y.set_len(len) };
     cpu::tensor(OP, y, (n, c, h, w))
 }
 
@@ -637,20 +651,26 @@ fn dx_kernel<T: Float>(
     b: &[f64],
     k: &[f64],
 ) -> Result<Tensor> {
-    let hw = h * w;
-    let mut dx = vec![T::ZERO; n * c * hw];
+    let (hw, len) = (h * w, n * c * h * w);
+    let mut dx: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, grad_y, |gs| {
         cpu::with_slice::<T, _>(OP, x, |xs| {
-            dx.par_chunks_mut(hw).enumerate().for_each(|(plane, d)| {
-                let ch = plane % c;
-                let (a, b, k) = (T::from_f64(a[ch]), T::from_f64(b[ch]), T::from_f64(k[ch]));
-                let r = plane * hw..(plane + 1) * hw;
-                for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
-                    *o = a * *g + b * *v + k;
-                }
-            });
+            dx.spare_capacity_mut()[..len]
+                .par_chunks_mut(hw)
+                .enumerate()
+                .for_each(|(plane, d)| {
+                    let ch = plane % c;
+                    let (a, b, k) = (T::from_f64(a[ch]), T::from_f64(b[ch]), T::from_f64(k[ch]));
+                    let r = plane * hw..(plane + 1) * hw;
+                    for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
+                        o.write(a * *g + b * *v + k);
+                    }
+                });
             Ok(())
         })
     })?;
+    // SAFETY: `gs` and `xs` hold `len` elements each (both tensors have these dims, checked
+    // by the caller), so the planes above wrote every one of the `len` slots.
+    unsafe { dx.set_len(len) };
     cpu::tensor(OP, dx, (n, c, h, w))
 }

@@ -484,10 +484,15 @@ fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let in_img = g.c_in * g.h * g.w;
     let out_img = g.c_out * p;
-    let mut out = vec![T::ZERO; g.n * out_img];
+    let len = g.n * out_img;
+    // Written once by the GEMMs (every group of every image), not zeroed first.
+    let mut out: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, x, |xs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
-            let per_image = |col: &mut Vec<T>, n: usize, out_n: &mut [T], parallel: bool| {
+            let per_image = |col: &mut Vec<T>,
+                             n: usize,
+                             out_n: &mut [std::mem::MaybeUninit<T>],
+                             parallel: bool| {
                 for grp in 0..g.groups {
                     let x_ng = &xs[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
                     let rhs: &[T] = if g.is_pointwise() {
@@ -503,23 +508,28 @@ fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
                     };
                     let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                     let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
-                    cpu::gemm(cout_g, p, k, dst, false, w_g, (k, 1), rhs, (p, 1), parallel);
+                    cpu::gemm_uninit(cout_g, p, k, dst, (w_g, (k, 1)), (rhs, (p, 1)), parallel);
                 }
             };
+            let slots = &mut out.spare_capacity_mut()[..len];
             if g.n >= 2 && cpu::threads() > 1 {
-                out.par_chunks_mut(out_img)
+                slots
+                    .par_chunks_mut(out_img)
                     .enumerate()
                     .with_min_len(image_chunks(g.n))
                     .for_each_init(Vec::new, |col, (n, out_n)| per_image(col, n, out_n, false));
             } else {
                 let mut col = Vec::new();
-                for (n, out_n) in out.chunks_mut(out_img).enumerate() {
+                for (n, out_n) in slots.chunks_mut(out_img).enumerate() {
                     per_image(&mut col, n, out_n, true);
                 }
             }
             Ok(())
         })
     })?;
+    // SAFETY: the `len` slots are n images of `groups` blocks of cout_g * p slots each, and
+    // every block was written whole by `gemm_uninit` above.
+    unsafe { out.set_len(len) };
     cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
 }
 
@@ -718,14 +728,17 @@ fn gather_outputs<T: Float>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
 }
 
 /// The inverse of [`gather_outputs`]: writes a [cout_g, n * pixels] matrix of group `grp`
-/// into output-shaped data [n, c_out, pixels].
-fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [T], grp: usize) {
+/// into the slots of output-shaped data [n, c_out, pixels] (each group's slots once).
+fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [std::mem::MaybeUninit<T>], grp: usize) {
     let (p, cout_g) = (g.pixels(), g.cout_g());
     let np = g.n * p;
     ys.par_chunks_mut(p).enumerate().for_each(|(i, dst)| {
         let (n, c) = (i / g.c_out, i % g.c_out);
         if c / cout_g == grp {
-            dst.copy_from_slice(&m[(c - grp * cout_g) * np + n * p..][..p]);
+            let src = &m[(c - grp * cout_g) * np + n * p..][..p];
+            for (d, v) in dst.iter_mut().zip(src) {
+                d.write(*v);
+            }
         }
     });
 }
@@ -733,30 +746,34 @@ fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [T], grp: usize) {
 fn forward_batched<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let np = g.n * p;
-    let mut out = vec![T::ZERO; g.n * g.c_out * p];
+    let len = g.n * g.c_out * p;
+    // Written once (each group's planes by scatter_outputs), not zeroed first.
+    let mut out: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, x, |xs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
-            let mut tmp = vec![T::ZERO; cout_g * np];
             for grp in 0..g.groups {
                 let col = batch_columns(g, xs, grp);
                 let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                cpu::gemm(
+                let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
+                cpu::gemm_uninit(
                     cout_g,
                     np,
                     k,
-                    &mut tmp,
-                    false,
-                    w_g,
-                    (k, 1),
-                    &col,
-                    (np, 1),
+                    &mut tmp.spare_capacity_mut()[..cout_g * np],
+                    (w_g, (k, 1)),
+                    (&col, (np, 1)),
                     true,
                 );
-                scatter_outputs(g, &tmp, &mut out, grp);
+                // SAFETY: gemm_uninit wrote all cout_g * np slots.
+                unsafe { tmp.set_len(cout_g * np) };
+                scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);
             }
             Ok(())
         })
     })?;
+    // SAFETY: every (image, channel) plane of p slots belongs to exactly one group, and
+    // scatter_outputs wrote each group's planes whole (m holds cout_g * n * p values).
+    unsafe { out.set_len(len) };
     cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
 }
 

@@ -115,6 +115,8 @@ pub(crate) fn same_dtype(
 pub(crate) const CHUNK: usize = 1 << 15;
 
 /// `out[i] = f(a[i], b[i])` over two CPU tensors of one float dtype, in parallel chunks.
+/// The output is written once, not zeroed first (a zeroing pass would cost as much memory
+/// traffic as the kernel's own write).
 pub(crate) fn zip_map<T: Float>(
     op: &'static str,
     a: &Tensor,
@@ -122,19 +124,34 @@ pub(crate) fn zip_map<T: Float>(
     f: impl Fn(T, T) -> T + Sync,
 ) -> Result<Tensor> {
     use rayon::prelude::*;
-    let mut out = vec![T::ZERO; a.elem_count()];
+    let len = a.elem_count();
+    if b.elem_count() != len {
+        return Err(OpError::invalid(
+            op,
+            format!(
+                "operands of shapes {:?} and {:?} differ in size",
+                a.dims(),
+                b.dims()
+            ),
+        ));
+    }
+    let mut out: Vec<T> = Vec::with_capacity(len);
     with_slice::<T, _>(op, a, |xa| {
         with_slice::<T, _>(op, b, |xb| {
-            out.par_chunks_mut(CHUNK)
+            out.spare_capacity_mut()[..len]
+                .par_chunks_mut(CHUNK)
                 .zip(xa.par_chunks(CHUNK).zip(xb.par_chunks(CHUNK)))
                 .for_each(|(o, (a, b))| {
                     for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
-                        *o = f(*a, *b);
+                        o.write(f(*a, *b));
                     }
                 });
             Ok(())
         })
     })?;
+    // SAFETY: `xa` and `xb` hold `len` elements each, so the chunks above wrote every one of
+    // the `len` slots.
+    unsafe { out.set_len(len) };
     tensor(op, out, a.dims())
 }
 
@@ -168,6 +185,66 @@ pub(crate) fn gemm<T: Float>(
         (rhs, rhs_strides),
         parallel,
     )
+}
+
+/// [`gemm`] into uninitialised row-major memory of exactly `m * n` slots, all of which it
+/// writes (the `gemm` crate does not read the destination when asked not to accumulate,
+/// and fills it with zeros when `k` is 0): no zeroing pass before the product.
+pub(crate) fn gemm_uninit<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [std::mem::MaybeUninit<T>],
+    (lhs, lhs_strides): (&[T], (usize, usize)),
+    (rhs, rhs_strides): (&[T], (usize, usize)),
+    parallel: bool,
+) {
+    assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k > 0 {
+        assert!(
+            lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1,
+            "gemm lhs too small"
+        );
+        assert!(
+            rhs.len() > (k - 1) * rhs_strides.0 + (n - 1) * rhs_strides.1,
+            "gemm rhs too small"
+        );
+    }
+    let parallelism = if parallel && threads() > 1 {
+        gemm::Parallelism::Rayon(threads())
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the operands' bounds are checked above and `dst` is a distinct `&mut` borrow of
+    // m * n slots, addressed row-major; with `read_dst` false the gemm crate only writes
+    // them (gemm-common 0.19: alpha is zeroed and the first k-block stores without loading;
+    // k = 0 stores zeros), so no uninitialised value is read and every slot is written.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr().cast::<T>(),
+            1,
+            n as isize,
+            false,
+            lhs.as_ptr(),
+            lhs_strides.1 as isize,
+            lhs_strides.0 as isize,
+            rhs.as_ptr(),
+            rhs_strides.1 as isize,
+            rhs_strides.0 as isize,
+            T::ONE,
+            T::ONE,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
 }
 
 /// [`gemm`] with the destination's (row, column) strides given too: `(1, m)` writes the
