@@ -12,6 +12,7 @@
 
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
+use std::mem::MaybeUninit;
 
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
@@ -311,31 +312,53 @@ fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
 // ---------------------------------------------------------------------------------------
 // CPU: im2col + GEMM.
 
-/// Fills `col` ([cin_g*kh*kw, oh*ow]) with the windows of one image's group `x` ([cin_g, h, w]).
-fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
-    let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
-    for (plane, dst) in x.chunks(hw).zip(col.chunks_mut(rows)) {
+/// Sets `col` to the im2col matrix ([cin_g*kh*kw, oh*ow]) of one image's group `x`
+/// ([cin_g, h, w]), reusing its allocation; every element is written once, none zeroed
+/// first.
+fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>) {
+    let (hw, rows, len) = (g.h * g.w, g.kh * g.kw * g.pixels(), g.k() * g.pixels());
+    col.clear();
+    col.reserve(len);
+    for (plane, dst) in x
+        .chunks(hw)
+        .zip(col.spare_capacity_mut()[..len].chunks_mut(rows))
+    {
         im2col_plane(g, plane, dst, g.pixels(), 0);
     }
+    // SAFETY: `x` has cin_g planes, so each of the cin_g row blocks of `len` was written
+    // whole by im2col_plane.
+    unsafe { col.set_len(len) };
 }
 
 /// [`im2col`] split across threads, one task per input channel (for a batch of one, where
 /// the images are not split across threads).
-fn im2col_parallel<T: Float>(g: &Geom, x: &[T], col: &mut [T]) {
-    let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
-    col.par_chunks_mut(rows)
+fn im2col_parallel<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>) {
+    let (hw, rows, len) = (g.h * g.w, g.kh * g.kw * g.pixels(), g.k() * g.pixels());
+    col.clear();
+    col.reserve(len);
+    col.spare_capacity_mut()[..len]
+        .par_chunks_mut(rows)
         .zip(x.par_chunks(hw))
         .for_each(|(dst, plane)| im2col_plane(g, plane, dst, g.pixels(), 0));
+    // SAFETY: as in im2col: every row block was written whole.
+    unsafe { col.set_len(len) };
 }
 
 /// Writes the kh*kw im2col rows of one input plane ([h, w]) into the columns
 /// `offset..offset + oh*ow` of `rows`, a matrix whose rows are `row_stride` long. Every
-/// element of those columns is written (padding as zeros).
-fn im2col_plane<T: Float>(g: &Geom, plane: &[T], rows: &mut [T], row_stride: usize, offset: usize) {
+/// slot of those columns is written (padding as zeros).
+fn im2col_plane<T: Float>(
+    g: &Geom,
+    plane: &[T],
+    rows: &mut [MaybeUninit<T>],
+    row_stride: usize,
+    offset: usize,
+) {
     let p = g.pixels();
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
     let [dh, dw] = g.p.dilation;
+    let zero = |s: &mut [MaybeUninit<T>]| s.iter_mut().for_each(|o| _ = o.write(T::ZERO));
     for ki in 0..g.kh {
         for kj in 0..g.kw {
             let dst = &mut rows[(ki * g.kw + kj) * row_stride + offset..][..p];
@@ -344,21 +367,29 @@ fn im2col_plane<T: Float>(g: &Geom, plane: &[T], rows: &mut [T], row_stride: usi
                 let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
                 let iy = (oy * sh + ki * dh) as isize - ph as isize;
                 if iy < 0 || iy >= g.h as isize || lo >= hi {
-                    out_row.fill(T::ZERO);
+                    zero(out_row);
                     continue;
                 }
                 let src = &plane[iy as usize * g.w..(iy as usize + 1) * g.w];
-                out_row[..lo].fill(T::ZERO);
-                out_row[hi..].fill(T::ZERO);
+                zero(&mut out_row[..lo]);
+                zero(&mut out_row[hi..]);
                 let ix0 = lo * sw + kj * dw - pw;
+                // valid_range keeps the last window column inside the row; checked anyway,
+                // since every slot of out_row[lo..hi] must be written.
+                assert!(
+                    ix0 + (hi - lo - 1) * sw < src.len(),
+                    "im2col window past its row"
+                );
                 if sw == 1 {
-                    out_row[lo..hi].copy_from_slice(&src[ix0..ix0 + (hi - lo)]);
+                    for (o, v) in out_row[lo..hi].iter_mut().zip(&src[ix0..ix0 + (hi - lo)]) {
+                        o.write(*v);
+                    }
                 } else {
                     for (o, v) in out_row[lo..hi]
                         .iter_mut()
                         .zip(src[ix0..].iter().step_by(sw))
                     {
-                        *o = *v;
+                        o.write(*v);
                     }
                 }
             }
@@ -489,28 +520,25 @@ fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     let mut out: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, x, |xs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
-            let per_image = |col: &mut Vec<T>,
-                             n: usize,
-                             out_n: &mut [std::mem::MaybeUninit<T>],
-                             parallel: bool| {
-                for grp in 0..g.groups {
-                    let x_ng = &xs[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
-                    let rhs: &[T] = if g.is_pointwise() {
-                        x_ng
-                    } else {
-                        col.resize(k * p, T::ZERO);
-                        if parallel {
-                            im2col_parallel(g, x_ng, col);
+            let per_image =
+                |col: &mut Vec<T>, n: usize, out_n: &mut [MaybeUninit<T>], parallel: bool| {
+                    for grp in 0..g.groups {
+                        let x_ng = &xs[n * in_img + grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                        let rhs: &[T] = if g.is_pointwise() {
+                            x_ng
                         } else {
-                            im2col(g, x_ng, col);
-                        }
-                        col
-                    };
-                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                    let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
-                    cpu::gemm_uninit(cout_g, p, k, dst, (w_g, (k, 1)), (rhs, (p, 1)), parallel);
-                }
-            };
+                            if parallel {
+                                im2col_parallel(g, x_ng, col);
+                            } else {
+                                im2col(g, x_ng, col);
+                            }
+                            col
+                        };
+                        let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                        let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
+                        cpu::gemm_uninit(cout_g, p, k, dst, (w_g, (k, 1)), (rhs, (p, 1)), parallel);
+                    }
+                };
             let slots = &mut out.spare_capacity_mut()[..len];
             if g.n >= 2 && cpu::threads() > 1 {
                 slots
@@ -622,7 +650,6 @@ fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Res
                         let rhs: &[T] = if g.is_pointwise() {
                             x_ng
                         } else {
-                            col.resize(k * p, T::ZERO);
                             if parallel {
                                 im2col_parallel(g, x_ng, &mut col);
                             } else {
@@ -698,12 +725,13 @@ fn transpose<T: Float>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
 // CPU, small images: one GEMM over the whole batch (columns n*P + p), all threads in the GEMM.
 
 /// The im2col matrix of group `grp` for every image: [k, n * pixels], filled in parallel
-/// (one task per input channel, each writing its own kh*kw rows).
+/// (one task per input channel, each writing its own kh*kw rows once).
 fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
     let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
     let np = g.n * p;
-    let mut col = vec![T::ZERO; k * np];
-    col.par_chunks_mut(g.kh * g.kw * np)
+    let mut col: Vec<T> = Vec::with_capacity(k * np);
+    col.spare_capacity_mut()[..k * np]
+        .par_chunks_mut(g.kh * g.kw * np)
         .enumerate()
         .for_each(|(c, rows)| {
             let ch = grp * g.cin_g() + c;
@@ -712,24 +740,35 @@ fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
                 im2col_plane(g, plane, rows, np, n * p);
             }
         });
+    // SAFETY: cin_g row blocks, each of whose n column ranges im2col_plane wrote whole.
+    unsafe { col.set_len(k * np) };
     col
 }
 
 /// Output-shaped data [n, c_out, pixels] of group `grp` as a matrix [cout_g, n * pixels].
 fn gather_outputs<T: Float>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
     let (p, cout_g) = (g.pixels(), g.cout_g());
-    let mut m = vec![T::ZERO; cout_g * g.n * p];
-    m.par_chunks_mut(g.n * p).enumerate().for_each(|(c, row)| {
-        for (n, dst) in row.chunks_mut(p).enumerate() {
-            dst.copy_from_slice(&ys[(n * g.c_out + grp * cout_g + c) * p..][..p]);
-        }
-    });
+    let len = cout_g * g.n * p;
+    let mut m: Vec<T> = Vec::with_capacity(len);
+    m.spare_capacity_mut()[..len]
+        .par_chunks_mut(g.n * p)
+        .enumerate()
+        .for_each(|(c, row)| {
+            for (n, dst) in row.chunks_mut(p).enumerate() {
+                let src = &ys[(n * g.c_out + grp * cout_g + c) * p..][..p];
+                for (d, v) in dst.iter_mut().zip(src) {
+                    d.write(*v);
+                }
+            }
+        });
+    // SAFETY: each of the cout_g rows is n chunks of p slots, each written from p values.
+    unsafe { m.set_len(len) };
     m
 }
 
 /// The inverse of [`gather_outputs`]: writes a [cout_g, n * pixels] matrix of group `grp`
 /// into the slots of output-shaped data [n, c_out, pixels] (each group's slots once).
-fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [std::mem::MaybeUninit<T>], grp: usize) {
+fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [MaybeUninit<T>], grp: usize) {
     let (p, cout_g) = (g.pixels(), g.cout_g());
     let np = g.n * p;
     ys.par_chunks_mut(p).enumerate().for_each(|(i, dst)| {
