@@ -568,64 +568,64 @@ fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Resul
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let in_img = g.c_in * g.h * g.w;
     let out_img = g.c_out * p;
-    let mut dx = vec![T::ZERO; g.n * in_img];
+    let len = g.n * in_img;
+    // Each image's slots are written by its own task (zeroed there, while in cache, then
+    // accumulated into by col2im; or written whole by the GEMM for a pointwise conv).
+    let mut dx: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, grad_out, |gs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
-            let per_image = |col: &mut Vec<T>, n: usize, dx_n: &mut [T], parallel: bool| {
-                for grp in 0..g.groups {
-                    let g_ng = &gs[n * out_img + grp * cout_g * p..][..cout_g * p];
-                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                    let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
-                    // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
-                    if g.is_pointwise() {
-                        cpu::gemm(
-                            k,
-                            p,
-                            cout_g,
-                            dx_ng,
-                            false,
-                            w_g,
-                            (1, k),
-                            g_ng,
-                            (p, 1),
-                            parallel,
-                        );
-                    } else {
-                        col.resize(k * p, T::ZERO);
-                        cpu::gemm(
-                            k,
-                            p,
-                            cout_g,
-                            col,
-                            false,
-                            w_g,
-                            (1, k),
-                            g_ng,
-                            (p, 1),
-                            parallel,
-                        );
-                        if parallel {
-                            col2im_parallel(g, col, dx_ng);
+            let per_image =
+                |col: &mut Vec<T>, n: usize, dx_n: &mut [MaybeUninit<T>], parallel: bool| {
+                    for grp in 0..g.groups {
+                        let g_ng = &gs[n * out_img + grp * cout_g * p..][..cout_g * p];
+                        let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                        let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                        // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
+                        if g.is_pointwise() {
+                            let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
+                            cpu::gemm_uninit(k, p, cout_g, dx_ng, lhs, rhs, parallel);
                         } else {
-                            col2im(g, col, dx_ng);
+                            col.resize(k * p, T::ZERO);
+                            cpu::gemm(
+                                k,
+                                p,
+                                cout_g,
+                                col,
+                                false,
+                                w_g,
+                                (1, k),
+                                g_ng,
+                                (p, 1),
+                                parallel,
+                            );
+                            let dx_ng = cpu::fill_slots(dx_ng, T::ZERO);
+                            if parallel {
+                                col2im_parallel(g, col, dx_ng);
+                            } else {
+                                col2im(g, col, dx_ng);
+                            }
                         }
                     }
-                }
-            };
+                };
+            let slots = &mut dx.spare_capacity_mut()[..len];
             if g.n >= 2 && cpu::threads() > 1 {
-                dx.par_chunks_mut(in_img)
+                slots
+                    .par_chunks_mut(in_img)
                     .enumerate()
                     .with_min_len(image_chunks(g.n))
                     .for_each_init(Vec::new, |col, (n, dx_n)| per_image(col, n, dx_n, false));
             } else {
                 let mut col = Vec::new();
-                for (n, dx_n) in dx.chunks_mut(in_img).enumerate() {
+                for (n, dx_n) in slots.chunks_mut(in_img).enumerate() {
                     per_image(&mut col, n, dx_n, true);
                 }
             }
             Ok(())
         })
     })?;
+    // SAFETY: every image's groups were each written whole above (by gemm_uninit, or
+    // filled with zeros before col2im).
+    unsafe { dx.set_len(len) };
     cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
 }
 

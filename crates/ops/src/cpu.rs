@@ -187,6 +187,15 @@ pub(crate) fn gemm<T: Float>(
     )
 }
 
+/// Writes `value` into every slot and returns the slots as initialised values.
+pub(crate) fn fill_slots<T: Copy>(slots: &mut [std::mem::MaybeUninit<T>], value: T) -> &mut [T] {
+    for s in slots.iter_mut() {
+        s.write(value);
+    }
+    // SAFETY: every slot was just written; MaybeUninit<T> has T's layout.
+    unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
+}
+
 /// [`gemm`] into uninitialised row-major memory of exactly `m * n` slots, all of which it
 /// writes (the `gemm` crate does not read the destination when asked not to accumulate,
 /// and fills it with zeros when `k` is 0): no zeroing pass before the product.
