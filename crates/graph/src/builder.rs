@@ -157,7 +157,7 @@ impl GraphBuilder {
         self.graph.values[v.0].dtype
     }
 
-    /// 2-D convolution of `x` [N, C, H, W] with `weight` [O, C/groups, KH, KW] and an optional bias [O].
+    /// 2-D convolution of `x` `[N, C, H, W]` with `weight` `[O, C/groups, KH, KW]` and an optional bias `[O]`.
     pub fn conv2d(
         &mut self,
         x: ValueId,
@@ -370,7 +370,7 @@ impl GraphBuilder {
         )[0])
     }
 
-    /// Fully connected layer `x·Wᵀ + b` with `weight` [out, in] and an optional bias [out].
+    /// Fully connected layer `x·Wᵀ + b` with `weight` `[out, in]` and an optional bias `[out]`.
     pub fn linear(
         &mut self,
         x: ValueId,
@@ -397,7 +397,7 @@ impl GraphBuilder {
         )[0])
     }
 
-    /// Mean softmax cross-entropy of `logits` [N, C] against integer `labels` [N]: a 0-dim loss.
+    /// Mean softmax cross-entropy of `logits` `[N, C]` against integer `labels` `[N]`: a 0-dim loss.
     pub fn cross_entropy(&mut self, logits: ValueId, labels: ValueId) -> Result<ValueId> {
         self.forward_only("cross_entropy")?;
         let (ls, ys) = (self.shape(logits).to_vec(), self.shape(labels).to_vec());

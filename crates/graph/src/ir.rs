@@ -69,7 +69,7 @@ impl Phase {
 /// each variant's comment gives their order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
-    /// in: x, weight, [bias]; out: y.
+    /// in: x, weight, `[bias]`; out: y.
     Conv2d {
         /// Stride, padding, dilation, groups.
         params: Conv2dParams,
@@ -154,21 +154,21 @@ pub enum Op {
         /// The output shape.
         shape: Vec<usize>,
     },
-    /// in: x [N, in], weight [out, in], [bias]; out: y [N, out].
+    /// in: x `[N, in]`, weight `[out, in]`, `[bias]`; out: y `[N, out]`.
     Linear {
         /// Whether a bias input follows the weight.
         has_bias: bool,
     },
-    /// in: grad_y, x, weight; out: grad_x, grad_weight, [grad_bias].
+    /// in: grad_y, x, weight; out: grad_x, grad_weight, `[grad_bias]`.
     LinearBackward {
         /// Whether the layer has a bias.
         has_bias: bool,
     },
-    /// in: logits [N, C], labels [N]; out: the mean loss (0-dim).
+    /// in: logits `[N, C]`, labels `[N]`; out: the mean loss (0-dim).
     CrossEntropy,
     /// in: logits, labels; out: grad_logits for a loss gradient of 1 (the loss is the root).
     CrossEntropyBackward,
-    /// in: param, grad, [momentum_buf]; out: the param and (with momentum) the
+    /// in: param, grad, `[momentum_buf]`; out: the param and (with momentum) the
     /// momentum buffer, updated in place.
     SgdUpdate {
         /// lr, momentum, weight decay, dampening, nesterov.

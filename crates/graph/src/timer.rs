@@ -58,7 +58,7 @@ impl Timer for HostTimer {
 }
 
 /// A source of device events: what an [`EventTimer`] needs from a device. CUDA's is
-/// [`CudaEvents`] (with the `cuda` feature); tests use a fake one.
+/// `CudaEvents` (with the `cuda` feature); tests use a fake one.
 pub trait EventSource {
     /// One event.
     type Event;

@@ -15,7 +15,7 @@ use rand_distr::{Distribution, Normal};
 use crate::checkpoint::read_safetensors;
 use crate::error::{ModelError, Result};
 
-/// A batch: images [N, 3, H, W] f32 and labels [N] i64.
+/// A batch: images `[N, 3, H, W]` f32 and labels `[N]` i64.
 pub type Batch = (Tensor, Tensor);
 
 /// Something that yields batches.
@@ -199,7 +199,7 @@ impl BatchSource for Cifar10 {
 }
 
 /// One exact batch from a safetensors file: `images` (f32 [N, 3, H, W]) and, when the
-/// file has them, `labels` (integers [N]). Yields the same batch every time.
+/// file has them, `labels` (integers `[N]`). Yields the same batch every time.
 #[derive(Debug, Clone)]
 pub struct BatchFile {
     /// The images.

@@ -38,9 +38,9 @@ impl Default for BatchNorm2dParams {
 pub struct BatchNormOutput {
     /// The normalised, scaled and shifted output, contiguous, shape of the input.
     pub y: Tensor,
-    /// The batch mean per channel, shape [C] (saved for the backward pass).
+    /// The batch mean per channel, shape `[C]` (saved for the backward pass).
     pub mean: Tensor,
-    /// 1 / sqrt(biased batch variance + eps) per channel, shape [C] (saved for the backward pass).
+    /// 1 / sqrt(biased batch variance + eps) per channel, shape `[C]` (saved for the backward pass).
     pub inv_std: Tensor,
     /// The running mean after this batch's update.
     pub running_mean: Tensor,

@@ -13,7 +13,7 @@ pub struct LinearGrads {
     pub x: Tensor,
     /// Gradient of the weight, shape [out, in].
     pub weight: Tensor,
-    /// Gradient of the bias, shape [out] (when the layer has one).
+    /// Gradient of the bias, shape `[out]` (when the layer has one).
     pub bias: Option<Tensor>,
 }
 
