@@ -314,33 +314,25 @@ fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
 
 /// Sets `col` to the im2col matrix ([cin_g*kh*kw, oh*ow]) of one image's group `x`
 /// ([cin_g, h, w]), reusing its allocation; every element is written once, none zeroed
-/// first.
-fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>) {
+/// first. `parallel` splits it across threads, one task per input channel (for a batch of
+/// one, where the images are not split across threads).
+fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bool) {
     let (hw, rows, len) = (g.h * g.w, g.kh * g.kw * g.pixels(), g.k() * g.pixels());
     col.clear();
     col.reserve(len);
-    for (plane, dst) in x
-        .chunks(hw)
-        .zip(col.spare_capacity_mut()[..len].chunks_mut(rows))
-    {
-        im2col_plane(g, plane, dst, g.pixels(), 0);
+    let slots = &mut col.spare_capacity_mut()[..len];
+    let fill =
+        |(dst, plane): (&mut [MaybeUninit<T>], &[T])| im2col_plane(g, plane, dst, g.pixels(), 0);
+    if parallel {
+        slots
+            .par_chunks_mut(rows)
+            .zip(x.par_chunks(hw))
+            .for_each(fill);
+    } else {
+        slots.chunks_mut(rows).zip(x.chunks(hw)).for_each(fill);
     }
     // SAFETY: `x` has cin_g planes, so each of the cin_g row blocks of `len` was written
     // whole by im2col_plane.
-    unsafe { col.set_len(len) };
-}
-
-/// [`im2col`] split across threads, one task per input channel (for a batch of one, where
-/// the images are not split across threads).
-fn im2col_parallel<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>) {
-    let (hw, rows, len) = (g.h * g.w, g.kh * g.kw * g.pixels(), g.k() * g.pixels());
-    col.clear();
-    col.reserve(len);
-    col.spare_capacity_mut()[..len]
-        .par_chunks_mut(rows)
-        .zip(x.par_chunks(hw))
-        .for_each(|(dst, plane)| im2col_plane(g, plane, dst, g.pixels(), 0));
-    // SAFETY: as in im2col: every row block was written whole.
     unsafe { col.set_len(len) };
 }
 
@@ -397,20 +389,18 @@ fn im2col_plane<T: Float>(
     }
 }
 
-/// Adds the columns of `col` back into one image's group `dx` ([cin_g, h, w]).
-fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
+/// Adds the columns of `col` back into one image's group `dx` ([cin_g, h, w]); `parallel`
+/// splits it across threads, one task per input plane (planes are disjoint in dx).
+fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T], parallel: bool) {
     let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
-    for (plane, src) in dx.chunks_mut(hw).zip(col.chunks(rows)) {
-        col2im_plane(g, src, plane, g.pixels(), 0);
+    let add = |(plane, src): (&mut [T], &[T])| col2im_plane(g, src, plane, g.pixels(), 0);
+    if parallel {
+        dx.par_chunks_mut(hw)
+            .zip(col.par_chunks(rows))
+            .for_each(add);
+    } else {
+        dx.chunks_mut(hw).zip(col.chunks(rows)).for_each(add);
     }
-}
-
-/// [`col2im`] split across threads, one task per input plane (planes are disjoint in dx).
-fn col2im_parallel<T: Float>(g: &Geom, col: &[T], dx: &mut [T]) {
-    let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
-    dx.par_chunks_mut(hw)
-        .zip(col.par_chunks(rows))
-        .for_each(|(plane, src)| col2im_plane(g, src, plane, g.pixels(), 0));
 }
 
 /// Adds the kh*kw im2col rows of one plane, columns `offset..offset + oh*ow` of `rows` (a
@@ -527,11 +517,7 @@ fn forward_cpu<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
                         let rhs: &[T] = if g.is_pointwise() {
                             x_ng
                         } else {
-                            if parallel {
-                                im2col_parallel(g, x_ng, col);
-                            } else {
-                                im2col(g, x_ng, col);
-                            }
+                            im2col(g, x_ng, col, parallel);
                             col
                         };
                         let w_g = &ws[grp * cout_g * k..][..cout_g * k];
@@ -599,11 +585,7 @@ fn backward_data_cpu<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Resul
                                 parallel,
                             );
                             let dx_ng = cpu::fill_slots(dx_ng, T::ZERO);
-                            if parallel {
-                                col2im_parallel(g, col, dx_ng);
-                            } else {
-                                col2im(g, col, dx_ng);
-                            }
+                            col2im(g, col, dx_ng, parallel);
                         }
                     }
                 };
@@ -650,11 +632,7 @@ fn backward_filter_cpu<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Res
                         let rhs: &[T] = if g.is_pointwise() {
                             x_ng
                         } else {
-                            if parallel {
-                                im2col_parallel(g, x_ng, &mut col);
-                            } else {
-                                im2col(g, x_ng, &mut col);
-                            }
+                            im2col(g, x_ng, &mut col, parallel);
                             &col
                         };
                         let g_ng = &gs[n * out_img + grp * cout_g * p..][..cout_g * p];

@@ -204,54 +204,26 @@ pub(crate) fn gemm_uninit<T: Float>(
     n: usize,
     k: usize,
     dst: &mut [std::mem::MaybeUninit<T>],
-    (lhs, lhs_strides): (&[T], (usize, usize)),
-    (rhs, rhs_strides): (&[T], (usize, usize)),
+    lhs: (&[T], (usize, usize)),
+    rhs: (&[T], (usize, usize)),
     parallel: bool,
 ) {
     assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
-    if m == 0 || n == 0 {
-        return;
-    }
-    if k > 0 {
-        assert!(
-            lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1,
-            "gemm lhs too small"
-        );
-        assert!(
-            rhs.len() > (k - 1) * rhs_strides.0 + (n - 1) * rhs_strides.1,
-            "gemm rhs too small"
-        );
-    }
-    let parallelism = if parallel && threads() > 1 {
-        gemm::Parallelism::Rayon(threads())
-    } else {
-        gemm::Parallelism::None
-    };
-    // SAFETY: the operands' bounds are checked above and `dst` is a distinct `&mut` borrow of
-    // m * n slots, addressed row-major; with `read_dst` false the gemm crate only writes
-    // them (gemm-common 0.19: alpha is zeroed and the first k-block stores without loading;
-    // k = 0 stores zeros), so no uninitialised value is read and every slot is written.
+    // SAFETY: `dst` is a distinct `&mut` borrow of m * n slots, addressed row-major; with
+    // `accumulate` false the gemm crate only writes them (gemm-common 0.19: alpha is zeroed
+    // and the first k-block stores without loading; k = 0 stores zeros), so no
+    // uninitialised value is read and every slot is written.
     unsafe {
-        gemm::gemm(
+        gemm_raw(
             m,
             n,
             k,
             dst.as_mut_ptr().cast::<T>(),
-            1,
-            n as isize,
+            (n, 1),
             false,
-            lhs.as_ptr(),
-            lhs_strides.1 as isize,
-            lhs_strides.0 as isize,
-            rhs.as_ptr(),
-            rhs_strides.1 as isize,
-            rhs_strides.0 as isize,
-            T::ONE,
-            T::ONE,
-            false,
-            false,
-            false,
-            parallelism,
+            lhs,
+            rhs,
+            parallel,
         )
     }
 }
@@ -266,8 +238,8 @@ pub(crate) fn gemm_strided<T: Float>(
     k: usize,
     (dst, dst_strides): (&mut [T], (usize, usize)),
     accumulate: bool,
-    (lhs, lhs_strides): (&[T], (usize, usize)),
-    (rhs, rhs_strides): (&[T], (usize, usize)),
+    lhs: (&[T], (usize, usize)),
+    rhs: (&[T], (usize, usize)),
     parallel: bool,
 ) {
     if m == 0 || n == 0 {
@@ -277,6 +249,43 @@ pub(crate) fn gemm_strided<T: Float>(
         dst.len() > (m - 1) * dst_strides.0 + (n - 1) * dst_strides.1,
         "gemm destination too small"
     );
+    // SAFETY: the destination's bounds are checked above; it does not alias the inputs (it
+    // is a distinct `&mut` borrow).
+    unsafe {
+        gemm_raw(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            dst_strides,
+            accumulate,
+            lhs,
+            rhs,
+            parallel,
+        )
+    }
+}
+
+/// The one call into the `gemm` crate, after checking both inputs' bounds.
+///
+/// # Safety
+/// `dst` must be valid for writes (and, with `accumulate`, reads) at every
+/// `i * dst_strides.0 + j * dst_strides.1` for `i < m`, `j < n`, and must not alias the inputs.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_raw<T: Float>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    dst_strides: (usize, usize),
+    accumulate: bool,
+    (lhs, lhs_strides): (&[T], (usize, usize)),
+    (rhs, rhs_strides): (&[T], (usize, usize)),
+    parallel: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
     if k > 0 {
         assert!(
             lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1,
@@ -292,14 +301,13 @@ pub(crate) fn gemm_strided<T: Float>(
     } else {
         gemm::Parallelism::None
     };
-    // SAFETY: the bounds of all three operands are checked above; `dst` does not alias the
-    // inputs (it is a distinct `&mut` borrow).
+    // SAFETY: the inputs' bounds are checked above, the destination's by the caller.
     unsafe {
         gemm::gemm(
             m,
             n,
             k,
-            dst.as_mut_ptr(),
+            dst,
             dst_strides.1 as isize,
             dst_strides.0 as isize,
             accumulate,
