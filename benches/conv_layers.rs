@@ -9,7 +9,8 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
-use wick::graph::{GraphBuilder, Mode, Op};
+use wick::graph::ops::conv::Conv2d;
+use wick::graph::{GraphBuilder, Mode};
 use wick::models::{Depth, ResNetConfig, Stem};
 use wick::ops::{conv, Conv2dParams};
 
@@ -33,7 +34,7 @@ fn resnet_convs(
     let g = b.finish();
     let mut out: Vec<([usize; 4], [usize; 4], Conv2dParams)> = Vec::new();
     for n in g.nodes() {
-        if let Op::Conv2d { params, .. } = &n.op {
+        if let Some(Conv2d { params, .. }) = n.op_as::<Conv2d>() {
             let shape = |i: usize| -> [usize; 4] {
                 g.value(n.inputs[i]).shape.clone().try_into().expect("4-D")
             };

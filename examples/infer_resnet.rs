@@ -1,5 +1,6 @@
 //! Runs a ResNet checkpoint on a batch file and writes the logits; with `--bench`,
-//! measures latency as shared/spec/measuring-time.md says.
+//! measures latency: warm-up runs, device synchronisation before each clock read, mean,
+//! spread and the percentiles the sample count supports.
 //!
 //!   cargo run --release --example infer_resnet -- --model resnet50 --num-classes 1000 \
 //!       --weights W.safetensors --input B.safetensors --output O.safetensors
@@ -13,24 +14,19 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
-use wick::models::{checkpoint, ResNetConfig, Session, Stem};
+use wick::models::{checkpoint, Session};
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
 static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "Run a ResNet with wick: logits for a batch, or a latency benchmark")]
 struct Args {
-    /// resnet18, resnet34, resnet50, resnet101 or resnet152.
-    #[arg(long, default_value = "resnet50")]
-    model: String,
-    /// imagenet or cifar.
-    #[arg(long, default_value = "imagenet")]
-    stem: String,
-    /// Output classes [default: 1000 for the imagenet stem, 10 for cifar].
-    #[arg(long)]
-    num_classes: Option<usize>,
+    #[command(flatten)]
+    model: common::ModelArgs,
     /// Safetensors checkpoint with torchvision names (fresh torchvision init if absent).
     #[arg(long)]
     weights: Option<PathBuf>,
@@ -55,22 +51,14 @@ struct Args {
     /// Timed repetitions for --bench.
     #[arg(long, default_value_t = 20)]
     reps: usize,
-    /// cpu or cuda.
-    #[arg(long, default_value = "cpu")]
-    device: String,
 }
 
 fn main() -> Result<()> {
     let a = Args::parse();
     wick::allocator::keep_freed_memory();
     wick::denormals::flush_denormals_to_zero();
-    let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
-    let stem: Stem = a.stem.parse()?;
-    let config = ResNetConfig::new(
-        a.model.parse()?,
-        stem,
-        a.num_classes.unwrap_or(ResNetConfig::default_classes(stem)),
-    )?;
+    let device = a.model.device()?;
+    let config = a.model.config("resnet50")?;
     let images = match &a.input {
         Some(path) => BatchFile::open(path)?.images,
         None => {
@@ -136,16 +124,18 @@ fn bench(session: &mut Session, images: &Tensor, device: &Device, a: &Args) -> R
         session.batch_size(),
         session.image_size(),
         session.image_size(),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        common::threads(),
         a.warmup,
         a.reps
     );
     println!("method: host clock (std::time::Instant) around each run, device synchronised before reading it");
+    // Only the percentiles with at least one sample above them (p99 needs 100 runs).
+    let percentiles: String = common::supported_percentiles(sorted.len())
+        .into_iter()
+        .map(|p| format!("p{p} {:.3} ms, ", pct(p)))
+        .collect();
     println!(
-        "mean {mean:.3} ms, std {std:.3} ms, p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, min {:.3} ms, max {:.3} ms",
-        pct(50.0),
-        pct(90.0),
-        pct(99.0),
+        "mean {mean:.3} ms, std {std:.3} ms, {percentiles}min {:.3} ms, max {:.3} ms",
         sorted[0],
         sorted[sorted.len() - 1]
     );

@@ -8,7 +8,9 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
-use wick::ops::{self, conv, pool, Conv2dParams, Kernel, Pool2dParams, PoolKind, SgdParams};
+use wick::ops::{self, conv, pool, Conv2dParams, Kernel, Pool2dParams, SgdParams};
+
+mod common;
 
 #[derive(Parser)]
 #[command(about = "Run every wick-ops kernel forward and backward and time it")]
@@ -55,7 +57,7 @@ fn main() -> Result<()> {
     let a = Args::parse();
     let dev = Device::Cpu;
     let (n, c, s, reps) = (a.batch, a.channels, a.size, a.reps);
-    println!("wick ops tour: f32, batch {n}, {c} channels, {s}x{s}, median of {reps} after 1 warm-up, host clock, {} threads", rayon_threads());
+    println!("wick ops tour: f32, batch {n}, {c} channels, {s}x{s}, median of {reps} after 1 warm-up, host clock, {} threads", common::threads());
     let x = Tensor::randn(0f32, 1., (n, c, s, s), &dev)?;
     let w = Tensor::randn(0f32, 0.05, (c, c, 3, 3), &dev)?;
     let cp = Conv2dParams::new(1, 1);
@@ -92,14 +94,14 @@ fn main() -> Result<()> {
     let (sum, t) = time(reps, || ops::add(&r, &x))?;
     report(Kernel::Add, sum.dims(), numel, t);
 
-    let pp = Pool2dParams::new(PoolKind::Max, 3, 2, 1);
+    let pp = Pool2dParams::new(3, 2, 1);
     let (mp, t) = time(reps, || pool::max_pool2d(&sum, &pp))?;
     report(Kernel::PoolingForward, mp.y.dims(), pp.flops(sum.dims()), t);
     let (dmp, t) = time(reps, || {
         pool::max_pool2d_backward(&mp.y, &mp.indices, sum.dims(), &pp)
     })?;
     report(Kernel::PoolingBackward, dmp.dims(), pp.flops(sum.dims()), t);
-    let ap = Pool2dParams::new(PoolKind::Avg, 3, 2, 1);
+    let ap = Pool2dParams::new(3, 2, 1);
     let (avg, t) = time(reps, || pool::avg_pool2d(&sum, &ap))?;
     report(Kernel::PoolingForward, avg.dims(), ap.flops(sum.dims()), t);
     let (davg, t) = time(reps, || pool::avg_pool2d_backward(&avg, sum.dims(), &ap))?;
@@ -154,10 +156,4 @@ fn main() -> Result<()> {
     report(Kernel::SgdUpdate, upd.0.dims(), sp.flops(w.elem_count()), t);
     println!("loss on random data: {:.4}", loss.to_scalar::<f32>()?);
     Ok(())
-}
-
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }

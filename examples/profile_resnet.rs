@@ -12,25 +12,20 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use wick::graph::TimeProfiler;
 use wick::models::data::{BatchSource, SyntheticImages};
-use wick::models::{ResNetConfig, Session, Stem, TrainOptions};
+use wick::models::{Session, TrainOptions};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
 static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "Profile ResNet training steps with wick's SINGA-style time profiler")]
 struct Args {
-    /// resnet18, resnet34, resnet50, resnet101 or resnet152.
-    #[arg(long, default_value = "resnet50")]
-    model: String,
-    /// imagenet or cifar.
-    #[arg(long, default_value = "imagenet")]
-    stem: String,
-    /// Output classes [default: 1000 for the imagenet stem, 10 for cifar].
-    #[arg(long)]
-    num_classes: Option<usize>,
+    #[command(flatten)]
+    model: common::ModelArgs,
     /// Images per batch [default: 2 on cpu, 32 on cuda].
     #[arg(long)]
     batch_size: Option<usize>,
@@ -44,15 +39,12 @@ struct Args {
     #[arg(long, default_value_t = 5)]
     skip: usize,
     /// 0: no timing; 1: forward/backward/optimizer time; 2: also every op.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(0..=2))]
     verbosity: u8,
-    /// cpu or cuda.
-    #[arg(long, default_value = "cpu")]
-    device: String,
     /// SGD learning rate (SINGA's documented run: 0.1, momentum 0.9, weight decay 1e-5).
     #[arg(long, default_value_t = 0.1)]
     lr: f64,
-    /// Write a Chrome/Perfetto trace of the last timed iteration here (verbosity 2).
+    /// Write a Chrome/Perfetto trace of the last timed iteration here (needs verbosity 2).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Write the whole profile as JSON here.
@@ -64,14 +56,10 @@ fn main() -> Result<()> {
     let a = Args::parse();
     wick::allocator::keep_freed_memory();
     wick::denormals::flush_denormals_to_zero();
-    let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
+    let device = a.model.device()?;
     let gpu = !device.is_cpu();
-    let stem: Stem = a.stem.parse()?;
-    let config = ResNetConfig::new(
-        a.model.parse()?,
-        stem,
-        a.num_classes.unwrap_or(ResNetConfig::default_classes(stem)),
-    )?;
+    let config = a.model.config("resnet50")?;
+    check_outputs(&a)?;
     let batch = a.batch_size.unwrap_or(if gpu { 32 } else { 2 });
     let size = a.image_size.unwrap_or(if gpu { 224 } else { 64 });
     anyhow::ensure!(
@@ -108,11 +96,11 @@ fn main() -> Result<()> {
     println!(
         "{} ({:?} stem, {} classes), batch {batch}, {size}x{size}, f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {} skipped",
         config.depth.name(),
-        stem,
+        config.stem,
         config.num_classes,
         session.executor().graph().nodes().len(),
         device.location(),
-        rayon_threads(),
+        common::threads(),
         a.iterations,
         a.skip
     );
@@ -126,8 +114,10 @@ fn main() -> Result<()> {
     profiler.print();
     let profile = profiler.profile();
     if let Some(path) = &a.trace {
-        std::fs::write(path, profile.chrome_trace())
-            .with_context(|| format!("writing {}", path.display()))?;
+        let trace = profile
+            .chrome_trace()
+            .context("no per-op timings to trace (was any iteration timed?)")?;
+        std::fs::write(path, trace).with_context(|| format!("writing {}", path.display()))?;
         println!(
             "trace of the last timed iteration written to {} (open in ui.perfetto.dev)",
             path.display()
@@ -136,12 +126,37 @@ fn main() -> Result<()> {
     if let Some(path) = &a.json {
         std::fs::write(path, profile.to_json())
             .with_context(|| format!("writing {}", path.display()))?;
+        println!("profile written to {}", path.display());
     }
     Ok(())
 }
 
-fn rayon_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+/// Refuses, before any work, output requests that cannot be honoured: a trace without
+/// per-op timings, one path for both files, a folder that does not exist.
+fn check_outputs(a: &Args) -> Result<()> {
+    if a.trace.is_some() && a.verbosity < 2 {
+        anyhow::bail!(
+            "--trace needs per-op timings: use --verbosity 2 (got {})",
+            a.verbosity
+        );
+    }
+    if let (Some(t), Some(j)) = (&a.trace, &a.json) {
+        anyhow::ensure!(
+            t != j,
+            "--trace and --json name the same file {}: give each its own",
+            t.display()
+        );
+    }
+    for path in a.trace.iter().chain(&a.json) {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir {
+            anyhow::ensure!(
+                dir.is_dir(),
+                "cannot write {}: folder {} does not exist",
+                path.display(),
+                dir.display()
+            );
+        }
+    }
+    Ok(())
 }

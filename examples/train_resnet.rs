@@ -13,25 +13,20 @@ use candle_core::Tensor;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
-use wick::models::{ResNetConfig, Session, Stem, TrainOptions};
+use wick::models::{Session, TrainOptions};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
 static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
 
+mod common;
+
 #[derive(Parser)]
 #[command(about = "Train a ResNet with wick")]
 struct Args {
-    /// resnet18, resnet34, resnet50, resnet101 or resnet152.
-    #[arg(long, default_value = "resnet18")]
-    model: String,
-    /// imagenet or cifar.
-    #[arg(long, default_value = "imagenet")]
-    stem: String,
-    /// Output classes [default: 1000 for the imagenet stem, 10 for cifar].
-    #[arg(long)]
-    num_classes: Option<usize>,
+    #[command(flatten)]
+    model: common::ModelArgs,
     /// Start from this safetensors checkpoint (torchvision names) instead of a fresh init.
     #[arg(long)]
     weights: Option<PathBuf>,
@@ -68,22 +63,14 @@ struct Args {
     /// Seed for the initialisation and the synthetic data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// cpu or cuda.
-    #[arg(long, default_value = "cpu")]
-    device: String,
 }
 
 fn main() -> Result<()> {
     let a = Args::parse();
     wick::allocator::keep_freed_memory();
     wick::denormals::flush_denormals_to_zero();
-    let device = wick::device::select(&a.device).map_err(anyhow::Error::msg)?;
-    let stem: Stem = a.stem.parse()?;
-    let config = ResNetConfig::new(
-        a.model.parse()?,
-        stem,
-        a.num_classes.unwrap_or(ResNetConfig::default_classes(stem)),
-    )?;
+    let device = a.model.device()?;
+    let config = a.model.config("resnet18")?;
 
     let Data {
         train,
@@ -115,7 +102,7 @@ fn main() -> Result<()> {
     println!(
         "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size}x{size}, {} steps, lr {}, momentum {}, weight decay {}",
         config.depth.name(),
-        stem,
+        config.stem,
         config.num_classes,
         device.location(),
         a.steps,

@@ -9,7 +9,7 @@ use candle_core::{
 };
 use candle_nn::{BatchNorm, BatchNormConfig, Conv2d, Conv2dConfig, Linear, VarBuilder, VarMap};
 use wick::models::{Depth, ResNetConfig, Stem};
-use wick::ops::{pool, Pool2dParams, PoolKind};
+use wick::ops::{pool, Pool2dParams};
 
 struct Block {
     convs: Vec<(Conv2d, BatchNorm)>,
@@ -71,7 +71,6 @@ fn storage_of(t: &Tensor) -> Result<CpuStorage> {
 }
 
 const STEM_POOL: Pool2dParams = Pool2dParams {
-    kind: PoolKind::Max,
     kernel: [3, 3],
     stride: [2, 2],
     padding: [1, 1],

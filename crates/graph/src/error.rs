@@ -40,12 +40,14 @@ pub enum GraphError {
         found: String,
     },
     /// A value the graph needs has not been set or fed.
-    #[error("value `{name}` has not been set (OP_ID{op_id} reads it)")]
+    #[error("value `{name}` has not been set or fed (OP_ID{op_id}, {kernel}, reads it)")]
     MissingValue {
         /// The value's name.
         name: String,
-        /// The first node that reads it.
+        /// The node that needed it.
         op_id: usize,
+        /// That node's kernel name.
+        kernel: &'static str,
     },
     /// No value of this name exists in the graph.
     #[error("the graph has no value named `{0}`")]
@@ -53,6 +55,14 @@ pub enum GraphError {
     /// The graph is used in a way its construction does not allow.
     #[error("{0}")]
     Usage(String),
+    /// The CUDA driver failed outside a kernel (the profiler's CUDA events).
+    #[error("CUDA: {what}: {message}")]
+    Cuda {
+        /// What wick was doing (`recording an event`, ...).
+        what: &'static str,
+        /// The driver's message.
+        message: String,
+    },
     /// A candle error outside any kernel (moving a tensor to the device, ...).
     #[error(transparent)]
     Candle(Box<candle_core::Error>),

@@ -6,14 +6,16 @@
 //! phases and ops, and each op runs inside a `tracing` span (`op`, with its name, OP_ID
 //! and phase), so any `tracing` subscriber sees the ops.
 
+use std::sync::Arc;
+
 use candle_core::{DType, Device, Tensor};
-use wick_ops::{
-    activation, batchnorm, conv, elementwise, linear, loss, optim, pool, DeviceKind, OpError,
-};
+use wick_ops::{DeviceKind, SgdParams};
 
 use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo};
-use crate::ir::{Graph, Op, Phase, ValueId, ValueKind};
+use crate::ir::{Graph, Phase, ValueId, ValueKind};
+use crate::op::Outputs;
+use crate::ops::optim::SgdUpdate;
 
 /// Runs a [`Graph`] on a device.
 pub struct Executor {
@@ -189,13 +191,19 @@ impl Executor {
         Ok(out)
     }
 
-    /// Changes the learning rate of every SGD update node.
-    pub fn set_learning_rate(&mut self, lr: f64) {
+    /// Changes the learning rate of every SGD update node from the next iteration on
+    /// (for a learning-rate schedule); `lr` must be finite and non-negative.
+    pub fn set_learning_rate(&mut self, lr: f64) -> Result<()> {
         for node in &mut self.graph.nodes {
-            if let Op::SgdUpdate { params } = &mut node.op {
-                params.lr = lr;
+            if let Some(sgd) = node.op_as::<SgdUpdate>() {
+                let params = SgdParams { lr, ..sgd.params };
+                params
+                    .validate()
+                    .map_err(|source| GraphError::Build { op: "sgd", source })?;
+                node.op = Arc::new(SgdUpdate { params });
             }
         }
+        Ok(())
     }
 
     /// Runs one iteration: every node in OP_ID order.
@@ -226,12 +234,7 @@ impl Executor {
             if hooked {
                 self.hooks.iter_mut().for_each(|h| h.before_op(info));
             }
-            let outputs = self.execute(op_id).map_err(|source| GraphError::Run {
-                op_id,
-                name: self.infos[op_id].name,
-                phase: node_phase,
-                source,
-            })?;
+            let outputs = self.execute(op_id)?;
             if hooked {
                 let info = &self.infos[op_id];
                 self.hooks.iter_mut().for_each(|h| h.after_op(info));
@@ -255,131 +258,27 @@ impl Executor {
         Ok(())
     }
 
-    /// The tensor of input `i` of node `op_id`, or an error naming the unset value.
-    fn input(&self, op_id: usize, i: usize) -> std::result::Result<&Tensor, OpError> {
-        let v = self.graph.nodes[op_id].inputs[i];
-        self.slots[v.0].as_ref().ok_or_else(|| {
-            OpError::invalid(
-                "executor",
-                format!(
-                    "input `{}` has not been set or fed",
-                    self.graph.values[v.0].name
-                ),
-            )
-        })
-    }
-
-    /// Runs node `op_id`'s kernel and returns its outputs in order.
-    fn execute(&self, op_id: usize) -> std::result::Result<Vec<Option<Tensor>>, OpError> {
+    /// Runs node `op_id`'s kernel on its inputs and returns its outputs in order; an
+    /// unset input the op needs is a [`GraphError::MissingValue`].
+    fn execute(&self, op_id: usize) -> Result<Outputs> {
         let node = &self.graph.nodes[op_id];
-        let x = |i: usize| self.input(op_id, i);
-        let one = |t: Tensor| Ok(vec![Some(t)]);
-        match &node.op {
-            Op::Conv2d { params, has_bias } => {
-                let bias = if *has_bias { Some(x(2)?) } else { None };
-                one(conv::conv2d(x(0)?, x(1)?, bias, params)?)
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for (i, v) in node.inputs.iter().enumerate() {
+            let tensor = self.slots[v.0].as_ref();
+            if tensor.is_none() && !node.op.optional_input(i) {
+                return Err(GraphError::MissingValue {
+                    name: self.graph.values[v.0].name.clone(),
+                    op_id,
+                    kernel: self.infos[op_id].name,
+                });
             }
-            Op::ConvBackwardData {
-                params,
-                input_shape,
-            } => one(conv::conv2d_backward_data(
-                x(0)?,
-                x(1)?,
-                input_shape,
-                params,
-            )?),
-            Op::ConvBackwardFilter {
-                params,
-                weight_shape,
-            } => one(conv::conv2d_backward_filter(
-                x(0)?,
-                x(1)?,
-                weight_shape,
-                params,
-            )?),
-            Op::ConvBackwardBias => one(conv::conv2d_backward_bias(x(0)?)?),
-            Op::BatchNormTrain { params } => {
-                let o = batchnorm::batch_norm_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, params)?;
-                Ok(vec![
-                    Some(o.y),
-                    Some(o.mean),
-                    Some(o.inv_std),
-                    Some(o.running_mean),
-                    Some(o.running_var),
-                ])
-            }
-            Op::BatchNormEval { params } => one(batchnorm::batch_norm_eval(
-                x(0)?,
-                x(1)?,
-                x(2)?,
-                x(3)?,
-                x(4)?,
-                params,
-            )?),
-            Op::BatchNormTrainBackward => {
-                let g = batchnorm::batch_norm_train_backward(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?)?;
-                Ok(vec![Some(g.x), Some(g.weight), Some(g.bias)])
-            }
-            Op::BatchNormEvalBackward { params } => {
-                let g =
-                    batchnorm::batch_norm_eval_backward(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, params)?;
-                Ok(vec![Some(g.x), Some(g.weight), Some(g.bias)])
-            }
-            Op::Relu => one(activation::relu(x(0)?)?),
-            Op::ReluBackward => one(activation::relu_backward(x(0)?, x(1)?)?),
-            Op::Add | Op::AccumulateGrad => one(elementwise::add(x(0)?, x(1)?)?),
-            Op::MaxPool2d { params } => {
-                let o = pool::max_pool2d(x(0)?, params)?;
-                Ok(vec![Some(o.y), Some(o.indices)])
-            }
-            Op::MaxPool2dBackward {
-                params,
-                input_shape,
-            } => one(pool::max_pool2d_backward(
-                x(0)?,
-                x(1)?,
-                input_shape,
-                params,
-            )?),
-            Op::AvgPool2d { params } => one(pool::avg_pool2d(x(0)?, params)?),
-            Op::AvgPool2dBackward {
-                params,
-                input_shape,
-            } => one(pool::avg_pool2d_backward(x(0)?, input_shape, params)?),
-            Op::GlobalAvgPool => one(pool::global_avg_pool(x(0)?)?),
-            Op::GlobalAvgPoolBackward { input_shape } => {
-                one(pool::global_avg_pool_backward(x(0)?, input_shape)?)
-            }
-            Op::Reshape { shape } => one(x(0)?
-                .reshape(shape.as_slice())
-                .map_err(|e| OpError::candle("reshape", e))?),
-            Op::Linear { has_bias } => {
-                let bias = if *has_bias { Some(x(2)?) } else { None };
-                one(linear::linear(x(0)?, x(1)?, bias)?)
-            }
-            Op::LinearBackward { has_bias } => {
-                let g = linear::linear_backward(x(0)?, x(1)?, x(2)?, *has_bias)?;
-                Ok(vec![Some(g.x), Some(g.weight), g.bias])
-            }
-            Op::CrossEntropy => one(loss::cross_entropy(x(0)?, x(1)?)?),
-            Op::CrossEntropyBackward => {
-                let logits = x(0)?;
-                let seed = Tensor::ones((), logits.dtype(), logits.device())
-                    .map_err(|e| OpError::candle("cross_entropy", e))?;
-                one(loss::cross_entropy_backward(&seed, logits, x(1)?)?)
-            }
-            Op::SgdUpdate { params } => {
-                // The momentum buffer is empty before the first step.
-                let buf = node.inputs.get(2).and_then(|v| self.slots[v.0].as_ref());
-                // Parameters and buffers are owned by the executor (copied in by `set`), so
-                // the CPU kernel may update them in place.
-                let (p, b) = optim::sgd_step_in_place(x(0)?, x(1)?, buf, params)?;
-                Ok(if node.inputs.len() > 2 {
-                    vec![Some(p), b]
-                } else {
-                    vec![Some(p)]
-                })
-            }
+            inputs.push(tensor);
         }
+        node.op.execute(&inputs).map_err(|source| GraphError::Run {
+            op_id,
+            name: self.infos[op_id].name,
+            phase: node.phase,
+            source,
+        })
     }
 }

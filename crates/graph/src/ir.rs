@@ -6,7 +6,8 @@
 //! and inferred when a node is recorded.
 
 use candle_core::DType;
-use wick_ops::{BatchNorm2dParams, Conv2dParams, Kernel, Pool2dParams, SgdParams};
+
+pub use crate::op::Op;
 
 /// The index of a value in its graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,152 +66,10 @@ impl Phase {
     }
 }
 
-/// One op of the graph and its settings. Inputs and outputs are listed on the [`Node`];
-/// each variant's comment gives their order.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Op {
-    /// in: x, weight, `[bias]`; out: y.
-    Conv2d {
-        /// Stride, padding, dilation, groups.
-        params: Conv2dParams,
-        /// Whether a bias input follows the weight.
-        has_bias: bool,
-    },
-    /// in: grad_y, weight; out: grad_x.
-    ConvBackwardData {
-        /// The forward settings.
-        params: Conv2dParams,
-        /// The forward input's shape.
-        input_shape: Vec<usize>,
-    },
-    /// in: grad_y, x; out: grad_weight.
-    ConvBackwardFilter {
-        /// The forward settings.
-        params: Conv2dParams,
-        /// The weight's shape.
-        weight_shape: Vec<usize>,
-    },
-    /// in: grad_y; out: grad_bias.
-    ConvBackwardBias,
-    /// in: x, weight, bias, running_mean, running_var; out: y, mean, inv_std, and the
-    /// running_mean and running_var state values, updated in place.
-    BatchNormTrain {
-        /// eps and momentum.
-        params: BatchNorm2dParams,
-    },
-    /// in: x, weight, bias, running_mean, running_var; out: y.
-    BatchNormEval {
-        /// eps (momentum unused).
-        params: BatchNorm2dParams,
-    },
-    /// in: grad_y, x, weight, mean, inv_std; out: grad_x, grad_weight, grad_bias.
-    BatchNormTrainBackward,
-    /// in: grad_y, x, weight, running_mean, running_var; out: grad_x, grad_weight, grad_bias.
-    BatchNormEvalBackward {
-        /// eps.
-        params: BatchNorm2dParams,
-    },
-    /// in: x; out: y.
-    Relu,
-    /// in: grad_y, y (the forward output: y > 0 exactly where x > 0); out: grad_x.
-    ReluBackward,
-    /// in: a, b; out: a + b.
-    Add,
-    /// in: a, b (two gradients of one value); out: their sum.
-    AccumulateGrad,
-    /// in: x; out: y, indices.
-    MaxPool2d {
-        /// Kernel, stride, padding.
-        params: Pool2dParams,
-    },
-    /// in: grad_y, indices; out: grad_x.
-    MaxPool2dBackward {
-        /// The forward settings.
-        params: Pool2dParams,
-        /// The forward input's shape.
-        input_shape: Vec<usize>,
-    },
-    /// in: x; out: y.
-    AvgPool2d {
-        /// Kernel, stride, padding.
-        params: Pool2dParams,
-    },
-    /// in: grad_y; out: grad_x.
-    AvgPool2dBackward {
-        /// The forward settings.
-        params: Pool2dParams,
-        /// The forward input's shape.
-        input_shape: Vec<usize>,
-    },
-    /// in: x [N, C, H, W]; out: y [N, C, 1, 1].
-    GlobalAvgPool,
-    /// in: grad_y; out: grad_x.
-    GlobalAvgPoolBackward {
-        /// The forward input's shape.
-        input_shape: Vec<usize>,
-    },
-    /// in: x; out: x reshaped to `shape` (flatten and its backward).
-    Reshape {
-        /// The output shape.
-        shape: Vec<usize>,
-    },
-    /// in: x `[N, in]`, weight `[out, in]`, `[bias]`; out: y `[N, out]`.
-    Linear {
-        /// Whether a bias input follows the weight.
-        has_bias: bool,
-    },
-    /// in: grad_y, x, weight; out: grad_x, grad_weight, `[grad_bias]`.
-    LinearBackward {
-        /// Whether the layer has a bias.
-        has_bias: bool,
-    },
-    /// in: logits `[N, C]`, labels `[N]`; out: the mean loss (0-dim).
-    CrossEntropy,
-    /// in: logits, labels; out: grad_logits for a loss gradient of 1 (the loss is the root).
-    CrossEntropyBackward,
-    /// in: param, grad, `[momentum_buf]`; out: the param and (with momentum) the
-    /// momentum buffer, updated in place.
-    SgdUpdate {
-        /// lr, momentum, weight decay, dampening, nesterov.
-        params: SgdParams,
-    },
-}
-
-impl Op {
-    /// The kernel this op runs.
-    pub fn kernel(&self) -> Kernel {
-        match self {
-            Op::Conv2d { .. } => Kernel::ConvForward,
-            Op::ConvBackwardData { .. } => Kernel::ConvBackwardData,
-            Op::ConvBackwardFilter { .. } => Kernel::ConvBackwardFilter,
-            Op::ConvBackwardBias => Kernel::ConvBackwardBias,
-            Op::BatchNormTrain { .. } => Kernel::BatchNormForwardTraining,
-            Op::BatchNormEval { .. } => Kernel::BatchNormForwardInference,
-            Op::BatchNormTrainBackward | Op::BatchNormEvalBackward { .. } => {
-                Kernel::BatchNormBackward
-            }
-            Op::Relu => Kernel::ReLU,
-            Op::ReluBackward => Kernel::ReLUBackward,
-            Op::Add => Kernel::Add,
-            Op::AccumulateGrad => Kernel::AccumulateGrad,
-            Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => Kernel::PoolingForward,
-            Op::MaxPool2dBackward { .. } | Op::AvgPool2dBackward { .. } => Kernel::PoolingBackward,
-            Op::GlobalAvgPool => Kernel::GlobalAvgPoolForward,
-            Op::GlobalAvgPoolBackward { .. } => Kernel::GlobalAvgPoolBackward,
-            Op::Reshape { .. } => Kernel::Reshape,
-            Op::Linear { .. } => Kernel::LinearForward,
-            Op::LinearBackward { .. } => Kernel::LinearBackward,
-            Op::CrossEntropy => Kernel::SoftmaxCrossEntropyForward,
-            Op::CrossEntropyBackward => Kernel::SoftmaxCrossEntropyBackward,
-            Op::SgdUpdate { .. } => Kernel::SgdUpdate,
-        }
-    }
-}
-
 /// One recorded op: what it runs, on which values, in which phase.
 #[derive(Debug, Clone)]
 pub struct Node {
-    /// The op and its settings.
+    /// The op and its settings (one of the node kinds in [`ops`](crate::ops)).
     pub op: Op,
     /// The values it reads.
     pub inputs: Vec<ValueId>,
@@ -220,6 +79,13 @@ pub struct Node {
     pub phase: Phase,
     /// Floating-point operations of one execution.
     pub flops: u64,
+}
+
+impl Node {
+    /// The op's settings as node kind `T` (`node.op_as::<ops::conv::Conv2d>()`), if it is one.
+    pub fn op_as<T: 'static>(&self) -> Option<&T> {
+        self.op.as_any().downcast_ref::<T>()
+    }
 }
 
 /// A recorded computation graph. Build it with [`GraphBuilder`](crate::GraphBuilder) and
@@ -293,14 +159,5 @@ impl Graph {
             }
         }
         frees
-    }
-
-    /// Total FLOPs of one iteration, per phase.
-    pub fn flops_by_phase(&self) -> [u64; 3] {
-        let mut f = [0u64; 3];
-        for n in &self.nodes {
-            f[n.phase as usize] += n.flops;
-        }
-        f
     }
 }

@@ -42,6 +42,8 @@ pub mod executor;
 pub mod float_format;
 pub mod hooks;
 pub mod ir;
+pub mod op;
+pub mod ops;
 pub mod profiler;
 pub mod timer;
 
@@ -50,6 +52,7 @@ pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
 pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo};
-pub use ir::{Graph, Node, Op, Phase, ValueId, ValueInfo, ValueKind};
-pub use profiler::{OpProfile, OpTypeRow, Profile, TimeProfiler};
+pub use ir::{Graph, Node, Phase, ValueId, ValueInfo, ValueKind};
+pub use op::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
+pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};
 pub use timer::{EventSource, EventTimer, HostTimer, Timer};

@@ -162,8 +162,11 @@ impl CudaEvents {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_err(what: &str, e: impl std::fmt::Debug) -> crate::GraphError {
-    crate::GraphError::Usage(format!("CUDA event timer: {what}: {e:?}"))
+fn cuda_err(what: &'static str, e: impl std::fmt::Debug) -> crate::GraphError {
+    crate::GraphError::Cuda {
+        what,
+        message: format!("{e:?}"),
+    }
 }
 
 #[cfg(feature = "cuda")]

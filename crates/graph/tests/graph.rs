@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use wick_graph::{Executor, GraphBuilder, GraphError, Mode, Op, Phase, ValueKind};
+use wick_graph::{Executor, GraphBuilder, GraphError, Mode, Phase, ValueKind};
 use wick_ops::{Conv2dParams, Kernel, SgdParams};
 
 fn feed(exec: &mut Executor, dtype: DType, batch: usize, size: usize, classes: usize, seed: u64) {
@@ -84,9 +84,12 @@ fn op_ids_follow_recording_order_and_phases_are_set_when_recorded() {
     );
     assert!(g.nodes()[n_backward..]
         .iter()
-        .all(|n| matches!(n.op, Op::SgdUpdate { .. })));
+        .all(|n| n.op.kernel() == Kernel::SgdUpdate));
     // The residual input is read twice: its two gradients are summed.
-    assert!(g.nodes().iter().any(|n| n.op == Op::AccumulateGrad));
+    assert!(g
+        .nodes()
+        .iter()
+        .any(|n| n.op.kernel() == Kernel::AccumulateGrad));
     // The executor names kernels by device.
     let exec = Executor::new(g, &Device::Cpu);
     assert_eq!(exec.node_infos()[0].name, "ConvForward");
@@ -258,13 +261,23 @@ fn intermediates_are_freed_after_their_last_use_and_state_persists() {
         rm_before, rm_after,
         "training-mode batch norm updates its running mean"
     );
-    // Each node frees only values it touches, and nothing is freed twice.
-    let frees = exec.graph().last_uses();
-    let mut all: Vec<_> = frees.iter().flatten().collect();
-    let n = all.len();
-    all.sort();
-    all.dedup();
-    assert_eq!(n, all.len());
+    // Each value is freed by a node that touches it, and no later node reads it.
+    let nodes = exec.graph().nodes();
+    for (op_id, freed) in exec.graph().last_uses().iter().enumerate() {
+        for v in freed {
+            let touches = |n: &wick_graph::Node| n.inputs.contains(v) || n.outputs.contains(v);
+            assert!(
+                touches(&nodes[op_id]),
+                "OP_ID{op_id} frees {v:?} it does not touch"
+            );
+            if let Some(later) = nodes[op_id + 1..].iter().position(|n| n.inputs.contains(v)) {
+                panic!(
+                    "{v:?} freed at OP_ID{op_id} but read by OP_ID{}",
+                    op_id + 1 + later
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -430,4 +443,69 @@ fn sgd_training_drives_the_loss_down_and_accuracy_up() {
         last_acc > 0.9 && last_acc > first_acc + 0.3,
         "accuracy {first_acc:.2} -> {last_acc:.2}"
     );
+}
+
+#[test]
+fn an_unset_value_is_a_missing_value_error_naming_it_and_its_reader() {
+    let (graph, _, _) = build(Mode::Train, DType::F32, 2, 8, 3);
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    // Images and labels never fed.
+    match exec.run() {
+        Err(GraphError::MissingValue {
+            name,
+            op_id,
+            kernel,
+        }) => {
+            assert_eq!((name.as_str(), op_id, kernel), ("images", 0, "ConvForward"));
+        }
+        other => panic!("expected MissingValue, got {other:?}"),
+    }
+}
+
+#[test]
+fn set_learning_rate_changes_every_update_from_the_next_step() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let net = small_net(&mut b, DType::F64, 2, 8, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    let sgd = SgdParams {
+        lr: 0.5,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    b.sgd(&grads, sgd).unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    init(&mut exec, DType::F64, 1);
+    feed(&mut exec, DType::F64, 2, 8, 3, 5);
+    let before = exec.state_dict().unwrap();
+    exec.set_learning_rate(0.0).unwrap();
+    exec.run().unwrap();
+    let params: Vec<String> = exec
+        .graph()
+        .values()
+        .iter()
+        .filter(|v| v.kind == ValueKind::Param)
+        .map(|v| v.name.clone())
+        .collect();
+    for (name, t) in &before {
+        if params.contains(name) {
+            let after = exec.get(name).unwrap().unwrap();
+            let diff = (after - t).unwrap().abs().unwrap().max_all().unwrap();
+            assert_eq!(
+                diff.to_scalar::<f64>().unwrap(),
+                0.0,
+                "{name} moved at lr 0"
+            );
+        }
+    }
+    exec.set_learning_rate(0.1).unwrap();
+    exec.run().unwrap();
+    let moved = params.iter().any(|name| {
+        let t = &before.iter().find(|(n, _)| n == name).unwrap().1;
+        let after = exec.get(name).unwrap().unwrap();
+        let diff = (after - t).unwrap().abs().unwrap().max_all().unwrap();
+        diff.to_scalar::<f64>().unwrap() > 0.0
+    });
+    assert!(moved, "lr 0.1 moves the parameters");
+    assert!(exec.set_learning_rate(f64::NAN).is_err());
 }

@@ -283,6 +283,6 @@ impl Prefetcher {
     pub fn next_batch(&self) -> Result<Batch> {
         self.rx
             .recv()
-            .map_err(|_| ModelError::Config("the batch-preparing thread stopped".into()))?
+            .map_err(|_| ModelError::State("the batch-preparing thread stopped".into()))?
     }
 }

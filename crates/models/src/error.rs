@@ -11,6 +11,10 @@ pub enum ModelError {
     /// An invalid configuration (model name, input size, class count).
     #[error("{0}")]
     Config(String),
+    /// A session used in a way its state does not allow (a step on an inference session,
+    /// a state dict before any weights, a result that was not kept).
+    #[error("{0}")]
+    State(String),
     /// A checkpoint file could not be read or parsed.
     #[error("checkpoint {path}: {message}")]
     Checkpoint {

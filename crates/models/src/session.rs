@@ -189,7 +189,7 @@ impl Session {
         let mut out = StateDict::new();
         for spec in self.config.state_spec()? {
             let t = self.exec.get(&spec.name)?.ok_or_else(|| {
-                ModelError::Config(format!(
+                ModelError::State(format!(
                     "`{}` has not been set: load a checkpoint or init the weights first",
                     spec.name
                 ))
@@ -224,7 +224,7 @@ impl Session {
     /// integer class indices. Returns the batch's mean loss.
     pub fn step(&mut self, images: &Tensor, labels: &Tensor) -> Result<f32> {
         let (Some(label_id), Some(loss)) = (self.labels, self.loss) else {
-            return Err(ModelError::Config(
+            return Err(ModelError::State(
                 "step needs a training session (Session::training)".into(),
             ));
         };
@@ -235,7 +235,7 @@ impl Session {
         let loss = self
             .exec
             .get_id(loss)
-            .ok_or_else(|| ModelError::Config("the loss was not kept".into()))?;
+            .ok_or_else(|| ModelError::State("the loss was not kept".into()))?;
         Ok(loss.to_dtype(DType::F32)?.to_scalar::<f32>()?)
     }
 
@@ -243,7 +243,7 @@ impl Session {
     /// this is not allowed (it would update the weights): use [`step`](Session::step).
     pub fn forward(&mut self, images: &Tensor) -> Result<Tensor> {
         if self.labels.is_some() {
-            return Err(ModelError::Config(
+            return Err(ModelError::State(
                 "forward needs an inference session (Session::inference)".into(),
             ));
         }
@@ -251,7 +251,7 @@ impl Session {
         self.exec.run()?;
         self.logits()
             .cloned()
-            .ok_or_else(|| ModelError::Config("the logits were not kept".into()))
+            .ok_or_else(|| ModelError::State("the logits were not kept".into()))
     }
 
     /// The logits of the last run.

@@ -78,10 +78,10 @@ pub(crate) fn tensor<T: WithDType>(
 
 /// Runs the f32 or f64 instance of a generic CPU kernel, by the dtype of `dtype`.
 macro_rules! dispatch_float {
-    ($op:expr, $dtype:expr, $f:ident ( $($arg:expr),* $(,)? )) => {
+    ($op:expr, $dtype:expr, $($f:ident)::+ ( $($arg:expr),* $(,)? )) => {
         match $dtype {
-            candle_core::DType::F32 => $f::<f32>($($arg),*),
-            candle_core::DType::F64 => $f::<f64>($($arg),*),
+            candle_core::DType::F32 => $($f)::+::<f32>($($arg),*),
+            candle_core::DType::F64 => $($f)::+::<f64>($($arg),*),
             other => Err($crate::error::OpError::Unsupported {
                 op: $op,
                 what: format!("dtype {other:?} on the CPU (f32 and f64 are supported)"),
@@ -155,36 +155,35 @@ pub(crate) fn zip_map<T: Float>(
     tensor(op, out, a.dims())
 }
 
+/// `out[i] = f(a[i])` over one CPU tensor of a float dtype, in parallel chunks, reading
+/// the input once and writing the output once.
+pub(crate) fn map<T: Float>(
+    op: &'static str,
+    a: &Tensor,
+    f: impl Fn(T) -> T + Sync,
+) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let len = a.elem_count();
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    with_slice::<T, _>(op, a, |xa| {
+        out.spare_capacity_mut()[..len]
+            .par_chunks_mut(CHUNK)
+            .zip(xa.par_chunks(CHUNK))
+            .for_each(|(o, a)| {
+                for (o, a) in o.iter_mut().zip(a) {
+                    o.write(f(*a));
+                }
+            });
+        Ok(())
+    })?;
+    // SAFETY: `xa` holds `len` elements, so the chunks above wrote every one of the `len` slots.
+    unsafe { out.set_len(len) };
+    tensor(op, out, a.dims())
+}
+
 /// How many worker threads wick's CPU kernels split work across.
 pub(crate) fn threads() -> usize {
     rayon::current_num_threads().max(1)
-}
-
-/// One row-major matrix product through the `gemm` crate:
-/// `dst (m×n) = [dst +] lhs (m×k) · rhs (k×n)`, each operand given by its row and column strides.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm<T: Float>(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [T],
-    accumulate: bool,
-    lhs: &[T],
-    lhs_strides: (usize, usize),
-    rhs: &[T],
-    rhs_strides: (usize, usize),
-    parallel: bool,
-) {
-    gemm_strided(
-        m,
-        n,
-        k,
-        (dst, (n, 1)),
-        accumulate,
-        (lhs, lhs_strides),
-        (rhs, rhs_strides),
-        parallel,
-    )
 }
 
 /// Writes `value` into every slot and returns the slots as initialised values.
@@ -196,7 +195,7 @@ pub(crate) fn fill_slots<T: Copy>(slots: &mut [std::mem::MaybeUninit<T>], value:
     unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
 }
 
-/// [`gemm`] into uninitialised row-major memory of exactly `m * n` slots, all of which it
+/// [`gemm_strided`] into uninitialised row-major memory of exactly `m * n` slots, all of which it
 /// writes (the `gemm` crate does not read the destination when asked not to accumulate,
 /// and fills it with zeros when `k` is 0): no zeroing pass before the product.
 pub(crate) fn gemm_uninit<T: Float>(
@@ -228,9 +227,10 @@ pub(crate) fn gemm_uninit<T: Float>(
     }
 }
 
-/// [`gemm`] with the destination's (row, column) strides given too: `(1, m)` writes the
-/// product column-major, which the `gemm` crate runs up to twice as fast for some shapes
-/// (a wide, shallow weight gradient, for one).
+/// One matrix product through the `gemm` crate: `dst (m×n) = [dst +] lhs (m×k) · rhs (k×n)`,
+/// each operand given with its (row, column) strides. Destination strides `(1, m)` write
+/// the product column-major, which the `gemm` crate runs up to twice as fast for some
+/// shapes (a wide, shallow weight gradient, for one).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm_strided<T: Float>(
     m: usize,

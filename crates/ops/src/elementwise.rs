@@ -5,6 +5,7 @@ use candle_core::{DType, Tensor};
 use crate::cpu::{self, dispatch_float, Float};
 
 use crate::error::{CandleContext, Result};
+use crate::kernel::{route, Route};
 
 const OP: &str = "add";
 
@@ -12,8 +13,10 @@ const OP: &str = "add";
 /// residual connection is a model bug, and gets an error naming both shapes).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
-    if a.device().is_cpu() && a.dtype() == b.dtype() && matches!(a.dtype(), DType::F32 | DType::F64)
-    {
+    let cpu_float = route(a.device()) == Route::Cpu
+        && a.dtype() == b.dtype()
+        && matches!(a.dtype(), DType::F32 | DType::F64);
+    if cpu_float {
         return dispatch_float!(OP, a.dtype(), add_cpu(a, b));
     }
     (a + b).ctx(OP)

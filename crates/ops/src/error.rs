@@ -20,6 +20,14 @@ pub enum OpError {
         /// The device or dtype that has no kernel.
         what: String,
     },
+    /// The CUDA driver, NVRTC or a kernel launch failed (wick's own CUDA kernels).
+    #[error("{op}: CUDA: {message}")]
+    Cuda {
+        /// The op.
+        op: &'static str,
+        /// What failed, with the driver's message.
+        message: String,
+    },
     /// candle reported an error while the op ran.
     #[error("{op}: {source}")]
     Candle {
@@ -56,6 +64,7 @@ impl OpError {
         match self {
             OpError::Invalid { op, .. }
             | OpError::Unsupported { op, .. }
+            | OpError::Cuda { op, .. }
             | OpError::Candle { op, .. } => op,
         }
     }

@@ -24,8 +24,6 @@ pub mod activation;
 pub mod batchnorm;
 pub mod conv;
 mod cpu;
-#[cfg(feature = "cuda")]
-mod cuda;
 pub mod elementwise;
 pub mod error;
 pub mod kernel;
@@ -40,7 +38,7 @@ pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 pub use conv::Conv2dParams;
 pub use elementwise::add;
 pub use error::{OpError, Result};
-pub use kernel::{DeviceKind, Kernel, KernelPath};
+pub use kernel::{DeviceKind, Kernel, KernelPath, KernelPathGuard};
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
 pub use optim::{sgd_step, SgdParams};

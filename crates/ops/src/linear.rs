@@ -54,6 +54,12 @@ pub fn linear_flops(input: &[usize], weight: &[usize]) -> u64 {
     }
 }
 
+/// FLOPs of the backward pass: the input and the weight gradients, each a product the
+/// size of the forward one (the bias gradient's sum is not counted).
+pub fn linear_backward_flops(input: &[usize], weight: &[usize]) -> u64 {
+    2 * linear_flops(input, weight)
+}
+
 /// Linear forward (`LinearForward`).
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     linear_output_shape(x.dims(), weight.dims(), bias.map(|b| b.dims()))?;

@@ -134,3 +134,9 @@ pub fn cross_entropy_backward(
 pub fn cross_entropy_flops(logits: &[usize]) -> u64 {
     4 * logits.iter().product::<usize>() as u64
 }
+
+/// FLOPs of the backward pass: about 3 per logit (softmax from the log-sum-exp, minus the
+/// one-hot, scale).
+pub fn cross_entropy_backward_flops(logits: &[usize]) -> u64 {
+    3 * logits.iter().product::<usize>() as u64
+}

@@ -5,6 +5,7 @@ use candle_core::Tensor;
 use rayon::prelude::*;
 
 use crate::cpu::CHUNK;
+use crate::kernel::{route, Route};
 
 use crate::error::{CandleContext, OpError, Result};
 
@@ -104,8 +105,9 @@ pub fn sgd_step(
 }
 
 /// One SGD step that updates `param` (and the momentum buffer) **in place** where wick has
-/// an in-place kernel (f32/f64 CPU tensors): no allocation after the first step. Elsewhere
-/// it falls back to [`sgd_step`]. Returns the parameter and the buffer to keep (on the
+/// an in-place kernel (f32/f64 contiguous tensors on the CPU route, see
+/// [`KernelPath`](crate::KernelPath)): no allocation after the first step. Elsewhere it is
+/// [`sgd_step`], the device-generic path. Returns the parameter and the buffer to keep (on the
 /// CPU the same tensors, updated; a new buffer on the first step).
 ///
 /// The caller must own `param` and `momentum_buf` exclusively: every tensor sharing
@@ -116,7 +118,7 @@ pub fn sgd_step_in_place(
     momentum_buf: Option<&Tensor>,
     p: &SgdParams,
 ) -> Result<(Tensor, Option<Tensor>)> {
-    let cpu_float = param.device().is_cpu()
+    let cpu_float = route(param.device()) == Route::Cpu
         && matches!(
             param.dtype(),
             candle_core::DType::F32 | candle_core::DType::F64

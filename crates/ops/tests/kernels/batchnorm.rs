@@ -2,9 +2,6 @@
 
 use crate::common::*;
 use wick_ops::batchnorm::*;
-use wick_ops::KernelPath;
-
-const PATHS: [KernelPath; 2] = [KernelPath::Auto, KernelPath::Generic];
 
 fn params(f: &Fixture) -> BatchNorm2dParams {
     BatchNorm2dParams {
@@ -15,6 +12,12 @@ fn params(f: &Fixture) -> BatchNorm2dParams {
 
 #[test]
 fn training_mode_matches_pytorch_fixture() {
+    for path in PATHS {
+        path.scope(training_fixture_here);
+    }
+}
+
+fn training_fixture_here() {
     let f = Fixture::load("batchnorm_train");
     assert!(f.bool("training"));
     let p = params(&f);
@@ -52,10 +55,10 @@ fn inference_mode_matches_pytorch_fixture() {
         f.t("running_var"),
     );
     for path in PATHS {
-        let y = batch_norm_eval_with_path(x, w, b, rm, rv, &p, path).unwrap();
+        let _on_path = path.enter();
+        let y = batch_norm_eval(x, w, b, rm, rv, &p).unwrap();
         assert_close(&format!("out {path:?}"), &y, f.t("out"), 1e-9);
-        let g =
-            batch_norm_eval_backward_with_path(f.t("grad_out"), x, w, rm, rv, &p, path).unwrap();
+        let g = batch_norm_eval_backward(f.t("grad_out"), x, w, rm, rv, &p).unwrap();
         assert_close("grad_x", &g.x, f.t("grad_x"), 1e-9);
         assert_close("grad_weight", &g.weight, f.t("grad_weight"), 1e-9);
         assert_close("grad_bias", &g.bias, f.t("grad_bias"), 1e-9);

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
+use wick_ops::KernelPath;
 
 /// The fixtures folder: `$WICK_FIXTURES`, else `../shared/fixtures` beside the repository.
 /// Panics with a message saying where it looked when neither exists: a fixture test must
@@ -174,3 +175,7 @@ pub fn numeric_grad(f: impl Fn(&Tensor) -> Tensor, x: &Tensor, grad_out: &Tensor
 
 /// Finite-difference tolerance (relative to max |gradient|) for f64 central differences.
 pub const FD_TOL: f64 = 1e-6;
+
+/// Both implementation paths: wick's own kernels, and candle's device-generic ops (the
+/// path CUDA takes for most families), forced on the CPU.
+pub const PATHS: [KernelPath; 2] = [KernelPath::Auto, KernelPath::Generic];

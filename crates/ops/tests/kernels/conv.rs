@@ -16,22 +16,26 @@ fn params(f: &Fixture) -> Conv2dParams {
 }
 
 fn check_fixture(case: &str, path: KernelPath) {
+    path.scope(|| check_fixture_here(case))
+}
+
+fn check_fixture_here(case: &str) {
     let f = Fixture::load(case);
     assert_eq!(f.meta("op"), "conv2d");
     let p = params(&f);
     let (x, w) = (f.t("x"), f.t("w"));
     let bias = if f.bool("bias") { Some(f.t("b")) } else { None };
     let tol = f.tol();
-    let out = conv2d_with_path(x, w, bias, &p, path).unwrap();
+    let out = conv2d(x, w, bias, &p).unwrap();
     assert_eq!(
         p.output_shape(x.dims(), w.dims()).unwrap().as_slice(),
         out.dims()
     );
     assert_close(&format!("{case} out"), &out, f.t("out"), tol);
     let g = f.t("grad_out");
-    let dx = conv2d_backward_data_with_path(g, w, x.dims(), &p, path).unwrap();
+    let dx = conv2d_backward_data(g, w, x.dims(), &p).unwrap();
     assert_close(&format!("{case} grad_x"), &dx, f.t("grad_x"), tol);
-    let dw = conv2d_backward_filter_with_path(g, x, w.dims(), &p, path).unwrap();
+    let dw = conv2d_backward_filter(g, x, w.dims(), &p).unwrap();
     assert_close(&format!("{case} grad_w"), &dw, f.t("grad_w"), tol);
     if bias.is_some() {
         let db = conv2d_backward_bias(g).unwrap();
@@ -68,17 +72,18 @@ fn fd_check(x_shape: [usize; 4], w_shape: [usize; 4], p: Conv2dParams, seed: u64
     let w = rand_tensor(seed + 1, &w_shape);
     let out_shape = p.output_shape(&x_shape, &w_shape).unwrap();
     let g = rand_tensor(seed + 2, &out_shape);
-    for path in [KernelPath::Auto, KernelPath::Generic] {
-        let dx = conv2d_backward_data_with_path(&g, &w, &x_shape, &p, path).unwrap();
-        let num_dx = numeric_grad(|x| conv2d_with_path(x, &w, None, &p, path).unwrap(), &x, &g);
+    for path in PATHS {
+        let _on_path = path.enter();
+        let dx = conv2d_backward_data(&g, &w, &x_shape, &p).unwrap();
+        let num_dx = numeric_grad(|x| conv2d(x, &w, None, &p).unwrap(), &x, &g);
         assert_close(
             &format!("dx {x_shape:?} {p:?} {path:?}"),
             &dx,
             &num_dx,
             FD_TOL,
         );
-        let dw = conv2d_backward_filter_with_path(&g, &x, &w_shape, &p, path).unwrap();
-        let num_dw = numeric_grad(|w| conv2d_with_path(&x, w, None, &p, path).unwrap(), &w, &g);
+        let dw = conv2d_backward_filter(&g, &x, &w_shape, &p).unwrap();
+        let num_dw = numeric_grad(|w| conv2d(&x, w, None, &p).unwrap(), &w, &g);
         assert_close(
             &format!("dw {x_shape:?} {p:?} {path:?}"),
             &dw,

@@ -4,19 +4,14 @@ use crate::common::*;
 use candle_core::{DType, Tensor};
 use wick_ops::pool::*;
 
-fn params(f: &Fixture, kind: PoolKind) -> Pool2dParams {
-    Pool2dParams::new(
-        kind,
-        f.usize("kernel"),
-        f.usize("stride"),
-        f.usize("padding"),
-    )
+fn params(f: &Fixture) -> Pool2dParams {
+    Pool2dParams::new(f.usize("kernel"), f.usize("stride"), f.usize("padding"))
 }
 
 fn check_max_fixture(case: &str) {
     let f = Fixture::load(case);
     assert_eq!(f.meta("op"), "max_pool2d");
-    let p = params(&f, PoolKind::Max);
+    let p = params(&f);
     let x = f.t("x");
     let out = max_pool2d(x, &p).unwrap();
     assert_close("out", &out.y, f.t("out"), 1e-12);
@@ -49,7 +44,7 @@ fn max_pool_ties_route_to_the_first_maximum_as_pytorch() {
         &candle_core::Device::Cpu,
     )
     .unwrap();
-    let p = Pool2dParams::new(PoolKind::Max, 2, 2, 0);
+    let p = Pool2dParams::new(2, 2, 0);
     let out = max_pool2d(&x, &p).unwrap();
     let g = Tensor::from_vec(vec![3f64], (1, 1, 1, 1), &candle_core::Device::Cpu).unwrap();
     let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
@@ -63,7 +58,7 @@ fn max_pool_ties_route_to_the_first_maximum_as_pytorch() {
 fn avg_pool_matches_pytorch_fixture() {
     let f = Fixture::load("avgpool_3x3_s2_p1");
     assert_eq!(f.meta("count_include_pad"), "true");
-    let p = params(&f, PoolKind::Avg);
+    let p = params(&f);
     let x = f.t("x");
     assert_close("out", &avg_pool2d(x, &p).unwrap(), f.t("out"), 1e-9);
     let dx = avg_pool2d_backward(f.t("grad_out"), x.dims(), &p).unwrap();
@@ -88,7 +83,7 @@ fn max_pool_unique_maximum_gets_gradient_one() {
         &candle_core::Device::Cpu,
     )
     .unwrap();
-    let p = Pool2dParams::new(PoolKind::Max, 2, 2, 0);
+    let p = Pool2dParams::new(2, 2, 0);
     let out = max_pool2d(&x, &p).unwrap();
     let g = Tensor::ones((1, 1, 1, 1), DType::F64, &candle_core::Device::Cpu).unwrap();
     let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
@@ -107,8 +102,8 @@ fn pool_gradients_match_finite_differences() {
     ] {
         let x = rand_tensor(shape.iter().sum::<usize>() as u64, &shape);
         for kind in [PoolKind::Max, PoolKind::Avg] {
-            let p = Pool2dParams::new(kind, k, s, pad);
-            let g = rand_tensor(99, &p.output_shape(&shape).unwrap());
+            let p = Pool2dParams::new(k, s, pad);
+            let g = rand_tensor(99, &p.output_shape(kind, &shape).unwrap());
             let (dx, num) = match kind {
                 PoolKind::Max => {
                     let out = max_pool2d(&x, &p).unwrap();
@@ -141,29 +136,35 @@ fn pool_gradients_match_finite_differences() {
 
 #[test]
 fn output_shapes_follow_pytorch_rule() {
-    let p = Pool2dParams::new(PoolKind::Max, 3, 2, 1);
-    assert_eq!(p.output_shape(&[1, 64, 112, 112]).unwrap(), [1, 64, 56, 56]);
-    assert_eq!(p.output_shape(&[2, 3, 9, 8]).unwrap(), [2, 3, 5, 4]);
+    let p = Pool2dParams::new(3, 2, 1);
+    assert_eq!(
+        p.output_shape(PoolKind::Max, &[1, 64, 112, 112]).unwrap(),
+        [1, 64, 56, 56]
+    );
+    assert_eq!(
+        p.output_shape(PoolKind::Max, &[2, 3, 9, 8]).unwrap(),
+        [2, 3, 5, 4]
+    );
 }
 
 #[test]
 fn invalid_settings_are_errors() {
     let x = rand_tensor(1, &[1, 1, 4, 4]);
-    let msg = max_pool2d(&x, &Pool2dParams::new(PoolKind::Max, 2, 0, 0))
+    let msg = max_pool2d(&x, &Pool2dParams::new(2, 0, 0))
         .unwrap_err()
         .to_string();
     assert!(
         msg.contains("max_pool2d") && msg.contains("stride"),
         "{msg}"
     );
-    let msg = avg_pool2d(&x, &Pool2dParams::new(PoolKind::Avg, 7, 1, 1))
+    let msg = avg_pool2d(&x, &Pool2dParams::new(7, 1, 1))
         .unwrap_err()
         .to_string();
     assert!(
         msg.contains("avg_pool2d") && msg.contains("larger than the padded input"),
         "{msg}"
     );
-    let msg = max_pool2d(&x, &Pool2dParams::new(PoolKind::Max, 2, 1, 2))
+    let msg = max_pool2d(&x, &Pool2dParams::new(2, 1, 2))
         .unwrap_err()
         .to_string();
     assert!(msg.contains("at most half"), "{msg}");

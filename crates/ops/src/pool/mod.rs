@@ -10,11 +10,15 @@
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
+#[cfg(feature = "cuda")]
+mod cuda;
+
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
+use crate::kernel::{route, Route};
 use crate::shape::{nchw, window_out};
 
-/// Max or average pooling.
+/// Max or average pooling: which function is called says which; this names it in errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PoolKind {
     /// Max pooling (padding acts as -inf).
@@ -23,11 +27,19 @@ pub enum PoolKind {
     Avg,
 }
 
-/// The settings of a 2-D pooling layer.
+impl PoolKind {
+    /// The op's name as a user writes it (`max_pool2d`, `avg_pool2d`).
+    pub fn op_name(self) -> &'static str {
+        match self {
+            PoolKind::Max => "max_pool2d",
+            PoolKind::Avg => "avg_pool2d",
+        }
+    }
+}
+
+/// The window settings of a 2-D pooling layer (max or average alike).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Pool2dParams {
-    /// Max or average.
-    pub kind: PoolKind,
     /// Window size along (H, W).
     pub kernel: [usize; 2],
     /// Stride along (H, W).
@@ -38,25 +50,18 @@ pub struct Pool2dParams {
 
 impl Pool2dParams {
     /// A square window of size `kernel` with the given stride and padding.
-    pub fn new(kind: PoolKind, kernel: usize, stride: usize, padding: usize) -> Self {
+    pub fn new(kernel: usize, stride: usize, padding: usize) -> Self {
         Pool2dParams {
-            kind,
             kernel: [kernel, kernel],
             stride: [stride, stride],
             padding: [padding, padding],
         }
     }
 
-    fn op(&self) -> &'static str {
-        match self.kind {
-            PoolKind::Max => "max_pool2d",
-            PoolKind::Avg => "avg_pool2d",
-        }
-    }
-
-    /// The output shape for an input of shape `input`, or an error naming the shape.
-    pub fn output_shape(&self, input: &[usize]) -> Result<[usize; 4]> {
-        let op = self.op();
+    /// The output shape of a `kind` pool for an input of shape `input`, or an error naming
+    /// the op and the shape.
+    pub fn output_shape(&self, kind: PoolKind, input: &[usize]) -> Result<[usize; 4]> {
+        let op = kind.op_name();
         let [n, c, h, w] = nchw(op, "input", input)?;
         for axis in 0..2 {
             if self.padding[axis] * 2 > self.kernel[axis] {
@@ -90,9 +95,9 @@ impl Pool2dParams {
         Ok([n, c, oh, ow])
     }
 
-    /// FLOPs of the forward pass: one per window element.
+    /// FLOPs of the forward pass, and of the backward pass alike: one per window element.
     pub fn flops(&self, input: &[usize]) -> u64 {
-        match self.output_shape(input) {
+        match self.output_shape(PoolKind::Max, input) {
             Ok(out) => (out.iter().product::<usize>() * self.kernel[0] * self.kernel[1]) as u64,
             Err(_) => 0,
         }
@@ -123,8 +128,8 @@ struct Geom {
 }
 
 impl Geom {
-    fn new(p: &Pool2dParams, input: &[usize]) -> Result<Self> {
-        let [n, c, oh, ow] = p.output_shape(input)?;
+    fn new(kind: PoolKind, p: &Pool2dParams, input: &[usize]) -> Result<Self> {
+        let [n, c, oh, ow] = p.output_shape(kind, input)?;
         Ok(Geom {
             n,
             c,
@@ -139,7 +144,7 @@ impl Geom {
 
     /// The sizes wick's CUDA pooling kernels take.
     #[cfg(feature = "cuda")]
-    fn cuda_dims(&self) -> crate::cuda::PoolDims {
+    fn cuda_dims(&self) -> cuda::PoolDims {
         let p = &self.p;
         let v = [
             self.h,
@@ -153,7 +158,7 @@ impl Geom {
             p.padding[0],
             p.padding[1],
         ];
-        crate::cuda::PoolDims(v.map(|x| x as i32))
+        cuda::PoolDims(v.map(|x| x as i32))
     }
 
     /// The in-bounds input rows and columns of output (oy, ox)'s window.
@@ -168,33 +173,45 @@ impl Geom {
     }
 }
 
-fn unsupported_device(op: &'static str, t: &Tensor) -> OpError {
+/// The error for a pool on a path with no kernel: candle's own pools have no padding and
+/// wrong gradients, so pools run wick's CPU and CUDA kernels only.
+fn no_kernel(op: &'static str, t: &Tensor) -> OpError {
     OpError::Unsupported {
         op,
         what: format!(
-            "padded pooling on {:?} (wick's pooling kernels run on the CPU)",
-            t.device().location()
+            "padded pooling on {:?} under {:?} (pools have wick's CPU and CUDA kernels, no device-generic path)",
+            t.device().location(),
+            crate::KernelPath::current()
         ),
     }
 }
 
+/// Runs `cuda_kernel` (with the `cuda` feature) or says there is none.
+macro_rules! on_cuda {
+    ($op:expr, $t:expr, $call:expr) => {{
+        #[cfg(feature = "cuda")]
+        {
+            $call
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            Err(no_kernel($op, $t))
+        }
+    }};
+}
+
 /// Max-pool forward (`PoolingForward`), returning the output and the argmax indices.
 pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<MaxPoolOutput> {
-    let p = Pool2dParams {
-        kind: PoolKind::Max,
-        ..*p
-    };
-    let g = Geom::new(&p, x.dims())?;
-    if !x.device().is_cpu() {
-        #[cfg(feature = "cuda")]
-        if x.device().is_cuda() {
-            let (y, indices) =
-                crate::cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims())?;
-            return Ok(MaxPoolOutput { y, indices });
-        }
-        return Err(unsupported_device(p.op(), x));
+    let kind = PoolKind::Max;
+    let g = Geom::new(kind, p, x.dims())?;
+    match route(x.device()) {
+        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), max_forward_cpu(&g, x)),
+        Route::Cuda => on_cuda!(kind.op_name(), x, {
+            let (y, indices) = cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims())?;
+            Ok(MaxPoolOutput { y, indices })
+        }),
+        Route::Generic => Err(no_kernel(kind.op_name(), x)),
     }
-    dispatch_float!(p.op(), x.dtype(), max_forward_cpu(&g, x))
 }
 
 fn max_forward_cpu<T: Float>(g: &Geom, x: &Tensor) -> Result<MaxPoolOutput> {
@@ -246,38 +263,42 @@ pub fn max_pool2d_backward(
     input_shape: &[usize],
     p: &Pool2dParams,
 ) -> Result<Tensor> {
-    let p = Pool2dParams {
-        kind: PoolKind::Max,
-        ..*p
-    };
-    let g = Geom::new(&p, input_shape)?;
+    let kind = PoolKind::Max;
+    let g = Geom::new(kind, p, input_shape)?;
     let out = [input_shape[0], input_shape[1], g.oh, g.ow];
     crate::shape::same(
-        p.op(),
+        kind.op_name(),
         "output gradient",
         grad_y.dims(),
         "pooled output",
         &out,
     )?;
-    crate::shape::same(p.op(), "indices", indices.dims(), "pooled output", &out)?;
+    crate::shape::same(
+        kind.op_name(),
+        "indices",
+        indices.dims(),
+        "pooled output",
+        &out,
+    )?;
     if indices.dtype() != DType::U32 {
         return Err(OpError::invalid(
-            p.op(),
+            kind.op_name(),
             format!("indices must be u32, got {:?}", indices.dtype()),
         ));
     }
-    if !grad_y.device().is_cpu() {
-        #[cfg(feature = "cuda")]
-        if grad_y.device().is_cuda() {
-            return crate::cuda::max_pool_backward(grad_y, indices, input_shape, &g.cuda_dims());
-        }
-        return Err(unsupported_device(p.op(), grad_y));
+    match route(grad_y.device()) {
+        Route::Cpu => dispatch_float!(
+            kind.op_name(),
+            grad_y.dtype(),
+            max_backward_cpu(&g, grad_y, indices, input_shape)
+        ),
+        Route::Cuda => on_cuda!(
+            kind.op_name(),
+            grad_y,
+            cuda::max_pool_backward(grad_y, indices, input_shape, &g.cuda_dims())
+        ),
+        Route::Generic => Err(no_kernel(kind.op_name(), grad_y)),
     }
-    dispatch_float!(
-        p.op(),
-        grad_y.dtype(),
-        max_backward_cpu(&g, grad_y, indices, input_shape)
-    )
 }
 
 fn max_backward_cpu<T: Float>(
@@ -311,28 +332,32 @@ fn max_backward_cpu<T: Float>(
 
 /// Average-pool forward (`PoolingForward`), padding counted in the divisor.
 pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
-    let p = Pool2dParams {
-        kind: PoolKind::Avg,
-        ..*p
-    };
-    let g = Geom::new(&p, x.dims())?;
+    let kind = PoolKind::Avg;
+    let g = Geom::new(kind, p, x.dims())?;
     let shape = (g.n, g.c, g.oh, g.ow);
-    #[cfg(feature = "cuda")]
-    if x.device().is_cuda() {
-        return crate::cuda::avg_pool(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims(), false);
+    match route(x.device()) {
+        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), avg_forward_cpu(&g, x, shape)),
+        Route::Cuda => on_cuda!(
+            kind.op_name(),
+            x,
+            cuda::avg_pool(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims(), false)
+        ),
+        Route::Generic => avg_forward_generic(x, p),
     }
-    if !x.device().is_cpu() {
-        // candle's avg pool has no padding: pad with zeros first (count_include_pad=true).
-        let padded = x
-            .pad_with_zeros(2, p.padding[0], p.padding[0])
-            .ctx(p.op())?
-            .pad_with_zeros(3, p.padding[1], p.padding[1])
-            .ctx(p.op())?;
-        return padded
-            .avg_pool2d_with_stride((p.kernel[0], p.kernel[1]), (p.stride[0], p.stride[1]))
-            .ctx(p.op());
-    }
-    dispatch_float!(p.op(), x.dtype(), avg_forward_cpu(&g, x, shape))
+}
+
+/// Average pooling through candle's unpadded avg pool, after zero padding
+/// (count_include_pad=true).
+fn avg_forward_generic(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
+    let op = PoolKind::Avg.op_name();
+    let padded = x
+        .pad_with_zeros(2, p.padding[0], p.padding[0])
+        .ctx(op)?
+        .pad_with_zeros(3, p.padding[1], p.padding[1])
+        .ctx(op)?;
+    padded
+        .avg_pool2d_with_stride((p.kernel[0], p.kernel[1]), (p.stride[0], p.stride[1]))
+        .ctx(op)
 }
 
 fn avg_forward_cpu<T: Float>(
@@ -371,27 +396,29 @@ pub fn avg_pool2d_backward(
     input_shape: &[usize],
     p: &Pool2dParams,
 ) -> Result<Tensor> {
-    let p = Pool2dParams {
-        kind: PoolKind::Avg,
-        ..*p
-    };
-    let g = Geom::new(&p, input_shape)?;
+    let kind = PoolKind::Avg;
+    let g = Geom::new(kind, p, input_shape)?;
     let out = [input_shape[0], input_shape[1], g.oh, g.ow];
     crate::shape::same(
-        p.op(),
+        kind.op_name(),
         "output gradient",
         grad_y.dims(),
         "pooled output",
         &out,
     )?;
-    if !grad_y.device().is_cpu() {
-        return Err(unsupported_device(p.op(), grad_y));
+    match route(grad_y.device()) {
+        Route::Cpu => dispatch_float!(
+            kind.op_name(),
+            grad_y.dtype(),
+            avg_backward_cpu(&g, grad_y, input_shape)
+        ),
+        Route::Cuda => on_cuda!(
+            kind.op_name(),
+            grad_y,
+            cuda::avg_pool(grad_y, input_shape, &g.cuda_dims(), true)
+        ),
+        Route::Generic => Err(no_kernel(kind.op_name(), grad_y)),
     }
-    dispatch_float!(
-        p.op(),
-        grad_y.dtype(),
-        avg_backward_cpu(&g, grad_y, input_shape)
-    )
 }
 
 fn avg_backward_cpu<T: Float>(g: &Geom, grad_y: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
@@ -419,6 +446,11 @@ fn avg_backward_cpu<T: Float>(g: &Geom, grad_y: &Tensor, input_shape: &[usize]) 
 }
 
 const GAP: &str = "global_avg_pool";
+
+/// FLOPs of global average pooling, forward or backward: one per input element.
+pub fn global_avg_pool_flops(input: &[usize]) -> u64 {
+    input.iter().product::<usize>() as u64
+}
 
 /// Global average pool forward: [N, C, H, W] -> [N, C, 1, 1] (PyTorch's
 /// `AdaptiveAvgPool2d(1)`).

@@ -1,5 +1,5 @@
 //! wick's own CUDA kernels, for the ops candle has no (correct) CUDA kernel for: padded
-//! max and average pooling and their backward. The source (`pool_kernels.cu`) travels with
+//! max and average pooling and their backward. The source (`kernels.cu`) travels with
 //! the crate and is compiled at run time with NVRTC, once per device.
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use candle_core::{CudaDevice, CudaStorage, DType, Device, Storage, Tensor};
 
 use crate::error::{CandleContext, OpError, Result};
 
-const POOL_SOURCE: &str = include_str!("pool_kernels.cu");
+const POOL_SOURCE: &str = include_str!("kernels.cu");
 
 /// The pooling module on `dev`, compiled on first use.
 fn pool_module(op: &'static str, dev: &CudaDevice) -> Result<Arc<CudaModule>> {
@@ -26,17 +26,18 @@ fn pool_module(op: &'static str, dev: &CudaDevice) -> Result<Arc<CudaModule>> {
     if let Some(m) = cache.get(&dev.id()) {
         return Ok(m.clone());
     }
-    let ptx = compile_ptx(POOL_SOURCE).map_err(|e| {
-        OpError::invalid(
-            op,
-            format!("NVRTC failed to compile pool_kernels.cu: {e:?}"),
-        )
+    let ptx = compile_ptx(POOL_SOURCE).map_err(|e| OpError::Cuda {
+        op,
+        message: format!("NVRTC failed to compile kernels.cu: {e:?}"),
     })?;
     let module = dev
         .cuda_stream()
         .context()
         .load_module(ptx)
-        .map_err(|e| OpError::invalid(op, format!("loading the pooling kernels: {e:?}")))?;
+        .map_err(|e| OpError::Cuda {
+            op,
+            message: format!("loading the pooling kernels: {e:?}"),
+        })?;
     cache.insert(dev.id(), module.clone());
     Ok(module)
 }
@@ -45,7 +46,10 @@ fn cuda_err(
     op: &'static str,
     what: &'static str,
 ) -> impl FnOnce(candle_core::cuda::cudarc::driver::DriverError) -> OpError {
-    move |e| OpError::invalid(op, format!("{what}: {e:?}"))
+    move |e| OpError::Cuda {
+        op,
+        message: format!("{what}: {e:?}"),
+    }
 }
 
 /// The CUDA device of `t`.
@@ -111,7 +115,7 @@ macro_rules! launch {
         let stream = $dev.cuda_stream();
         let mut b = stream.launch_builder(&func);
         $( b.arg($arg); )*
-        // SAFETY: the argument list matches the kernel's signature in pool_kernels.cu, and
+        // SAFETY: the argument list matches the kernel's signature in kernels.cu, and
         // every buffer holds `total` (or the plane-derived) elements the kernel indexes.
         unsafe { b.launch(LaunchConfig::for_num_elems($total as u32)) }.map_err(cuda_err($op, "launching a pooling kernel"))?;
     }};

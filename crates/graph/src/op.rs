@@ -1,0 +1,174 @@
+//! What a graph node runs: the [`NodeOp`] trait, which each op family implements in its
+//! own file under `ops/` (recording, backward rule, execution and FLOPs in one place).
+//!
+//! Adding an op family is one file in `crates/graph/src/ops/` (a builder method, a struct
+//! per node kind implementing [`NodeOp`], and its backward rule) plus its kernels in
+//! `wick-ops`. The executor, autodiff and profiler need no change.
+
+use std::any::Any;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use candle_core::{DType, Tensor};
+use wick_ops::{Kernel, OpError};
+
+use crate::builder::GraphBuilder;
+use crate::error::{GraphError, Result};
+use crate::ir::{Node, ValueId};
+
+/// A node's op: shared, immutable settings behind the [`NodeOp`] trait.
+pub type Op = Arc<dyn NodeOp>;
+
+/// The outputs of one kernel call, in the node's output order (`None`: an output the
+/// kernel leaves unset, such as an absent bias gradient).
+pub type Outputs = Vec<Option<Tensor>>;
+
+/// The input tensors of one kernel call, in the node's input order (`None`: unset).
+pub type Inputs<'a> = [Option<&'a Tensor>];
+
+/// What a kernel call returns.
+pub type KernelResult = std::result::Result<Outputs, OpError>;
+
+/// Any node kind as [`Any`], to read its settings back (`Node::op_as`); implemented for
+/// every type.
+pub trait AsAny: Any {
+    /// `self` as [`Any`].
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<T: Any> AsAny for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// One kind of graph node: the kernel it runs and, for forward ops, how it is
+/// differentiated.
+pub trait NodeOp: Debug + Send + Sync + AsAny {
+    /// The kernel this node runs (its name on each device comes from `wick-ops`).
+    fn kernel(&self) -> Kernel;
+
+    /// Runs the kernel. `inputs` are the node's input tensors in order; every input is set
+    /// except those [`optional_input`](NodeOp::optional_input) allows to be missing.
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult;
+
+    /// Whether input `i` may be unset when the node runs (SGD's momentum buffer before
+    /// the first step). The executor reports any other unset input as
+    /// [`GraphError::MissingValue`].
+    fn optional_input(&self, _i: usize) -> bool {
+        false
+    }
+
+    /// Appends the backward nodes of this forward node (reverse-mode autodiff). Ops that
+    /// are not forward ops (gradients, optimizer updates) keep the default, an error.
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        Err(GraphError::Usage(format!(
+            "backward: OP_ID{} ({:?}) is not a forward op",
+            ctx.op_id, self
+        )))
+    }
+}
+
+/// Input `i` of a kernel call; the executor has checked that required inputs are set.
+pub(crate) fn arg<'a>(
+    inputs: &Inputs<'a>,
+    i: usize,
+    op: &'static str,
+) -> std::result::Result<&'a Tensor, OpError> {
+    inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .ok_or_else(|| OpError::invalid(op, format!("input {i} is not set")))
+}
+
+/// One output wrapped as [`Outputs`].
+pub(crate) fn one(t: Tensor) -> KernelResult {
+    Ok(vec![Some(t)])
+}
+
+/// A new value a recorded node creates: its name stem, shape and dtype.
+pub type NewValue = (&'static str, Vec<usize>, DType);
+
+/// What a forward node's backward rule sees and does: the node, the gradient of its first
+/// output, and the builder to record backward nodes into.
+pub struct BackwardCtx<'b> {
+    pub(crate) builder: &'b mut GraphBuilder,
+    pub(crate) node: Node,
+    pub(crate) op_id: usize,
+    pub(crate) grad_y: Option<ValueId>,
+    pub(crate) contributions: &'b mut Vec<Vec<ValueId>>,
+}
+
+impl BackwardCtx<'_> {
+    /// The forward node's OP_ID.
+    pub fn op_id(&self) -> usize {
+        self.op_id
+    }
+
+    /// Input `i` of the forward node.
+    pub fn input(&self, i: usize) -> ValueId {
+        self.node.inputs[i]
+    }
+
+    /// Output `i` of the forward node.
+    pub fn output(&self, i: usize) -> ValueId {
+        self.node.outputs[i]
+    }
+
+    /// The gradient of the forward node's first output (absent only for the loss, the root).
+    pub fn grad_y(&self) -> Result<ValueId> {
+        self.grad_y.ok_or_else(|| {
+            GraphError::Usage(format!(
+                "internal: OP_ID{} has no output gradient",
+                self.op_id
+            ))
+        })
+    }
+
+    /// The static shape of `v`.
+    pub fn shape(&self, v: ValueId) -> Vec<usize> {
+        self.builder.shape(v).to_vec()
+    }
+
+    /// The dtype of the forward node's first output (the gradients' dtype).
+    pub fn dtype(&self) -> DType {
+        self.builder.graph.values[self.node.outputs[0].0].dtype
+    }
+
+    /// Whether a gradient must flow to `v`.
+    pub fn needs_grad(&self, v: ValueId) -> bool {
+        self.builder.requires_grad[v.0]
+    }
+
+    /// Records a backward node and returns its new outputs.
+    pub fn record(
+        &mut self,
+        op: impl NodeOp,
+        inputs: Vec<ValueId>,
+        outputs: Vec<NewValue>,
+        flops: u64,
+    ) -> Vec<ValueId> {
+        self.builder
+            .push(Arc::new(op), inputs, outputs, vec![], flops)
+    }
+
+    /// Adds `grad` to the gradient of `v` (summed with the value's other contributions).
+    pub fn contribute(&mut self, v: ValueId, grad: ValueId) {
+        if self.contributions.len() <= v.0 {
+            self.contributions.resize(v.0 + 1, Vec::new());
+        }
+        self.contributions[v.0].push(grad);
+    }
+
+    /// [`contribute`](BackwardCtx::contribute) `grads[i]` to input `i` of the forward
+    /// node, for every input in `0..grads.len()` that needs a gradient.
+    pub fn contribute_to_inputs(&mut self, grads: &[ValueId]) {
+        for (i, g) in grads.iter().enumerate() {
+            let v = self.input(i);
+            if self.needs_grad(v) {
+                self.contribute(v, *g);
+            }
+        }
+    }
+}

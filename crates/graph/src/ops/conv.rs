@@ -1,0 +1,169 @@
+//! Convolution: recording, backward rule, execution (kernels in `wick_ops::conv`).
+
+use std::sync::Arc;
+
+use wick_ops::conv::{self, Conv2dParams};
+use wick_ops::Kernel;
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::ValueId;
+use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+
+const OP: &str = "conv2d";
+
+/// Convolution forward. in: x, weight, `[bias]`; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conv2d {
+    /// Stride, padding, dilation, groups.
+    pub params: Conv2dParams,
+    /// Whether a bias input follows the weight.
+    pub has_bias: bool,
+}
+
+/// Convolution input gradient. in: grad_y, weight; out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvBackwardData {
+    /// The forward settings.
+    pub params: Conv2dParams,
+    /// The forward input's shape.
+    pub input_shape: Vec<usize>,
+}
+
+/// Convolution weight gradient. in: grad_y, x; out: grad_weight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvBackwardFilter {
+    /// The forward settings.
+    pub params: Conv2dParams,
+    /// The weight's shape.
+    pub weight_shape: Vec<usize>,
+}
+
+/// Convolution bias gradient. in: grad_y; out: grad_bias.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvBackwardBias;
+
+impl GraphBuilder {
+    /// 2-D convolution of `x` `[N, C, H, W]` with `weight` `[O, C/groups, KH, KW]` and an
+    /// optional bias `[O]`.
+    pub fn conv2d(
+        &mut self,
+        x: ValueId,
+        weight: ValueId,
+        bias: Option<ValueId>,
+        p: Conv2dParams,
+    ) -> Result<ValueId> {
+        self.forward_only(OP)?;
+        let (xs, ws) = (self.shape(x).to_vec(), self.shape(weight).to_vec());
+        let out = p.output_shape(&xs, &ws).map_err(self.build_err(OP))?;
+        if let Some(b) = bias {
+            p.check_bias(&ws, self.shape(b))
+                .map_err(self.build_err(OP))?;
+        }
+        let mut inputs = vec![x, weight];
+        inputs.extend(bias);
+        let op = Conv2d {
+            params: p,
+            has_bias: bias.is_some(),
+        };
+        let new = vec![("conv", out.to_vec(), self.dtype_of(x))];
+        Ok(self.push(Arc::new(op), inputs, new, vec![], p.flops(&xs, &ws))[0])
+    }
+}
+
+impl NodeOp for Conv2d {
+    fn kernel(&self) -> Kernel {
+        Kernel::ConvForward
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let bias = if self.has_bias {
+            Some(arg(inputs, 2, OP)?)
+        } else {
+            None
+        };
+        one(conv::conv2d(
+            arg(inputs, 0, OP)?,
+            arg(inputs, 1, OP)?,
+            bias,
+            &self.params,
+        )?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let (x, w) = (ctx.input(0), ctx.input(1));
+        let (xs, ws) = (ctx.shape(x), ctx.shape(w));
+        let (dt, flops) = (ctx.dtype(), self.params.flops(&xs, &ws));
+        if ctx.needs_grad(x) {
+            let op = ConvBackwardData {
+                params: self.params,
+                input_shape: xs.clone(),
+            };
+            let g = ctx.record(op, vec![gy, w], vec![("grad.conv.x", xs, dt)], flops);
+            ctx.contribute(x, g[0]);
+        }
+        if ctx.needs_grad(w) {
+            let op = ConvBackwardFilter {
+                params: self.params,
+                weight_shape: ws.clone(),
+            };
+            let g = ctx.record(
+                op,
+                vec![gy, x],
+                vec![("grad.conv.w", ws.clone(), dt)],
+                flops,
+            );
+            ctx.contribute(w, g[0]);
+        }
+        if self.has_bias && ctx.needs_grad(ctx.input(2)) {
+            let flops = conv::conv2d_backward_bias_flops(&ctx.shape(ctx.output(0)));
+            let out = vec![("grad.conv.b", vec![ws[0]], dt)];
+            let g = ctx.record(ConvBackwardBias, vec![gy], out, flops);
+            ctx.contribute(ctx.input(2), g[0]);
+        }
+        Ok(())
+    }
+}
+
+impl NodeOp for ConvBackwardData {
+    fn kernel(&self) -> Kernel {
+        Kernel::ConvBackwardData
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let (gy, w) = (arg(inputs, 0, OP)?, arg(inputs, 1, OP)?);
+        one(conv::conv2d_backward_data(
+            gy,
+            w,
+            &self.input_shape,
+            &self.params,
+        )?)
+    }
+}
+
+impl NodeOp for ConvBackwardFilter {
+    fn kernel(&self) -> Kernel {
+        Kernel::ConvBackwardFilter
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let (gy, x) = (arg(inputs, 0, OP)?, arg(inputs, 1, OP)?);
+        one(conv::conv2d_backward_filter(
+            gy,
+            x,
+            &self.weight_shape,
+            &self.params,
+        )?)
+    }
+}
+
+impl NodeOp for ConvBackwardBias {
+    fn kernel(&self) -> Kernel {
+        Kernel::ConvBackwardBias
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(conv::conv2d_backward_bias(arg(inputs, 0, OP)?)?)
+    }
+}

@@ -1,0 +1,11 @@
+//! The op families, one file each: the builder methods that record them, the node kinds
+//! ([`NodeOp`](crate::NodeOp) implementations) with their backward rules, and how each
+//! runs its `wick-ops` kernel.
+
+pub mod batchnorm;
+pub mod conv;
+pub mod elementwise;
+pub mod linear;
+pub mod loss;
+pub mod optim;
+pub mod pool;

@@ -1,0 +1,29 @@
+//! The time profiler: a [`Hook`](crate::Hook) that reproduces Apache SINGA's
+//! time-profiling output and fixes its flaws.
+//!
+//! Measuring is kept apart from reporting, as in PyTorch's profiler:
+//! - [`schedule`]: which iterations are timed (SINGA's skip count);
+//! - [`slots`]: the timer marks of an iteration, derived from the phases and nodes;
+//! - [`recorder`]: the hook itself, [`TimeProfiler`], which marks and accumulates;
+//! - [`profile`]: the result, [`Profile`], plain numbers (and its JSON);
+//! - [`singa`]: SINGA's text lines and wick's report around them;
+//! - [`table`]: the per-op-type table;
+//! - [`trace`]: the Chrome/Perfetto trace.
+//!
+//! Verbosity 0 times nothing. 1: every phase (forward, backward, optimizer), the whole
+//! iteration, and the op time inside each phase (so the overhead inside phases is known).
+//! 2: also every op, reported per OP_ID. The first `skip` iterations run untimed; every
+//! figure is a mean over the timed iterations, each op's over the iterations that timed it.
+
+pub mod profile;
+pub mod recorder;
+pub mod schedule;
+pub mod singa;
+pub mod slots;
+pub mod table;
+pub mod trace;
+
+pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
+pub use recorder::TimeProfiler;
+pub use schedule::Schedule;
+pub use slots::{Mark, SlotLayout};

@@ -1,0 +1,188 @@
+//! What the profiler measured, as plain numbers: [`Profile`], its per-node and per-op-type
+//! rows, and its JSON form. The text formats live beside it (`singa`, `table`, `trace`).
+
+use serde::Serialize;
+
+use crate::ir::Phase;
+
+/// The timing of one node, averaged over the iterations that timed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpProfile {
+    /// The node's OP_ID.
+    pub op_id: usize,
+    /// The kernel's name.
+    pub name: String,
+    /// The node's phase.
+    pub phase: Phase,
+    /// Mean seconds per execution.
+    pub mean_sec: f64,
+    /// Fastest single execution, seconds.
+    pub min_sec: f64,
+    /// Slowest single execution, seconds.
+    pub max_sec: f64,
+    /// FLOPs of one execution.
+    pub flops: u64,
+    /// Input shapes.
+    pub input_shapes: Vec<Vec<usize>>,
+    /// Output shapes.
+    pub output_shapes: Vec<Vec<usize>>,
+}
+
+/// One phase's time per iteration, and the part of it spent inside ops.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PhaseProfile {
+    /// The phase.
+    pub phase: Phase,
+    /// Mean seconds from the phase's first op's start to its last op's end.
+    pub sec: f64,
+    /// Mean seconds inside the phase's ops (their kernels).
+    pub ops_sec: f64,
+}
+
+impl PhaseProfile {
+    /// Seconds of the phase outside its ops: the executor's work between them (hooks,
+    /// freeing values, bookkeeping).
+    pub fn overhead_sec(&self) -> f64 {
+        self.sec - self.ops_sec
+    }
+}
+
+/// One row of the per-op-type table: every node with the same kernel name.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpTypeRow {
+    /// The kernel name.
+    pub name: String,
+    /// Nodes of this type in one iteration.
+    pub nodes: usize,
+    /// Seconds per iteration spent in this type (all its nodes).
+    pub total_sec: f64,
+    /// Fastest single node execution, seconds.
+    pub min_sec: f64,
+    /// Slowest single node execution, seconds.
+    pub max_sec: f64,
+    /// Mean seconds per node execution.
+    pub mean_sec: f64,
+    /// Share of all op time in an iteration.
+    pub share: f64,
+    /// FLOPs per iteration.
+    pub flops: u64,
+}
+
+/// Everything the profiler measured. The report prints what it holds: per-op lines when
+/// `ops` is filled (verbosity 2), the phase lines otherwise.
+#[derive(Debug, Clone, Serialize)]
+pub struct Profile {
+    /// The verbosity the figures were taken at.
+    pub verbosity: u8,
+    /// Iterations run untimed at the start (`None` when nothing was timed).
+    pub skipped: Option<usize>,
+    /// Iterations every phase and iteration figure is averaged over.
+    pub timed_iterations: usize,
+    /// The device.
+    pub device: String,
+    /// The timing method (host clock or CUDA events; `None` when nothing was timed).
+    pub method: Option<String>,
+    /// Mean seconds of the forward phase (its first op's start to its last op's end).
+    pub forward_sec: f64,
+    /// Mean seconds of the backward phase.
+    pub backward_sec: f64,
+    /// Mean seconds of the optimizer phase.
+    pub optimizer_sec: f64,
+    /// Each phase present in the graph, with its op time.
+    pub phases: Vec<PhaseProfile>,
+    /// Mean seconds of a whole iteration: every node, from before the first to after the
+    /// last, with the executor's work between them. It excludes feeding the batch and
+    /// reading results (the loss) back.
+    pub iteration_sec: f64,
+    /// Median seconds of a whole iteration (0 before any timed iteration).
+    pub iteration_median_sec: f64,
+    /// Fastest timed iteration, in seconds (0 before any).
+    pub iteration_min_sec: f64,
+    /// Slowest timed iteration, in seconds.
+    pub iteration_max_sec: f64,
+    /// Per-node timings in OP_ID order (verbosity 2).
+    pub ops: Vec<OpProfile>,
+    /// (start, duration) in seconds of each node in the last timed iteration (verbosity 2).
+    pub last_iteration_trace: Vec<(f64, f64)>,
+}
+
+impl Profile {
+    /// Seconds per iteration inside ops: the sum over phases.
+    pub fn ops_sec(&self) -> f64 {
+        self.phases.iter().map(|p| p.ops_sec).sum()
+    }
+
+    /// Seconds per iteration inside the phases but outside any op.
+    pub fn overhead_in_phases_sec(&self) -> f64 {
+        self.phases.iter().map(|p| p.overhead_sec()).sum()
+    }
+
+    /// The per-op-type table, sorted by total time, longest first.
+    pub fn by_type(&self) -> Vec<OpTypeRow> {
+        let mut rows: Vec<OpTypeRow> = Vec::new();
+        for op in &self.ops {
+            let i = match rows.iter().position(|r| r.name == op.name) {
+                Some(i) => i,
+                None => {
+                    rows.push(OpTypeRow {
+                        name: op.name.clone(),
+                        nodes: 0,
+                        total_sec: 0.0,
+                        min_sec: f64::INFINITY,
+                        max_sec: 0.0,
+                        mean_sec: 0.0,
+                        share: 0.0,
+                        flops: 0,
+                    });
+                    rows.len() - 1
+                }
+            };
+            let row = &mut rows[i];
+            row.nodes += 1;
+            row.total_sec += op.mean_sec;
+            row.min_sec = row.min_sec.min(op.min_sec);
+            row.max_sec = row.max_sec.max(op.max_sec);
+            row.flops += op.flops;
+        }
+        let all: f64 = self.ops.iter().map(|o| o.mean_sec).sum();
+        for r in &mut rows {
+            r.mean_sec = r.total_sec / r.nodes as f64;
+            r.share = if all > 0.0 { r.total_sec / all } else { 0.0 };
+        }
+        rows.sort_by(|a, b| b.total_sec.total_cmp(&a.total_sec));
+        rows
+    }
+
+    /// The whole profile as JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
+pub(crate) fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_even_and_empty_sets() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.0]), 7.0);
+        assert_eq!(median(&[]), 0.0);
+    }
+}

@@ -1,0 +1,329 @@
+//! The measuring half of the profiler: [`TimeProfiler`], the hook that marks iterations,
+//! phases and ops on a [`Timer`] and accumulates the figures a [`Profile`] reports.
+
+use candle_core::Device;
+
+use super::profile::{median, OpProfile, PhaseProfile, Profile};
+use super::schedule::Schedule;
+use super::slots::{Mark, SlotLayout};
+use crate::error::{GraphError, Result};
+use crate::hooks::{Hook, NodeInfo};
+use crate::ir::Phase;
+use crate::timer::{HostTimer, Timer};
+
+/// Running sums of one node's timings, over the iterations that timed it.
+#[derive(Debug, Clone, Copy)]
+struct OpStats {
+    count: usize,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Default for OpStats {
+    fn default() -> Self {
+        OpStats {
+            count: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: 0.0,
+        }
+    }
+}
+
+/// SINGA-style time profiler. Attach it to an [`Executor`](crate::Executor), run, then
+/// [`print`](TimeProfiler::print) it or take its [`profile`](TimeProfiler::profile).
+pub struct TimeProfiler {
+    verbosity: u8,
+    schedule: Schedule,
+    timer: Option<Box<dyn Timer>>,
+    nodes: Vec<NodeInfo>,
+    device: String,
+    phases_present: [bool; 3],
+    layout: SlotLayout,
+    marks: Vec<f64>,
+    prepared: bool,
+    timing: bool,
+    seen: usize,
+    timed: usize,
+    iter_times: Vec<f64>,
+    phase_sum: [f64; 3],
+    phase_ops_sum: [f64; 3],
+    ops: Vec<OpStats>,
+    last_marks: Vec<f64>,
+}
+
+impl std::fmt::Debug for TimeProfiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimeProfiler")
+            .field("verbosity", &self.verbosity)
+            .field("schedule", &self.schedule)
+            .field("seen", &self.seen)
+            .field("timed", &self.timed)
+            .finish()
+    }
+}
+
+impl TimeProfiler {
+    /// A profiler at `verbosity` (0, 1 or 2; the library clamps higher values to 2) that
+    /// leaves the first `skip` iterations untimed (SINGA's default is 5). It picks the
+    /// timer that fits the executor's device when attached.
+    pub fn new(verbosity: u8, skip: usize) -> Self {
+        TimeProfiler {
+            verbosity: verbosity.min(2),
+            schedule: Schedule::skip(skip),
+            timer: None,
+            nodes: Vec::new(),
+            device: String::new(),
+            phases_present: [false; 3],
+            layout: SlotLayout::new(0),
+            marks: Vec::new(),
+            prepared: false,
+            timing: false,
+            seen: 0,
+            timed: 0,
+            iter_times: Vec::new(),
+            phase_sum: [0.0; 3],
+            phase_ops_sum: [0.0; 3],
+            ops: Vec::new(),
+            last_marks: Vec::new(),
+        }
+    }
+
+    /// The same profiler with an injected timer (a fake clock in tests, say).
+    pub fn with_timer(mut self, timer: Box<dyn Timer>) -> Self {
+        self.timer = Some(timer);
+        self
+    }
+
+    /// The verbosity level.
+    pub fn verbosity(&self) -> u8 {
+        self.verbosity
+    }
+
+    /// Changes the verbosity for the iterations that follow (clamped to 2). Figures taken
+    /// so far stay; each op's mean is over the iterations that timed it.
+    pub fn set_verbosity(&mut self, verbosity: u8) {
+        self.verbosity = verbosity.min(2);
+    }
+
+    /// The schedule.
+    pub fn schedule(&self) -> Schedule {
+        self.schedule
+    }
+
+    /// How many iterations have been timed so far.
+    pub fn timed_iterations(&self) -> usize {
+        self.timed
+    }
+
+    /// Forgets every measurement; the schedule starts over (the next `skip` iterations
+    /// are skipped again).
+    pub fn reset(&mut self) {
+        self.seen = 0;
+        self.timed = 0;
+        self.iter_times.clear();
+        self.phase_sum = [0.0; 3];
+        self.phase_ops_sum = [0.0; 3];
+        self.ops.iter_mut().for_each(|s| *s = OpStats::default());
+        self.last_marks.clear();
+    }
+
+    fn mark(&mut self, mark: Mark) {
+        let slot = self.layout.slot(mark);
+        if let Some(t) = self.timer.as_mut() {
+            t.mark(slot);
+        }
+    }
+
+    /// The results so far.
+    pub fn profile(&self) -> Profile {
+        let n = self.timed.max(1) as f64;
+        let per_op = self.verbosity >= 2 && self.ops.iter().any(|s| s.count > 0);
+        let ops = if per_op {
+            self.nodes
+                .iter()
+                .zip(&self.ops)
+                .map(|(info, s)| OpProfile {
+                    op_id: info.op_id,
+                    name: info.name.to_string(),
+                    phase: info.phase,
+                    mean_sec: s.sum / s.count.max(1) as f64,
+                    min_sec: if s.count > 0 { s.min } else { 0.0 },
+                    max_sec: s.max,
+                    flops: info.flops,
+                    input_shapes: info.input_shapes.clone(),
+                    output_shapes: info.output_shapes.clone(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let trace = if per_op && !self.last_marks.is_empty() {
+            let at = |m: Mark| self.last_marks[self.layout.slot(m)];
+            let origin = at(Mark::IterationStart);
+            self.nodes
+                .iter()
+                .map(|info| {
+                    let start = at(Mark::OpStart(info.op_id)) - origin;
+                    (start, at(Mark::OpEnd(info.op_id)) - origin - start)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let phases = Phase::ALL
+            .iter()
+            .filter(|p| self.phases_present[**p as usize])
+            .map(|&phase| PhaseProfile {
+                phase,
+                sec: self.phase_sum[phase as usize] / n,
+                ops_sec: self.phase_ops_sum[phase as usize] / n,
+            })
+            .collect();
+        let timed = self.timed > 0;
+        let spread = |f: fn(f64, f64) -> f64, init: f64| {
+            if timed {
+                self.iter_times.iter().copied().fold(init, f)
+            } else {
+                0.0
+            }
+        };
+        Profile {
+            verbosity: self.verbosity,
+            skipped: timed.then_some(self.seen.min(self.schedule.skip)),
+            timed_iterations: self.timed,
+            device: self.device.clone(),
+            method: self
+                .timer
+                .as_ref()
+                .filter(|_| timed)
+                .map(|t| t.method().to_string()),
+            forward_sec: self.phase_sum[Phase::Forward as usize] / n,
+            backward_sec: self.phase_sum[Phase::Backward as usize] / n,
+            optimizer_sec: self.phase_sum[Phase::Optimizer as usize] / n,
+            phases,
+            iteration_sec: self.iter_times.iter().sum::<f64>() / n,
+            iteration_median_sec: median(&self.iter_times),
+            iteration_min_sec: spread(f64::min, f64::INFINITY),
+            iteration_max_sec: spread(f64::max, 0.0),
+            ops,
+            last_iteration_trace: trace,
+        }
+    }
+
+    /// Prints the report (SINGA's lines, then wick's) to standard output.
+    pub fn print(&self) {
+        print!("{}", self.profile());
+    }
+}
+
+impl Hook for TimeProfiler {
+    fn on_attach(&mut self, nodes: &[NodeInfo], device: &Device) -> Result<()> {
+        self.nodes = nodes.to_vec();
+        self.device = format!("{:?}", device.location());
+        self.phases_present = [false; 3];
+        for n in nodes {
+            self.phases_present[n.phase as usize] = true;
+        }
+        if self.timer.is_none() {
+            self.timer = Some(default_timer(device)?);
+        }
+        self.layout = SlotLayout::new(nodes.len());
+        self.ops = vec![OpStats::default(); nodes.len()];
+        self.marks = vec![0.0; self.layout.len()];
+        self.prepared = false;
+        self.reset();
+        Ok(())
+    }
+
+    fn on_iteration_start(&mut self, _iteration: usize) {
+        self.timing = self.verbosity > 0 && self.schedule.is_timed(self.seen);
+        if self.timing && !self.prepared {
+            let slots = self.layout.len();
+            if let Some(t) = self.timer.as_mut() {
+                // A timer that cannot prepare leaves this iteration untimed.
+                self.timing = t.prepare(slots).is_ok();
+            }
+            self.prepared = self.timing;
+        }
+        if self.timing {
+            self.mark(Mark::IterationStart);
+        }
+    }
+
+    fn on_phase_start(&mut self, phase: Phase) {
+        if self.timing {
+            self.mark(Mark::PhaseStart(phase));
+        }
+    }
+
+    fn on_phase_end(&mut self, phase: Phase) {
+        if self.timing {
+            self.mark(Mark::PhaseEnd(phase));
+        }
+    }
+
+    fn before_op(&mut self, node: &NodeInfo) {
+        if self.timing {
+            self.mark(Mark::OpStart(node.op_id));
+        }
+    }
+
+    fn after_op(&mut self, node: &NodeInfo) {
+        if self.timing {
+            self.mark(Mark::OpEnd(node.op_id));
+        }
+    }
+
+    fn on_iteration_end(&mut self, _iteration: usize) -> Result<()> {
+        self.seen += 1;
+        if !self.timing {
+            return Ok(());
+        }
+        self.mark(Mark::IterationEnd);
+        let Some(timer) = self.timer.as_mut() else {
+            return Ok(());
+        };
+        timer.read(&mut self.marks)?;
+        let (m, layout) = (&self.marks, self.layout);
+        let span = |a: Mark, b: Mark| m[layout.slot(b)] - m[layout.slot(a)];
+        self.iter_times
+            .push(span(Mark::IterationStart, Mark::IterationEnd));
+        for p in Phase::ALL {
+            if self.phases_present[p as usize] {
+                self.phase_sum[p as usize] += span(Mark::PhaseStart(p), Mark::PhaseEnd(p));
+            }
+        }
+        for (info, stats) in self.nodes.iter().zip(&mut self.ops) {
+            let d = span(Mark::OpStart(info.op_id), Mark::OpEnd(info.op_id));
+            self.phase_ops_sum[info.phase as usize] += d;
+            if self.verbosity >= 2 {
+                stats.count += 1;
+                stats.sum += d;
+                stats.min = stats.min.min(d);
+                stats.max = stats.max.max(d);
+            }
+        }
+        if self.verbosity >= 2 {
+            self.last_marks.clone_from(&self.marks);
+        }
+        self.timed += 1;
+        Ok(())
+    }
+}
+
+/// The timer for `device`: the host clock on the CPU, CUDA events on a CUDA device.
+fn default_timer(device: &Device) -> Result<Box<dyn Timer>> {
+    match device {
+        Device::Cpu => Ok(Box::new(HostTimer::default())),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => Ok(Box::new(crate::timer::EventTimer::new(
+            crate::timer::CudaEvents::new(dev),
+        ))),
+        other => Err(GraphError::Usage(format!(
+            "the time profiler has no timer for {:?}; build wick with the `cuda` feature for CUDA devices",
+            other.location()
+        ))),
+    }
+}

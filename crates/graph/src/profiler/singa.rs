@@ -1,0 +1,124 @@
+//! The text report: SINGA's documented lines first and byte-exact (`Time Profiling:`, one
+//! `OP_IDn. Kernel : t sec` line per node, or the forward and backward lines), then wick's
+//! lines: the optimizer, the iteration, what it covers, its spread, the step breakdown
+//! and the per-op-type table. It prints what the [`Profile`] holds.
+
+use std::fmt::{self, Write as _};
+
+use super::profile::Profile;
+use crate::float_format::cpp_float;
+
+impl Profile {
+    /// SINGA's lines: `Time Profiling:`, then per-op lines (when the profile has per-op
+    /// timings, verbosity 2) or the forward and backward lines (verbosity 1), each time in
+    /// seconds in C++ float formatting.
+    pub fn singa_lines(&self) -> String {
+        let mut s = String::from("Time Profiling:\n");
+        if self.ops.is_empty() {
+            s.push_str(&self.phase_lines());
+        } else {
+            for op in &self.ops {
+                let _ = writeln!(
+                    s,
+                    "OP_ID{}. {} : {} sec",
+                    op.op_id,
+                    op.name,
+                    cpp_float(op.mean_sec)
+                );
+            }
+        }
+        s
+    }
+
+    /// SINGA's forward and backward lines, and wick's optimizer line after them.
+    fn phase_lines(&self) -> String {
+        format!(
+            "Forward Propagation Time : {} sec\nBackward Propagation Time : {} sec\nOptimizer Time : {} sec\n",
+            cpp_float(self.forward_sec),
+            cpp_float(self.backward_sec),
+            cpp_float(self.optimizer_sec)
+        )
+    }
+
+    /// The step breakdown: each phase's share of the iteration, split into op time and
+    /// the overhead inside the phase, and the share outside every phase.
+    fn breakdown(&self) -> String {
+        let share = |t: f64| 100.0 * t / self.iteration_sec;
+        let parts: Vec<String> = self
+            .phases
+            .iter()
+            .map(|p| {
+                format!(
+                    "{} {:.1}% (ops {:.1}%, overhead {:.1}%)",
+                    p.phase.as_str(),
+                    share(p.sec),
+                    share(p.ops_sec),
+                    share(p.overhead_sec())
+                )
+            })
+            .collect();
+        let in_phases: f64 = self.phases.iter().map(|p| p.sec).sum();
+        format!(
+            "{}; between phases {:.1}%",
+            parts.join(", "),
+            share(self.iteration_sec - in_phases)
+        )
+    }
+}
+
+impl fmt::Display for Profile {
+    /// SINGA's lines, then (beyond SINGA) the phase lines after per-op lines, the
+    /// iteration, the step breakdown, and the per-op-type table when there are per-op
+    /// timings.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.timed_iterations == 0 {
+            return writeln!(
+                f,
+                "Time Profiling: nothing was timed (verbosity {}, {} timed iterations)",
+                self.verbosity, self.timed_iterations
+            );
+        }
+        f.write_str(&self.singa_lines())?;
+        if !self.ops.is_empty() {
+            writeln!(f)?;
+            f.write_str(&self.phase_lines())?;
+        }
+        writeln!(f)?;
+        writeln!(
+            f,
+            "Iteration Time : {} sec (mean of {} timed iterations after {} skipped; {}; {})",
+            cpp_float(self.iteration_sec),
+            self.timed_iterations,
+            self.skipped.unwrap_or(0),
+            self.device,
+            self.method.as_deref().unwrap_or("no timer")
+        )?;
+        writeln!(
+            f,
+            "Iteration covers : every node (forward, backward, optimizer) and the executor's work between them; not feeding the batch nor reading the loss back"
+        )?;
+        writeln!(
+            f,
+            "Iteration spread : median {} sec, min {} sec, max {} sec",
+            cpp_float(self.iteration_median_sec),
+            cpp_float(self.iteration_min_sec),
+            cpp_float(self.iteration_max_sec)
+        )?;
+        if self.iteration_sec > 0.0 {
+            writeln!(f, "Step breakdown : {}", self.breakdown())?;
+            let overhead = self.overhead_in_phases_sec();
+            writeln!(
+                f,
+                "Ops Time : {} sec; overhead inside phases (phase time outside any op) {} sec, {:.2}%",
+                cpp_float(self.ops_sec()),
+                cpp_float(overhead),
+                100.0 * overhead / self.iteration_sec
+            )?;
+        }
+        if !self.ops.is_empty() {
+            writeln!(f)?;
+            f.write_str(&self.table())?;
+        }
+        Ok(())
+    }
+}

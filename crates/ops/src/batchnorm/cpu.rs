@@ -1,0 +1,311 @@
+//! The CPU batch norm: one pass for the per-channel statistics (f64 accumulation in
+//! independent partial sums), one pass that writes the output, channels and planes in
+//! parallel.
+
+use candle_core::{DType, Tensor};
+use rayon::prelude::*;
+
+use super::{BatchNormGrads, BatchNormOutput, Layer, OP};
+use crate::cpu::{self, dispatch_float, Float};
+use crate::error::{CandleContext, OpError, Result};
+use crate::shape::nchw;
+
+pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
+    let Layer {
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        p,
+    } = *layer;
+    let dims = nchw(OP, "input", x.dims())?;
+    let [n, c, h, w] = dims;
+    let (mean, var) = dispatch_float!(OP, x.dtype(), channel_moments(x, dims))?;
+    let m = (n * h * w) as f64;
+    let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
+    let gamma = host(weight)?;
+    let beta = host(bias)?;
+    let scale: Vec<f64> = (0..c).map(|i| gamma[i] * inv_std[i]).collect();
+    let shift: Vec<f64> = (0..c).map(|i| beta[i] - mean[i] * scale[i]).collect();
+    let y = dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))?;
+    let mom = p.momentum;
+    let rm = host(running_mean)?;
+    let rv = host(running_var)?;
+    let new_rm: Vec<f64> = (0..c)
+        .map(|i| (1.0 - mom) * rm[i] + mom * mean[i])
+        .collect();
+    let new_rv: Vec<f64> = (0..c)
+        .map(|i| (1.0 - mom) * rv[i] + mom * var[i] * m / (m - 1.0))
+        .collect();
+    let dt = x.dtype();
+    Ok(BatchNormOutput {
+        y,
+        mean: vector(mean, dt)?,
+        inv_std: vector(inv_std, dt)?,
+        running_mean: vector(new_rm, running_mean.dtype())?,
+        running_var: vector(new_rv, running_var.dtype())?,
+    })
+}
+
+pub(super) fn eval(x: &Tensor, layer: &Layer<'_>) -> Result<Tensor> {
+    let Layer {
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        p,
+    } = *layer;
+    let dims = nchw(OP, "input", x.dims())?;
+    let (gamma, beta, rm, rv) = (
+        host(weight)?,
+        host(bias)?,
+        host(running_mean)?,
+        host(running_var)?,
+    );
+    let scale: Vec<f64> = (0..dims[1])
+        .map(|i| gamma[i] / (rv[i] + p.eps).sqrt())
+        .collect();
+    let shift: Vec<f64> = (0..dims[1]).map(|i| beta[i] - rm[i] * scale[i]).collect();
+    dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))
+}
+
+pub(super) fn train_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    mean: &Tensor,
+    inv_std: &Tensor,
+) -> Result<BatchNormGrads> {
+    let dims = nchw(OP, "input", x.dims())?;
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let [n, c, h, w] = dims;
+    let (mean, inv_std, gamma) = (host(mean)?, host(inv_std)?, host(weight)?);
+    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, &mean))?;
+    let m = (n * h * w) as f64;
+    // dx = a*dy + b*x + k per channel (the batch statistics' gradient folded in).
+    let mut a = vec![0.0; c];
+    let mut b = vec![0.0; c];
+    let mut k = vec![0.0; c];
+    let mut d_weight = vec![0.0; c];
+    for i in 0..c {
+        a[i] = gamma[i] * inv_std[i];
+        d_weight[i] = sum_dy_xc[i] * inv_std[i];
+        b[i] = -a[i] * inv_std[i] * d_weight[i] / m;
+        k[i] = -a[i] * sum_dy[i] / m - b[i] * mean[i];
+    }
+    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, x, dims, &a, &b, &k))?;
+    Ok(BatchNormGrads {
+        x: dx,
+        weight: vector(d_weight, weight.dtype())?,
+        bias: vector(sum_dy, weight.dtype())?,
+    })
+}
+
+pub(super) fn eval_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    layer: &Layer<'_>,
+) -> Result<BatchNormGrads> {
+    let Layer {
+        weight,
+        running_mean,
+        running_var,
+        p,
+        ..
+    } = *layer;
+    let dims = nchw(OP, "input", x.dims())?;
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let c = dims[1];
+    let (gamma, rm, rv) = (host(weight)?, host(running_mean)?, host(running_var)?);
+    let inv_std: Vec<f64> = rv.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
+    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, &rm))?;
+    let d_weight: Vec<f64> = (0..c).map(|i| sum_dy_xc[i] * inv_std[i]).collect();
+    let a: Vec<f64> = (0..c).map(|i| gamma[i] * inv_std[i]).collect();
+    let zeros = vec![0.0; c];
+    let dx = dispatch_float!(
+        OP,
+        x.dtype(),
+        dx_kernel(grad_y, x, dims, &a, &zeros, &zeros)
+    )?;
+    Ok(BatchNormGrads {
+        x: dx,
+        weight: vector(d_weight, weight.dtype())?,
+        bias: vector(sum_dy, weight.dtype())?,
+    })
+}
+
+/// A small per-channel tensor's values on the host, as f64.
+fn host(t: &Tensor) -> Result<Vec<f64>> {
+    t.to_dtype(DType::F64)
+        .ctx(OP)?
+        .flatten_all()
+        .ctx(OP)?
+        .to_vec1::<f64>()
+        .ctx(OP)
+}
+
+/// A per-channel vector as a CPU tensor of `dtype`.
+fn vector(v: Vec<f64>, dtype: DType) -> Result<Tensor> {
+    let n = v.len();
+    cpu::tensor(OP, v, n)?.to_dtype(dtype).ctx(OP)
+}
+
+/// Independent f64 accumulators per sum: a single running f64 sum is one long chain of
+/// dependent additions (about four cycles per element); eight chains vectorise.
+const LANES: usize = 8;
+
+/// `sum f(x)` over `xs` in f64, in [`LANES`] independent partial sums.
+fn lane_sum<T: Float>(xs: &[T], f: impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0.0f64; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let rest: f64 = chunks.remainder().iter().map(|v| f(*v)).sum();
+    for c in chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += f(*v);
+        }
+    }
+    acc.iter().sum::<f64>() + rest
+}
+
+/// `(sum g, sum g * (x - mu))` over paired `gs`, `xs` in f64, in [`LANES`] partial sums each.
+fn lane_grad_sums<T: Float>(gs: &[T], xs: &[T], mu: f64) -> (f64, f64) {
+    let (mut s1, mut s2) = ([0.0f64; LANES], [0.0f64; LANES]);
+    let (gc, xc) = (gs.chunks_exact(LANES), xs.chunks_exact(LANES));
+    let (mut r1, mut r2) = (0.0, 0.0);
+    for (g, v) in gc.remainder().iter().zip(xc.remainder()) {
+        r1 += g.to_f64();
+        r2 += g.to_f64() * (v.to_f64() - mu);
+    }
+    for (g, v) in gc.zip(xc) {
+        for i in 0..LANES {
+            let g = g[i].to_f64();
+            s1[i] += g;
+            s2[i] += g * (v[i].to_f64() - mu);
+        }
+    }
+    (s1.iter().sum::<f64>() + r1, s2.iter().sum::<f64>() + r2)
+}
+
+/// Per-channel mean and biased variance (two passes, f64 accumulation), channels in parallel.
+fn channel_moments<T: Float>(x: &Tensor, [n, c, h, w]: [usize; 4]) -> Result<(Vec<f64>, Vec<f64>)> {
+    let hw = h * w;
+    let m = (n * hw) as f64;
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        let moments: Vec<(f64, f64)> = (0..c)
+            .into_par_iter()
+            .map(|ch| {
+                let planes = (0..n).map(|b| &xs[(b * c + ch) * hw..(b * c + ch + 1) * hw]);
+                let mean = planes
+                    .clone()
+                    .map(|p| lane_sum(p, |v| v.to_f64()))
+                    .sum::<f64>()
+                    / m;
+                let var = planes
+                    .map(|p| lane_sum(p, |v| (v.to_f64() - mean).powi(2)))
+                    .sum::<f64>()
+                    / m;
+                (mean, var)
+            })
+            .collect();
+        Ok(moments.into_iter().unzip())
+    })
+}
+
+/// `y = x * scale[c] + shift[c]`, planes in parallel.
+fn affine_per_channel<T: Float>(
+    x: &Tensor,
+    [n, c, h, w]: [usize; 4],
+    scale: &[f64],
+    shift: &[f64],
+) -> Result<Tensor> {
+    let (hw, len) = (h * w, n * c * h * w);
+    let mut y: Vec<T> = Vec::with_capacity(len);
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        if xs.len() != len {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "input {:?} does not have shape {:?}",
+                    x.dims(),
+                    [n, c, h, w]
+                ),
+            ));
+        }
+        y.spare_capacity_mut()[..len]
+            .par_chunks_mut(hw)
+            .zip(xs.par_chunks(hw))
+            .enumerate()
+            .for_each(|(plane, (yp, xp))| {
+                let (s, t) = (T::from_f64(scale[plane % c]), T::from_f64(shift[plane % c]));
+                for (o, v) in yp.iter_mut().zip(xp) {
+                    o.write(*v * s + t);
+                }
+            });
+        Ok(())
+    })?;
+    // SAFETY: `xs` holds `len` elements (checked above), so the planes above wrote every one
+    // of the `len` slots (written once, not zeroed first).
+    unsafe { y.set_len(len) };
+    cpu::tensor(OP, y, (n, c, h, w))
+}
+
+/// Per channel: sum of dy and sum of dy * (x - center).
+fn grad_sums<T: Float>(
+    grad_y: &Tensor,
+    x: &Tensor,
+    [n, c, h, w]: [usize; 4],
+    center: &[f64],
+) -> Result<(Vec<f64>, Vec<f64>)> {
+    let hw = h * w;
+    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            let sums: Vec<(f64, f64)> = (0..c)
+                .into_par_iter()
+                .map(|ch| {
+                    let (mut s1, mut s2) = (0.0, 0.0);
+                    for b in 0..n {
+                        let r = (b * c + ch) * hw..(b * c + ch + 1) * hw;
+                        let (a1, a2) = lane_grad_sums(&gs[r.clone()], &xs[r], center[ch]);
+                        s1 += a1;
+                        s2 += a2;
+                    }
+                    (s1, s2)
+                })
+                .collect();
+            Ok(sums.into_iter().unzip())
+        })
+    })
+}
+
+/// `dx = a[c]*dy + b[c]*x + k[c]`, planes in parallel.
+fn dx_kernel<T: Float>(
+    grad_y: &Tensor,
+    x: &Tensor,
+    [n, c, h, w]: [usize; 4],
+    a: &[f64],
+    b: &[f64],
+    k: &[f64],
+) -> Result<Tensor> {
+    let (hw, len) = (h * w, n * c * h * w);
+    let mut dx: Vec<T> = Vec::with_capacity(len);
+    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            dx.spare_capacity_mut()[..len]
+                .par_chunks_mut(hw)
+                .enumerate()
+                .for_each(|(plane, d)| {
+                    let ch = plane % c;
+                    let (a, b, k) = (T::from_f64(a[ch]), T::from_f64(b[ch]), T::from_f64(k[ch]));
+                    let r = plane * hw..(plane + 1) * hw;
+                    for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
+                        o.write(a * *g + b * *v + k);
+                    }
+                });
+            Ok(())
+        })
+    })?;
+    // SAFETY: `gs` and `xs` hold `len` elements each (both tensors have these dims, checked
+    // by the caller), so the planes above wrote every one of the `len` slots.
+    unsafe { dx.set_len(len) };
+    cpu::tensor(OP, dx, (n, c, h, w))
+}

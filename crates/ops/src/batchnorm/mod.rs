@@ -1,0 +1,238 @@
+//! 2-D batch normalisation over (N, H, W) per channel, as PyTorch's `nn.BatchNorm2d`.
+//!
+//! Training mode normalises with the batch statistics (biased variance) and returns the
+//! updated running statistics (unbiased variance, momentum) as new tensors, leaving the
+//! old ones untouched: no hidden side effects. Inference mode uses the running statistics.
+//!
+//! This file holds the settings, shape checks, FLOP counts and public functions; `cpu`
+//! holds wick's CPU kernels and `generic` the device-generic path (candle's tensor ops).
+
+mod cpu;
+mod generic;
+
+use candle_core::Tensor;
+
+use crate::error::{OpError, Result};
+use crate::kernel::{route, Route};
+use crate::shape::nchw;
+
+const OP: &str = "batch_norm";
+
+/// The settings of a batch norm layer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BatchNorm2dParams {
+    /// Added to the variance before the square root.
+    pub eps: f64,
+    /// Weight of the new batch statistic in the running statistics (PyTorch's `momentum`).
+    pub momentum: f64,
+}
+
+impl Default for BatchNorm2dParams {
+    fn default() -> Self {
+        BatchNorm2dParams {
+            eps: 1e-5,
+            momentum: 0.1,
+        }
+    }
+}
+
+/// What a training-mode forward returns.
+#[derive(Debug, Clone)]
+pub struct BatchNormOutput {
+    /// The normalised, scaled and shifted output, contiguous, shape of the input.
+    pub y: Tensor,
+    /// The batch mean per channel, shape `[C]` (saved for the backward pass).
+    pub mean: Tensor,
+    /// 1 / sqrt(biased batch variance + eps) per channel, shape `[C]` (saved for the backward pass).
+    pub inv_std: Tensor,
+    /// The running mean after this batch's update.
+    pub running_mean: Tensor,
+    /// The running variance after this batch's update (with the unbiased batch variance).
+    pub running_var: Tensor,
+}
+
+/// The gradients of a batch norm layer.
+#[derive(Debug, Clone)]
+pub struct BatchNormGrads {
+    /// Gradient of the input.
+    pub x: Tensor,
+    /// Gradient of the scale (gamma).
+    pub weight: Tensor,
+    /// Gradient of the shift (beta).
+    pub bias: Tensor,
+}
+
+impl BatchNorm2dParams {
+    /// Checks an input shape against the per-channel parameter shapes and returns the
+    /// output shape (the input's).
+    pub fn output_shape(
+        &self,
+        input: &[usize],
+        channel_params: &[(&str, &[usize])],
+    ) -> Result<[usize; 4]> {
+        let dims = nchw(OP, "input", input)?;
+        for (name, shape) in channel_params {
+            if *shape != [dims[1]] {
+                return Err(OpError::invalid(
+                    OP,
+                    format!(
+                        "{name} must have shape [{}] for input {input:?}, got {shape:?}",
+                        dims[1]
+                    ),
+                ));
+            }
+        }
+        if self.eps.is_nan() || self.eps <= 0.0 {
+            return Err(OpError::invalid(
+                OP,
+                format!("eps must be positive, got {}", self.eps),
+            ));
+        }
+        Ok(dims)
+    }
+
+    /// FLOPs of the forward pass (statistics, normalisation, scale and shift): about 8 per element.
+    pub fn flops(&self, input: &[usize]) -> u64 {
+        8 * input.iter().product::<usize>() as u64
+    }
+
+    /// FLOPs of the backward pass (two per-channel sums, then the input gradient): about 8
+    /// per element, counted like the forward pass.
+    pub fn backward_flops(&self, input: &[usize]) -> u64 {
+        self.flops(input)
+    }
+}
+
+/// A batch norm layer's per-channel tensors and settings, as the implementations take them.
+#[derive(Clone, Copy)]
+struct Layer<'a> {
+    weight: &'a Tensor,
+    bias: &'a Tensor,
+    running_mean: &'a Tensor,
+    running_var: &'a Tensor,
+    p: &'a BatchNorm2dParams,
+}
+
+impl Layer<'_> {
+    /// Checks the input `x` against the per-channel tensors and returns its dims.
+    fn check(&self, x: &Tensor) -> Result<[usize; 4]> {
+        let channel = [
+            ("weight", self.weight.dims()),
+            ("bias", self.bias.dims()),
+            ("running_mean", self.running_mean.dims()),
+            ("running_var", self.running_var.dims()),
+        ];
+        self.p.output_shape(x.dims(), &channel)
+    }
+}
+
+/// Batch norm forward in training mode (`BatchNormForwardTraining`).
+pub fn batch_norm_train(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<BatchNormOutput> {
+    let layer = Layer {
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        p,
+    };
+    let [n, _, h, w] = layer.check(x)?;
+    if n * h * w < 2 {
+        return Err(OpError::invalid(
+            OP,
+            format!(
+                "training mode needs more than one value per channel, input {:?}",
+                x.dims()
+            ),
+        ));
+    }
+    match route(x.device()) {
+        Route::Cpu => cpu::train(x, &layer),
+        Route::Cuda | Route::Generic => generic::train(x, &layer),
+    }
+}
+
+/// Batch norm forward in inference mode (`BatchNormForwardInference`): normalises with
+/// the running statistics.
+pub fn batch_norm_eval(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<Tensor> {
+    let layer = Layer {
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        p,
+    };
+    layer.check(x)?;
+    match route(x.device()) {
+        Route::Cpu => cpu::eval(x, &layer),
+        Route::Cuda | Route::Generic => generic::eval(x, &layer),
+    }
+}
+
+/// Batch norm backward after a training-mode forward (`BatchNormBackward`), from the
+/// saved batch `mean` and `inv_std`.
+pub fn batch_norm_train_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    mean: &Tensor,
+    inv_std: &Tensor,
+) -> Result<BatchNormGrads> {
+    let [_, c, _, _] = nchw(OP, "input", x.dims())?;
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    for (name, t) in [("weight", weight), ("mean", mean), ("inv_std", inv_std)] {
+        if t.dims() != [c] {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "{name} must have shape [{c}] for input {:?}, got {:?}",
+                    x.dims(),
+                    t.dims()
+                ),
+            ));
+        }
+    }
+    match route(x.device()) {
+        Route::Cpu => cpu::train_backward(grad_y, x, weight, mean, inv_std),
+        Route::Cuda | Route::Generic => generic::train_backward(grad_y, x, weight, mean, inv_std),
+    }
+}
+
+/// Batch norm backward after an inference-mode forward (`BatchNormBackward`): the
+/// statistics are constants.
+pub fn batch_norm_eval_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<BatchNormGrads> {
+    // The backward does not read the bias; the weight stands in for its shape check.
+    let layer = Layer {
+        weight,
+        bias: weight,
+        running_mean,
+        running_var,
+        p,
+    };
+    layer.check(x)?;
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    match route(x.device()) {
+        Route::Cpu => cpu::eval_backward(grad_y, x, &layer),
+        Route::Cuda | Route::Generic => generic::eval_backward(grad_y, x, &layer),
+    }
+}

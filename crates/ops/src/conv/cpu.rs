@@ -1,0 +1,346 @@
+//! The CPU convolution: im2col + GEMM through the `gemm` crate, for the forward pass and
+//! both gradients.
+//!
+//! One driver decides how every pass spreads over threads ([`Spread`]):
+//! - small images (under [`WHOLE_BATCH_BELOW_PIXELS`] output pixels): one GEMM over the
+//!   whole batch (columns `n * pixels + p`), all threads inside the GEMM;
+//! - several images and threads: images split across threads, each running
+//!   single-threaded GEMMs into its own reused im2col buffer;
+//! - a batch of one (or one thread): image by image, every thread inside the GEMM and the
+//!   im2col/col2im.
+//!
+//! A 1x1, stride-1, unpadded convolution needs no im2col at all. The input gradient is
+//! GEMM then col2im (not a transposed convolution); the weight gradient sums per-thread
+//! partial gradients.
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use candle_core::Tensor;
+use rayon::prelude::*;
+
+use super::im2col::{
+    batch_columns, col2im, col2im_pixels, col2im_plane, gather_outputs, im2col, scatter_outputs,
+    transpose,
+};
+use super::{Geom, OP};
+use crate::cpu::{self, Float};
+use crate::error::Result;
+
+/// Below this many output pixels per image, a convolution runs as one GEMM over the whole
+/// batch (packing the weights once) instead of one GEMM per image.
+pub(super) const WHOLE_BATCH_BELOW_PIXELS: usize = 256;
+
+/// How a convolution pass spreads over the CPU's threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// One GEMM over the whole batch, all threads inside it.
+    WholeBatch,
+    /// Images split across threads; each image's GEMMs single-threaded.
+    AcrossImages,
+    /// Image by image, all threads inside each GEMM, im2col and col2im.
+    WithinImage,
+}
+
+fn spread(g: &Geom) -> Spread {
+    if g.n > 1 && g.pixels() < WHOLE_BATCH_BELOW_PIXELS {
+        Spread::WholeBatch
+    } else if g.n >= 2 && cpu::threads() > 1 {
+        Spread::AcrossImages
+    } else {
+        Spread::WithinImage
+    }
+}
+
+/// Fills `g.n` image blocks of `img_len` slots each: `per_image(scratch, n, block,
+/// parallel)` must write every slot of image `n`'s block. `scratch` is an im2col buffer
+/// reused across the images of one thread; `parallel` says whether the call may split its
+/// own work across threads.
+fn fill_images<T: Float>(
+    g: &Geom,
+    img_len: usize,
+    per_image: impl Fn(&mut Vec<T>, usize, &mut [MaybeUninit<T>], bool) + Sync,
+) -> Vec<T> {
+    let len = g.n * img_len;
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    let slots = &mut out.spare_capacity_mut()[..len];
+    if spread(g) == Spread::AcrossImages {
+        slots
+            .par_chunks_mut(img_len)
+            .enumerate()
+            .with_min_len(g.n.div_ceil(cpu::threads()).max(1))
+            .for_each_init(Vec::new, |col, (n, block)| per_image(col, n, block, false));
+    } else {
+        let mut col = Vec::new();
+        for (n, block) in slots.chunks_mut(img_len).enumerate() {
+            per_image(&mut col, n, block, true);
+        }
+    }
+    // SAFETY: the `len` slots are the `g.n` blocks handed to `per_image`, which writes
+    // every slot of its block (its contract above).
+    unsafe { out.set_len(len) };
+    out
+}
+
+/// The sum over images of `partial(range, parallel)`, each a `len`-long vector for the
+/// images in `range`: one contiguous range per thread, summed at the end.
+fn sum_over_images<T: Float>(
+    g: &Geom,
+    len: usize,
+    partial: impl Fn(Range<usize>, bool) -> Vec<T> + Sync,
+) -> Vec<T> {
+    if spread(g) != Spread::AcrossImages {
+        return partial(0..g.n, true);
+    }
+    let threads = cpu::threads().min(g.n);
+    let chunk = g.n.div_ceil(threads);
+    let partials: Vec<Vec<T>> = (0..threads)
+        .into_par_iter()
+        .map(|t| partial(t * chunk..((t + 1) * chunk).min(g.n), false))
+        .collect();
+    let mut iter = partials.into_iter();
+    let mut total = iter.next().unwrap_or_else(|| vec![T::ZERO; len]);
+    for part in iter {
+        for (a, b) in total.iter_mut().zip(part) {
+            *a += b;
+        }
+    }
+    total
+}
+
+/// The slice of group `grp` of image `n` in NCHW data with `per_group` values per group.
+fn group_of<'a, T>(data: &'a [T], n: usize, grp: usize, g: &Geom, per_group: usize) -> &'a [T] {
+    &data[(n * g.groups + grp) * per_group..][..per_group]
+}
+
+pub(super) fn forward<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if spread(g) == Spread::WholeBatch {
+        return forward_whole_batch::<T>(g, x, w);
+    }
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let in_group = g.cin_g() * g.h * g.w;
+    let out = cpu::with_slice::<T, _>(OP, x, |xs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            Ok(fill_images(g, g.c_out * p, |col, n, out_n, parallel| {
+                for grp in 0..g.groups {
+                    let x_ng = group_of(xs, n, grp, g, in_group);
+                    let rhs: &[T] = if g.is_pointwise() {
+                        x_ng
+                    } else {
+                        im2col(g, x_ng, col, parallel);
+                        col
+                    };
+                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                    let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
+                    cpu::gemm_uninit(cout_g, p, k, dst, (w_g, (k, 1)), (rhs, (p, 1)), parallel);
+                }
+            }))
+        })
+    })?;
+    cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
+}
+
+pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if spread(g) == Spread::WholeBatch {
+        return backward_data_whole_batch::<T>(g, grad_out, w);
+    }
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let in_group = g.cin_g() * g.h * g.w;
+    let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            Ok(fill_images(
+                g,
+                g.c_in * g.h * g.w,
+                |col, n, dx_n, parallel| {
+                    for grp in 0..g.groups {
+                        let g_ng = group_of(gs, n, grp, g, cout_g * p);
+                        let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                        let dx_ng = &mut dx_n[grp * in_group..][..in_group];
+                        // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
+                        if g.is_pointwise() {
+                            let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
+                            cpu::gemm_uninit(k, p, cout_g, dx_ng, lhs, rhs, parallel);
+                        } else {
+                            col.resize(k * p, T::ZERO);
+                            let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
+                            cpu::gemm_strided(
+                                k,
+                                p,
+                                cout_g,
+                                (col, (p, 1)),
+                                false,
+                                lhs,
+                                rhs,
+                                parallel,
+                            );
+                            // Zeroed here, while this image's slots are in cache.
+                            let dx_ng = cpu::fill_slots(dx_ng, T::ZERO);
+                            col2im(g, col, dx_ng, parallel);
+                        }
+                    }
+                },
+            ))
+        })
+    })?;
+    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+}
+
+pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if spread(g) == Spread::WholeBatch {
+        return backward_filter_whole_batch::<T>(g, grad_out, x);
+    }
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let in_group = g.cin_g() * g.h * g.w;
+    // dw_g (cout_g × k) += g_ng (cout_g × p) · colᵀ (p × k), stored column-major (as
+    // dw_gᵀ) when it is wider than tall: the gemm crate runs such products about twice as
+    // fast that way.
+    let column_major = k > cout_g;
+    let dw_strides = if column_major { (1, cout_g) } else { (k, 1) };
+    let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            Ok(sum_over_images(g, g.c_out * k, |images, parallel| {
+                let mut dw = vec![T::ZERO; g.c_out * k];
+                let mut col = Vec::new();
+                for n in images {
+                    for grp in 0..g.groups {
+                        let x_ng = group_of(xs, n, grp, g, in_group);
+                        let rhs: &[T] = if g.is_pointwise() {
+                            x_ng
+                        } else {
+                            im2col(g, x_ng, &mut col, parallel);
+                            &col
+                        };
+                        let g_ng = group_of(gs, n, grp, g, cout_g * p);
+                        let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
+                        let (lhs, rhs) = ((g_ng, (p, 1)), (rhs, (1, p)));
+                        cpu::gemm_strided(
+                            cout_g,
+                            k,
+                            p,
+                            (dst, dw_strides),
+                            true,
+                            lhs,
+                            rhs,
+                            parallel,
+                        );
+                    }
+                }
+                dw
+            }))
+        })
+    })?;
+    if !column_major {
+        return cpu::tensor(OP, dw, (g.c_out, g.cin_g(), g.kh, g.kw));
+    }
+    // Each group's block holds dw_gᵀ (k × cout_g): transpose it to (cout_g × k).
+    let mut out = vec![T::ZERO; dw.len()];
+    for (src, dst) in dw.chunks(cout_g * k).zip(out.chunks_mut(cout_g * k)) {
+        transpose(src, k, cout_g, dst);
+    }
+    cpu::tensor(OP, out, (g.c_out, g.cin_g(), g.kh, g.kw))
+}
+
+// ---------------------------------------------------------------------------------------
+// Small images: one GEMM over the whole batch (columns n*P + p), all threads in the GEMM.
+
+fn forward_whole_batch<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let np = g.n * p;
+    let len = g.n * g.c_out * p;
+    // Written once (each group's planes by scatter_outputs), not zeroed first.
+    let mut out: Vec<T> = Vec::with_capacity(len);
+    cpu::with_slice::<T, _>(OP, x, |xs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            for grp in 0..g.groups {
+                let col = batch_columns(g, xs, grp);
+                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
+                let dst = &mut tmp.spare_capacity_mut()[..cout_g * np];
+                cpu::gemm_uninit(cout_g, np, k, dst, (w_g, (k, 1)), (&col, (np, 1)), true);
+                // SAFETY: gemm_uninit wrote all cout_g * np slots.
+                unsafe { tmp.set_len(cout_g * np) };
+                scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);
+            }
+            Ok(())
+        })
+    })?;
+    // SAFETY: every (image, channel) plane of p slots belongs to exactly one group, and
+    // scatter_outputs wrote each group's planes whole (m holds cout_g * n * p values).
+    unsafe { out.set_len(len) };
+    cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
+}
+
+fn backward_data_whole_batch<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
+    let np = g.n * p;
+    let in_img = g.c_in * g.h * g.w;
+    let mut dx = vec![T::ZERO; g.n * in_img];
+    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            let mut col = vec![T::ZERO; k * np];
+            for grp in 0..g.groups {
+                let gy = gather_outputs(g, gs, grp);
+                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                // col (k × np) = w_gᵀ (k × cout_g) · gy (cout_g × np). When col is taller
+                // than w_g is wide it is stored column-major (each pixel's window values
+                // contiguous): the gemm crate runs such products up to twice as fast.
+                let column_major = k > cout_g;
+                let col_strides = if column_major { (1, k) } else { (np, 1) };
+                let (lhs, rhs) = ((w_g, (1, k)), (&gy[..], (np, 1)));
+                cpu::gemm_strided(
+                    k,
+                    np,
+                    cout_g,
+                    (&mut col, col_strides),
+                    false,
+                    lhs,
+                    rhs,
+                    true,
+                );
+                if column_major {
+                    // One task per image: images are disjoint in dx.
+                    dx.par_chunks_mut(in_img).enumerate().for_each(|(n, dx_n)| {
+                        let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                        col2im_pixels(g, &col[n * p * k..][..p * k], dx_ng);
+                    });
+                } else {
+                    // One task per input plane of this group: planes are disjoint in dx.
+                    let (kk, hw) = (g.kh * g.kw, g.h * g.w);
+                    dx.par_chunks_mut(hw).enumerate().for_each(|(i, plane)| {
+                        let (n, ch) = (i / g.c_in, i % g.c_in);
+                        if ch / cin_g == grp {
+                            let rows = &col[(ch - grp * cin_g) * kk * np..][..kk * np];
+                            col2im_plane(g, rows, plane, np, n * p);
+                        }
+                    });
+                }
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+}
+
+fn backward_filter_whole_batch<T: Float>(
+    g: &Geom,
+    grad_out: &Tensor,
+    x: &Tensor,
+) -> Result<Tensor> {
+    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
+    let np = g.n * p;
+    let mut dw = vec![T::ZERO; g.c_out * k];
+    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            for grp in 0..g.groups {
+                let col = batch_columns(g, xs, grp);
+                let gy = gather_outputs(g, gs, grp);
+                let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
+                // dw_g (cout_g × k) = gy (cout_g × np) · colᵀ (np × k)
+                let (lhs, rhs) = ((&gy[..], (np, 1)), (&col[..], (1, np)));
+                cpu::gemm_strided(cout_g, k, np, (dst, (k, 1)), false, lhs, rhs, true);
+            }
+            Ok(())
+        })
+    })?;
+    cpu::tensor(OP, dw, (g.c_out, g.cin_g(), g.kh, g.kw))
+}

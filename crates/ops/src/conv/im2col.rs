@@ -1,0 +1,264 @@
+//! The column matrices of im2col + GEMM convolution: im2col (input windows as columns)
+//! and col2im (columns added back into input-shaped gradients), per image or over the
+//! whole batch, and the layout copies of the whole-batch GEMMs. Every function writes
+//! each destination slot once or accumulates into initialised memory; none zeroes first.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use super::Geom;
+use crate::cpu::Float;
+
+/// Sets `col` to the im2col matrix ([cin_g*kh*kw, oh*ow]) of one image's group `x`
+/// ([cin_g, h, w]), reusing its allocation; every element is written once, none zeroed
+/// first. `parallel` splits it across threads, one task per input channel (for a batch of
+/// one, where the images are not split across threads).
+pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bool) {
+    let (hw, rows, len) = (g.h * g.w, g.kh * g.kw * g.pixels(), g.k() * g.pixels());
+    col.clear();
+    col.reserve(len);
+    let slots = &mut col.spare_capacity_mut()[..len];
+    let fill =
+        |(dst, plane): (&mut [MaybeUninit<T>], &[T])| im2col_plane(g, plane, dst, g.pixels(), 0);
+    if parallel {
+        slots
+            .par_chunks_mut(rows)
+            .zip(x.par_chunks(hw))
+            .for_each(fill);
+    } else {
+        slots.chunks_mut(rows).zip(x.chunks(hw)).for_each(fill);
+    }
+    // SAFETY: `x` has cin_g planes, so each of the cin_g row blocks of `len` was written
+    // whole by im2col_plane.
+    unsafe { col.set_len(len) };
+}
+
+/// Writes the kh*kw im2col rows of one input plane ([h, w]) into the columns
+/// `offset..offset + oh*ow` of `rows`, a matrix whose rows are `row_stride` long. Every
+/// slot of those columns is written (padding as zeros).
+pub(super) fn im2col_plane<T: Float>(
+    g: &Geom,
+    plane: &[T],
+    rows: &mut [MaybeUninit<T>],
+    row_stride: usize,
+    offset: usize,
+) {
+    let p = g.pixels();
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    let zero = |s: &mut [MaybeUninit<T>]| s.iter_mut().for_each(|o| _ = o.write(T::ZERO));
+    for ki in 0..g.kh {
+        for kj in 0..g.kw {
+            let dst = &mut rows[(ki * g.kw + kj) * row_stride + offset..][..p];
+            let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+            for oy in 0..g.oh {
+                let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+                let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                if iy < 0 || iy >= g.h as isize || lo >= hi {
+                    zero(out_row);
+                    continue;
+                }
+                let src = &plane[iy as usize * g.w..(iy as usize + 1) * g.w];
+                zero(&mut out_row[..lo]);
+                zero(&mut out_row[hi..]);
+                let ix0 = lo * sw + kj * dw - pw;
+                // valid_range keeps the last window column inside the row; checked anyway,
+                // since every slot of out_row[lo..hi] must be written.
+                assert!(
+                    ix0 + (hi - lo - 1) * sw < src.len(),
+                    "im2col window past its row"
+                );
+                if sw == 1 {
+                    for (o, v) in out_row[lo..hi].iter_mut().zip(&src[ix0..ix0 + (hi - lo)]) {
+                        o.write(*v);
+                    }
+                } else {
+                    for (o, v) in out_row[lo..hi]
+                        .iter_mut()
+                        .zip(src[ix0..].iter().step_by(sw))
+                    {
+                        o.write(*v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the columns of `col` back into one image's group `dx` ([cin_g, h, w]); `parallel`
+/// splits it across threads, one task per input plane (planes are disjoint in dx).
+pub(super) fn col2im<T: Float>(g: &Geom, col: &[T], dx: &mut [T], parallel: bool) {
+    let (hw, rows) = (g.h * g.w, g.kh * g.kw * g.pixels());
+    let add = |(plane, src): (&mut [T], &[T])| col2im_plane(g, src, plane, g.pixels(), 0);
+    if parallel {
+        dx.par_chunks_mut(hw)
+            .zip(col.par_chunks(rows))
+            .for_each(add);
+    } else {
+        dx.chunks_mut(hw).zip(col.chunks(rows)).for_each(add);
+    }
+}
+
+/// Adds the kh*kw im2col rows of one plane, columns `offset..offset + oh*ow` of `rows` (a
+/// matrix whose rows are `row_stride` long), back into that plane `dx` ([h, w]).
+pub(super) fn col2im_plane<T: Float>(
+    g: &Geom,
+    rows: &[T],
+    dx: &mut [T],
+    row_stride: usize,
+    offset: usize,
+) {
+    let p = g.pixels();
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    for ki in 0..g.kh {
+        for kj in 0..g.kw {
+            let src = &rows[(ki * g.kw + kj) * row_stride + offset..][..p];
+            let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+            if lo >= hi {
+                continue;
+            }
+            for oy in 0..g.oh {
+                let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                if iy < 0 || iy >= g.h as isize {
+                    continue;
+                }
+                let dst = &mut dx[iy as usize * g.w..(iy as usize + 1) * g.w];
+                let ix0 = lo * sw + kj * dw - pw;
+                let s = &src[oy * g.ow + lo..oy * g.ow + hi];
+                if sw == 1 {
+                    for (d, v) in dst[ix0..ix0 + (hi - lo)].iter_mut().zip(s) {
+                        *d += *v;
+                    }
+                } else {
+                    for (d, v) in dst[ix0..].iter_mut().step_by(sw).zip(s) {
+                        *d += *v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds one image's window values back into its group `dx` ([cin_g, h, w]), from a
+/// pixel-major matrix `cols` ([oh*ow, cin_g*kh*kw]: each output pixel's window contiguous).
+pub(super) fn col2im_pixels<T: Float>(g: &Geom, cols: &[T], dx: &mut [T]) {
+    let (k, hw) = (g.k(), g.h * g.w);
+    let [sh, sw] = g.p.stride;
+    let [ph, pw] = g.p.padding;
+    let [dh, dw] = g.p.dilation;
+    for (pix, window) in cols.chunks(k).enumerate() {
+        let (oy, ox) = (pix / g.ow, pix % g.ow);
+        for ki in 0..g.kh {
+            let iy = (oy * sh + ki * dh) as isize - ph as isize;
+            if iy < 0 || iy >= g.h as isize {
+                continue;
+            }
+            for kj in 0..g.kw {
+                let ix = (ox * sw + kj * dw) as isize - pw as isize;
+                if ix < 0 || ix >= g.w as isize {
+                    continue;
+                }
+                let at = iy as usize * g.w + ix as usize;
+                let first = ki * g.kw + kj;
+                for (c, v) in window[first..].iter().step_by(g.kh * g.kw).enumerate() {
+                    dx[c * hw + at] += *v;
+                }
+            }
+        }
+    }
+}
+
+/// The output columns `[lo, hi)` whose input column `ox*stride + offset - pad` lies in `[0, w)`.
+fn valid_range(ow: usize, stride: usize, offset: usize, pad: usize, w: usize) -> (usize, usize) {
+    // ox*stride + offset >= pad  <=>  ox >= ceil((pad - offset) / stride)
+    let lo = if offset >= pad {
+        0
+    } else {
+        (pad - offset).div_ceil(stride)
+    };
+    // ox*stride + offset - pad < w  <=>  ox*stride < w + pad - offset
+    let hi = if w + pad <= offset {
+        0
+    } else {
+        (w + pad - offset).div_ceil(stride)
+    };
+    (lo.min(ow), hi.min(ow))
+}
+
+// Whole-batch GEMMs (small images): columns n*P + p over every image.
+
+/// The im2col matrix of group `grp` for every image: [k, n * pixels], filled in parallel
+/// (one task per input channel, each writing its own kh*kw rows once).
+pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
+    let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
+    let np = g.n * p;
+    let mut col: Vec<T> = Vec::with_capacity(k * np);
+    col.spare_capacity_mut()[..k * np]
+        .par_chunks_mut(g.kh * g.kw * np)
+        .enumerate()
+        .for_each(|(c, rows)| {
+            let ch = grp * g.cin_g() + c;
+            for n in 0..g.n {
+                let plane = &xs[(n * g.c_in + ch) * hw..][..hw];
+                im2col_plane(g, plane, rows, np, n * p);
+            }
+        });
+    // SAFETY: cin_g row blocks, each of whose n column ranges im2col_plane wrote whole.
+    unsafe { col.set_len(k * np) };
+    col
+}
+
+/// Output-shaped data [n, c_out, pixels] of group `grp` as a matrix [cout_g, n * pixels].
+pub(super) fn gather_outputs<T: Float>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
+    let (p, cout_g) = (g.pixels(), g.cout_g());
+    let len = cout_g * g.n * p;
+    let mut m: Vec<T> = Vec::with_capacity(len);
+    m.spare_capacity_mut()[..len]
+        .par_chunks_mut(g.n * p)
+        .enumerate()
+        .for_each(|(c, row)| {
+            for (n, dst) in row.chunks_mut(p).enumerate() {
+                let src = &ys[(n * g.c_out + grp * cout_g + c) * p..][..p];
+                for (d, v) in dst.iter_mut().zip(src) {
+                    d.write(*v);
+                }
+            }
+        });
+    // SAFETY: each of the cout_g rows is n chunks of p slots, each written from p values.
+    unsafe { m.set_len(len) };
+    m
+}
+
+/// The inverse of [`gather_outputs`]: writes a [cout_g, n * pixels] matrix of group `grp`
+/// into the slots of output-shaped data [n, c_out, pixels] (each group's slots once).
+pub(super) fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [MaybeUninit<T>], grp: usize) {
+    let (p, cout_g) = (g.pixels(), g.cout_g());
+    let np = g.n * p;
+    ys.par_chunks_mut(p).enumerate().for_each(|(i, dst)| {
+        let (n, c) = (i / g.c_out, i % g.c_out);
+        if c / cout_g == grp {
+            let src = &m[(c - grp * cout_g) * np + n * p..][..p];
+            for (d, v) in dst.iter_mut().zip(src) {
+                d.write(*v);
+            }
+        }
+    });
+}
+
+/// Writes the transpose of `src` (rows × cols, row-major) into `dst` (cols × rows), in tiles.
+pub(super) fn transpose<T: Float>(src: &[T], rows: usize, cols: usize, dst: &mut [T]) {
+    const TILE: usize = 32;
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    dst[c * rows + r] = src[r * cols + c];
+                }
+            }
+        }
+    }
+}

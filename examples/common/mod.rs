@@ -1,0 +1,73 @@
+//! What the examples share: the model and device flags, the device helper, and the
+//! figures every report states (thread count, supported percentiles).
+// Each example uses its own part of this module.
+#![allow(dead_code)]
+
+use anyhow::Result;
+use candle_core::Device;
+use wick::models::{ResNetConfig, Stem};
+
+/// The device flag.
+#[derive(clap::Args, Debug, Clone)]
+pub struct DeviceArgs {
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+impl DeviceArgs {
+    /// The device asked for, or a clear error (no CUDA in this build, no driver, no GPU).
+    pub fn device(&self) -> Result<Device> {
+        wick::device::select(&self.device).map_err(anyhow::Error::msg)
+    }
+}
+
+/// The model flags every ResNet example takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// resnet18, resnet34, resnet50, resnet101 or resnet152 [default: resnet18 for
+    /// train_resnet, resnet50 otherwise].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// imagenet or cifar.
+    #[arg(long, default_value = "imagenet")]
+    pub stem: String,
+    /// Output classes [default: 1000 for the imagenet stem, 10 for cifar].
+    #[arg(long)]
+    pub num_classes: Option<usize>,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+impl ModelArgs {
+    /// The ResNet configuration, with `default_model` when `--model` is not given.
+    pub fn config(&self, default_model: &str) -> Result<ResNetConfig> {
+        let stem: Stem = self.stem.parse()?;
+        let depth = self.model.as_deref().unwrap_or(default_model).parse()?;
+        let classes = self
+            .num_classes
+            .unwrap_or(ResNetConfig::default_classes(stem));
+        Ok(ResNetConfig::new(depth, stem, classes)?)
+    }
+
+    /// The device asked for.
+    pub fn device(&self) -> Result<Device> {
+        self.device.device()
+    }
+}
+
+/// The threads wick's CPU kernels run on: rayon's pool (`RAYON_NUM_THREADS`), not the
+/// machine's core count.
+pub fn threads() -> usize {
+    rayon::current_num_threads()
+}
+
+/// The percentiles (of 50, 90, 99) that `samples` measurements support: a p-th percentile
+/// is only distinct from the maximum when at least one sample lies above it, which needs
+/// `samples * (1 - p/100) >= 1`.
+pub fn supported_percentiles(samples: usize) -> Vec<f64> {
+    [50.0, 90.0, 99.0]
+        .into_iter()
+        .filter(|p| samples as f64 * (1.0 - p / 100.0) >= 1.0)
+        .collect()
+}
