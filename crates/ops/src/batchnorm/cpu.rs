@@ -11,13 +11,8 @@ use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;
 
 pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
-    let Layer {
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        p,
-    } = *layer;
+    let (weight, bias, p) = (layer.weight, layer.bias, layer.p);
+    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
     let dims = nchw(OP, "input", x.dims())?;
     let [n, c, h, w] = dims;
     let (mean, var) = dispatch_float!(OP, x.dtype(), channel_moments(x, dims))?;
@@ -48,13 +43,8 @@ pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
 }
 
 pub(super) fn eval(x: &Tensor, layer: &Layer<'_>) -> Result<Tensor> {
-    let Layer {
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        p,
-    } = *layer;
+    let (weight, bias, p) = (layer.weight, layer.bias, layer.p);
+    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
     let dims = nchw(OP, "input", x.dims())?;
     let (gamma, beta, rm, rv) = (
         host(weight)?,
@@ -106,13 +96,8 @@ pub(super) fn eval_backward(
     x: &Tensor,
     layer: &Layer<'_>,
 ) -> Result<BatchNormGrads> {
-    let Layer {
-        weight,
-        running_mean,
-        running_var,
-        p,
-        ..
-    } = *layer;
+    let (weight, p) = (layer.weight, layer.p);
+    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
     let dims = nchw(OP, "input", x.dims())?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     let c = dims[1];

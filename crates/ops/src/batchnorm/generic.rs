@@ -12,13 +12,8 @@ fn per_channel(t: &Tensor, c: usize) -> Result<Tensor> {
 }
 
 pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
-    let Layer {
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        p,
-    } = *layer;
+    let (weight, bias, p) = (layer.weight, layer.bias, layer.p);
+    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
     let [n, c, h, w] = p.output_shape(
         x.dims(),
         &[
@@ -54,13 +49,8 @@ pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
 }
 
 pub(super) fn eval(x: &Tensor, layer: &Layer<'_>) -> Result<Tensor> {
-    let Layer {
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        p,
-    } = *layer;
+    let (weight, bias, p) = (layer.weight, layer.bias, layer.p);
+    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
     let [_, c, _, _] = p.output_shape(
         x.dims(),
         &[
@@ -135,13 +125,8 @@ pub(super) fn eval_backward(
     x: &Tensor,
     layer: &Layer<'_>,
 ) -> Result<BatchNormGrads> {
-    let Layer {
-        weight,
-        running_mean,
-        running_var,
-        p,
-        ..
-    } = *layer;
+    let (weight, p) = (layer.weight, layer.p);
+    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
     let [_, c, _, _] = nchw(OP, "input", x.dims())?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     let inv_std = (running_var + p.eps)

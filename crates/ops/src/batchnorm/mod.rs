@@ -113,7 +113,20 @@ struct Layer<'a> {
     p: &'a BatchNorm2dParams,
 }
 
-impl Layer<'_> {
+impl<'a> Layer<'a> {
+    fn new(
+        [weight, bias, running_mean, running_var]: [&'a Tensor; 4],
+        p: &'a BatchNorm2dParams,
+    ) -> Self {
+        Layer {
+            weight,
+            bias,
+            running_mean,
+            running_var,
+            p,
+        }
+    }
+
     /// Checks the input `x` against the per-channel tensors and returns its dims.
     fn check(&self, x: &Tensor) -> Result<[usize; 4]> {
         let channel = [
@@ -135,13 +148,7 @@ pub fn batch_norm_train(
     running_var: &Tensor,
     p: &BatchNorm2dParams,
 ) -> Result<BatchNormOutput> {
-    let layer = Layer {
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        p,
-    };
+    let layer = Layer::new([weight, bias, running_mean, running_var], p);
     let [n, _, h, w] = layer.check(x)?;
     if n * h * w < 2 {
         return Err(OpError::invalid(
@@ -168,13 +175,7 @@ pub fn batch_norm_eval(
     running_var: &Tensor,
     p: &BatchNorm2dParams,
 ) -> Result<Tensor> {
-    let layer = Layer {
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        p,
-    };
+    let layer = Layer::new([weight, bias, running_mean, running_var], p);
     layer.check(x)?;
     match route(x.device()) {
         Route::Cpu => cpu::eval(x, &layer),
@@ -222,13 +223,7 @@ pub fn batch_norm_eval_backward(
     p: &BatchNorm2dParams,
 ) -> Result<BatchNormGrads> {
     // The backward does not read the bias; the weight stands in for its shape check.
-    let layer = Layer {
-        weight,
-        bias: weight,
-        running_mean,
-        running_var,
-        p,
-    };
+    let layer = Layer::new([weight, weight, running_mean, running_var], p);
     layer.check(x)?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     match route(x.device()) {
