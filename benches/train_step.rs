@@ -63,8 +63,7 @@ fn train(c: &mut Criterion, name: &str, config: ResNetConfig, batch: usize, size
 }
 
 fn bench(c: &mut Criterion) {
-    wick::allocator::keep_freed_memory();
-    wick::denormals::flush_denormals_to_zero();
+    wick::prepare_process();
     let r18 = ResNetConfig::new(Depth::R18, Stem::Cifar, 10).expect("config");
     let r50 = ResNetConfig::new(Depth::R50, Stem::ImageNet, 1000).expect("config");
     train(c, "resnet18 cifar b8 32x32", r18, 8, 32);

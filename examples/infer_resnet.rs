@@ -55,8 +55,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    wick::allocator::keep_freed_memory();
-    wick::denormals::flush_denormals_to_zero();
+    wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet50")?;
     let images = match &a.input {

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use wick::graph::TimeProfiler;
 use wick::models::data::{BatchSource, SyntheticImages};
-use wick::models::{Session, TrainOptions};
+use wick::models::Session;
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -54,8 +54,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    wick::allocator::keep_freed_memory();
-    wick::denormals::flush_denormals_to_zero();
+    wick::prepare_process();
     let device = a.model.device()?;
     let gpu = !device.is_cpu();
     let config = a.model.config("resnet50")?;
@@ -75,16 +74,7 @@ fn main() -> Result<()> {
         weight_decay: 1e-5,
         ..Default::default()
     };
-    let mut session = Session::training(
-        config,
-        batch,
-        size,
-        TrainOptions {
-            sgd,
-            keep_gradients: false,
-        },
-        &device,
-    )?;
+    let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
     session.init_weights(0)?;
     session
         .executor_mut()

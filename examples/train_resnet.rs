@@ -13,7 +13,7 @@ use candle_core::Tensor;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
-use wick::models::{Session, TrainOptions};
+use wick::models::Session;
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -67,8 +67,7 @@ struct Args {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    wick::allocator::keep_freed_memory();
-    wick::denormals::flush_denormals_to_zero();
+    wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet18")?;
 
@@ -85,16 +84,7 @@ fn main() -> Result<()> {
         weight_decay: a.weight_decay,
         ..Default::default()
     };
-    let mut session = Session::training(
-        config,
-        batch,
-        size,
-        TrainOptions {
-            sgd,
-            keep_gradients: false,
-        },
-        &device,
-    )?;
+    let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
         None => session.init_weights(a.seed)?,

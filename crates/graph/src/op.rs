@@ -87,6 +87,18 @@ pub(crate) fn one(t: Tensor) -> KernelResult {
     Ok(vec![Some(t)])
 }
 
+/// Inputs `0..N` of a node, each required.
+pub(crate) fn args<'a, const N: usize>(
+    inputs: &Inputs<'a>,
+    op: &'static str,
+) -> std::result::Result<[&'a Tensor; N], OpError> {
+    let mut out = [None; N];
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = Some(arg(inputs, i, op)?);
+    }
+    Ok(out.map(|t| t.expect("every slot was filled above")))
+}
+
 /// A new value a recorded node creates: its name stem, shape and dtype.
 pub type NewValue = (&'static str, Vec<usize>, DType);
 

@@ -210,16 +210,7 @@ fn gradients_match_the_per_op_kernels_composed_by_hand() {
         pool::global_avg_pool_backward(&lgrads.x.reshape((2, 3, 1, 1)).unwrap(), r.dims()).unwrap();
     let dr = wick_ops::relu_backward(&dgap, &r).unwrap();
     let dw = conv::conv2d_backward_filter(&dr, &xt, wt.dims(), &p).unwrap();
-    let diff = |a: &Tensor, b: &Tensor| {
-        (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap()
-    };
+    let diff = |a: &Tensor, b: &Tensor| wick_ops::max_abs_diff(a, b).unwrap();
     assert_eq!(diff(exec.get_id(gw).unwrap(), &dw), 0.0);
     assert_eq!(diff(exec.get_id(gfw).unwrap(), &lgrads.weight), 0.0);
 }
@@ -490,9 +481,8 @@ fn set_learning_rate_changes_every_update_from_the_next_step() {
     for (name, t) in &before {
         if params.contains(name) {
             let after = exec.get(name).unwrap().unwrap();
-            let diff = (after - t).unwrap().abs().unwrap().max_all().unwrap();
             assert_eq!(
-                diff.to_scalar::<f64>().unwrap(),
+                wick_ops::max_abs_diff(after, t).unwrap(),
                 0.0,
                 "{name} moved at lr 0"
             );
@@ -503,8 +493,7 @@ fn set_learning_rate_changes_every_update_from_the_next_step() {
     let moved = params.iter().any(|name| {
         let t = &before.iter().find(|(n, _)| n == name).unwrap().1;
         let after = exec.get(name).unwrap().unwrap();
-        let diff = (after - t).unwrap().abs().unwrap().max_all().unwrap();
-        diff.to_scalar::<f64>().unwrap() > 0.0
+        wick_ops::max_abs_diff(after, t).unwrap() > 0.0
     });
     assert!(moved, "lr 0.1 moves the parameters");
     assert!(exec.set_learning_rate(f64::NAN).is_err());

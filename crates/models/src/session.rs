@@ -22,6 +22,30 @@ pub struct TrainOptions {
     pub keep_gradients: bool,
 }
 
+impl From<SgdParams> for TrainOptions {
+    /// Training with these SGD settings, without keeping the gradients.
+    fn from(sgd: SgdParams) -> Self {
+        TrainOptions {
+            sgd,
+            keep_gradients: false,
+        }
+    }
+}
+
+/// A builder holding `config`'s forward pass in `mode` for batches of `batch` images of
+/// `image_size`x`image_size`, with the image input and the logits.
+fn forward_graph(
+    config: &ResNetConfig,
+    mode: Mode,
+    batch: usize,
+    image_size: usize,
+) -> Result<(GraphBuilder, ValueId, ValueId)> {
+    let mut b = GraphBuilder::new(mode, DType::F32);
+    let images = b.input("images", &[batch, 3, image_size, image_size], DType::F32)?;
+    let logits = config.forward(&mut b, images)?;
+    Ok((b, images, logits))
+}
+
 /// A ResNet as a buffered graph on a device, with its weights.
 #[derive(Debug)]
 pub struct Session {
@@ -47,10 +71,8 @@ impl Session {
         options: TrainOptions,
         device: &Device,
     ) -> Result<Self> {
-        let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-        let images = b.input("images", &[batch, 3, image_size, image_size], DType::F32)?;
+        let (mut b, images, logits) = forward_graph(&config, Mode::Train, batch, image_size)?;
         let labels = b.input("labels", &[batch], DType::I64)?;
-        let logits = config.forward(&mut b, images)?;
         let loss = b.cross_entropy(logits, labels)?;
         b.output(logits);
         b.output(loss);
@@ -84,9 +106,7 @@ impl Session {
         image_size: usize,
         device: &Device,
     ) -> Result<Self> {
-        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-        let images = b.input("images", &[batch, 3, image_size, image_size], DType::F32)?;
-        let logits = config.forward(&mut b, images)?;
+        let (mut b, images, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
         b.output(logits);
         Self::finish(
             config,

@@ -114,14 +114,7 @@ fn synthetic_batches_are_learnable_shapes_and_prefetched_in_order() {
             .unwrap()
             .iter()
             .all(|l| (0..4).contains(l)));
-        let diff = (a - b)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap();
+        let diff = wick_ops::max_abs_diff(&a, &b).unwrap();
         assert_eq!(
             diff, 0.0,
             "the prefetching thread yields the same batches in order"

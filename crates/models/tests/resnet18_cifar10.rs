@@ -33,25 +33,7 @@ fn config() -> ResNetConfig {
 }
 
 fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims());
-    let a = a.to_dtype(DType::F64).unwrap();
-    let b = b.to_dtype(DType::F64).unwrap();
-    let diff = (&a - &b)
-        .unwrap()
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
-    let scale = b
-        .abs()
-        .unwrap()
-        .max_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
-    diff / scale.max(1e-30)
+    wick_ops::max_rel_diff(a, b).unwrap()
 }
 
 fn norm(t: &Tensor) -> f64 {

@@ -25,23 +25,19 @@ pub(crate) trait Float:
     fn is_nan(self) -> bool;
 }
 
-impl Float for f32 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const NEG_INFINITY: Self = f32::NEG_INFINITY;
-    fn is_nan(self) -> bool {
-        f32::is_nan(self)
-    }
+macro_rules! impl_float {
+    ($($t:ident),*) => {$(
+        impl Float for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            const NEG_INFINITY: Self = $t::NEG_INFINITY;
+            fn is_nan(self) -> bool {
+                $t::is_nan(self)
+            }
+        }
+    )*};
 }
-
-impl Float for f64 {
-    const ZERO: Self = 0.0;
-    const ONE: Self = 1.0;
-    const NEG_INFINITY: Self = f64::NEG_INFINITY;
-    fn is_nan(self) -> bool {
-        f64::is_nan(self)
-    }
-}
+impl_float!(f32, f64);
 
 /// Runs `f` on the contiguous data of a CPU tensor (copying only if it is not contiguous).
 pub(crate) fn with_slice<T: WithDType, R>(

@@ -231,40 +231,37 @@ mod tests {
 
     #[test]
     fn names_follow_the_device_and_cudnn() {
-        assert_eq!(Kernel::ConvForward.name(DeviceKind::Cpu), "ConvForward");
-        assert_eq!(
-            Kernel::ConvForward.name(DeviceKind::Cudnn),
-            "cudnnConvForward"
-        );
-        // Named after what runs: candle's own transposed convolution, and a cuDNN
-        // forward convolution computing the weight gradient.
-        assert_eq!(
-            Kernel::ConvBackwardData.name(DeviceKind::Cudnn),
-            "GpuConvBackwardData"
-        );
-        assert_eq!(
-            Kernel::ConvBackwardFilter.name(DeviceKind::Cudnn),
-            "cudnnConvForwardAsBackwardFilter"
-        );
-        assert_eq!(Kernel::ConvForward.name(DeviceKind::Cuda), "GpuConvForward");
-        assert_eq!(
-            Kernel::BatchNormForwardTraining.name(DeviceKind::Cpu),
-            "BatchNormForwardTraining"
-        );
-        assert_eq!(
-            Kernel::BatchNormForwardTraining.name(DeviceKind::Cuda),
-            "GpuBatchNormForwardTraining"
-        );
-        assert_eq!(
-            Kernel::PoolingForward.name(DeviceKind::Cuda),
-            "GpuPoolingForward"
-        );
-        assert_eq!(
-            Kernel::PoolingBackward.name(DeviceKind::Cpu),
-            "PoolingBackward"
-        );
-        assert_eq!(Kernel::ReLU.name(DeviceKind::Cudnn), "ReLU");
-        assert_eq!(Kernel::Add.name(DeviceKind::Cuda), "Add");
+        use DeviceKind::{Cpu, Cuda, Cudnn};
+        // Named after what runs: under cuDNN the data gradient is candle's own transposed
+        // convolution, and the weight gradient a cuDNN forward convolution.
+        let expected = [
+            (Kernel::ConvForward, Cpu, "ConvForward"),
+            (Kernel::ConvForward, Cudnn, "cudnnConvForward"),
+            (Kernel::ConvForward, Cuda, "GpuConvForward"),
+            (Kernel::ConvBackwardData, Cudnn, "GpuConvBackwardData"),
+            (
+                Kernel::ConvBackwardFilter,
+                Cudnn,
+                "cudnnConvForwardAsBackwardFilter",
+            ),
+            (
+                Kernel::BatchNormForwardTraining,
+                Cpu,
+                "BatchNormForwardTraining",
+            ),
+            (
+                Kernel::BatchNormForwardTraining,
+                Cuda,
+                "GpuBatchNormForwardTraining",
+            ),
+            (Kernel::PoolingForward, Cuda, "GpuPoolingForward"),
+            (Kernel::PoolingBackward, Cpu, "PoolingBackward"),
+            (Kernel::ReLU, Cudnn, "ReLU"),
+            (Kernel::Add, Cuda, "Add"),
+        ];
+        for (kernel, device, name) in expected {
+            assert_eq!(kernel.name(device), name, "{kernel:?} on {device:?}");
+        }
         assert_eq!(DeviceKind::of(&Device::Cpu), DeviceKind::Cpu);
         assert_eq!(Kernel::SgdUpdate.name_on(&Device::Cpu), "SgdUpdate");
     }

@@ -22,6 +22,7 @@
 
 pub mod activation;
 pub mod batchnorm;
+pub mod compare;
 pub mod conv;
 mod cpu;
 pub mod elementwise;
@@ -35,6 +36,7 @@ pub mod shape;
 
 pub use activation::{relu, relu_backward};
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
+pub use compare::{max_abs_diff, max_rel_diff};
 pub use conv::Conv2dParams;
 pub use elementwise::add;
 pub use error::{OpError, Result};

@@ -46,19 +46,11 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
 /// it ([`check_labels`] on the host tensor; `Session::step` does).
 pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
     let values: Vec<i64> = match labels.dtype() {
-        DType::I64 => labels.to_vec1::<i64>().ctx(OP)?,
-        DType::U32 => labels
-            .to_vec1::<u32>()
+        DType::I64 | DType::U32 | DType::U8 => labels
+            .to_dtype(DType::I64)
             .ctx(OP)?
-            .into_iter()
-            .map(i64::from)
-            .collect(),
-        DType::U8 => labels
-            .to_vec1::<u8>()
-            .ctx(OP)?
-            .into_iter()
-            .map(i64::from)
-            .collect(),
+            .to_vec1::<i64>()
+            .ctx(OP)?,
         other => {
             return Err(OpError::invalid(
                 OP,

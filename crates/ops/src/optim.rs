@@ -137,10 +137,7 @@ pub fn sgd_step_in_place(
         match momentum_buf {
             Some(buf) => {
                 crate::shape::same(OP, "momentum buffer", buf.dims(), "parameter", param.dims())?;
-                let update = ParamUpdate {
-                    p: *p,
-                    has_buf: true,
-                };
+                let update = SgdKernel(*p, Pass::Param { has_buf: true });
                 // Both passes block by block, so the second finds the block's buffer,
                 // gradient and parameter still in cache: one trip through memory, not two.
                 let flat = |t: &Tensor| t.flatten_all().ctx(OP);
@@ -150,7 +147,8 @@ pub fn sgd_step_in_place(
                     let len = SGD_BLOCK.min(n - start);
                     let block = |t: &Tensor| t.narrow(0, start, len).ctx(OP);
                     let (b, g, w) = (block(&b)?, block(&g)?, block(&w)?);
-                    b.inplace_op3(&g, &w, &MomentumUpdate(*p)).ctx(OP)?;
+                    b.inplace_op3(&g, &w, &SgdKernel(*p, Pass::Momentum))
+                        .ctx(OP)?;
                     w.inplace_op3(&g, &b, &update).ctx(OP)?;
                 }
                 return Ok((param.clone(), Some(buf.clone())));
@@ -168,10 +166,12 @@ pub fn sgd_step_in_place(
         .inplace_op3(
             grad,
             step_src,
-            &ParamUpdate {
-                p: *p,
-                has_buf: buf.is_some(),
-            },
+            &SgdKernel(
+                *p,
+                Pass::Param {
+                    has_buf: buf.is_some(),
+                },
+            ),
         )
         .ctx(OP)?;
     Ok((param.clone(), buf))
@@ -220,12 +220,30 @@ macro_rules! in_place_float {
 /// the three operands of a block fit the L2 caches of two cores).
 const SGD_BLOCK: usize = 1 << 18;
 
-/// `buf = momentum*buf + (1 - dampening)*(grad + weight_decay*param)`; sources [grad, param].
-struct MomentumUpdate(SgdParams);
+/// One pass of the in-place SGD update; sources are [grad, second] as the variant says.
+#[derive(Clone, Copy)]
+enum Pass {
+    /// `buf = momentum*buf + (1 - dampening)*(grad + weight_decay*param)`; destination the
+    /// buffer, sources [grad, param].
+    Momentum,
+    /// `param -= lr * step`, where `step` is the buffer (nesterov: d + momentum*buffer) or,
+    /// without momentum, `d = grad + weight_decay*param`; destination the parameter, sources
+    /// [grad, buffer or grad].
+    Param {
+        /// Whether the second source is a momentum buffer.
+        has_buf: bool,
+    },
+}
 
-impl candle_core::InplaceOp3 for MomentumUpdate {
+/// The in-place SGD kernel: one [`Pass`] with the settings it needs.
+struct SgdKernel(SgdParams, Pass);
+
+impl candle_core::InplaceOp3 for SgdKernel {
     fn name(&self) -> &'static str {
-        "sgd-momentum"
+        match self.1 {
+            Pass::Momentum => "sgd-momentum",
+            Pass::Param { .. } => "sgd-param",
+        }
     }
 
     fn cpu_fwd(
@@ -238,54 +256,28 @@ impl candle_core::InplaceOp3 for MomentumUpdate {
         l2: &candle_core::Layout,
     ) -> candle_core::Result<()> {
         let srcs = [(s1, l1), (s2, l2)];
-        let p = self.0;
-        in_place_float!(dst, dst_l, srcs, |buf, grad, param, T| {
-            let (m, damp, wd) = (
+        let SgdKernel(p, pass) = *self;
+        in_place_float!(dst, dst_l, srcs, |dst, grad, second, T| {
+            let (lr, m, damp, wd) = (
+                p.lr as T,
                 p.momentum as T,
                 (1.0 - p.dampening) as T,
                 p.weight_decay as T,
             );
-            buf.par_chunks_mut(CHUNK)
-                .zip(grad.par_chunks(CHUNK))
-                .zip(param.par_chunks(CHUNK))
-                .for_each(|((buf, grad), param)| {
-                    for ((b, g), w) in buf.iter_mut().zip(grad).zip(param) {
-                        *b = m * *b + damp * (*g + wd * *w);
-                    }
-                });
-        })
-    }
-}
-
-/// `param -= lr * step`, where `step` is the buffer (nesterov: d + momentum*buffer) or,
-/// without momentum, `d = grad + weight_decay*param`; sources [grad, buffer or grad].
-struct ParamUpdate {
-    p: SgdParams,
-    has_buf: bool,
-}
-
-impl candle_core::InplaceOp3 for ParamUpdate {
-    fn name(&self) -> &'static str {
-        "sgd-param"
-    }
-
-    fn cpu_fwd(
-        &self,
-        dst: &mut candle_core::CpuStorage,
-        dst_l: &candle_core::Layout,
-        s1: &candle_core::CpuStorage,
-        l1: &candle_core::Layout,
-        s2: &candle_core::CpuStorage,
-        l2: &candle_core::Layout,
-    ) -> candle_core::Result<()> {
-        let srcs = [(s1, l1), (s2, l2)];
-        let (p, has_buf) = (self.p, self.has_buf);
-        in_place_float!(dst, dst_l, srcs, |param, grad, buf, T| {
-            let (lr, m, wd) = (p.lr as T, p.momentum as T, p.weight_decay as T);
+            let has_buf = match pass {
+                Pass::Momentum => {
+                    let param = second;
+                    for_chunks(dst, grad, param, |buf, g, w| {
+                        *buf = m * *buf + damp * (g + wd * w)
+                    });
+                    return Ok(());
+                }
+                Pass::Param { has_buf } => has_buf,
+            };
+            let buf = second;
             if has_buf && !p.nesterov {
                 // Plain momentum steps by the buffer alone: the gradient is not read.
-                param
-                    .par_chunks_mut(CHUNK)
+                dst.par_chunks_mut(CHUNK)
                     .zip(buf.par_chunks(CHUNK))
                     .for_each(|(param, buf)| {
                         for (w, b) in param.iter_mut().zip(buf) {
@@ -294,21 +286,32 @@ impl candle_core::InplaceOp3 for ParamUpdate {
                     });
                 return Ok(());
             }
-            param
-                .par_chunks_mut(CHUNK)
-                .zip(grad.par_chunks(CHUNK))
-                .zip(buf.par_chunks(CHUNK))
-                .for_each(|((param, grad), buf)| {
-                    for ((w, g), b) in param.iter_mut().zip(grad).zip(buf) {
-                        let d = *g + wd * *w;
-                        let step = match (has_buf, p.nesterov) {
-                            (false, _) => d,
-                            (true, false) => *b,
-                            (true, true) => d + m * *b,
-                        };
-                        *w -= lr * step;
-                    }
-                });
+            for_chunks(dst, grad, buf, |w, g, b| {
+                let d = g + wd * *w;
+                let step = match (has_buf, p.nesterov) {
+                    (false, _) => d,
+                    (true, false) => b,
+                    (true, true) => d + m * b,
+                };
+                *w -= lr * step;
+            });
         })
     }
+}
+
+/// `f(dst[i], a[i], b[i])` for every element, in parallel chunks.
+fn for_chunks<T: Copy + Send + Sync>(
+    dst: &mut [T],
+    a: &[T],
+    b: &[T],
+    f: impl Fn(&mut T, T, T) + Sync,
+) {
+    dst.par_chunks_mut(CHUNK)
+        .zip(a.par_chunks(CHUNK))
+        .zip(b.par_chunks(CHUNK))
+        .for_each(|((dst, a), b)| {
+            for ((d, a), b) in dst.iter_mut().zip(a).zip(b) {
+                f(d, *a, *b);
+            }
+        });
 }

@@ -8,7 +8,7 @@ use wick_ops::Kernel;
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 const OP: &str = "conv2d";
 
@@ -132,7 +132,7 @@ impl NodeOp for ConvBackwardData {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let (gy, w) = (arg(inputs, 0, OP)?, arg(inputs, 1, OP)?);
+        let [gy, w] = args(inputs, OP)?;
         one(conv::conv2d_backward_data(
             gy,
             w,
@@ -148,7 +148,7 @@ impl NodeOp for ConvBackwardFilter {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let (gy, x) = (arg(inputs, 0, OP)?, arg(inputs, 1, OP)?);
+        let [gy, x] = args(inputs, OP)?;
         one(conv::conv2d_backward_filter(
             gy,
             x,

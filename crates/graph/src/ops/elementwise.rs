@@ -8,7 +8,7 @@ use wick_ops::{activation, elementwise, Kernel};
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 /// ReLU forward. in: x; out: y.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +77,7 @@ impl NodeOp for ReluBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let (gy, y) = (arg(inputs, 0, "relu")?, arg(inputs, 1, "relu")?);
+        let [gy, y] = args(inputs, "relu")?;
         one(activation::relu_backward(gy, y)?)
     }
 }
@@ -88,10 +88,7 @@ impl NodeOp for Add {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        one(elementwise::add(
-            arg(inputs, 0, "add")?,
-            arg(inputs, 1, "add")?,
-        )?)
+        add_inputs(inputs)
     }
 
     /// Both inputs receive the output gradient itself: no node is recorded.
@@ -108,9 +105,12 @@ impl NodeOp for AccumulateGrad {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        one(elementwise::add(
-            arg(inputs, 0, "add")?,
-            arg(inputs, 1, "add")?,
-        )?)
+        add_inputs(inputs)
     }
+}
+
+/// `inputs[0] + inputs[1]`: what `Add` and `AccumulateGrad` compute.
+fn add_inputs(inputs: &Inputs<'_>) -> KernelResult {
+    let [a, b] = args(inputs, "add")?;
+    one(elementwise::add(a, b)?)
 }

@@ -9,7 +9,7 @@ use wick_ops::{Kernel, OpError};
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
 use crate::ir::ValueId;
-use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 /// Fully connected forward. in: x `[N, in]`, weight `[out, in]`, `[bias]`; out: y `[N, out]`.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +80,7 @@ impl NodeOp for Linear {
         } else {
             None
         };
-        let (x, w) = (arg(inputs, 0, "linear")?, arg(inputs, 1, "linear")?);
+        let [x, w] = args(inputs, "linear")?;
         one(linear::linear(x, w, bias)?)
     }
 

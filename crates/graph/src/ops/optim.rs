@@ -9,7 +9,7 @@ use crate::autodiff::Gradients;
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
 use crate::ir::{Phase, ValueKind};
-use crate::op::{arg, Inputs, KernelResult, NodeOp};
+use crate::op::{args, Inputs, KernelResult, NodeOp};
 
 /// One parameter's fused SGD update. in: param, grad, `[momentum_buf]`; out: the param
 /// and (with momentum) the momentum buffer, updated in place.
@@ -60,7 +60,7 @@ impl NodeOp for SgdUpdate {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         // Parameters and buffers are owned by the executor (copied in by `set`), so the
         // CPU kernel may update them in place.
-        let (param, grad) = (arg(inputs, 0, "sgd")?, arg(inputs, 1, "sgd")?);
+        let [param, grad] = args(inputs, "sgd")?;
         let buf = inputs.get(2).copied().flatten();
         let (p, b) = optim::sgd_step_in_place(param, grad, buf, &self.params)?;
         Ok(if inputs.len() > 2 {

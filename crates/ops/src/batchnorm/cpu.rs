@@ -5,83 +5,98 @@
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
-use super::{BatchNormGrads, BatchNormOutput, Layer, OP};
+use super::{BatchNormGrads, BatchNormOutput, Layer, Stats, OP};
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;
 
 pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
-    let (weight, bias, p) = (layer.weight, layer.bias, layer.p);
-    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
-    let dims = nchw(OP, "input", x.dims())?;
-    let [n, c, h, w] = dims;
+    let (p, dims) = (layer.p, dims(x)?);
+    let [n, _, h, w] = dims;
     let (mean, var) = dispatch_float!(OP, x.dtype(), channel_moments(x, dims))?;
     let m = (n * h * w) as f64;
     let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
-    let gamma = host(weight)?;
-    let beta = host(bias)?;
-    let scale: Vec<f64> = (0..c).map(|i| gamma[i] * inv_std[i]).collect();
-    let shift: Vec<f64> = (0..c).map(|i| beta[i] - mean[i] * scale[i]).collect();
-    let y = dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))?;
-    let mom = p.momentum;
-    let rm = host(running_mean)?;
-    let rv = host(running_var)?;
-    let new_rm: Vec<f64> = (0..c)
-        .map(|i| (1.0 - mom) * rm[i] + mom * mean[i])
-        .collect();
-    let new_rv: Vec<f64> = (0..c)
-        .map(|i| (1.0 - mom) * rv[i] + mom * var[i] * m / (m - 1.0))
-        .collect();
+    let y = affine(x, dims, layer, &mean, &inv_std)?;
+    let unbiased: Vec<f64> = var.iter().map(|v| v * m / (m - 1.0)).collect();
     let dt = x.dtype();
     Ok(BatchNormOutput {
         y,
+        running_mean: blend(layer.running_mean, &mean, p.momentum)?,
+        running_var: blend(layer.running_var, &unbiased, p.momentum)?,
         mean: vector(mean, dt)?,
         inv_std: vector(inv_std, dt)?,
-        running_mean: vector(new_rm, running_mean.dtype())?,
-        running_var: vector(new_rv, running_var.dtype())?,
     })
 }
 
 pub(super) fn eval(x: &Tensor, layer: &Layer<'_>) -> Result<Tensor> {
-    let (weight, bias, p) = (layer.weight, layer.bias, layer.p);
-    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
-    let dims = nchw(OP, "input", x.dims())?;
-    let (gamma, beta, rm, rv) = (
-        host(weight)?,
-        host(bias)?,
-        host(running_mean)?,
-        host(running_var)?,
-    );
-    let scale: Vec<f64> = (0..dims[1])
-        .map(|i| gamma[i] / (rv[i] + p.eps).sqrt())
+    let (mean, inv_std) = running_stats(layer)?;
+    affine(x, dims(x)?, layer, &mean, &inv_std)
+}
+
+/// The input's NCHW dims (checked by the public function).
+fn dims(x: &Tensor) -> Result<[usize; 4]> {
+    nchw(OP, "input", x.dims())
+}
+
+/// The running mean and `1 / sqrt(running_var + eps)`, on the host.
+fn running_stats(layer: &Layer<'_>) -> Result<(Vec<f64>, Vec<f64>)> {
+    let var = host(layer.running_var)?;
+    let inv_std = var.iter().map(|v| 1.0 / (v + layer.p.eps).sqrt()).collect();
+    Ok((host(layer.running_mean)?, inv_std))
+}
+
+/// `(1 - momentum) * running + momentum * batch`, as a tensor of `running`'s dtype.
+fn blend(running: &Tensor, batch: &[f64], momentum: f64) -> Result<Tensor> {
+    let old = host(running)?;
+    let new = old
+        .iter()
+        .zip(batch)
+        .map(|(r, b)| (1.0 - momentum) * r + momentum * b)
         .collect();
-    let shift: Vec<f64> = (0..dims[1]).map(|i| beta[i] - rm[i] * scale[i]).collect();
+    vector(new, running.dtype())
+}
+
+/// `y = gamma * (x - mean) * inv_std + beta`, as one scale and shift per channel.
+fn affine(
+    x: &Tensor,
+    dims: [usize; 4],
+    layer: &Layer<'_>,
+    mean: &[f64],
+    inv_std: &[f64],
+) -> Result<Tensor> {
+    let (gamma, beta) = (host(layer.weight)?, host(layer.bias)?);
+    let scale: Vec<f64> = gamma.iter().zip(inv_std).map(|(g, s)| g * s).collect();
+    let shift: Vec<f64> = (0..dims[1]).map(|i| beta[i] - mean[i] * scale[i]).collect();
     dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))
 }
 
-pub(super) fn train_backward(
+/// The gradients for normalisation by the batch's or the running statistics.
+pub(super) fn backward(
     grad_y: &Tensor,
     x: &Tensor,
     weight: &Tensor,
-    mean: &Tensor,
-    inv_std: &Tensor,
+    stats: Stats<'_>,
 ) -> Result<BatchNormGrads> {
-    let dims = nchw(OP, "input", x.dims())?;
-    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let ((mean, inv_std), batch_stats) = match stats {
+        Stats::Batch { mean, inv_std } => ((host(mean)?, host(inv_std)?), true),
+        Stats::Running(layer) => (running_stats(layer)?, false),
+    };
+    let (mean, inv_std) = (&mean[..], &inv_std[..]);
+    let dims = dims(x)?;
     let [n, c, h, w] = dims;
-    let (mean, inv_std, gamma) = (host(mean)?, host(inv_std)?, host(weight)?);
-    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, &mean))?;
+    let gamma = host(weight)?;
+    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, mean))?;
     let m = (n * h * w) as f64;
-    // dx = a*dy + b*x + k per channel (the batch statistics' gradient folded in).
-    let mut a = vec![0.0; c];
-    let mut b = vec![0.0; c];
-    let mut k = vec![0.0; c];
-    let mut d_weight = vec![0.0; c];
+    // dx = a*dy + b*x + k per channel (with batch statistics, their gradient folded in).
+    let (mut a, mut b, mut k, mut d_weight) =
+        (vec![0.0; c], vec![0.0; c], vec![0.0; c], vec![0.0; c]);
     for i in 0..c {
         a[i] = gamma[i] * inv_std[i];
         d_weight[i] = sum_dy_xc[i] * inv_std[i];
-        b[i] = -a[i] * inv_std[i] * d_weight[i] / m;
-        k[i] = -a[i] * sum_dy[i] / m - b[i] * mean[i];
+        if batch_stats {
+            b[i] = -a[i] * inv_std[i] * d_weight[i] / m;
+            k[i] = -a[i] * sum_dy[i] / m - b[i] * mean[i];
+        }
     }
     let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, x, dims, &a, &b, &k))?;
     Ok(BatchNormGrads {
@@ -91,42 +106,9 @@ pub(super) fn train_backward(
     })
 }
 
-pub(super) fn eval_backward(
-    grad_y: &Tensor,
-    x: &Tensor,
-    layer: &Layer<'_>,
-) -> Result<BatchNormGrads> {
-    let (weight, p) = (layer.weight, layer.p);
-    let (running_mean, running_var) = (layer.running_mean, layer.running_var);
-    let dims = nchw(OP, "input", x.dims())?;
-    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
-    let c = dims[1];
-    let (gamma, rm, rv) = (host(weight)?, host(running_mean)?, host(running_var)?);
-    let inv_std: Vec<f64> = rv.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
-    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, &rm))?;
-    let d_weight: Vec<f64> = (0..c).map(|i| sum_dy_xc[i] * inv_std[i]).collect();
-    let a: Vec<f64> = (0..c).map(|i| gamma[i] * inv_std[i]).collect();
-    let zeros = vec![0.0; c];
-    let dx = dispatch_float!(
-        OP,
-        x.dtype(),
-        dx_kernel(grad_y, x, dims, &a, &zeros, &zeros)
-    )?;
-    Ok(BatchNormGrads {
-        x: dx,
-        weight: vector(d_weight, weight.dtype())?,
-        bias: vector(sum_dy, weight.dtype())?,
-    })
-}
-
 /// A small per-channel tensor's values on the host, as f64.
 fn host(t: &Tensor) -> Result<Vec<f64>> {
-    t.to_dtype(DType::F64)
-        .ctx(OP)?
-        .flatten_all()
-        .ctx(OP)?
-        .to_vec1::<f64>()
-        .ctx(OP)
+    crate::compare::host_f64(OP, t)
 }
 
 /// A per-channel vector as a CPU tensor of `dtype`.

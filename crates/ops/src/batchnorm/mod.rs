@@ -71,17 +71,7 @@ impl BatchNorm2dParams {
         channel_params: &[(&str, &[usize])],
     ) -> Result<[usize; 4]> {
         let dims = nchw(OP, "input", input)?;
-        for (name, shape) in channel_params {
-            if *shape != [dims[1]] {
-                return Err(OpError::invalid(
-                    OP,
-                    format!(
-                        "{name} must have shape [{}] for input {input:?}, got {shape:?}",
-                        dims[1]
-                    ),
-                ));
-            }
-        }
+        check_per_channel(input, channel_params)?;
         if self.eps.is_nan() || self.eps <= 0.0 {
             return Err(OpError::invalid(
                 OP,
@@ -100,6 +90,18 @@ impl BatchNorm2dParams {
     /// per element, counted like the forward pass.
     pub fn backward_flops(&self, input: &[usize]) -> u64 {
         self.flops(input)
+    }
+}
+
+/// Checks that `input` is NCHW and each named per-channel shape is `[C]`.
+fn check_per_channel(input: &[usize], channel_params: &[(&str, &[usize])]) -> Result<()> {
+    let c = nchw(OP, "input", input)?[1];
+    match channel_params.iter().find(|(_, shape)| *shape != [c]) {
+        Some((name, shape)) => Err(OpError::invalid(
+            OP,
+            format!("{name} must have shape [{c}] for input {input:?}, got {shape:?}"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -192,24 +194,15 @@ pub fn batch_norm_train_backward(
     mean: &Tensor,
     inv_std: &Tensor,
 ) -> Result<BatchNormGrads> {
-    let [_, c, _, _] = nchw(OP, "input", x.dims())?;
-    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
-    for (name, t) in [("weight", weight), ("mean", mean), ("inv_std", inv_std)] {
-        if t.dims() != [c] {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "{name} must have shape [{c}] for input {:?}, got {:?}",
-                    x.dims(),
-                    t.dims()
-                ),
-            ));
-        }
-    }
-    match route(x.device()) {
-        Route::Cpu => cpu::train_backward(grad_y, x, weight, mean, inv_std),
-        Route::Cuda | Route::Generic => generic::train_backward(grad_y, x, weight, mean, inv_std),
-    }
+    check_per_channel(
+        x.dims(),
+        &[
+            ("weight", weight.dims()),
+            ("mean", mean.dims()),
+            ("inv_std", inv_std.dims()),
+        ],
+    )?;
+    backward(grad_y, x, weight, Stats::Batch { mean, inv_std })
 }
 
 /// Batch norm backward after an inference-mode forward (`BatchNormBackward`): the
@@ -225,9 +218,31 @@ pub fn batch_norm_eval_backward(
     // The backward does not read the bias; the weight stands in for its shape check.
     let layer = Layer::new([weight, weight, running_mean, running_var], p);
     layer.check(x)?;
+    backward(grad_y, x, weight, Stats::Running(&layer))
+}
+
+/// The statistics a forward pass normalised by, as its backward pass needs them.
+#[derive(Clone, Copy)]
+enum Stats<'a> {
+    /// The batch's own (training): their gradient flows into the input's.
+    Batch {
+        mean: &'a Tensor,
+        inv_std: &'a Tensor,
+    },
+    /// The layer's running statistics (inference): constants.
+    Running(&'a Layer<'a>),
+}
+
+/// Checks the output gradient against the input and runs the backward kernel.
+fn backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    stats: Stats<'_>,
+) -> Result<BatchNormGrads> {
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     match route(x.device()) {
-        Route::Cpu => cpu::eval_backward(grad_y, x, &layer),
-        Route::Cuda | Route::Generic => generic::eval_backward(grad_y, x, &layer),
+        Route::Cpu => cpu::backward(grad_y, x, weight, stats),
+        Route::Cuda | Route::Generic => generic::backward(grad_y, x, weight, stats),
     }
 }

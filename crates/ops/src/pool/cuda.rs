@@ -63,6 +63,13 @@ pub(crate) fn device_of(op: &'static str, t: &Tensor) -> Result<CudaDevice> {
     }
 }
 
+/// The CUDA device of `t` and the pooling module compiled for it.
+fn device_and_module(op: &'static str, t: &Tensor) -> Result<(CudaDevice, Arc<CudaModule>)> {
+    let dev = device_of(op, t)?;
+    let module = pool_module(op, &dev)?;
+    Ok((dev, module))
+}
+
 /// Runs `f` with a view of the contiguous data of a CUDA tensor.
 fn with_view<T: candle_core::cuda::CudaDType, R>(
     op: &'static str,
@@ -128,56 +135,38 @@ pub(crate) fn max_pool_forward(
     d: &PoolDims,
 ) -> Result<(Tensor, Tensor)> {
     const OP: &str = "max_pool2d";
-    let dev = device_of(OP, x)?;
-    let module = pool_module(OP, &dev)?;
-    let total: usize = out_shape.iter().product();
-    let total_i = total as i32;
+    let (dev, module) = device_and_module(OP, x)?;
+    let (total, stream) = (out_shape.iter().product::<usize>(), dev.cuda_stream());
     let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
-    let stream = dev.cuda_stream();
+    let total_i = total as i32;
     let mut idx = stream
         .alloc_zeros::<u32>(total)
         .map_err(cuda_err(OP, "allocating indices"))?;
+    macro_rules! run {
+        ($t:ty, $name:expr) => {{
+            let mut y = stream
+                .alloc_zeros::<$t>(total)
+                .map_err(cuda_err(OP, "allocating the output"))?;
+            with_view::<$t, _>(OP, x, |xv| {
+                launch!(
+                    OP,
+                    module,
+                    dev,
+                    $name,
+                    total,
+                    [
+                        &xv, &mut y, &mut idx, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph,
+                        &pw
+                    ]
+                );
+                Ok(())
+            })?;
+            Ok((wrap(y, &dev, out_shape), wrap(idx, &dev, out_shape)))
+        }};
+    }
     match suffix(OP, x.dtype())? {
-        "f32" => {
-            let mut y = stream
-                .alloc_zeros::<f32>(total)
-                .map_err(cuda_err(OP, "allocating the output"))?;
-            with_view::<f32, _>(OP, x, |xv| {
-                launch!(
-                    OP,
-                    module,
-                    dev,
-                    "max_pool_fwd_f32",
-                    total,
-                    [
-                        &xv, &mut y, &mut idx, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph,
-                        &pw
-                    ]
-                );
-                Ok(())
-            })?;
-            Ok((wrap(y, &dev, out_shape), wrap(idx, &dev, out_shape)))
-        }
-        _ => {
-            let mut y = stream
-                .alloc_zeros::<f64>(total)
-                .map_err(cuda_err(OP, "allocating the output"))?;
-            with_view::<f64, _>(OP, x, |xv| {
-                launch!(
-                    OP,
-                    module,
-                    dev,
-                    "max_pool_fwd_f64",
-                    total,
-                    [
-                        &xv, &mut y, &mut idx, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph,
-                        &pw
-                    ]
-                );
-                Ok(())
-            })?;
-            Ok((wrap(y, &dev, out_shape), wrap(idx, &dev, out_shape)))
-        }
+        "f32" => run!(f32, "max_pool_fwd_f32"),
+        _ => run!(f64, "max_pool_fwd_f64"),
     }
 }
 
@@ -189,8 +178,7 @@ pub(crate) fn max_pool_backward(
     d: &PoolDims,
 ) -> Result<Tensor> {
     const OP: &str = "max_pool2d";
-    let dev = device_of(OP, grad_y)?;
-    let module = pool_module(OP, &dev)?;
+    let (dev, module) = device_and_module(OP, grad_y)?;
     let total = grad_y.elem_count();
     let n_in: usize = input_shape.iter().product();
     let [h, w, oh, ow, ..] = d.0;
@@ -232,12 +220,10 @@ pub(crate) fn avg_pool(
     backward: bool,
 ) -> Result<Tensor> {
     const OP: &str = "avg_pool2d";
-    let dev = device_of(OP, x)?;
-    let module = pool_module(OP, &dev)?;
-    let total: usize = out_shape.iter().product();
-    let total_i = total as i32;
+    let (dev, module) = device_and_module(OP, x)?;
+    let (total, stream) = (out_shape.iter().product::<usize>(), dev.cuda_stream());
     let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
-    let stream = dev.cuda_stream();
+    let total_i = total as i32;
     macro_rules! run {
         ($t:ty, $fwd:expr, $bwd:expr) => {{
             let mut out = stream

@@ -7,20 +7,28 @@ template <typename T> __device__ T neg_inf();
 template <> __device__ float neg_inf<float>() { return -__int_as_float(0x7f800000); }
 template <> __device__ double neg_inf<double>() { return -__longlong_as_double(0x7ff0000000000000LL); }
 
+// The in-bounds input window [ys, ye) x [xs, xe) of output element i, in its plane.
+struct Window { int plane, ys, ye, xs, xe; };
+
+__device__ Window output_window(int i, int H, int W, int OH, int OW, int kh, int kw, int sh,
+                                int sw, int ph, int pw) {
+    int ox = i % OW, oy = (i / OW) % OH;
+    int y0 = oy * sh - ph, x0 = ox * sw - pw;
+    return Window{i / (OW * OH), max(y0, 0), min(y0 + kh, H), max(x0, 0), min(x0 + kw, W)};
+}
+
 template <typename T>
 __device__ void max_fwd(const T* x, T* y, unsigned int* idx, int total, int H, int W, int OH, int OW,
                         int kh, int kw, int sh, int sw, int ph, int pw) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    int ox = i % OW, oy = (i / OW) % OH, plane = i / (OW * OH);
-    const T* xp = x + (long long)plane * H * W;
-    int y0 = oy * sh - ph, x0 = ox * sw - pw;
-    int ys = max(y0, 0), ye = min(y0 + kh, H), xs = max(x0, 0), xe = min(x0 + kw, W);
+    Window win = output_window(i, H, W, OH, OW, kh, kw, sh, sw, ph, pw);
+    const T* xp = x + (long long)win.plane * H * W;
     T best = neg_inf<T>();
-    int bi = ys * W + xs;
+    int bi = win.ys * W + win.xs;
     bool done = false;
-    for (int yy = ys; yy < ye && !done; ++yy) {
-        for (int xx = xs; xx < xe; ++xx) {
+    for (int yy = win.ys; yy < win.ye && !done; ++yy) {
+        for (int xx = win.xs; xx < win.xe; ++xx) {
             T v = xp[yy * W + xx];
             if (v > best || isnan(v)) {
                 best = v;
@@ -46,13 +54,11 @@ __device__ void avg_fwd(const T* x, T* y, int total, int H, int W, int OH, int O
                         int kh, int kw, int sh, int sw, int ph, int pw) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
-    int ox = i % OW, oy = (i / OW) % OH, plane = i / (OW * OH);
-    const T* xp = x + (long long)plane * H * W;
-    int y0 = oy * sh - ph, x0 = ox * sw - pw;
-    int ys = max(y0, 0), ye = min(y0 + kh, H), xs = max(x0, 0), xe = min(x0 + kw, W);
+    Window win = output_window(i, H, W, OH, OW, kh, kw, sh, sw, ph, pw);
+    const T* xp = x + (long long)win.plane * H * W;
     T sum = 0;
-    for (int yy = ys; yy < ye; ++yy)
-        for (int xx = xs; xx < xe; ++xx) sum += xp[yy * W + xx];
+    for (int yy = win.ys; yy < win.ye; ++yy)
+        for (int xx = win.xs; xx < win.xe; ++xx) sum += xp[yy * W + xx];
     y[i] = sum / (T)(kh * kw);
 }
 

@@ -8,12 +8,11 @@
 //! wrong or missing, so the CPU kernels here are wick's own.
 
 use candle_core::{DType, Tensor};
-use rayon::prelude::*;
-
+mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 
-use crate::cpu::{self, dispatch_float, Float};
+use crate::cpu::dispatch_float;
 use crate::error::{CandleContext, OpError, Result};
 use crate::kernel::{route, Route};
 use crate::shape::{nchw, window_out};
@@ -142,6 +141,22 @@ impl Geom {
         })
     }
 
+    /// The geometry of a backward pass, after checking that `grad_y` (and any
+    /// `per_output` tensor, such as max-pool's indices) has the pooled output's shape.
+    fn for_backward(
+        kind: PoolKind,
+        p: &Pool2dParams,
+        input: &[usize],
+        outputs: &[(&str, &Tensor)],
+    ) -> Result<Self> {
+        let g = Geom::new(kind, p, input)?;
+        let out = [g.n, g.c, g.oh, g.ow];
+        for (what, t) in outputs {
+            crate::shape::same(kind.op_name(), what, t.dims(), "pooled output", &out)?;
+        }
+        Ok(g)
+    }
+
     /// The sizes wick's CUDA pooling kernels take.
     #[cfg(feature = "cuda")]
     fn cuda_dims(&self) -> cuda::PoolDims {
@@ -159,17 +174,6 @@ impl Geom {
             p.padding[1],
         ];
         cuda::PoolDims(v.map(|x| x as i32))
-    }
-
-    /// The in-bounds input rows and columns of output (oy, ox)'s window.
-    fn window(&self, oy: usize, ox: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
-        let y0 = (oy * self.p.stride[0]) as isize - self.p.padding[0] as isize;
-        let x0 = (ox * self.p.stride[1]) as isize - self.p.padding[1] as isize;
-        let ys =
-            y0.max(0) as usize..((y0 + self.p.kernel[0] as isize).min(self.h as isize)) as usize;
-        let xs =
-            x0.max(0) as usize..((x0 + self.p.kernel[1] as isize).min(self.w as isize)) as usize;
-        (ys, xs)
     }
 }
 
@@ -205,54 +209,13 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<MaxPoolOutput> {
     let kind = PoolKind::Max;
     let g = Geom::new(kind, p, x.dims())?;
     match route(x.device()) {
-        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), max_forward_cpu(&g, x)),
+        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), cpu::max_forward(&g, x)),
         Route::Cuda => on_cuda!(kind.op_name(), x, {
             let (y, indices) = cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims())?;
             Ok(MaxPoolOutput { y, indices })
         }),
         Route::Generic => Err(no_kernel(kind.op_name(), x)),
     }
-}
-
-fn max_forward_cpu<T: Float>(g: &Geom, x: &Tensor) -> Result<MaxPoolOutput> {
-    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut y = vec![T::ZERO; g.planes * ohw];
-    let mut idx = vec![0u32; g.planes * ohw];
-    cpu::with_slice::<T, _>("max_pool2d", x, |xs| {
-        y.par_chunks_mut(ohw)
-            .zip(idx.par_chunks_mut(ohw))
-            .enumerate()
-            .for_each(|(plane, (y, idx))| {
-                let xs = &xs[plane * hw..(plane + 1) * hw];
-                for oy in 0..g.oh {
-                    for ox in 0..g.ow {
-                        let (ys, xr) = g.window(oy, ox);
-                        let mut best = T::NEG_INFINITY;
-                        let mut best_i = ys.start * g.w + xr.start;
-                        for iy in ys {
-                            for ix in xr.clone() {
-                                let v = xs[iy * g.w + ix];
-                                if v > best || v.is_nan() {
-                                    best = v;
-                                    best_i = iy * g.w + ix;
-                                    if v.is_nan() {
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                        y[oy * g.ow + ox] = best;
-                        idx[oy * g.ow + ox] = best_i as u32;
-                    }
-                }
-            });
-        Ok(())
-    })?;
-    let shape = (g.n, g.c, g.oh, g.ow);
-    Ok(MaxPoolOutput {
-        y: cpu::tensor("max_pool2d", y, shape)?,
-        indices: cpu::tensor("max_pool2d", idx, shape)?,
-    })
 }
 
 /// Max-pool backward (`PoolingBackward`): scatters each output gradient to the element
@@ -264,21 +227,11 @@ pub fn max_pool2d_backward(
     p: &Pool2dParams,
 ) -> Result<Tensor> {
     let kind = PoolKind::Max;
-    let g = Geom::new(kind, p, input_shape)?;
-    let out = [input_shape[0], input_shape[1], g.oh, g.ow];
-    crate::shape::same(
-        kind.op_name(),
-        "output gradient",
-        grad_y.dims(),
-        "pooled output",
-        &out,
-    )?;
-    crate::shape::same(
-        kind.op_name(),
-        "indices",
-        indices.dims(),
-        "pooled output",
-        &out,
+    let g = Geom::for_backward(
+        kind,
+        p,
+        input_shape,
+        &[("output gradient", grad_y), ("indices", indices)],
     )?;
     if indices.dtype() != DType::U32 {
         return Err(OpError::invalid(
@@ -290,7 +243,7 @@ pub fn max_pool2d_backward(
         Route::Cpu => dispatch_float!(
             kind.op_name(),
             grad_y.dtype(),
-            max_backward_cpu(&g, grad_y, indices, input_shape)
+            cpu::max_backward(&g, grad_y, indices, input_shape)
         ),
         Route::Cuda => on_cuda!(
             kind.op_name(),
@@ -301,42 +254,12 @@ pub fn max_pool2d_backward(
     }
 }
 
-fn max_backward_cpu<T: Float>(
-    g: &Geom,
-    grad_y: &Tensor,
-    indices: &Tensor,
-    input_shape: &[usize],
-) -> Result<Tensor> {
-    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let mut dx = vec![T::ZERO; g.planes * hw];
-    cpu::with_slice::<T, _>("max_pool2d", grad_y, |gs| {
-        cpu::with_slice::<u32, _>("max_pool2d", indices, |is| {
-            if let Some(bad) = is.iter().find(|&&i| i as usize >= hw) {
-                return Err(OpError::invalid(
-                    "max_pool2d",
-                    format!("index {bad} is outside a {}x{} plane", g.h, g.w),
-                ));
-            }
-            dx.par_chunks_mut(hw).enumerate().for_each(|(plane, dx)| {
-                let gs = &gs[plane * ohw..(plane + 1) * ohw];
-                let is = &is[plane * ohw..(plane + 1) * ohw];
-                for (gv, &i) in gs.iter().zip(is) {
-                    dx[i as usize] += *gv;
-                }
-            });
-            Ok(())
-        })
-    })?;
-    cpu::tensor("max_pool2d", dx, input_shape)
-}
-
 /// Average-pool forward (`PoolingForward`), padding counted in the divisor.
 pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
     let kind = PoolKind::Avg;
     let g = Geom::new(kind, p, x.dims())?;
-    let shape = (g.n, g.c, g.oh, g.ow);
     match route(x.device()) {
-        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), avg_forward_cpu(&g, x, shape)),
+        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), cpu::avg_forward(&g, x)),
         Route::Cuda => on_cuda!(
             kind.op_name(),
             x,
@@ -360,35 +283,6 @@ fn avg_forward_generic(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
         .ctx(op)
 }
 
-fn avg_forward_cpu<T: Float>(
-    g: &Geom,
-    x: &Tensor,
-    shape: (usize, usize, usize, usize),
-) -> Result<Tensor> {
-    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let scale = T::from_f64(1.0 / (g.p.kernel[0] * g.p.kernel[1]) as f64);
-    let mut y = vec![T::ZERO; g.planes * ohw];
-    cpu::with_slice::<T, _>("avg_pool2d", x, |xs| {
-        y.par_chunks_mut(ohw).enumerate().for_each(|(plane, y)| {
-            let xs = &xs[plane * hw..(plane + 1) * hw];
-            for oy in 0..g.oh {
-                for ox in 0..g.ow {
-                    let (ys, xr) = g.window(oy, ox);
-                    let mut sum = T::ZERO;
-                    for iy in ys {
-                        for v in &xs[iy * g.w + xr.start..iy * g.w + xr.end] {
-                            sum += *v;
-                        }
-                    }
-                    y[oy * g.ow + ox] = sum * scale;
-                }
-            }
-        });
-        Ok(())
-    })?;
-    cpu::tensor("avg_pool2d", y, shape)
-}
-
 /// Average-pool backward (`PoolingBackward`): each output gradient, divided by the window
 /// size, goes to every in-bounds element of its window.
 pub fn avg_pool2d_backward(
@@ -397,20 +291,12 @@ pub fn avg_pool2d_backward(
     p: &Pool2dParams,
 ) -> Result<Tensor> {
     let kind = PoolKind::Avg;
-    let g = Geom::new(kind, p, input_shape)?;
-    let out = [input_shape[0], input_shape[1], g.oh, g.ow];
-    crate::shape::same(
-        kind.op_name(),
-        "output gradient",
-        grad_y.dims(),
-        "pooled output",
-        &out,
-    )?;
+    let g = Geom::for_backward(kind, p, input_shape, &[("output gradient", grad_y)])?;
     match route(grad_y.device()) {
         Route::Cpu => dispatch_float!(
             kind.op_name(),
             grad_y.dtype(),
-            avg_backward_cpu(&g, grad_y, input_shape)
+            cpu::avg_backward(&g, grad_y, input_shape)
         ),
         Route::Cuda => on_cuda!(
             kind.op_name(),
@@ -419,30 +305,6 @@ pub fn avg_pool2d_backward(
         ),
         Route::Generic => Err(no_kernel(kind.op_name(), grad_y)),
     }
-}
-
-fn avg_backward_cpu<T: Float>(g: &Geom, grad_y: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
-    let (hw, ohw) = (g.h * g.w, g.oh * g.ow);
-    let scale = T::from_f64(1.0 / (g.p.kernel[0] * g.p.kernel[1]) as f64);
-    let mut dx = vec![T::ZERO; g.planes * hw];
-    cpu::with_slice::<T, _>("avg_pool2d", grad_y, |gs| {
-        dx.par_chunks_mut(hw).enumerate().for_each(|(plane, dx)| {
-            let gs = &gs[plane * ohw..(plane + 1) * ohw];
-            for oy in 0..g.oh {
-                for ox in 0..g.ow {
-                    let v = gs[oy * g.ow + ox] * scale;
-                    let (ys, xr) = g.window(oy, ox);
-                    for iy in ys {
-                        for d in &mut dx[iy * g.w + xr.start..iy * g.w + xr.end] {
-                            *d += v;
-                        }
-                    }
-                }
-            }
-        });
-        Ok(())
-    })?;
-    cpu::tensor("avg_pool2d", dx, input_shape)
 }
 
 const GAP: &str = "global_avg_pool";

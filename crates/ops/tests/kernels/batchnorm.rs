@@ -1,6 +1,7 @@
 //! batch_norm: PyTorch fixtures (outputs, gradients, running statistics) and finite differences.
 
 use crate::common::*;
+use candle_core::Tensor;
 use wick_ops::batchnorm::*;
 
 fn params(f: &Fixture) -> BatchNorm2dParams {
@@ -65,6 +66,22 @@ fn inference_mode_matches_pytorch_fixture() {
     }
 }
 
+/// Checks the analytic gradients of `fwd(x, w, b)` against central differences,
+/// one input at a time with the other two held fixed.
+fn assert_matches_finite_differences(
+    grads: &BatchNormGrads,
+    fwd: impl Fn(&Tensor, &Tensor, &Tensor) -> Tensor,
+    [x, w, b]: [&Tensor; 3],
+    g: &Tensor,
+) {
+    let dx = numeric_grad(|x| fwd(x, w, b), x, g);
+    let dw = numeric_grad(|w| fwd(x, w, b), w, g);
+    let db = numeric_grad(|b| fwd(x, w, b), b, g);
+    assert_close("dx", &grads.x, &dx, FD_TOL);
+    assert_close("dw", &grads.weight, &dw, FD_TOL);
+    assert_close("db", &grads.bias, &db, FD_TOL);
+}
+
 #[test]
 fn training_gradients_match_finite_differences() {
     let p = BatchNorm2dParams::default();
@@ -79,29 +96,11 @@ fn training_gradients_match_finite_differences() {
         (rand_tensor(5, &[2]).abs().unwrap() + 0.5).unwrap(),
     );
     let g = rand_tensor(6, &shape);
-    let fwd = |x: &candle_core::Tensor, w: &candle_core::Tensor, b: &candle_core::Tensor| {
-        batch_norm_train(x, w, b, &rm, &rv, &p).unwrap().y
-    };
+    let fwd =
+        |x: &Tensor, w: &Tensor, b: &Tensor| batch_norm_train(x, w, b, &rm, &rv, &p).unwrap().y;
     let out = batch_norm_train(&x, &w, &b, &rm, &rv, &p).unwrap();
     let grads = batch_norm_train_backward(&g, &x, &w, &out.mean, &out.inv_std).unwrap();
-    assert_close(
-        "dx",
-        &grads.x,
-        &numeric_grad(|x| fwd(x, &w, &b), &x, &g),
-        FD_TOL,
-    );
-    assert_close(
-        "dw",
-        &grads.weight,
-        &numeric_grad(|w| fwd(&x, w, &b), &w, &g),
-        FD_TOL,
-    );
-    assert_close(
-        "db",
-        &grads.bias,
-        &numeric_grad(|b| fwd(&x, &w, b), &b, &g),
-        FD_TOL,
-    );
+    assert_matches_finite_differences(&grads, fwd, [&x, &w, &b], &g);
 }
 
 #[test]
@@ -119,27 +118,8 @@ fn inference_gradients_match_finite_differences() {
     );
     let g = rand_tensor(16, &shape);
     let grads = batch_norm_eval_backward(&g, &x, &w, &rm, &rv, &p).unwrap();
-    let fwd = |x: &candle_core::Tensor, w: &candle_core::Tensor, b: &candle_core::Tensor| {
-        batch_norm_eval(x, w, b, &rm, &rv, &p).unwrap()
-    };
-    assert_close(
-        "dx",
-        &grads.x,
-        &numeric_grad(|x| fwd(x, &w, &b), &x, &g),
-        FD_TOL,
-    );
-    assert_close(
-        "dw",
-        &grads.weight,
-        &numeric_grad(|w| fwd(&x, w, &b), &w, &g),
-        FD_TOL,
-    );
-    assert_close(
-        "db",
-        &grads.bias,
-        &numeric_grad(|b| fwd(&x, &w, b), &b, &g),
-        FD_TOL,
-    );
+    let fwd = |x: &Tensor, w: &Tensor, b: &Tensor| batch_norm_eval(x, w, b, &rm, &rv, &p).unwrap();
+    assert_matches_finite_differences(&grads, fwd, [&x, &w, &b], &g);
 }
 
 #[test]

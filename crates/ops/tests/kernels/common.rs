@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use wick_ops::KernelPath;
 
 /// The fixtures folder: `$WICK_FIXTURES`, else `../shared/fixtures` beside the repository.
@@ -103,29 +103,9 @@ impl Fixture {
     }
 }
 
-/// max |a - b| / max |b|, after checking that the shapes agree.
+/// max |a - b| / max |b| (NaN where only one side has a NaN), after checking the shapes.
 pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims(), "shape mismatch");
-    let a = a
-        .to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f64>()
-        .unwrap();
-    let b = b
-        .to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f64>()
-        .unwrap();
-    let scale = b.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-300);
-    let diff = a
-        .iter()
-        .zip(&b)
-        .fold(0f64, |m, (x, y)| m.max((x - y).abs()));
-    diff / scale
+    wick_ops::max_rel_diff(a, b).unwrap()
 }
 
 /// Asserts `rel_err(actual, expected) <= tol`, naming what was compared.

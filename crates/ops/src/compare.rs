@@ -1,0 +1,77 @@
+//! Comparing two tensors as wick's tests and numerical checks do: in f64, on the host,
+//! with any NaN on either side counting as an infinite difference (never a silent pass).
+
+use candle_core::{DType, Tensor};
+
+use crate::error::{CandleContext, Result};
+
+const OP: &str = "compare";
+
+/// The values of `t` as f64 on the host, in row-major order; errors name `op`.
+pub(crate) fn host_f64(op: &'static str, t: &Tensor) -> Result<Vec<f64>> {
+    t.to_dtype(DType::F64)
+        .ctx(op)?
+        .flatten_all()
+        .ctx(op)?
+        .to_vec1::<f64>()
+        .ctx(op)
+}
+
+fn values(t: &Tensor) -> Result<Vec<f64>> {
+    host_f64(OP, t)
+}
+
+/// `max |a - b|` over all elements (NaN where either side has a NaN the other lacks);
+/// the shapes must agree.
+pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
+    crate::shape::same(OP, "left", a.dims(), "right", b.dims())?;
+    let (a, b) = (values(a)?, values(b)?);
+    Ok(a.iter().zip(&b).fold(0.0, |m: f64, (x, y)| {
+        let d = if x.is_nan() && y.is_nan() {
+            0.0
+        } else {
+            (x - y).abs()
+        };
+        if d.is_nan() || m.is_nan() {
+            f64::NAN
+        } else {
+            m.max(d)
+        }
+    }))
+}
+
+/// `max |actual - expected| / max |expected|`: the largest difference relative to the
+/// expected tensor's scale (an absolute difference where `expected` is all zeros).
+pub fn max_rel_diff(actual: &Tensor, expected: &Tensor) -> Result<f64> {
+    let diff = max_abs_diff(actual, expected)?;
+    let scale = values(expected)?.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    Ok(if scale > 0.0 { diff / scale } else { diff })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    fn t(v: &[f32]) -> Tensor {
+        Tensor::new(v, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn differences_are_measured_and_nan_never_passes() {
+        assert_eq!(max_abs_diff(&t(&[1.0, 2.0]), &t(&[1.0, 2.5])).unwrap(), 0.5);
+        assert_eq!(
+            max_rel_diff(&t(&[1.0, 3.0]), &t(&[2.0, 4.0])).unwrap(),
+            0.25
+        );
+        assert_eq!(max_rel_diff(&t(&[0.5]), &t(&[0.0])).unwrap(), 0.5);
+        assert!(max_abs_diff(&t(&[f32::NAN, 1.0]), &t(&[0.0, 1.0]))
+            .unwrap()
+            .is_nan());
+        assert!(max_abs_diff(&t(&[1.0, 0.0]), &t(&[1.0, f32::NAN]))
+            .unwrap()
+            .is_nan());
+        assert_eq!(max_abs_diff(&t(&[f32::NAN]), &t(&[f32::NAN])).unwrap(), 0.0);
+        assert!(max_abs_diff(&t(&[1.0]), &t(&[1.0, 2.0])).is_err());
+    }
+}
