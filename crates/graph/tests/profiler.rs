@@ -210,6 +210,7 @@ fn op_time_and_overhead_inside_each_phase_at_verbosity_one() {
     }
     let text = p.to_string();
     assert!(text.contains("forward 5.0% (ops "), "{text}");
+    assert!(!text.contains("between phases"), "{text}");
     assert!(text.contains("overhead inside phases"), "{text}");
     assert!(text.contains("not feeding the batch nor reading the loss back"));
 }

@@ -41,7 +41,8 @@ impl Profile {
     }
 
     /// The step breakdown: each phase's share of the iteration, split into op time and
-    /// the overhead inside the phase, and the share outside every phase.
+    /// the overhead inside the phase. One phase's end mark and the next one's start mark sit
+    /// back to back, so the time between phases is the profiler's own and is not reported.
     fn breakdown(&self) -> String {
         let share = |t: f64| 100.0 * t / self.iteration_sec;
         let parts: Vec<String> = self
@@ -57,12 +58,7 @@ impl Profile {
                 )
             })
             .collect();
-        let in_phases: f64 = self.phases.iter().map(|p| p.sec).sum();
-        format!(
-            "{}; between phases {:.1}%",
-            parts.join(", "),
-            share(self.iteration_sec - in_phases)
-        )
+        parts.join(", ")
     }
 }
 
