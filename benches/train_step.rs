@@ -13,7 +13,7 @@ use candle_resnet::CandleResNet;
 use criterion::{criterion_group, criterion_main, Criterion};
 use wick::graph::TimeProfiler;
 use wick::models::data::{BatchSource, SyntheticImages};
-use wick::models::{Depth, ResNetConfig, Session, Stem, TrainOptions};
+use wick::models::{Depth, ResNetConfig, Session, Stem, TrainOptions, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -41,7 +41,7 @@ fn train(c: &mut Criterion, name: &str, config: ResNetConfig, batch: usize, size
             keep_gradients: false,
         };
         let mut s = Session::training(config, batch, size, opts, &dev).expect("session");
-        s.init_weights(0).expect("init");
+        s.init_weights(WeightInit::Torchvision(0)).expect("init");
         if verbosity > 0 {
             s.executor_mut()
                 .add_hook(TimeProfiler::new(verbosity, 0))
@@ -73,7 +73,7 @@ fn bench(c: &mut Criterion) {
     let x = Tensor::randn(0f32, 1.0, (1, 3, 224, 224), &dev).expect("image");
     let mut group = c.benchmark_group("inference resnet50 b1 224x224");
     let mut s = Session::inference(r50, 1, 224, &dev).expect("session");
-    s.init_weights(0).expect("init");
+    s.init_weights(WeightInit::Torchvision(0)).expect("init");
     group.bench_function("wick", |b| b.iter(|| s.forward(&x).expect("forward")));
     let candle = CandleResNet::new(&r50, &dev).expect("candle model");
     group.bench_function("candle", |b| {

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
-use wick::models::{checkpoint, Session};
+use wick::models::{checkpoint, Session, WeightInit};
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
@@ -77,7 +77,7 @@ fn main() -> Result<()> {
         Some(w) => session.load_checkpoint(w)?,
         None => {
             eprintln!("no --weights given: using a fresh torchvision initialisation");
-            session.init_weights(0)?
+            session.init_weights(WeightInit::Torchvision(0))?
         }
     }
     // The input is moved to the device once, outside any timed region.

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use wick::graph::TimeProfiler;
 use wick::models::data::{BatchSource, SyntheticImages};
-use wick::models::Session;
+use wick::models::{Session, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -75,7 +75,7 @@ fn main() -> Result<()> {
         ..Default::default()
     };
     let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
-    session.init_weights(0)?;
+    session.init_weights(WeightInit::Torchvision(0))?;
     session
         .executor_mut()
         .add_hook(TimeProfiler::new(a.verbosity, a.skip))?;

@@ -13,7 +13,7 @@ use candle_core::Tensor;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
-use wick::models::Session;
+use wick::models::{Session, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -87,7 +87,7 @@ fn main() -> Result<()> {
     let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
-        None => session.init_weights(a.seed)?,
+        None => session.init_weights(WeightInit::Torchvision(a.seed))?,
     }
     println!(
         "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size}x{size}, {} steps, lr {}, momentum {}, weight decay {}",

@@ -116,7 +116,9 @@ PY
     "$BUNDLE/bin/kernels" --test-threads 1 || status=1
     echo "== 2. ResNet-18 fixture tests on CUDA"
     if [ $weights_ok = 1 ]; then
-        "$BUNDLE/bin/resnet18_cifar10" --test-threads 1 || status=1
+        # Ignored by default (external fixture); the float64 update test is issue #11's.
+        "$BUNDLE/bin/resnet18_cifar10" --test-threads 1 --ignored \
+            --skip one_step_update_is_within_twice_pytorch_float32_of_exact_arithmetic || status=1
     else
         echo "gpu-check: FAILED to re-create the ResNet-18 weights (see above); step 2 not run"
         status=1

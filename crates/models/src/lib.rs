@@ -16,5 +16,6 @@ pub mod resnet;
 pub mod session;
 
 pub use error::{ModelError, Result};
+pub use init::WeightInit;
 pub use resnet::{Depth, ResNetConfig, Stem};
 pub use session::{Session, TrainOptions};

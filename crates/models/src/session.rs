@@ -10,7 +10,7 @@ use wick_ops::SgdParams;
 
 use crate::checkpoint::{self, StateDict};
 use crate::error::{ModelError, Result};
-use crate::init::torchvision_init;
+use crate::init::WeightInit;
 use crate::resnet::ResNetConfig;
 
 /// What a training session needs beyond the model.
@@ -179,9 +179,10 @@ impl Session {
         &mut self.exec
     }
 
-    /// Sets fresh torchvision-initialised weights from `seed`.
-    pub fn init_weights(&mut self, seed: u64) -> Result<()> {
-        let weights = torchvision_init(&self.config, seed)?;
+    /// Sets fresh weights from `init` (torchvision's from a seed, or the fixture formula),
+    /// with every `num_batches_tracked` at 0.
+    pub fn init_weights(&mut self, init: WeightInit) -> Result<()> {
+        let weights = init.state_dict(&self.config)?;
         self.set_state(&weights)?;
         self.batches_tracked.values_mut().for_each(|v| *v = 0);
         Ok(())

@@ -1,6 +1,12 @@
 //! ResNet-18 (CIFAR stem) against PyTorch: evaluation logits, training logits and loss,
 //! gradients, and the whole checkpoint after one SGD step, through `Session`, the code
 //! path the examples use.
+//!
+//! **External suite.** Its weights (45 MB) live outside the repository, in
+//! `../shared/fixtures/resnet18-cifar10` (or `$WICK_FIXTURES/resnet18-cifar10`), so every
+//! test here is ignored by default and runs with
+//! `cargo test --release -p wick-models --test resnet18_cifar10 -- --ignored`, as CI does.
+//! The in-repository ResNet-18 checks are in `resnet18_formula.rs`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -59,6 +65,7 @@ fn expected() -> HashMap<String, Tensor> {
 }
 
 #[test]
+#[ignore = "needs the external fixture ../shared/fixtures/resnet18-cifar10 (45 MB): run with --ignored"]
 fn evaluation_logits_match_pytorch() {
     let (images, _) = batch();
     let mut s = Session::inference(config(), 8, 32, &device()).unwrap();
@@ -88,6 +95,7 @@ fn stepped() -> (Session, f32) {
 }
 
 #[test]
+#[ignore = "needs the external fixture ../shared/fixtures/resnet18-cifar10 (45 MB): run with --ignored"]
 fn training_step_matches_pytorch_logits_loss_and_gradients() {
     let exp = expected();
     let (s, loss) = stepped();
@@ -112,6 +120,7 @@ fn training_step_matches_pytorch_logits_loss_and_gradients() {
 }
 
 #[test]
+#[ignore = "needs the external fixture ../shared/fixtures/resnet18-cifar10 (45 MB): run with --ignored"]
 fn updated_checkpoint_after_one_sgd_step_matches_pytorch() {
     let (s, _) = stepped();
     // The whole checkpoint after the step, saved and read back as a user would.
@@ -141,4 +150,57 @@ fn updated_checkpoint_after_one_sgd_step_matches_pytorch() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The percentile `p` (0..=100) of `errors`, by nearest rank.
+fn percentile(errors: &[f64], p: f64) -> f64 {
+    let mut e = errors.to_vec();
+    e.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * e.len() as f64).ceil().max(1.0) as usize;
+    e[rank - 1]
+}
+
+/// Issue #11's yardstick: the per-tensor error of the one-step update against exact
+/// (float64) arithmetic, `||update - update_f64|| / ||update_f64||` over the 62 parameter
+/// tensors, held to at most twice PyTorch float32's own figures (README of the fixture):
+/// median 3.1e-6, 90th percentile 6.6e-5, worst 1.6e-4.
+#[test]
+#[ignore = "issue #11 (open): wick's f32 update is ~40x further from float64 than PyTorch's; needs the external fixture"]
+fn one_step_update_is_within_twice_pytorch_float32_of_exact_arithmetic() {
+    let (s, _) = stepped();
+    let before = read_safetensors(&fixture("weights.safetensors")).unwrap();
+    let exact = read_safetensors(&fixture("update_f64.safetensors")).unwrap();
+    let after = s.state_dict().unwrap();
+    let f64_of = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+    let mut errors: Vec<(f64, String)> = exact
+        .iter()
+        .map(|(key, u64)| {
+            let name = key.strip_prefix("update.").unwrap();
+            let ours = (f64_of(&after[name]) - f64_of(&before[name])).unwrap();
+            let exact = f64_of(u64);
+            (
+                norm(&(ours - &exact).unwrap()) / norm(&exact),
+                name.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(errors.len(), 62, "every parameter tensor");
+    errors.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let values: Vec<f64> = errors.iter().map(|e| e.0).collect();
+    let (median, p90, worst) = (
+        percentile(&values, 50.0),
+        percentile(&values, 90.0),
+        values[values.len() - 1],
+    );
+    println!(
+        "update error vs float64: median {median:.2e}, p90 {p90:.2e}, worst {worst:.2e} ({}); worst five {:?}",
+        errors[errors.len() - 1].1,
+        &errors[errors.len() - 5..]
+    );
+    assert!(median <= 2.0 * 3.1e-6, "median {median:.2e} > 2 x 3.1e-6");
+    assert!(
+        p90 <= 2.0 * 6.6e-5,
+        "90th percentile {p90:.2e} > 2 x 6.6e-5"
+    );
+    assert!(worst <= 2.0 * 1.6e-4, "worst {worst:.2e} > 2 x 1.6e-4");
 }

@@ -8,22 +8,13 @@ use std::path::PathBuf;
 use candle_core::{Device, Tensor};
 use wick_ops::KernelPath;
 
-/// The fixtures folder: `$WICK_FIXTURES`, else `../shared/fixtures` beside the repository.
-/// Panics with a message saying where it looked when neither exists: a fixture test must
-/// fail, not pass silently, when its data is missing.
+/// The fixtures folder: `$WICK_FIXTURES` when set (the GPU bundle carries its own copy),
+/// else the repository's `fixtures/`. A missing fixture file is a test failure naming the
+/// path, never a silent pass.
 pub fn fixtures_dir() -> PathBuf {
-    let candidates: Vec<PathBuf> = std::env::var_os("WICK_FIXTURES")
+    std::env::var_os("WICK_FIXTURES")
         .map(PathBuf::from)
-        .into_iter()
-        .chain([PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures")])
-        .collect();
-    candidates
-        .iter()
-        .find(|p| p.is_dir())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!("PyTorch fixtures not found: set WICK_FIXTURES or provide ../shared/fixtures (looked in {candidates:?})")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures"))
 }
 
 /// The device fixture tests run on: the CPU, or the first GPU with `WICK_TEST_DEVICE=cuda`
