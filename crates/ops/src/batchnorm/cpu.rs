@@ -56,7 +56,9 @@ fn blend(running: &Tensor, batch: &[f64], momentum: f64) -> Result<Tensor> {
     vector(new, running.dtype())
 }
 
-/// `y = gamma * (x - mean) * inv_std + beta`, as one scale and shift per channel.
+/// `y = (x - mean) * (gamma * inv_std) + beta`, in the centred form: the expanded
+/// `x * scale + (beta - mean * scale)` cancels two large terms where the mean is large next
+/// to the standard deviation, and loses the low bits of `y` in float32.
 fn affine(
     x: &Tensor,
     dims: [usize; 4],
@@ -66,8 +68,11 @@ fn affine(
 ) -> Result<Tensor> {
     let (gamma, beta) = (host(layer.weight)?, host(layer.bias)?);
     let scale: Vec<f64> = gamma.iter().zip(inv_std).map(|(g, s)| g * s).collect();
-    let shift: Vec<f64> = (0..dims[1]).map(|i| beta[i] - mean[i] * scale[i]).collect();
-    dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, &scale, &shift))
+    dispatch_float!(
+        OP,
+        x.dtype(),
+        affine_per_channel(x, dims, mean, &scale, &beta)
+    )
 }
 
 /// The gradients for normalisation by the batch's or the running statistics.
@@ -87,18 +92,25 @@ pub(super) fn backward(
     let gamma = host(weight)?;
     let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, mean))?;
     let m = (n * h * w) as f64;
-    // dx = a*dy + b*x + k per channel (with batch statistics, their gradient folded in).
-    let (mut a, mut b, mut k, mut d_weight) =
-        (vec![0.0; c], vec![0.0; c], vec![0.0; c], vec![0.0; c]);
+    // Centred, as PyTorch's kernel: dx = a * ((dy - mean(dy)) + c * (x - mean)) with
+    // a = gamma * inv_std and c = -inv_std * d_weight / m (batch statistics' gradient);
+    // with running statistics both corrections are 0 and dx = a * dy.
+    let mut coef = Coefficients {
+        mean: mean.to_vec(),
+        a: vec![0.0; c],
+        dy_mean: vec![0.0; c],
+        c: vec![0.0; c],
+    };
+    let mut d_weight = vec![0.0; c];
     for i in 0..c {
-        a[i] = gamma[i] * inv_std[i];
+        coef.a[i] = gamma[i] * inv_std[i];
         d_weight[i] = sum_dy_xc[i] * inv_std[i];
         if batch_stats {
-            b[i] = -a[i] * inv_std[i] * d_weight[i] / m;
-            k[i] = -a[i] * sum_dy[i] / m - b[i] * mean[i];
+            coef.dy_mean[i] = sum_dy[i] / m;
+            coef.c[i] = -inv_std[i] * d_weight[i] / m;
         }
     }
-    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, x, dims, &a, &b, &k))?;
+    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, x, dims, &coef))?;
     Ok(BatchNormGrads {
         x: dx,
         weight: vector(d_weight, weight.dtype())?,
@@ -178,10 +190,11 @@ fn channel_moments<T: Float>(x: &Tensor, [n, c, h, w]: [usize; 4]) -> Result<(Ve
     })
 }
 
-/// `y = x * scale[c] + shift[c]`, planes in parallel.
+/// `y = (x - center[c]) * scale[c] + shift[c]`, planes in parallel.
 fn affine_per_channel<T: Float>(
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
+    center: &[f64],
     scale: &[f64],
     shift: &[f64],
 ) -> Result<Tensor> {
@@ -203,9 +216,14 @@ fn affine_per_channel<T: Float>(
             .zip(xs.par_chunks(hw))
             .enumerate()
             .for_each(|(plane, (yp, xp))| {
-                let (s, t) = (T::from_f64(scale[plane % c]), T::from_f64(shift[plane % c]));
+                let ch = plane % c;
+                let (m, s, t) = (
+                    T::from_f64(center[ch]),
+                    T::from_f64(scale[ch]),
+                    T::from_f64(shift[ch]),
+                );
                 for (o, v) in yp.iter_mut().zip(xp) {
-                    o.write(*v * s + t);
+                    o.write((*v - m) * s + t);
                 }
             });
         Ok(())
@@ -244,14 +262,20 @@ fn grad_sums<T: Float>(
     })
 }
 
-/// `dx = a[c]*dy + b[c]*x + k[c]`, planes in parallel.
+/// The per-channel coefficients of the input gradient.
+struct Coefficients {
+    mean: Vec<f64>,
+    a: Vec<f64>,
+    dy_mean: Vec<f64>,
+    c: Vec<f64>,
+}
+
+/// `dx = a * ((dy - dy_mean) + c * (x - mean))` per channel, planes in parallel.
 fn dx_kernel<T: Float>(
     grad_y: &Tensor,
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
-    a: &[f64],
-    b: &[f64],
-    k: &[f64],
+    coef: &Coefficients,
 ) -> Result<Tensor> {
     let (hw, len) = (h * w, n * c * h * w);
     let mut dx: Vec<T> = Vec::with_capacity(len);
@@ -262,10 +286,12 @@ fn dx_kernel<T: Float>(
                 .enumerate()
                 .for_each(|(plane, d)| {
                     let ch = plane % c;
-                    let (a, b, k) = (T::from_f64(a[ch]), T::from_f64(b[ch]), T::from_f64(k[ch]));
+                    let at = |v: &[f64]| T::from_f64(v[ch]);
+                    let (mu, a, dm, cx) =
+                        (at(&coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
                     let r = plane * hw..(plane + 1) * hw;
                     for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
-                        o.write(a * *g + b * *v + k);
+                        o.write(a * ((*g - dm) + cx * (*v - mu)));
                     }
                 });
             Ok(())
