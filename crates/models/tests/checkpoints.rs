@@ -8,10 +8,15 @@ use wick_models::checkpoint::{read_safetensors, write_safetensors};
 use wick_models::init::torchvision_init;
 use wick_models::{Depth, ModelError, ResNetConfig, Session, Stem};
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("wick-ckpt-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("model.safetensors")
+/// A fresh directory, removed when the returned guard drops (even when the test fails),
+/// and the checkpoint path inside it.
+fn tmp() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("wick-ckpt-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("model.safetensors");
+    (dir, path)
 }
 
 fn cfg() -> ResNetConfig {
@@ -24,7 +29,7 @@ fn session() -> Session {
 
 #[test]
 fn wrong_shape_is_an_error_naming_the_tensor_and_both_shapes() {
-    let path = tmp("shape");
+    let (_dir, path) = tmp();
     let mut w = torchvision_init(&cfg(), 0).unwrap();
     w.insert(
         "layer2.0.conv1.weight".into(),
@@ -45,7 +50,7 @@ fn wrong_shape_is_an_error_naming_the_tensor_and_both_shapes() {
 
 #[test]
 fn missing_and_extra_tensors_are_errors_naming_them() {
-    let path = tmp("missing");
+    let (_dir, path) = tmp();
     let mut w = torchvision_init(&cfg(), 0).unwrap();
     w.remove("layer3.1.bn2.running_var");
     write_safetensors(&w, &path).unwrap();
@@ -70,7 +75,7 @@ fn missing_and_extra_tensors_are_errors_naming_them() {
 
 #[test]
 fn truncated_file_is_an_error_naming_the_file() {
-    let path = tmp("truncated");
+    let (_dir, path) = tmp();
     write_safetensors(&torchvision_init(&cfg(), 0).unwrap(), &path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
@@ -88,7 +93,7 @@ fn truncated_file_is_an_error_naming_the_file() {
 
 #[test]
 fn half_precision_checkpoints_are_converted_and_round_trips_are_exact() {
-    let path = tmp("half");
+    let (_dir, path) = tmp();
     let w = torchvision_init(&cfg(), 3).unwrap();
     let half: std::collections::HashMap<_, _> = w
         .iter()

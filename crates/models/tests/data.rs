@@ -1,16 +1,16 @@
 //! The data sources: CIFAR-10 binary files (a tiny hand-made set), batch files, synthetic
 //! images and the prefetching thread.
 
-use std::path::PathBuf;
-
 use candle_core::{DType, Device, Tensor};
 use wick_models::checkpoint::write_safetensors;
 use wick_models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
 
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("wick-data-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory, removed when the guard drops (even when the test fails).
+fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("wick-data-")
+        .tempdir()
+        .unwrap()
 }
 
 /// One CIFAR-10 record: label, then 3072 bytes (all `value`).
@@ -22,13 +22,14 @@ fn record(label: u8, value: u8) -> Vec<u8> {
 
 #[test]
 fn cifar10_binaries_are_read_normalised_and_reshuffled() {
-    let d = dir("cifar");
+    let guard = dir();
+    let d = guard.path();
     for i in 1..=5u8 {
         let bytes: Vec<u8> = (0..2u8).flat_map(|j| record((i + j) % 10, 255)).collect();
         std::fs::write(d.join(format!("data_batch_{i}.bin")), bytes).unwrap();
     }
     std::fs::write(d.join("test_batch.bin"), record(3, 0)).unwrap();
-    let mut train = Cifar10::open(&d, true, 4, 0).unwrap();
+    let mut train = Cifar10::open(d, true, 4, 0).unwrap();
     assert_eq!(train.len(), 10);
     let mut seen = 0;
     for _ in 0..5 {
@@ -49,27 +50,27 @@ fn cifar10_binaries_are_read_normalised_and_reshuffled() {
         seen += labels.dim(0).unwrap();
     }
     assert_eq!(seen, 20, "batches keep coming across epochs");
-    let mut test = Cifar10::open(&d, false, 1, 0).unwrap();
+    let mut test = Cifar10::open(d, false, 1, 0).unwrap();
     assert_eq!(
         test.next_batch().unwrap().1.to_vec1::<i64>().unwrap(),
         vec![3]
     );
 
     std::fs::write(d.join("test_batch.bin"), &record(3, 0)[..100]).unwrap();
-    let msg = Cifar10::open(&d, false, 1, 0).unwrap_err().to_string();
+    let msg = Cifar10::open(d, false, 1, 0).unwrap_err().to_string();
     assert!(
         msg.contains("test_batch.bin") && msg.contains("3073-byte"),
         "{msg}"
     );
     std::fs::write(d.join("test_batch.bin"), record(12, 0)).unwrap();
-    let msg = Cifar10::open(&d, false, 1, 0).unwrap_err().to_string();
+    let msg = Cifar10::open(d, false, 1, 0).unwrap_err().to_string();
     assert!(msg.contains("label 12"), "{msg}");
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]
 fn batch_files_need_images_and_integer_labels() {
-    let d = dir("batch");
+    let guard = dir();
+    let d = guard.path();
     let path = d.join("b.safetensors");
     let images = Tensor::zeros((2, 3, 8, 8), DType::F32, &Device::Cpu).unwrap();
     let labels = Tensor::new(&[1i64, 4], &Device::Cpu).unwrap();
@@ -97,7 +98,6 @@ fn batch_files_need_images_and_integer_labels() {
         msg.contains("labels") && msg.contains("b.safetensors"),
         "{msg}"
     );
-    std::fs::remove_dir_all(&d).unwrap();
 }
 
 #[test]

@@ -124,9 +124,11 @@ fn training_step_matches_pytorch_logits_loss_and_gradients() {
 fn updated_checkpoint_after_one_sgd_step_matches_pytorch() {
     let (s, _) = stepped();
     // The whole checkpoint after the step, saved and read back as a user would.
-    let dir = std::env::temp_dir().join(format!("wick-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("after.safetensors");
+    let dir = tempfile::Builder::new()
+        .prefix("wick-test-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("after.safetensors");
     s.save_checkpoint(&path).unwrap();
     let ours = read_safetensors(&path).unwrap();
     let before = read_safetensors(&fixture("weights.safetensors")).unwrap();
@@ -149,7 +151,6 @@ fn updated_checkpoint_after_one_sgd_step_matches_pytorch() {
             "{name}: ||ours - ref|| = {err:.3e} vs ||ref - before|| = {change:.3e}"
         );
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The percentile `p` (0..=100) of `errors`, by nearest rank.
