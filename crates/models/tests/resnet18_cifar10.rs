@@ -8,13 +8,15 @@
 //! `cargo test --release -p wick-models --test resnet18_cifar10 -- --ignored`, as CI does.
 //! The in-repository ResNet-18 checks are in `resnet18_formula.rs`.
 
+mod common;
+
+use common::{config, norm, training_session};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use wick_models::checkpoint::read_safetensors;
-use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions};
-use wick_ops::SgdParams;
+use wick_models::Session;
 
 fn fixture(name: &str) -> PathBuf {
     let dirs: Vec<PathBuf> = std::env::var_os("WICK_FIXTURES")
@@ -34,25 +36,8 @@ fn device() -> Device {
     wick_graph::device::select(&name).unwrap_or_else(|e| panic!("WICK_TEST_DEVICE={name}: {e}"))
 }
 
-fn config() -> ResNetConfig {
-    ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap()
-}
-
 fn max_rel(a: &Tensor, b: &Tensor) -> f64 {
     wick_ops::max_rel_diff(a, b).unwrap()
-}
-
-fn norm(t: &Tensor) -> f64 {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .sqrt()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap()
 }
 
 fn batch() -> (Tensor, Tensor) {
@@ -78,17 +63,7 @@ fn evaluation_logits_match_pytorch() {
 /// A training session loaded with the fixture weights, after one SGD step on the batch.
 fn stepped() -> (Session, f32) {
     let (images, labels) = batch();
-    let sgd = SgdParams {
-        lr: 0.1,
-        momentum: 0.9,
-        weight_decay: 5e-4,
-        ..Default::default()
-    };
-    let opts = TrainOptions {
-        sgd,
-        keep_gradients: true,
-    };
-    let mut s = Session::training(config(), 8, 32, opts, &device()).unwrap();
+    let mut s = training_session(&device());
     s.load_checkpoint(&fixture("weights.safetensors")).unwrap();
     let loss = s.step(&images, &labels).unwrap();
     (s, loss)

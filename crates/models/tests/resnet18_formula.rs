@@ -7,14 +7,17 @@
 //! read from the same file: the bound is PyTorch's float32 rounding, not a number tuned to
 //! pass. The multiples are stated where they are used.
 
+mod common;
+
+use common::{config, norm, training_session};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
 use wick_models::checkpoint::{read_safetensors, StateDict};
 use wick_models::init::formula;
-use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions, WeightInit};
-use wick_ops::{max_rel_diff, SgdParams};
+use wick_models::{Session, WeightInit};
+use wick_ops::max_rel_diff;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -26,24 +29,8 @@ fn expected() -> StateDict {
     read_safetensors(&fixture("expected.safetensors")).unwrap()
 }
 
-fn config() -> ResNetConfig {
-    ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap()
-}
-
 fn batch() -> (Tensor, Tensor) {
     formula::batch(8, 32, 10).unwrap()
-}
-
-fn norm(t: &Tensor) -> f64 {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap()
-        .sqrt()
 }
 
 fn scalar(t: &Tensor) -> f64 {
@@ -150,17 +137,7 @@ fn evaluation_logits_match_float64_as_closely_as_pytorch_float32() {
 
 /// A training session with the formula weights, keeping the gradients.
 fn training() -> Session {
-    let sgd = SgdParams {
-        lr: 0.1,
-        momentum: 0.9,
-        weight_decay: 5e-4,
-        ..Default::default()
-    };
-    let opts = TrainOptions {
-        sgd,
-        keep_gradients: true,
-    };
-    let mut s = Session::training(config(), 8, 32, opts, &Device::Cpu).unwrap();
+    let mut s = training_session(&Device::Cpu);
     s.init_weights(WeightInit::Formula).unwrap();
     s
 }

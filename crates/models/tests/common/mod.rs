@@ -1,0 +1,40 @@
+//! What the two ResNet-18 fixture suites share: the model, the training step both fixtures
+//! were made with, and the L2 norm.
+
+use candle_core::{DType, Device, Tensor};
+use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions};
+use wick_ops::SgdParams;
+
+/// ResNet-18 with the CIFAR stem and 10 classes, as both fixtures build it.
+pub fn config() -> ResNetConfig {
+    ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap()
+}
+
+/// A training session (batch 8 of 32x32) with both fixtures' SGD settings (lr 0.1, momentum
+/// 0.9, weight decay 5e-4 on every parameter), keeping the gradients; no weights set yet.
+pub fn training_session(device: &Device) -> Session {
+    let sgd = SgdParams {
+        lr: 0.1,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        ..Default::default()
+    };
+    let opts = TrainOptions {
+        sgd,
+        keep_gradients: true,
+    };
+    Session::training(config(), 8, 32, opts, device).unwrap()
+}
+
+/// The L2 norm of `t`, in f64.
+pub fn norm(t: &Tensor) -> f64 {
+    t.to_dtype(DType::F64)
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+        .sqrt()
+}
