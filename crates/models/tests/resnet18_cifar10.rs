@@ -141,7 +141,7 @@ fn percentile(errors: &[f64], p: f64) -> f64 {
 /// tensors, held to at most twice PyTorch float32's own figures (README of the fixture):
 /// median 3.1e-6, 90th percentile 6.6e-5, worst 1.6e-4.
 #[test]
-#[ignore = "issue #11 (open): wick's f32 update is ~40x further from float64 than PyTorch's; needs the external fixture"]
+#[ignore = "issue #11 (open): one ReLU input 1.2e-6 from zero (layer2.1 output) rounds to the other side in wick's f32 forward; needs the external fixture"]
 fn one_step_update_is_within_twice_pytorch_float32_of_exact_arithmetic() {
     let (s, _) = stepped();
     let before = read_safetensors(&fixture("weights.safetensors")).unwrap();
