@@ -17,35 +17,38 @@ pub(crate) fn host_f64(op: &'static str, t: &Tensor) -> Result<Vec<f64>> {
         .ctx(op)
 }
 
-fn values(t: &Tensor) -> Result<Vec<f64>> {
-    host_f64(OP, t)
-}
-
 /// `max |a - b|` over all elements (NaN where either side has a NaN the other lacks);
 /// the shapes must agree.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f64> {
-    crate::shape::same(OP, "left", a.dims(), "right", b.dims())?;
-    let (a, b) = (values(a)?, values(b)?);
-    Ok(a.iter().zip(&b).fold(0.0, |m: f64, (x, y)| {
-        let d = if x.is_nan() && y.is_nan() {
-            0.0
-        } else {
-            (x - y).abs()
-        };
-        if d.is_nan() || m.is_nan() {
-            f64::NAN
-        } else {
-            m.max(d)
-        }
-    }))
+    Ok(diff_and_scale(a, b)?.0)
 }
 
 /// `max |actual - expected| / max |expected|`: the largest difference relative to the
 /// expected tensor's scale (an absolute difference where `expected` is all zeros).
 pub fn max_rel_diff(actual: &Tensor, expected: &Tensor) -> Result<f64> {
-    let diff = max_abs_diff(actual, expected)?;
-    let scale = values(expected)?.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (diff, scale) = diff_and_scale(actual, expected)?;
     Ok(if scale > 0.0 { diff / scale } else { diff })
+}
+
+/// `(max |a - b|, max |b|)` in one pass over both tensors' host values.
+fn diff_and_scale(a: &Tensor, b: &Tensor) -> Result<(f64, f64)> {
+    crate::shape::same(OP, "left", a.dims(), "right", b.dims())?;
+    let (a, b) = (host_f64(OP, a)?, host_f64(OP, b)?);
+    Ok(a.iter()
+        .zip(&b)
+        .fold((0.0, 0.0), |(m, scale): (f64, f64), (x, y)| {
+            let d = if x.is_nan() && y.is_nan() {
+                0.0
+            } else {
+                (x - y).abs()
+            };
+            let m = if d.is_nan() || m.is_nan() {
+                f64::NAN
+            } else {
+                m.max(d)
+            };
+            (m, scale.max(y.abs()))
+        }))
 }
 
 #[cfg(test)]

@@ -96,7 +96,7 @@ pub(super) fn backward(
     // a = gamma * inv_std and c = -inv_std * d_weight / m (batch statistics' gradient);
     // with running statistics both corrections are 0 and dx = a * dy.
     let mut coef = Coefficients {
-        mean: mean.to_vec(),
+        mean,
         a: vec![0.0; c],
         dy_mean: vec![0.0; c],
         c: vec![0.0; c],
@@ -263,8 +263,8 @@ fn grad_sums<T: Float>(
 }
 
 /// The per-channel coefficients of the input gradient.
-struct Coefficients {
-    mean: Vec<f64>,
+struct Coefficients<'a> {
+    mean: &'a [f64],
     a: Vec<f64>,
     dy_mean: Vec<f64>,
     c: Vec<f64>,
@@ -275,7 +275,7 @@ fn dx_kernel<T: Float>(
     grad_y: &Tensor,
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
-    coef: &Coefficients,
+    coef: &Coefficients<'_>,
 ) -> Result<Tensor> {
     let (hw, len) = (h * w, n * c * h * w);
     let mut dx: Vec<T> = Vec::with_capacity(len);
@@ -288,7 +288,7 @@ fn dx_kernel<T: Float>(
                     let ch = plane % c;
                     let at = |v: &[f64]| T::from_f64(v[ch]);
                     let (mu, a, dm, cx) =
-                        (at(&coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
+                        (at(coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
                     let r = plane * hw..(plane + 1) * hw;
                     for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
                         o.write(a * ((*g - dm) + cx * (*v - mu)));

@@ -116,28 +116,28 @@ struct Layer<'a> {
 }
 
 impl<'a> Layer<'a> {
-    fn new(
+    /// The layer, after checking the input `x` against its per-channel tensors, and the
+    /// input's dims.
+    fn checked(
+        x: &Tensor,
         [weight, bias, running_mean, running_var]: [&'a Tensor; 4],
         p: &'a BatchNorm2dParams,
-    ) -> Self {
-        Layer {
+    ) -> Result<(Self, [usize; 4])> {
+        let channel = [
+            ("weight", weight.dims()),
+            ("bias", bias.dims()),
+            ("running_mean", running_mean.dims()),
+            ("running_var", running_var.dims()),
+        ];
+        let dims = p.output_shape(x.dims(), &channel)?;
+        let layer = Layer {
             weight,
             bias,
             running_mean,
             running_var,
             p,
-        }
-    }
-
-    /// Checks the input `x` against the per-channel tensors and returns its dims.
-    fn check(&self, x: &Tensor) -> Result<[usize; 4]> {
-        let channel = [
-            ("weight", self.weight.dims()),
-            ("bias", self.bias.dims()),
-            ("running_mean", self.running_mean.dims()),
-            ("running_var", self.running_var.dims()),
-        ];
-        self.p.output_shape(x.dims(), &channel)
+        };
+        Ok((layer, dims))
     }
 }
 
@@ -150,8 +150,7 @@ pub fn batch_norm_train(
     running_var: &Tensor,
     p: &BatchNorm2dParams,
 ) -> Result<BatchNormOutput> {
-    let layer = Layer::new([weight, bias, running_mean, running_var], p);
-    let [n, _, h, w] = layer.check(x)?;
+    let (layer, [n, _, h, w]) = Layer::checked(x, [weight, bias, running_mean, running_var], p)?;
     if n * h * w < 2 {
         return Err(OpError::invalid(
             OP,
@@ -177,8 +176,7 @@ pub fn batch_norm_eval(
     running_var: &Tensor,
     p: &BatchNorm2dParams,
 ) -> Result<Tensor> {
-    let layer = Layer::new([weight, bias, running_mean, running_var], p);
-    layer.check(x)?;
+    let (layer, _) = Layer::checked(x, [weight, bias, running_mean, running_var], p)?;
     match route(x.device()) {
         Route::Cpu => cpu::eval(x, &layer),
         Route::Cuda | Route::Generic => generic::eval(x, &layer),
@@ -216,8 +214,7 @@ pub fn batch_norm_eval_backward(
     p: &BatchNorm2dParams,
 ) -> Result<BatchNormGrads> {
     // The backward does not read the bias; the weight stands in for its shape check.
-    let layer = Layer::new([weight, weight, running_mean, running_var], p);
-    layer.check(x)?;
+    let (layer, _) = Layer::checked(x, [weight, weight, running_mean, running_var], p)?;
     backward(grad_y, x, weight, Stats::Running(&layer))
 }
 
