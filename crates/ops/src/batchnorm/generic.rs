@@ -49,11 +49,13 @@ pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
     })
 }
 
+/// `(x - running_mean) * scale + bias`, centred as the training form: the expanded
+/// `x * scale + (bias - running_mean * scale)` rounds terms as large as `|x|`, not `|x - mean|`.
 pub(super) fn eval(x: &Tensor, layer: &Layer<'_>) -> Result<Tensor> {
     let inv_std = inv_std(layer.running_var, layer.p.eps)?;
     let scale = (layer.weight * &inv_std).ctx(OP)?;
-    let shift = (layer.bias - (layer.running_mean * &scale).ctx(OP)?).ctx(OP)?;
-    affine(x, &scale, &shift)
+    let centered = x.broadcast_sub(&per_channel(layer.running_mean)?).ctx(OP)?;
+    affine(&centered, &scale, layer.bias)
 }
 
 /// The gradients for normalisation by the batch's or the running statistics.

@@ -218,3 +218,58 @@ fn flops_count_multiply_adds_twice() {
     let f = p.flops(&[8, 64, 56, 56], &[64, 64, 3, 3]);
     assert_eq!(f, 2 * 8 * 64 * 56 * 56 * 64 * 9);
 }
+
+/// One conv configuration in float32 against float64 (see `precision.rs`): every output
+/// element of the forward pass is a sum of `C_in/groups · kh · kw` products plus the bias,
+/// every input-gradient element one of at most `C_out/groups · kh · kw` (col2im's
+/// overlapping sums included), every weight-gradient element one of `N · oh · ow`.
+fn precision_check(x_shape: [usize; 4], w_shape: [usize; 4], p: Conv2dParams, seed: u64) {
+    use crate::precision::{abs, assert_within, gamma, input};
+    let what = format!("{x_shape:?} {w_shape:?} {p:?} {:?}", KernelPath::current());
+    let [n, _, _, _] = x_shape;
+    let [c_out, c_in_group, kh, kw] = w_shape;
+    let (x, w, b) = (
+        input(seed, &x_shape, 0.0, 1.0),
+        input(seed + 1, &w_shape, 0.0, 0.5),
+        input(seed + 2, &[c_out], 0.0, 0.5),
+    );
+    let y = conv2d(&x.f32, &w.f32, Some(&b.f32), &p).unwrap();
+    let exact = conv2d(&x.f64, &w.f64, Some(&b.f64), &p).unwrap();
+    let magnitude = conv2d(&abs(&x.f64), &abs(&w.f64), Some(&abs(&b.f64)), &p).unwrap();
+    let bound = (magnitude * gamma(c_in_group * kh * kw + 1)).unwrap();
+    assert_within(&format!("conv forward {what}"), &y, &exact, &bound);
+
+    let [_, _, oh, ow] = p.output_shape(&x_shape, &w_shape).unwrap();
+    let dy = input(seed + 3, y.dims(), 0.0, 1.0);
+    let dx = conv2d_backward_data(&dy.f32, &w.f32, &x_shape, &p).unwrap();
+    let exact = conv2d_backward_data(&dy.f64, &w.f64, &x_shape, &p).unwrap();
+    let magnitude = conv2d_backward_data(&abs(&dy.f64), &abs(&w.f64), &x_shape, &p).unwrap();
+    let bound = (magnitude * gamma(c_out / p.groups * kh * kw)).unwrap();
+    assert_within(&format!("conv input gradient {what}"), &dx, &exact, &bound);
+
+    let dw = conv2d_backward_filter(&dy.f32, &x.f32, &w_shape, &p).unwrap();
+    let exact = conv2d_backward_filter(&dy.f64, &x.f64, &w_shape, &p).unwrap();
+    let magnitude = conv2d_backward_filter(&abs(&dy.f64), &abs(&x.f64), &w_shape, &p).unwrap();
+    let bound = (magnitude * gamma(n * oh * ow)).unwrap();
+    assert_within(&format!("conv weight gradient {what}"), &dw, &exact, &bound);
+
+    let db = conv2d_backward_bias(&dy.f32).unwrap();
+    let exact = conv2d_backward_bias(&dy.f64).unwrap();
+    let bound = (conv2d_backward_bias(&abs(&dy.f64)).unwrap() * gamma(n * oh * ow)).unwrap();
+    assert_within(&format!("conv bias gradient {what}"), &db, &exact, &bound);
+}
+
+#[test]
+fn float32_forward_and_gradients_are_within_rounding_error_bounds_of_float64() {
+    for path in PATHS {
+        path.scope(|| {
+            // ResNet's three conv shapes (3x3, 3x3 stride 2 on a non-square input, the 1x1
+            // stride-2 shortcut), both GEMM strategies, and a grouped dilated one.
+            precision_check([2, 16, 17, 16], [8, 16, 3, 3], Conv2dParams::new(1, 1), 1);
+            precision_check([3, 32, 9, 7], [16, 32, 3, 3], Conv2dParams::new(2, 1), 2);
+            precision_check([2, 32, 8, 8], [64, 32, 1, 1], Conv2dParams::new(2, 0), 3);
+            let grouped = Conv2dParams::new(1, 2).with_dilation(2).with_groups(2);
+            precision_check([2, 8, 10, 9], [6, 4, 3, 3], grouped, 4);
+        });
+    }
+}

@@ -59,3 +59,34 @@ fn feature_mismatch_is_an_error_naming_shapes() {
         "{msg}"
     );
 }
+
+/// Float32 against float64 (see `precision.rs`): every output is a sum of `in` products
+/// plus the bias, every input-gradient element one of `out` products, every weight- and
+/// bias-gradient element one of `batch` terms.
+#[test]
+fn float32_is_within_rounding_error_bounds_of_float64() {
+    use crate::precision::{abs, assert_within, gamma, input};
+    let (batch, inputs, outputs) = (16, 512, 10);
+    let (x, w, b) = (
+        input(1, &[batch, inputs], 0.0, 1.0),
+        input(2, &[outputs, inputs], 0.0, 0.1),
+        input(3, &[outputs], 0.0, 0.1),
+    );
+    let y = linear(&x.f32, &w.f32, Some(&b.f32)).unwrap();
+    let exact = linear(&x.f64, &w.f64, Some(&b.f64)).unwrap();
+    let magnitude = linear(&abs(&x.f64), &abs(&w.f64), Some(&abs(&b.f64))).unwrap();
+    let bound = (magnitude * gamma(inputs + 1)).unwrap();
+    assert_within("linear forward", &y, &exact, &bound);
+
+    let dy = input(4, &[batch, outputs], 0.0, 1.0);
+    let g = linear_backward(&dy.f32, &x.f32, &w.f32, true).unwrap();
+    let exact = linear_backward(&dy.f64, &x.f64, &w.f64, true).unwrap();
+    let magnitude = linear_backward(&abs(&dy.f64), &abs(&x.f64), &abs(&w.f64), true).unwrap();
+    let bound = (&magnitude.x * gamma(outputs)).unwrap();
+    assert_within("linear input gradient", &g.x, &exact.x, &bound);
+    let bound = (&magnitude.weight * gamma(batch)).unwrap();
+    assert_within("linear weight gradient", &g.weight, &exact.weight, &bound);
+    let bound = (magnitude.bias.unwrap() * gamma(batch)).unwrap();
+    let (db, exact_db) = (g.bias.unwrap(), exact.bias.unwrap());
+    assert_within("linear bias gradient", &db, &exact_db, &bound);
+}

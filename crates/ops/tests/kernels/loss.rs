@@ -43,3 +43,67 @@ fn label_outside_class_range_is_an_error() {
     let msg = cross_entropy(&logits, &labels).unwrap_err().to_string();
     assert!(msg.contains("labels must have shape [3]"), "{msg}");
 }
+
+/// Float32 against float64 (see `precision.rs`), per row of logits `x` with `d = x - max`
+/// (the subtraction: u|d|), `s = Σ exp(d)` (each term 2u + u|d|, then C - 1 additions),
+/// `lse = ln s` (s's relative error, plus ln's 2u|lse|) and `log_softmax = d - lse` (one
+/// more rounding). The loss is minus the mean of N picked values (N - 1 additions, 1/N and
+/// the product); the gradient `(exp(log_softmax) - onehot) / N` adds exp's 2u, the
+/// subtraction, and 1/N with its product.
+#[test]
+fn float32_is_within_rounding_error_bounds_of_float64() {
+    use crate::precision::{assert_within_values as within, gamma, host, input, U};
+    let (n, c) = (16, 10);
+    for (case, offset, spread) in [("centred", 0.0, 4.0), ("large", 30.0, 8.0)] {
+        let logits = input(1, &[n, c], offset, spread);
+        let labels_values: Vec<u32> = (0..n as u32).map(|i| (i * 7) % c as u32).collect();
+        let labels = Tensor::new(labels_values.as_slice(), &Device::Cpu).unwrap();
+        let xs = host(&logits.f64);
+        let (mut picked, mut e_picked) = (Vec::new(), Vec::new());
+        let (mut grad, mut e_grad) = (Vec::new(), Vec::new());
+        for (row, &label) in xs.chunks(c).zip(&labels_values) {
+            let max = row.iter().cloned().fold(f64::MIN, f64::max);
+            let d: Vec<f64> = row.iter().map(|x| x - max).collect();
+            let s: f64 = d.iter().map(|d| d.exp()).sum();
+            let lse = s.ln();
+            let rel_s = gamma(c)
+                + d.iter()
+                    .map(|d| d.exp() / s * (U * d.abs() + 2.0 * U))
+                    .sum::<f64>();
+            let e_lse = rel_s + 2.0 * U * lse.abs();
+            for (j, d) in d.iter().enumerate() {
+                let log_p = d - lse;
+                let e_log_p = U * d.abs() + e_lse + U * log_p.abs();
+                let (p, onehot) = (log_p.exp(), f64::from(j == label as usize));
+                let g = (p - onehot) / n as f64;
+                grad.push(g);
+                e_grad.push(
+                    (p * (e_log_p + 2.0 * U) + U * (p - onehot).abs()) / n as f64
+                        + 3.0 * U * g.abs(),
+                );
+                if j == label as usize {
+                    picked.push(log_p);
+                    e_picked.push(e_log_p);
+                }
+            }
+        }
+        let loss = -picked.iter().sum::<f64>() / n as f64;
+        let bound = e_picked.iter().sum::<f64>() / n as f64
+            + gamma(n + 2) * picked.iter().map(|v| v.abs()).sum::<f64>() / n as f64;
+        let got = cross_entropy(&logits.f32, &labels).unwrap();
+        within(
+            &format!("cross entropy {case}"),
+            &host(&got),
+            &[loss],
+            &[bound],
+        );
+        let one = Tensor::new(1f32, &Device::Cpu).unwrap();
+        let g = cross_entropy_backward(&one, &logits.f32, &labels).unwrap();
+        within(
+            &format!("cross entropy gradient {case}"),
+            &host(&g),
+            &grad,
+            &e_grad,
+        );
+    }
+}

@@ -11,3 +11,4 @@ mod linear;
 mod loss;
 mod optim;
 mod pool;
+mod precision;

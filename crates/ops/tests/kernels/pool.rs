@@ -176,3 +176,69 @@ fn invalid_settings_are_errors() {
         "{msg}"
     );
 }
+
+/// Float32 against float64 (see `precision.rs`). Max pooling's forward selects, so it is
+/// exact, with the same argmax; its backward sums, into each input, at most
+/// `ceil(k/s)²` gradients of the windows that chose it. Average pooling sums `k²` terms
+/// and divides (allowing the reciprocal's rounding: `k² + 1` roundings); its backward
+/// sums at most `ceil(k/s)²` quotients (one more rounding each). The global average pool
+/// is a mean over W, then one over H.
+#[test]
+fn float32_is_within_rounding_error_bounds_of_float64() {
+    use crate::precision::{abs, assert_within, gamma, input};
+    let (k, s) = (3, 2);
+    let p = Pool2dParams::new(k, s, 1);
+    let x = input(1, &[2, 5, 11, 9], 0.0, 1.0);
+    let out = max_pool2d(&x.f32, &p).unwrap();
+    let exact = max_pool2d(&x.f64, &p).unwrap();
+    let zero = exact.y.zeros_like().unwrap();
+    assert_within("max pool forward", &out.y, &exact.y, &zero);
+    let (i32, i64) = (
+        out.indices.flatten_all().unwrap().to_vec1::<u32>().unwrap(),
+        exact
+            .indices
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<u32>()
+            .unwrap(),
+    );
+    assert_eq!(i32, i64, "max pool: the same argmax in float32 and float64");
+    let dy = input(2, out.y.dims(), 0.0, 1.0);
+    let overlap = k.div_ceil(s).pow(2);
+    let dx = max_pool2d_backward(&dy.f32, &out.indices, x.f32.dims(), &p).unwrap();
+    let exact_dx = max_pool2d_backward(&dy.f64, &exact.indices, x.f64.dims(), &p).unwrap();
+    let magnitude = max_pool2d_backward(&abs(&dy.f64), &exact.indices, x.f64.dims(), &p).unwrap();
+    let bound = (magnitude * gamma(overlap)).unwrap();
+    assert_within("max pool backward", &dx, &exact_dx, &bound);
+
+    for path in PATHS {
+        let _on_path = path.enter();
+        let y = avg_pool2d(&x.f32, &p).unwrap();
+        let exact = avg_pool2d(&x.f64, &p).unwrap();
+        let bound = (avg_pool2d(&abs(&x.f64), &p).unwrap() * gamma(k * k + 1)).unwrap();
+        assert_within(&format!("avg pool forward {path:?}"), &y, &exact, &bound);
+    }
+    let dy = input(
+        3,
+        &p.output_shape(PoolKind::Avg, x.f32.dims()).unwrap(),
+        0.0,
+        1.0,
+    );
+    let dx = avg_pool2d_backward(&dy.f32, x.f32.dims(), &p).unwrap();
+    let exact = avg_pool2d_backward(&dy.f64, x.f64.dims(), &p).unwrap();
+    let magnitude = avg_pool2d_backward(&abs(&dy.f64), x.f64.dims(), &p).unwrap();
+    let bound = (magnitude * gamma(overlap + 2)).unwrap();
+    assert_within("avg pool backward", &dx, &exact, &bound);
+
+    let (_, _, h, w) = x.f32.dims4().unwrap();
+    let y = global_avg_pool(&x.f32).unwrap();
+    let exact = global_avg_pool(&x.f64).unwrap();
+    // Each mean: its sum, the reciprocal of the count and the product.
+    let bound = (global_avg_pool(&abs(&x.f64)).unwrap() * gamma(h + w + 2)).unwrap();
+    assert_within("global avg pool forward", &y, &exact, &bound);
+    let dy = input(4, y.dims(), 0.0, 1.0);
+    let dx = global_avg_pool_backward(&dy.f32, x.f32.dims()).unwrap();
+    let exact = global_avg_pool_backward(&dy.f64, x.f64.dims()).unwrap();
+    let bound = (abs(&exact) * gamma(2)).unwrap();
+    assert_within("global avg pool backward", &dx, &exact, &bound);
+}
