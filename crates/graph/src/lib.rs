@@ -44,6 +44,7 @@ pub mod hooks;
 pub mod ir;
 pub mod op;
 pub mod ops;
+pub mod output;
 pub mod profiler;
 pub mod timer;
 
@@ -54,5 +55,6 @@ pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo};
 pub use ir::{Graph, Node, Phase, ValueId, ValueInfo, ValueKind};
 pub use op::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
+pub use output::OutputError;
 pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};
 pub use timer::{EventSource, EventTimer, HostTimer, Timer};

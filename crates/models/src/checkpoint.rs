@@ -1,11 +1,11 @@
 //! safetensors checkpoints with torchvision's `state_dict` names.
 //!
 //! Loading converts f16, bf16 and f64 tensors to the model's f32 and checks every name
-//! and shape; saving writes a temporary file beside the target and renames it, so a crash
-//! never leaves a broken checkpoint.
+//! and shape; saving goes through [`wick_graph::output`]: atomic, durable, through
+//! symlinks, never over a device or a folder.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
@@ -107,31 +107,17 @@ pub fn validate(
     Ok((state, tracked))
 }
 
-/// Writes `tensors` to `path` atomically: into a temporary file in the same folder, then
-/// renamed over `path`.
+/// Writes `tensors` to `path` as safetensors, atomically and durably, through symlinks to
+/// their target, never over a non-regular file ([`wick_graph::output`]).
 pub fn write_safetensors(tensors: &StateDict, path: &Path) -> Result<()> {
     let cpu: HashMap<String, Tensor> = tensors
         .iter()
         .map(|(k, v)| Ok((k.clone(), v.to_device(&Device::Cpu)?)))
         .collect::<Result<_>>()?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "checkpoint".into());
-    let tmp: PathBuf = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    let written = candle_core::safetensors::save(&cpu, &tmp).map_err(|e| ModelError::Checkpoint {
+    let bytes = safetensors::tensor::serialize(&cpu, None).map_err(|e| ModelError::Checkpoint {
         path: path.to_path_buf(),
-        message: format!("writing {}: {e}", tmp.display()),
-    });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, path).map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    })
+        message: format!("cannot serialise the tensors: {e}"),
+    })?;
+    wick_graph::output::write_bytes_atomically(path, &bytes)?;
+    Ok(())
 }

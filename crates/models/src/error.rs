@@ -61,6 +61,9 @@ pub enum ModelError {
         /// The file's shape.
         found: Vec<usize>,
     },
+    /// An output file that could not be written, or that wick will not write.
+    #[error(transparent)]
+    Output(#[from] wick_graph::OutputError),
     /// A candle error outside a graph.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),

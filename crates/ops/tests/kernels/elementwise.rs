@@ -60,3 +60,38 @@ fn add_of_different_shapes_is_an_error_naming_both() {
         "{msg}"
     );
 }
+
+/// NaN passes through ReLU as in PyTorch: a ReLU that maps NaN to 0 hides a diverging run
+/// behind a finite loss. Its gradient passes too (PyTorch's `threshold_backward` zeroes
+/// only where `x <= 0`).
+#[test]
+fn relu_passes_nan_through_forward_and_backward_as_pytorch() {
+    for path in PATHS {
+        let _on_path = path.enter();
+        for dtype in [candle_core::DType::F32, candle_core::DType::F64] {
+            let x = candle_core::Tensor::new(
+                &[f64::NAN, -1.0, 0.0, 2.0, f64::INFINITY, f64::NEG_INFINITY],
+                &candle_core::Device::Cpu,
+            )
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap();
+            let y: Vec<f64> = relu(&x)
+                .unwrap()
+                .to_dtype(candle_core::DType::F64)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert!(y[0].is_nan(), "{path:?} {dtype:?}: relu(NaN) = {}", y[0]);
+            assert_eq!(&y[1..], &[0.0, 0.0, 2.0, f64::INFINITY, 0.0]);
+            let g = x.ones_like().unwrap();
+            let dx: Vec<f64> = relu_backward(&g, &x)
+                .unwrap()
+                .to_dtype(candle_core::DType::F64)
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            assert_eq!(dx, [1.0, 0.0, 0.0, 1.0, 1.0, 0.0], "{path:?} {dtype:?}");
+        }
+    }
+}
