@@ -36,10 +36,7 @@ fn train(c: &mut Criterion, name: &str, config: ResNetConfig, batch: usize, size
     let y_u32 = y.to_dtype(candle_core::DType::U32).expect("labels");
     let mut group = c.benchmark_group(format!("train_step {name}"));
     for verbosity in [0u8, 2] {
-        let opts = TrainOptions {
-            sgd: SGD,
-            keep_gradients: false,
-        };
+        let opts = TrainOptions::from(SGD);
         let mut s = Session::training(config, batch, size, opts, &dev).expect("session");
         s.init_weights(WeightInit::Torchvision(0)).expect("init");
         if verbosity > 0 {

@@ -15,12 +15,22 @@ use crate::resnet::ResNetConfig;
 /// A state dict: tensors by torchvision name.
 pub type StateDict = HashMap<String, Tensor>;
 
-/// Reads every tensor of a safetensors file onto the CPU.
+/// Reads every tensor of a safetensors file onto the CPU. Only regular files are read (a
+/// FIFO or a device would block or never end).
 pub fn read_safetensors(path: &Path) -> Result<StateDict> {
-    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+    let io = |source| ModelError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    let meta = std::fs::metadata(path).map_err(io)?;
+    if !meta.is_file() {
+        return Err(ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            message: "not a regular file (a folder, FIFO or device): give a safetensors file"
+                .into(),
+        });
+    }
+    let bytes = std::fs::read(path).map_err(io)?;
     candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| {
         ModelError::Checkpoint {
             path: path.to_path_buf(),
@@ -29,12 +39,49 @@ pub fn read_safetensors(path: &Path) -> Result<StateDict> {
     })
 }
 
+/// What loading checks in a checkpoint's values (names, shapes and dtypes are always
+/// checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueChecks {
+    /// Refuse NaN or infinite values, a negative `running_var` and a negative
+    /// `num_batches_tracked`: such a checkpoint gives plausible logits and wrong answers.
+    Strict,
+    /// Load the values as they are (to inspect a diverged run, say).
+    Unchecked,
+}
+
+/// Refuses poisoned values (see [`ValueChecks::Strict`]), naming the tensor, the element
+/// and its value.
+fn check_values(name: &str, t: &Tensor, path: &Path) -> Result<()> {
+    let poisoned = |message: String| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        message: format!(
+            "tensor `{name}` {message} (load with ValueChecks::Unchecked to accept it)"
+        ),
+    };
+    if let Some((i, v)) = wick_ops::first_non_finite(t)?
+    {
+        return Err(poisoned(format!("has the non-finite value {v} at element {i}")));
+    }
+    if name.ends_with("running_var") {
+        let values = t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| **v < 0.0) {
+            return Err(poisoned(format!(
+                "has the negative variance {v} at element {i}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The checked state dict of `config` from `tensors` (read from `path`): float tensors
-/// converted to f32, `num_batches_tracked` (int64, optional, 0 when absent) returned apart.
+/// converted to f32, `num_batches_tracked` (int64, optional, 0 when absent) returned apart,
+/// values checked as `checks` says.
 pub fn validate(
     config: &ResNetConfig,
     tensors: StateDict,
     path: &Path,
+    checks: ValueChecks,
 ) -> Result<(StateDict, HashMap<String, i64>)> {
     let spec = config.state_spec()?;
     let bn_names = config.batch_norm_names()?;
@@ -77,6 +124,14 @@ pub fn validate(
                     message: format!("`{name}` is empty"),
                 });
             };
+            if count < 0 && checks == ValueChecks::Strict {
+                return Err(ModelError::Checkpoint {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "`{name}` is {count}: a count of batches cannot be negative (load with ValueChecks::Unchecked to accept it)"
+                    ),
+                });
+            }
             tracked.insert(bn.clone(), count);
             continue;
         }
@@ -99,6 +154,9 @@ pub fn validate(
                 })
             }
         };
+        if checks == ValueChecks::Strict {
+            check_values(&name, &t, path)?;
+        }
         state.insert(name, t);
     }
     for bn in bn_names {

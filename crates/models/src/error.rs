@@ -15,6 +15,15 @@ pub enum ModelError {
     /// a state dict before any weights, a result that was not kept).
     #[error("{0}")]
     State(String),
+    /// A training step produced a non-finite loss or parameter: the run diverged (or its
+    /// input held NaN), and the session's weights are no longer usable.
+    #[error("training step {step}: {what}; stopped (the session's weights are no longer usable: do not save them)")]
+    NonFinite {
+        /// The step, counted from 1 in this session.
+        step: u64,
+        /// What was not finite, with its value.
+        what: String,
+    },
     /// A checkpoint file could not be read or parsed.
     #[error("checkpoint {path}: {message}")]
     Checkpoint {
@@ -32,7 +41,7 @@ pub enum ModelError {
         message: String,
     },
     /// A checkpoint lacks tensors the model needs.
-    #[error("checkpoint {path}: missing tensor(s) {names:?} (expected by the model)")]
+    #[error("checkpoint {path}: missing {} (expected by the model)", preview(.names))]
     MissingTensors {
         /// The file.
         path: PathBuf,
@@ -40,7 +49,7 @@ pub enum ModelError {
         names: Vec<String>,
     },
     /// A checkpoint has tensors the model does not know.
-    #[error("checkpoint {path}: unexpected tensor(s) {names:?} (not in the model)")]
+    #[error("checkpoint {path}: unexpected {} (not in the model)", preview(.names))]
     ExtraTensors {
         /// The file.
         path: PathBuf,
@@ -64,6 +73,9 @@ pub enum ModelError {
     /// An output file that could not be written, or that wick will not write.
     #[error(transparent)]
     Output(#[from] wick_graph::OutputError),
+    /// A kernel's error outside a graph (a check of a checkpoint's values).
+    #[error(transparent)]
+    Op(#[from] wick_ops::OpError),
     /// A candle error outside a graph.
     #[error(transparent)]
     Candle(#[from] candle_core::Error),
@@ -76,6 +88,22 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Names for a message: all of a few, or the first five and a count (a checkpoint of the
+/// wrong model misses hundreds).
+fn preview(names: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let quoted: Vec<String> = names.iter().take(SHOWN).map(|n| format!("`{n}`")).collect();
+    match names.len() {
+        1 => format!("tensor {}", quoted[0]),
+        n if n <= SHOWN => format!("tensors {}", quoted.join(", ")),
+        n => format!(
+            "{n} tensors: {}, ... and {} more",
+            quoted.join(", "),
+            n - SHOWN
+        ),
+    }
 }
 
 /// The result type of wick-models.

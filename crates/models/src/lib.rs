@@ -18,4 +18,5 @@ pub mod session;
 pub use error::{ModelError, Result};
 pub use init::WeightInit;
 pub use resnet::{Depth, ResNetConfig, Stem};
+pub use checkpoint::ValueChecks;
 pub use session::{Session, TrainOptions};

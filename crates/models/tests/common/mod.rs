@@ -20,8 +20,8 @@ pub fn training_session(device: &Device) -> Session {
         ..Default::default()
     };
     let opts = TrainOptions {
-        sgd,
         keep_gradients: true,
+        ..sgd.into()
     };
     Session::training(config(), 8, 32, opts, device).unwrap()
 }
