@@ -59,9 +59,10 @@ fn check_values(name: &str, t: &Tensor, path: &Path) -> Result<()> {
             "tensor `{name}` {message} (load with ValueChecks::Unchecked to accept it)"
         ),
     };
-    if let Some((i, v)) = wick_ops::first_non_finite(t)?
-    {
-        return Err(poisoned(format!("has the non-finite value {v} at element {i}")));
+    if let Some((i, v)) = wick_ops::first_non_finite(t)? {
+        return Err(poisoned(format!(
+            "has the non-finite value {v} at element {i}"
+        )));
     }
     if name.ends_with("running_var") {
         let values = t.flatten_all()?.to_dtype(DType::F64)?.to_vec1::<f64>()?;

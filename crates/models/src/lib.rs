@@ -15,8 +15,8 @@ pub mod init;
 pub mod resnet;
 pub mod session;
 
+pub use checkpoint::ValueChecks;
 pub use error::{ModelError, Result};
 pub use init::WeightInit;
 pub use resnet::{Depth, ResNetConfig, Stem};
-pub use checkpoint::ValueChecks;
 pub use session::{Session, TrainOptions};
