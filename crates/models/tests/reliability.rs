@@ -101,8 +101,8 @@ fn training(lr: f64, check_parameters: bool) -> Session {
 }
 
 fn batch() -> (Tensor, Tensor) {
-    let images = (Tensor::randn(0f32, 1.0, (2, 3, 8, 8), &Device::Cpu).unwrap() * 3.0).unwrap();
-    (images, Tensor::new(&[1i64, 7], &Device::Cpu).unwrap())
+    let (images, labels) = formula::batch(2, 8, 10).unwrap();
+    ((images * 3.0).unwrap(), labels)
 }
 
 /// Runs steps until one fails; returns the error and the step it names.
@@ -122,13 +122,13 @@ fn diverge(s: &mut Session, images: &Tensor, labels: &Tensor) -> (ModelError, u6
 fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
     let d = dir();
     let (images, labels) = batch();
-    // lr 1e3: the parameter check stops at the step whose update overflowed, before the
-    // loss ever sees it.
-    let mut s = training(1e3, true);
+    // lr 1e30: the first update overflows the next forward pass, or a parameter.
+    let mut s = training(1e30, true);
     let (e, step) = diverge(&mut s, &images, &labels);
     let msg = e.to_string();
     assert!(
-        msg.contains(&format!("training step {step}")) && msg.contains("the update made"),
+        msg.contains(&format!("training step {step}"))
+            && (msg.contains("the update made") || msg.contains("the loss is")),
         "{msg}"
     );
     assert_eq!(s.steps(), step);
@@ -141,15 +141,15 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
         "{err}"
     );
     assert_eq!(std::fs::read(&path).unwrap(), b"the old checkpoint");
-    // Without the parameter check, only the loss catches it, later.
-    let mut unchecked = training(1e3, false);
+    // Without the parameter check, only the loss catches it, no earlier.
+    let mut unchecked = training(1e30, false);
     let (e, later) = diverge(&mut unchecked, &images, &labels);
     assert!(e.to_string().contains("the loss is"), "{e}");
     assert!(
-        later > step,
-        "the loss sees it at step {later}, the parameters at {step}"
+        later >= step,
+        "the loss sees it at step {later}, the checks at {step}"
     );
-    println!("lr 1e3: a parameter is non-finite after step {step}, the loss at step {later}");
+    println!("lr 1e30: stopped at step {step} ({msg}); by the loss alone at step {later}");
     // One NaN pixel: the loss of step 1 is NaN (ReLU passes NaN, as PyTorch's).
     let mut s = training(0.01, true);
     let poisoned = images
@@ -166,7 +166,26 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
         e.contains("training step 1") && e.contains("the loss is NaN"),
         "{e}"
     );
-    println!("diverging runs: 3 cases, all stopped at the first non-finite step");
+    // A non-finite value the loss never sees (training normalises by the batch's own
+    // statistics): only the parameter check catches it.
+    let mut s = training(0.01, true);
+    let rm = s
+        .executor()
+        .get("layer1.0.bn1.running_mean")
+        .unwrap()
+        .unwrap()
+        .clone();
+    let poisoned = with_value(&rm, 2, f32::INFINITY);
+    s.executor_mut()
+        .set("layer1.0.bn1.running_mean", &poisoned)
+        .unwrap();
+    let e = s.step(&images, &labels).unwrap_err().to_string();
+    assert!(
+        e.contains("training step 1")
+            && e.contains("the update made `layer1.0.bn1.running_mean` inf at element 2"),
+        "{e}"
+    );
+    println!("diverging runs: 4 cases, all stopped at the first non-finite step");
 }
 
 #[test]
