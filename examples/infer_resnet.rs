@@ -53,7 +53,11 @@ struct Args {
     reps: usize,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(run())
+}
+
+fn run() -> Result<()> {
     let a = Args::parse();
     wick::prepare_process();
     let device = a.model.device()?;

@@ -53,10 +53,22 @@ fn report(kernel: Kernel, shape: &[usize], flops: u64, secs: f64) {
     );
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(run())
+}
+
+fn run() -> Result<()> {
     let a = Args::parse();
     let dev = Device::Cpu;
     let (n, c, s, reps) = (a.batch, a.channels, a.size, a.reps);
+    for (flag, value) in [
+        ("--batch", n),
+        ("--channels", c),
+        ("--size", s),
+        ("--reps", reps),
+    ] {
+        common::at_least_one(flag, value)?;
+    }
     println!("wick ops tour: f32, batch {n}, {c} channels, {s}x{s}, median of {reps} after 1 warm-up, host clock, {} threads", common::threads());
     let x = Tensor::randn(0f32, 1., (n, c, s, s), &dev)?;
     let w = Tensor::randn(0f32, 0.05, (c, c, 3, 3), &dev)?;

@@ -52,7 +52,11 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(run())
+}
+
+fn run() -> Result<()> {
     let a = Args::parse();
     wick::prepare_process();
     let device = a.model.device()?;
@@ -107,22 +111,21 @@ fn main() -> Result<()> {
         let trace = profile
             .chrome_trace()
             .context("no per-op timings to trace (was any iteration timed?)")?;
-        std::fs::write(path, trace).with_context(|| format!("writing {}", path.display()))?;
+        wick::graph::output::write_bytes_atomically(path, trace.as_bytes())?;
         println!(
             "trace of the last timed iteration written to {} (open in ui.perfetto.dev)",
             path.display()
         );
     }
     if let Some(path) = &a.json {
-        std::fs::write(path, profile.to_json())
-            .with_context(|| format!("writing {}", path.display()))?;
+        wick::graph::output::write_bytes_atomically(path, profile.to_json().as_bytes())?;
         println!("profile written to {}", path.display());
     }
     Ok(())
 }
 
 /// Refuses, before any work, output requests that cannot be honoured: a trace without
-/// per-op timings, one path for both files, a folder that does not exist.
+/// per-op timings, one path for both files, a path that cannot be written.
 fn check_outputs(a: &Args) -> Result<()> {
     if a.trace.is_some() && a.verbosity < 2 {
         anyhow::bail!(
@@ -137,16 +140,11 @@ fn check_outputs(a: &Args) -> Result<()> {
             t.display()
         );
     }
-    for path in a.trace.iter().chain(&a.json) {
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-        if let Some(dir) = dir {
-            anyhow::ensure!(
-                dir.is_dir(),
-                "cannot write {}: folder {} does not exist",
-                path.display(),
-                dir.display()
-            );
-        }
+    if let Some(path) = &a.trace {
+        common::check_output("--trace", path)?;
+    }
+    if let Some(path) = &a.json {
+        common::check_output("--json", path)?;
     }
     Ok(())
 }

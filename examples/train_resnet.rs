@@ -65,8 +65,18 @@ struct Args {
     seed: u64,
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(run())
+}
+
+fn run() -> Result<()> {
     let a = Args::parse();
+    common::at_least_one("--steps", a.steps)?;
+    common::at_least_one("--batch-size", a.batch_size)?;
+    common::at_least_one("--image-size", a.image_size)?;
+    if let Some(path) = &a.save {
+        common::check_output("--save", path)?;
+    }
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet18")?;
@@ -140,7 +150,15 @@ fn main() -> Result<()> {
     let (mut first_loss, mut last_loss) = (None, 0f32);
     for step in 0..a.steps {
         let (images, labels): (Tensor, Tensor) = batches.next_batch()?;
-        let loss = session.step(&images, &labels)?;
+        let loss = session.step(&images, &labels).map_err(|e| {
+            bar.abandon();
+            match &a.save {
+                Some(path) => {
+                    anyhow::anyhow!("{e}; nothing saved, {} is untouched", path.display())
+                }
+                None => e.into(),
+            }
+        })?;
         first_loss.get_or_insert(loss);
         last_loss = loss;
         let rate = (step + 1) as f64 * batch as f64 / started.elapsed().as_secs_f64();

@@ -71,3 +71,40 @@ pub fn supported_percentiles(samples: usize) -> Vec<f64> {
         .filter(|p| samples as f64 * (1.0 - p / 100.0) >= 1.0)
         .collect()
 }
+
+/// Runs an example's `run` and turns its error into a user message on stderr and exit
+/// status 1: the cause chain on one line (a cause already quoted by the message before it
+/// is not repeated), and no backtrace, whatever `RUST_BACKTRACE` says.
+pub fn exit_on_error(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let mut message = String::new();
+            for cause in e.chain() {
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    if !message.is_empty() {
+                        message.push_str(": ");
+                    }
+                    message.push_str(&text);
+                }
+            }
+            eprintln!("error: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks, before any work, that the output `flag` (`--save`, `--json`, ...) names a file
+/// wick can write (see `wick::graph::output`), so a typo does not lose a long run.
+pub fn check_output(flag: &str, path: &std::path::Path) -> Result<()> {
+    wick::graph::output::check_writable(path)
+        .map(|_| ())
+        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
+}
+
+/// Refuses a zero count (`--steps 0`, `--batch-size 0`) with a message naming the flag.
+pub fn at_least_one(flag: &str, value: usize) -> Result<()> {
+    anyhow::ensure!(value >= 1, "{flag} must be at least 1 (got {value})");
+    Ok(())
+}

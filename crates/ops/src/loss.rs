@@ -28,11 +28,11 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     if n == 0 {
         return Err(OpError::invalid(OP, "the batch is empty"));
     }
-    if !matches!(labels.dtype(), DType::I64 | DType::U32 | DType::U8) {
+    if !is_integer(labels.dtype()) {
         return Err(OpError::invalid(
             OP,
             format!(
-                "labels must be integers (i64, u32 or u8), got {:?}",
+                "labels must be integers (u8, u32, i16, i32 or i64), got {:?}",
                 labels.dtype()
             ),
         ));
@@ -46,7 +46,7 @@ fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
 /// it ([`check_labels`] on the host tensor; `Session::step` does).
 pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
     let values: Vec<i64> = match labels.dtype() {
-        DType::I64 | DType::U32 | DType::U8 => labels
+        dtype if is_integer(dtype) => labels
             .to_dtype(DType::I64)
             .ctx(OP)?
             .to_vec1::<i64>()
@@ -54,7 +54,7 @@ pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
         other => {
             return Err(OpError::invalid(
                 OP,
-                format!("labels must be integers (i64, u32 or u8), got {other:?}"),
+                format!("labels must be integers (u8, u32, i16, i32 or i64), got {other:?}"),
             ))
         }
     };
@@ -85,6 +85,14 @@ fn log_softmax(logits: &Tensor) -> Result<Tensor> {
         .log()
         .ctx(OP)?;
     shifted.broadcast_sub(&lse).ctx(OP)
+}
+
+/// Whether `dtype` is one of candle's integer types, all of which hold class labels.
+fn is_integer(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::U8 | DType::U32 | DType::I16 | DType::I32 | DType::I64
+    )
 }
 
 fn labels_u32(labels: &Tensor) -> Result<Tensor> {
