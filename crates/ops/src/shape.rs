@@ -2,9 +2,16 @@
 
 use crate::error::{OpError, Result};
 
-/// Checks that `dims` has rank 4 (NCHW) and returns it as an array.
+/// Checks that `dims` has rank 4 (NCHW) with no empty dimension, and returns it as an array.
 pub fn nchw(op: &'static str, what: &str, dims: &[usize]) -> Result<[usize; 4]> {
     match dims {
+        [n, c, h, w] if dims.contains(&0) => Err(OpError::invalid(
+            op,
+            format!(
+                "{what} has shape {:?}: every dimension must be at least 1",
+                [n, c, h, w]
+            ),
+        )),
         &[n, c, h, w] => Ok([n, c, h, w]),
         _ => Err(OpError::invalid(
             op,
@@ -48,8 +55,20 @@ pub fn window_out(
             format!("kernel size and dilation along {axis} must be at least 1, got kernel {kernel}, dilation {dilation}"),
         ));
     }
-    let effective = dilation * (kernel - 1) + 1;
-    let padded = size + 2 * pad;
+    let too_large = || {
+        OpError::invalid(
+            op,
+            format!("size {size}, kernel {kernel}, padding {pad} or dilation {dilation} along {axis} is too large"),
+        )
+    };
+    let effective = dilation
+        .checked_mul(kernel - 1)
+        .and_then(|e| e.checked_add(1))
+        .ok_or_else(too_large)?;
+    let padded = pad
+        .checked_mul(2)
+        .and_then(|p| p.checked_add(size))
+        .ok_or_else(too_large)?;
     if effective > padded {
         return Err(OpError::invalid(
             op,
