@@ -60,6 +60,10 @@ struct Args {
     /// Save the trained weights here (safetensors, torchvision names).
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Check every op's output for NaN and infinity and name the first op that made one
+    /// (PyTorch's detect_anomaly; slow, for debugging a diverging run).
+    #[arg(long)]
+    detect_anomaly: bool,
     /// Seed for the initialisation and the synthetic data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -95,6 +99,9 @@ fn run() -> Result<()> {
         ..Default::default()
     };
     let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
+    session
+        .executor_mut()
+        .set_anomaly_detection(a.detect_anomaly);
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
         None => session.init_weights(WeightInit::Torchvision(a.seed))?,

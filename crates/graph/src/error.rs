@@ -63,6 +63,27 @@ pub enum GraphError {
         /// The driver's message.
         message: String,
     },
+    /// Anomaly detection ([`Executor::set_anomaly_detection`](crate::Executor::set_anomaly_detection))
+    /// found a NaN or an infinity in a node's output.
+    #[error("anomaly: OP_ID{op_id} ({kernel}, {phase:?}{layer}) wrote {value} at element {index} of `{output}` (inputs: {inputs})")]
+    NonFinite {
+        /// The first node whose output is not finite.
+        op_id: usize,
+        /// Its kernel name.
+        kernel: &'static str,
+        /// Its phase.
+        phase: Phase,
+        /// `, layer <name>`, from the parameters it reads; empty for ops without any.
+        layer: String,
+        /// The output's name.
+        output: String,
+        /// The first non-finite element (flat index).
+        index: usize,
+        /// Its value (NaN, inf or -inf).
+        value: f64,
+        /// The node's inputs, by name.
+        inputs: String,
+    },
     /// A candle error outside any kernel (moving a tensor to the device, ...).
     #[error(transparent)]
     Candle(Box<candle_core::Error>),

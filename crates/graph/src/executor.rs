@@ -26,6 +26,7 @@ pub struct Executor {
     infos: Vec<NodeInfo>,
     hooks: Vec<Box<dyn Hook>>,
     iteration: usize,
+    detect_anomaly: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -78,6 +79,7 @@ impl Executor {
             infos,
             hooks: Vec::new(),
             iteration: 0,
+            detect_anomaly: false,
         }
     }
 
@@ -99,6 +101,58 @@ impl Executor {
     /// How many iterations have run.
     pub fn iterations(&self) -> usize {
         self.iteration
+    }
+
+    /// Anomaly detection (PyTorch's `detect_anomaly`): when on, every node's outputs are
+    /// checked as it finishes, and the first NaN or infinity stops the iteration with
+    /// [`GraphError::NonFinite`] naming the OP_ID, kernel, phase and layer. Costs a read
+    /// of every output (and a synchronisation per op on a GPU): for debugging, not for
+    /// timing.
+    pub fn set_anomaly_detection(&mut self, on: bool) {
+        self.detect_anomaly = on;
+    }
+
+    /// The first non-finite element among node `op_id`'s outputs, as an error.
+    fn check_outputs(&self, op_id: usize, outputs: &Outputs) -> Result<()> {
+        let node = &self.graph.nodes[op_id];
+        for (v, t) in node.outputs.iter().zip(outputs) {
+            let Some(t) = t else { continue };
+            let found = wick_ops::first_non_finite(t).map_err(|source| GraphError::Run {
+                op_id,
+                name: self.infos[op_id].name,
+                phase: node.phase,
+                source,
+            })?;
+            if let Some((index, value)) = found {
+                let name = |v: &ValueId| self.graph.values[v.0].name.clone();
+                let layer = node
+                    .inputs
+                    .iter()
+                    .find(|v| self.graph.values[v.0].kind == ValueKind::Param)
+                    .map(|v| {
+                        let n = name(v);
+                        let layer = n.rsplit_once('.').map_or(n.clone(), |(l, _)| l.to_string());
+                        format!(", layer {layer}")
+                    })
+                    .unwrap_or_default();
+                let inputs: Vec<String> = node
+                    .inputs
+                    .iter()
+                    .map(|v| format!("`{}`", name(v)))
+                    .collect();
+                return Err(GraphError::NonFinite {
+                    op_id,
+                    kernel: self.infos[op_id].name,
+                    phase: node.phase,
+                    layer,
+                    output: name(v),
+                    index,
+                    value,
+                    inputs: inputs.join(", "),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Attaches a hook; it is called from the next iteration on.
@@ -235,6 +289,9 @@ impl Executor {
                 self.hooks.iter_mut().for_each(|h| h.before_op(info));
             }
             let outputs = self.execute(op_id)?;
+            if self.detect_anomaly {
+                self.check_outputs(op_id, &outputs)?;
+            }
             if hooked {
                 let info = &self.infos[op_id];
                 self.hooks.iter_mut().for_each(|h| h.after_op(info));

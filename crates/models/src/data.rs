@@ -43,6 +43,10 @@ impl SyntheticImages {
                 "synthetic data needs at least 1 class, a batch of 1 and 4x4 images; got {classes} classes, batch {batch}, {size}x{size}"
             )));
         }
+        crate::limits::check_allocation(
+            &format!("a synthetic batch of {batch} images of {size}x{size}"),
+            crate::limits::bytes_of(4, &[batch, 3, size, size]),
+        )?;
         Ok(SyntheticImages {
             classes,
             batch,

@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod init;
+pub mod limits;
 pub mod resnet;
 pub mod session;
 

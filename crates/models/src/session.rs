@@ -148,6 +148,16 @@ impl Session {
         image_size: usize,
         device: &Device,
     ) -> Result<Self> {
+        let graph = b.finish();
+        if device.is_cpu() {
+            crate::limits::check_allocation(
+                &format!(
+                    "{} for batches of {batch} at {image_size}x{image_size}",
+                    config.depth.name()
+                ),
+                graph.peak_bytes(),
+            )?;
+        }
         let batches_tracked = config
             .batch_norm_names()?
             .into_iter()
@@ -155,7 +165,7 @@ impl Session {
             .collect();
         Ok(Session {
             config,
-            exec: Executor::new(b.finish(), device),
+            exec: Executor::new(graph, device),
             images,
             labels,
             logits,

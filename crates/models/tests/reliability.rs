@@ -189,6 +189,70 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
 }
 
 #[test]
+fn anomaly_detection_names_the_first_op_layer_and_element_that_went_non_finite() {
+    let (images, labels) = batch();
+    // A NaN pixel: the first conv's output.
+    let mut s = training(0.01, true);
+    s.executor_mut().set_anomaly_detection(true);
+    let mut values = images.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    values[0] = f32::NAN;
+    let poisoned = Tensor::from_vec(values, images.dims(), &Device::Cpu).unwrap();
+    let e = s.step(&poisoned, &labels).unwrap_err().to_string();
+    assert!(
+        e.contains("anomaly: OP_ID0 (ConvForward, Forward, layer conv1)")
+            && e.contains("NaN at element 0"),
+        "{e}"
+    );
+    // An infinite weight deep in the net: the op that reads it, not the loss, is named.
+    let mut s = training(0.01, true);
+    s.executor_mut().set_anomaly_detection(true);
+    let w = s
+        .executor()
+        .get("layer3.0.conv2.weight")
+        .unwrap()
+        .unwrap()
+        .clone();
+    let poisoned = with_value(&w, 4, f32::INFINITY);
+    s.executor_mut()
+        .set("layer3.0.conv2.weight", &poisoned)
+        .unwrap();
+    let e = s.step(&images, &labels).unwrap_err().to_string();
+    assert!(
+        e.contains("layer layer3.0.conv2") && e.contains("ConvForward"),
+        "{e}"
+    );
+    println!("anomaly detection: 2 cases, both named the first non-finite op");
+}
+
+#[test]
+fn absurd_sizes_are_errors_before_any_allocation() {
+    use wick_models::data::SyntheticImages;
+    let huge = 1usize << 32;
+    let e = SyntheticImages::new(10, 16, huge, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("synthetic batch") && e.contains("GiB"), "{e}");
+    let e = SyntheticImages::new(10, usize::MAX, huge, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("overflows"), "{e}");
+    let cases = [(1usize << 16, 32usize), (2, 1 << 16), (1 << 40, 1 << 20)];
+    for (batch, size) in cases {
+        let made =
+            std::panic::catch_unwind(|| Session::inference(cfg(), batch, size, &Device::Cpu));
+        let e = made
+            .unwrap_or_else(|_| panic!("batch {batch}, {size}x{size}: panicked"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("GiB") || e.contains("overflows") || e.contains("too large"),
+            "batch {batch}, {size}x{size}: {e}"
+        );
+    }
+    println!("absurd sizes: {} cases, all clear errors", cases.len() + 2);
+}
+
+#[test]
 fn saving_refuses_devices_and_folders_and_writes_through_symlinks() {
     let d = dir();
     let s = {
