@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
@@ -59,6 +59,12 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     let a = Args::parse();
+    if let Some(path) = &a.output {
+        common::check_output("--output", path)?;
+    }
+    if a.bench {
+        common::at_least_one("--reps", a.reps)?;
+    }
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet50")?;
@@ -89,8 +95,7 @@ fn run() -> Result<()> {
     let logits = session.forward(&images)?;
     if let Some(path) = &a.output {
         let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);
-        checkpoint::write_safetensors(&out, path)
-            .with_context(|| format!("writing {}", path.display()))?;
+        checkpoint::write_safetensors(&out, path)?;
         println!("logits {:?} written to {}", logits.dims(), path.display());
     }
     if a.bench {

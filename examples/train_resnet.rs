@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use candle_core::Tensor;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -184,9 +184,7 @@ fn run() -> Result<()> {
         secs
     );
     if let Some(path) = &a.save {
-        session
-            .save_checkpoint(path)
-            .with_context(|| format!("saving {}", path.display()))?;
+        session.save_checkpoint(path)?;
         println!("saved {}", path.display());
     }
     Ok(())

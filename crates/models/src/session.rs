@@ -332,9 +332,7 @@ impl Session {
         }
         if self.check_parameters {
             if let Some((name, i, v)) = self.first_non_finite_parameter()? {
-                return Err(non_finite(format!(
-                    "the update made `{name}` {v} at element {i}"
-                )));
+                return Err(non_finite(format!("`{name}` became {v} at element {i}")));
             }
         }
         Ok(loss)

@@ -128,7 +128,7 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
     let msg = e.to_string();
     assert!(
         msg.contains(&format!("training step {step}"))
-            && (msg.contains("the update made") || msg.contains("the loss is")),
+            && (msg.contains("became") || msg.contains("the loss is")),
         "{msg}"
     );
     assert_eq!(s.steps(), step);
@@ -182,7 +182,7 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
     let e = s.step(&images, &labels).unwrap_err().to_string();
     assert!(
         e.contains("training step 1")
-            && e.contains("the update made `layer1.0.bn1.running_mean` inf at element 2"),
+            && e.contains("`layer1.0.bn1.running_mean` became inf at element 2"),
         "{e}"
     );
     println!("diverging runs: 4 cases, all stopped at the first non-finite step");

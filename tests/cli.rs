@@ -1,0 +1,213 @@
+//! Issue #15's command-line cases: the examples, run as a user would, on bad input. Each
+//! case asserts a clear one-line error naming the flag or file (and exit status 1), or a
+//! refusal by clap (status 2), and that nothing was lost. `cargo test` builds the
+//! examples; these tests run the release or debug binaries next to this test binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The example `name`, built by cargo beside this test binary (`target/<profile>/examples`).
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} not built (cargo test builds the examples)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `name` with `args` in `dir`, killing it after 120 s (a hang fails the case).
+fn run(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut child = Command::new(example(name))
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(120) {
+            child.kill().unwrap();
+            panic!("{name} {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Asserts a clean failure: status `code`, stderr one `error:` line (no backtrace, no
+/// panic) containing every one of `needles`; returns stderr.
+fn fails(out: &Output, code: i32, needles: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "exit status; stderr: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("stack backtrace"),
+        "{err}"
+    );
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+    err
+}
+
+fn dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("wick-cli-")
+        .tempdir()
+        .unwrap()
+}
+
+/// Small and fast: ResNet-18, CIFAR stem, 8x8 synthetic images.
+const SMALL: [&str; 6] = ["--stem", "cifar", "--image-size", "8", "--batch-size", "4"];
+
+#[test]
+fn bad_numbers_are_refused_naming_the_flag() {
+    let d = dir();
+    let cases: [(&str, Vec<&str>, i32, &str); 7] = [
+        (
+            "train_resnet",
+            vec!["--steps", "0"],
+            1,
+            "--steps must be at least 1",
+        ),
+        (
+            "train_resnet",
+            vec!["--batch-size", "0"],
+            1,
+            "--batch-size must be at least 1",
+        ),
+        (
+            "train_resnet",
+            vec!["--image-size", "4294967296"],
+            1,
+            "more than any allocation",
+        ),
+        ("profile_resnet", vec!["--verbosity", "9"], 2, "0..=2"),
+        (
+            "ops_tour",
+            vec!["--channels", "0"],
+            1,
+            "--channels must be at least 1",
+        ),
+        (
+            "ops_tour",
+            vec!["--reps", "0"],
+            1,
+            "--reps must be at least 1",
+        ),
+        (
+            "infer_resnet",
+            vec!["--bench", "--reps", "0"],
+            1,
+            "--reps must be at least 1",
+        ),
+    ];
+    for (name, args, code, needle) in &cases {
+        fails(&run(d.path(), name, args, &[]), *code, &[needle]);
+    }
+    println!("bad numbers: {} cases, all refused", cases.len());
+}
+
+#[test]
+fn unusable_output_paths_are_refused_before_any_work() {
+    let d = dir();
+    let cases: [(&str, &str, &str); 5] = [
+        ("train_resnet", "--save", "/dev/null"),
+        ("train_resnet", "--save", "missing-folder/x.safetensors"),
+        ("profile_resnet", "--json", "missing-folder/p.json"),
+        ("profile_resnet", "--trace", "/dev/null"),
+        ("infer_resnet", "--output", "."),
+    ];
+    for (name, flag, path) in cases {
+        let started = Instant::now();
+        let out = run(d.path(), name, &[flag, path], &[]);
+        fails(&out, 1, &[flag, path]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name} {flag}: checked late"
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        let dev_null = std::fs::metadata("/dev/null").unwrap().file_type();
+        assert!(dev_null.is_char_device());
+    }
+    println!(
+        "unusable output paths: {} cases, all refused before any work",
+        cases.len()
+    );
+}
+
+#[test]
+fn a_fifo_or_a_missing_file_as_weights_is_one_clear_line() {
+    let d = dir();
+    let fifo = d.path().join("w.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let out = run(d.path(), "train_resnet", &["--weights", "w.fifo"], &[]);
+    fails(&out, 1, &["w.fifo", "not a regular file"]);
+    // With RUST_BACKTRACE set: still one line, and the OS message once.
+    let env = [("RUST_BACKTRACE", "1")];
+    let out = run(
+        d.path(),
+        "infer_resnet",
+        &["--weights", "nope.safetensors"],
+        &env,
+    );
+    let err = fails(&out, 1, &["nope.safetensors", "No such file"]);
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    println!("unreadable weights: 2 cases, one clear line each");
+}
+
+#[test]
+fn a_diverging_run_stops_and_leaves_the_old_checkpoint_untouched() {
+    let d = dir();
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend(["--steps", "2", "--save", "good.safetensors"]);
+    let out = run(d.path(), "train_resnet", &args, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let good = std::fs::read(d.path().join("good.safetensors")).unwrap();
+    // Saved through a symlink: the link stays, its target is replaced.
+    std::os::unix::fs::symlink("good.safetensors", d.path().join("link.safetensors")).unwrap();
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend([
+        "--lr",
+        "1e3",
+        "--weights",
+        "link.safetensors",
+        "--save",
+        "link.safetensors",
+    ]);
+    let out = run(d.path(), "train_resnet", &args, &[]);
+    fails(
+        &out,
+        1,
+        &["training step", "stopped", "nothing saved", "untouched"],
+    );
+    assert_eq!(
+        std::fs::read(d.path().join("good.safetensors")).unwrap(),
+        good
+    );
+    let link = std::fs::symlink_metadata(d.path().join("link.safetensors")).unwrap();
+    assert!(link.file_type().is_symlink());
+    let left: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains("wick-partial"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
+    println!("diverging run: stopped, old checkpoint byte-identical");
+}
