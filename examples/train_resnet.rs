@@ -119,34 +119,39 @@ fn run() -> Result<()> {
     );
 
     let mut evaluator = Session::inference(config, batch, size, &device)?;
-    let mut accuracy =
-        |session: &Session, eval: &mut Option<Box<dyn BatchSource>>| -> Result<f64> {
-            let Some(eval) = eval else {
-                return Ok(f64::NAN);
-            };
-            for (name, t) in session.state_dict()? {
-                if !name.ends_with("num_batches_tracked") {
-                    evaluator.executor_mut().set(&name, &t)?;
-                }
+    // The same held-out batches before and after training, so the two accuracies compare.
+    let held_out: Vec<(Tensor, Tensor)> = match &mut eval {
+        Some(eval) => (0..4)
+            .map(|_| eval.next_batch())
+            .collect::<Result<_, _>>()?,
+        None => Vec::new(),
+    };
+    let mut accuracy = |session: &Session| -> Result<f64> {
+        if held_out.is_empty() {
+            return Ok(f64::NAN);
+        }
+        for (name, t) in session.state_dict()? {
+            if !name.ends_with("num_batches_tracked") {
+                evaluator.executor_mut().set(&name, &t)?;
             }
-            let (mut correct, mut total) = (0, 0);
-            for _ in 0..4 {
-                let (images, labels) = eval.next_batch()?;
-                let predicted = evaluator
-                    .forward(&images)?
-                    .argmax(1)?
-                    .to_dtype(candle_core::DType::I64)?
-                    .to_device(&candle_core::Device::Cpu)?;
-                correct += predicted
-                    .eq(&labels)?
-                    .to_dtype(candle_core::DType::U32)?
-                    .sum_all()?
-                    .to_scalar::<u32>()? as usize;
-                total += labels.dim(0)?;
-            }
-            Ok(correct as f64 / total as f64)
-        };
-    let before = accuracy(&session, &mut eval)?;
+        }
+        let (mut correct, mut total) = (0, 0);
+        for (images, labels) in &held_out {
+            let predicted = evaluator
+                .forward(images)?
+                .argmax(1)?
+                .to_dtype(candle_core::DType::I64)?
+                .to_device(&candle_core::Device::Cpu)?;
+            correct += predicted
+                .eq(labels)?
+                .to_dtype(candle_core::DType::U32)?
+                .sum_all()?
+                .to_scalar::<u32>()? as usize;
+            total += labels.dim(0)?;
+        }
+        Ok(correct as f64 / total as f64)
+    };
+    let before = accuracy(&session)?;
 
     let batches = Prefetcher::new(train, 2);
     let bar = ProgressBar::new(a.steps as u64);
@@ -173,7 +178,7 @@ fn run() -> Result<()> {
         bar.inc(1);
     }
     bar.finish();
-    let after = accuracy(&session, &mut eval)?;
+    let after = accuracy(&session)?;
     let secs = started.elapsed().as_secs_f64();
     println!(
         "loss {:.4} -> {last_loss:.4}; held-out accuracy {:.1}% -> {:.1}%; {:.1} images/s ({:.1} s)",

@@ -14,9 +14,15 @@ use wick_ops::Kernel;
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
-use crate::ir::{Phase, ValueId, ValueKind};
+use crate::ir::{Origin, Phase, ValueId, ValueKind};
 use crate::op::BackwardCtx;
 use crate::ops::elementwise::AccumulateGrad;
+
+/// The layer of a parameter: its state-dict name without the last component
+/// (`layer1.0.conv1.weight` → `layer1.0.conv1`).
+pub(crate) fn param_layer(name: &str) -> Option<String> {
+    name.rsplit_once('.').map(|(layer, _)| layer.to_string())
+}
 
 /// The gradient value of each parameter, as recorded by [`GraphBuilder::backward`].
 #[derive(Debug, Clone, Default)]
@@ -75,6 +81,13 @@ impl GraphBuilder {
         let mut contributions: Vec<Vec<ValueId>> = vec![Vec::new(); self.graph.values.len()];
         for op_id in (0..=root).rev() {
             let node = self.graph.nodes[op_id].clone();
+            // Backward nodes (and the gradient sums just before them) belong to the
+            // forward node they differentiate.
+            self.origin = Origin {
+                layer: node.origin.layer.clone(),
+                forward_op: Some(op_id),
+                parameter: None,
+            };
             let grad_y = if op_id == root {
                 None
             } else {
@@ -96,11 +109,18 @@ impl GraphBuilder {
         let mut grads = Gradients::default();
         let params: Vec<ValueId> = self.graph.values_of(ValueKind::Param).collect();
         for p in params {
+            // A parameter read by several ops: its gradient sum belongs to its layer.
+            self.origin = Origin {
+                layer: param_layer(&self.graph.values[p.0].name),
+                forward_op: None,
+                parameter: Some(self.graph.values[p.0].name.clone()),
+            };
             if let Some(g) = self.sum_grads(p, &mut contributions) {
                 grads.map.insert(p, g);
                 grads.order.push(p);
             }
         }
+        self.origin = Origin::default();
         Ok(grads)
     }
 

@@ -6,7 +6,7 @@ use candle_core::DType;
 use wick_ops::OpError;
 
 use crate::error::{GraphError, Result};
-use crate::ir::{Graph, Node, Op, Phase, ValueId, ValueInfo, ValueKind};
+use crate::ir::{Graph, Node, Op, Origin, Phase, ValueId, ValueInfo, ValueKind};
 use crate::op::NewValue;
 
 /// Whether a graph trains (batch statistics, backward and optimizer nodes) or only infers.
@@ -28,6 +28,8 @@ pub struct GraphBuilder {
     pub(crate) phase: Phase,
     /// Per value: whether a gradient flows to it (a parameter, or computed from one).
     pub(crate) requires_grad: Vec<bool>,
+    /// The origin the next recorded nodes get (see [`Origin`]).
+    pub(crate) origin: Origin,
 }
 
 impl GraphBuilder {
@@ -39,7 +41,23 @@ impl GraphBuilder {
             dtype,
             phase: Phase::Forward,
             requires_grad: Vec::new(),
+            origin: Origin::default(),
         }
+    }
+
+    /// Records what `f` records as layer `path` (a module path such as `layer1.0.conv2`:
+    /// the torchvision state-dict prefix of its parameters). Layers nest: inside
+    /// `in_layer("layer1.0", ...)`, `in_layer("conv1", ...)` is `layer1.0.conv1`. Profiles
+    /// report time per layer, block and stage from these paths.
+    pub fn in_layer<T>(&mut self, path: &str, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let outer = self.origin.layer.clone();
+        self.origin.layer = Some(match &outer {
+            Some(o) => format!("{o}.{path}"),
+            None => path.to_string(),
+        });
+        let result = f(self);
+        self.origin.layer = outer;
+        result
     }
 
     /// The builder's mode.
@@ -138,6 +156,7 @@ impl GraphBuilder {
             outputs: outputs.clone(),
             phase: self.phase,
             flops,
+            origin: self.origin.clone(),
         });
         outputs
     }

@@ -68,6 +68,7 @@ impl Executor {
                     .map(|v| graph.values[v.0].shape.clone())
                     .collect(),
                 flops: n.flops,
+                origin: n.origin.clone(),
             })
             .collect();
         let frees = graph.last_uses();

@@ -21,6 +21,8 @@ pub struct NodeInfo {
     pub output_shapes: Vec<Vec<usize>>,
     /// FLOPs of one execution.
     pub flops: u64,
+    /// Where the node comes from (layer, forward node, parameter).
+    pub origin: crate::ir::Origin,
 }
 
 /// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every

@@ -79,6 +79,22 @@ pub struct Node {
     pub phase: Phase,
     /// Floating-point operations of one execution.
     pub flops: u64,
+    /// Where the node comes from: its layer, the forward node it differentiates, the
+    /// parameter it updates.
+    pub origin: Origin,
+}
+
+/// Where a node comes from, so that profiles can be read per layer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Origin {
+    /// The module path of the layer that recorded it (`layer1.0.conv2`, the torchvision
+    /// state-dict prefix), set by the model through [`GraphBuilder::in_layer`](crate::GraphBuilder::in_layer).
+    /// Backward nodes take their forward node's; optimizer nodes their parameter's.
+    pub layer: Option<String>,
+    /// For a backward node: the OP_ID of the forward node it differentiates.
+    pub forward_op: Option<usize>,
+    /// For an optimizer node: the name of the parameter it updates.
+    pub parameter: Option<String>,
 }
 
 impl Node {

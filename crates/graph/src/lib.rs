@@ -53,7 +53,7 @@ pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
 pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo};
-pub use ir::{Graph, Node, Phase, ValueId, ValueInfo, ValueKind};
+pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use op::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
 pub use output::OutputError;
 pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};

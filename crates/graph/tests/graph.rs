@@ -498,3 +498,53 @@ fn set_learning_rate_changes_every_update_from_the_next_step() {
     assert!(moved, "lr 0.1 moves the parameters");
     assert!(exec.set_learning_rate(f64::NAN).is_err());
 }
+
+/// Issue #12: every node knows where it comes from. Forward nodes carry the layer that
+/// recorded them (nested `in_layer` scopes join with dots), backward nodes their forward
+/// node's OP_ID and layer, optimizer nodes the parameter they update and its layer.
+#[test]
+fn every_node_carries_its_layer_forward_node_or_parameter() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    b.sgd(&grads, wick_ops::SgdParams::default()).unwrap();
+    let g = b.finish();
+    let nodes = g.nodes();
+    let layers: Vec<Option<&str>> = nodes.iter().map(|n| n.origin.layer.as_deref()).collect();
+    assert!(
+        layers.contains(&Some("block.relu")),
+        "nested scopes join: {layers:?}"
+    );
+    let mut forward_without_layer = 0;
+    for (op_id, n) in nodes.iter().enumerate() {
+        match n.phase {
+            wick_graph::Phase::Forward => {
+                assert!(n.origin.forward_op.is_none() && n.origin.parameter.is_none());
+                forward_without_layer += n.origin.layer.is_none() as usize;
+            }
+            wick_graph::Phase::Backward => {
+                let f = n
+                    .origin
+                    .forward_op
+                    .unwrap_or_else(|| panic!("OP_ID{op_id}: no forward node"));
+                assert!(f < op_id && nodes[f].phase == wick_graph::Phase::Forward);
+                assert_eq!(n.origin.layer, nodes[f].origin.layer, "OP_ID{op_id}");
+            }
+            wick_graph::Phase::Optimizer => {
+                let p = n
+                    .origin
+                    .parameter
+                    .as_deref()
+                    .expect("the updated parameter");
+                assert_eq!(g.value(n.inputs[0]).name, p, "OP_ID{op_id}");
+                let layer = n.origin.layer.as_deref().unwrap();
+                assert!(
+                    p.starts_with(layer) && p[layer.len()..].starts_with('.'),
+                    "{p} in {layer}"
+                );
+            }
+        }
+    }
+    // Only `flatten`, which the small net records outside any layer.
+    assert_eq!(forward_without_layer, 1);
+}

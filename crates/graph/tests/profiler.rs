@@ -276,9 +276,15 @@ fn verbosity_two_prints_one_line_per_op_id_in_order() {
         serde_json::from_str(&p.chrome_trace().expect("verbosity 2 has a trace")).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
     assert_eq!(events.iter().filter(|e| e["ph"] == "X").count(), n);
+    // Each event names its layer (and, for backward nodes, its forward node).
+    let first = events.iter().find(|e| e["ph"] == "X").unwrap();
+    assert_eq!(first["args"]["layer"], "stem");
+    let backward = events.iter().find(|e| e["cat"] == "backward").unwrap();
+    assert!(backward["args"]["forward_op"].is_u64(), "{backward}");
     let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
     assert_eq!(json["ops"].as_array().unwrap().len(), n);
     assert_eq!(json["ops"][0]["phase"], "forward");
+    assert_eq!(json["ops"][0]["origin"]["layer"], "stem");
 }
 
 #[test]
@@ -433,4 +439,70 @@ fn event_timer_creates_events_once_and_synchronises_once_per_iteration() {
         p.ops[0]
     );
     assert_eq!(p.method.as_deref(), Some("fake events"));
+}
+
+/// Issue #12's per-layer view, on the fake clock: at every level the rows add up to the
+/// phases' op time; backward time goes to the layer of the forward node it differentiates;
+/// optimizer time and parameters to the parameter's layer.
+#[test]
+fn per_layer_rows_add_up_to_the_phase_totals() {
+    use wick_graph::profiler::{LayerLevel, LayerRow};
+    let mut s = setup(2, 0, [1.0, 2.0, 3.0]);
+    run(&mut s, 3);
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    let phase = |ph: Phase| p.phases.iter().find(|x| x.phase == ph).unwrap().ops_sec;
+    // The fake clock subtracts large base times: equal to about 1e-11.
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1e-9);
+    for level in [LayerLevel::Layer, LayerLevel::Block, LayerLevel::Stage] {
+        let rows = p.by_layer(level);
+        let sum = |f: fn(&LayerRow) -> f64| rows.iter().map(f).sum::<f64>();
+        assert!(
+            close(sum(|r| r.forward_sec), phase(Phase::Forward)),
+            "{level:?}"
+        );
+        assert!(
+            close(sum(|r| r.backward_sec), phase(Phase::Backward)),
+            "{level:?}"
+        );
+        assert!(
+            close(sum(|r| r.optimizer_sec), phase(Phase::Optimizer)),
+            "{level:?}"
+        );
+        assert!(close(sum(|r| r.share), 1.0), "{level:?}");
+        assert_eq!(rows.iter().map(|r| r.nodes).sum::<usize>(), p.ops.len());
+    }
+    // The fake clock gives OP_ID i (i + 1) ms in iteration 0, twice that in 1, thrice in
+    // 2: a mean of 2 (i + 1) ms. The stem's forward is its conv, OP_ID 0.
+    let layers = p.by_layer(LayerLevel::Layer);
+    let stem = layers.iter().find(|r| r.name == "stem").unwrap();
+    assert!(close(stem.forward_sec, 2e-3), "{}", stem.forward_sec);
+    let expected_backward: f64 = p
+        .ops
+        .iter()
+        .filter(|o| o.phase == Phase::Backward && o.origin.forward_op == Some(0))
+        .map(|o| 2e-3 * (o.op_id + 1) as f64)
+        .sum();
+    assert!(expected_backward > 0.0 && close(stem.backward_sec, expected_backward));
+    assert_eq!(stem.parameters, 6 * 3 * 3 * 3, "stem.weight");
+    let no_layer = layers.iter().find(|r| r.name == "(no layer)").unwrap();
+    assert_eq!(
+        no_layer.nodes, 2,
+        "flatten (recorded outside any layer) and its backward"
+    );
+    let stages = p.by_layer(LayerLevel::Stage);
+    let block = stages.iter().find(|r| r.name == "block").unwrap();
+    let in_block: usize = layers
+        .iter()
+        .filter(|r| r.name == "block" || r.name.starts_with("block."))
+        .map(|r| r.nodes)
+        .sum();
+    assert_eq!(block.nodes, in_block);
+    let text = p.to_string();
+    assert!(
+        text.contains("Per-stage time") && text.contains("Per-layer time"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    assert_eq!(json["layers"].as_array().unwrap().len(), layers.len());
+    assert_eq!(json["stages"].as_array().unwrap().len(), stages.len());
 }

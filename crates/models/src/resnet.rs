@@ -208,13 +208,13 @@ impl ResNetConfig {
             Stem::ImageNet => {
                 let h = r.conv(images, "conv1", 3, 64, 7, 2, 3)?;
                 let h = r.bn(h, "bn1", 64)?;
-                let h = r.b.relu(h)?;
-                r.b.max_pool2d(h, 3, 2, 1)?
+                let h = r.layer("relu", |b| b.relu(h))?;
+                r.layer("maxpool", |b| b.max_pool2d(h, 3, 2, 1))?
             }
             Stem::Cifar => {
                 let h = r.conv(images, "conv1", 3, 64, 3, 1, 1)?;
                 let h = r.bn(h, "bn1", 64)?;
-                r.b.relu(h)?
+                r.layer("relu", |b| b.relu(h))?
             }
         };
         let mut inplanes = 64;
@@ -224,20 +224,21 @@ impl ResNetConfig {
             for block in 0..blocks {
                 let stride = if stage > 0 && block == 0 { 2 } else { 1 };
                 let p = format!("layer{}.{block}", stage + 1);
+                let relu = format!("{p}.relu");
                 let identity = x;
                 let out = if self.depth.bottleneck() {
                     let h = r.conv(x, &format!("{p}.conv1"), inplanes, planes, 1, 1, 0)?;
                     let h = r.bn(h, &format!("{p}.bn1"), planes)?;
-                    let h = r.b.relu(h)?;
+                    let h = r.layer(&relu, |b| b.relu(h))?;
                     let h = r.conv(h, &format!("{p}.conv2"), planes, planes, 3, stride, 1)?;
                     let h = r.bn(h, &format!("{p}.bn2"), planes)?;
-                    let h = r.b.relu(h)?;
+                    let h = r.layer(&relu, |b| b.relu(h))?;
                     let h = r.conv(h, &format!("{p}.conv3"), planes, planes * exp, 1, 1, 0)?;
                     r.bn(h, &format!("{p}.bn3"), planes * exp)?
                 } else {
                     let h = r.conv(x, &format!("{p}.conv1"), inplanes, planes, 3, stride, 1)?;
                     let h = r.bn(h, &format!("{p}.bn1"), planes)?;
-                    let h = r.b.relu(h)?;
+                    let h = r.layer(&relu, |b| b.relu(h))?;
                     let h = r.conv(h, &format!("{p}.conv2"), planes, planes, 3, 1, 1)?;
                     r.bn(h, &format!("{p}.bn2"), planes)?
                 };
@@ -255,20 +256,21 @@ impl ResNetConfig {
                 } else {
                     identity
                 };
-                let sum = r.b.add(out, shortcut)?;
-                x = r.b.relu(sum)?;
+                // The residual sum is the block's own op (torchvision's `out += identity`).
+                let sum = r.layer(&p, |b| b.add(out, shortcut))?;
+                x = r.layer(&relu, |b| b.relu(sum))?;
                 inplanes = planes * exp;
             }
         }
-        let h = r.b.global_avg_pool(x)?;
-        let h = r.b.flatten(h)?;
+        let h = r.layer("avgpool", |b| b.global_avg_pool(x))?;
+        let h = r.layer("flatten", |b| b.flatten(h))?;
         let fc_w = r.param(
             "fc.weight",
             &[self.num_classes, inplanes],
             TensorRole::FcWeight,
         )?;
         let fc_b = r.param("fc.bias", &[self.num_classes], TensorRole::FcBias)?;
-        r.b.linear(h, fc_w, Some(fc_b))
+        r.layer("fc", |b| b.linear(h, fc_w, Some(fc_b)))
     }
 }
 
@@ -315,7 +317,17 @@ impl Recorder<'_> {
             &[cout, cin, k, k],
             TensorRole::ConvWeight,
         )?;
-        self.b.conv2d(x, w, None, Conv2dParams::new(stride, pad))
+        let p = Conv2dParams::new(stride, pad);
+        self.b.in_layer(name, |b| b.conv2d(x, w, None, p))
+    }
+
+    /// `op` recorded as layer `name` (a torchvision module path).
+    fn layer(
+        &mut self,
+        name: &str,
+        op: impl FnOnce(&mut GraphBuilder) -> wick_graph::Result<ValueId>,
+    ) -> wick_graph::Result<ValueId> {
+        self.b.in_layer(name, op)
     }
 
     fn bn(&mut self, x: ValueId, name: &str, c: usize) -> wick_graph::Result<ValueId> {
@@ -329,7 +341,8 @@ impl Recorder<'_> {
         let rm = self.b.state(&format!("{name}.running_mean"), &[c])?;
         self.note(&format!("{name}.running_var"), &[c], TensorRole::RunningVar);
         let rv = self.b.state(&format!("{name}.running_var"), &[c])?;
-        self.b
-            .batch_norm(x, w, bias, rm, rv, BatchNorm2dParams::default())
+        self.b.in_layer(name, |b| {
+            b.batch_norm(x, w, bias, rm, rv, BatchNorm2dParams::default())
+        })
     }
 }

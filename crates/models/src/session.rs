@@ -82,7 +82,7 @@ impl Session {
     ) -> Result<Self> {
         let (mut b, images, logits) = forward_graph(&config, Mode::Train, batch, image_size)?;
         let labels = b.input("labels", &[batch], DType::I64)?;
-        let loss = b.cross_entropy(logits, labels)?;
+        let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
         b.output(logits);
         b.output(loss);
         let grads = b.backward(loss)?;

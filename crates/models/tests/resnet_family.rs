@@ -88,3 +88,57 @@ fn any_input_that_survives_the_downsampling_builds_and_an_empty_one_fails_clearl
         .to_string()
         .contains("resnet19"));
 }
+
+/// Issue #12: in a ResNet's training graph every node maps to a layer named as
+/// torchvision's modules (`layer1.0.conv2`, `layer1.0.downsample.1`, `fc`, `loss`), every
+/// backward node to its forward node, every optimizer node to the parameter it updates.
+#[test]
+fn every_node_of_a_training_step_maps_to_a_torchvision_layer() {
+    for depth in [Depth::R18, Depth::R50] {
+        let config = ResNetConfig::new(depth, Stem::ImageNet, 10).unwrap();
+        let s = wick_models::Session::training(
+            config,
+            2,
+            32,
+            wick_ops::SgdParams::default().into(),
+            &candle_core::Device::Cpu,
+        )
+        .unwrap();
+        let g = s.executor().graph();
+        let names: std::collections::HashSet<String> = config
+            .state_spec()
+            .unwrap()
+            .into_iter()
+            .filter_map(|t| t.name.rsplit_once('.').map(|(l, _)| l.to_string()))
+            .collect();
+        for (op_id, n) in g.nodes().iter().enumerate() {
+            let layer = n
+                .origin
+                .layer
+                .as_deref()
+                .unwrap_or_else(|| panic!("{depth:?} OP_ID{op_id} has no layer"));
+            // A module with parameters, or one of the parameter-free modules.
+            let known = names.contains(layer)
+                || ["relu", "maxpool", "avgpool", "flatten", "loss"].contains(&layer)
+                || layer.ends_with(".relu")
+                || names
+                    .iter()
+                    .any(|m| m.starts_with(&format!("{layer}.conv1")));
+            assert!(known, "{depth:?} OP_ID{op_id}: unknown layer {layer}");
+            match n.phase {
+                wick_graph::Phase::Backward => {
+                    let f = n
+                        .origin
+                        .forward_op
+                        .expect("backward nodes know their forward node");
+                    assert_eq!(g.nodes()[f].origin.layer.as_deref(), Some(layer));
+                }
+                wick_graph::Phase::Optimizer => {
+                    let p = n.origin.parameter.as_deref().expect("the parameter");
+                    assert_eq!(p.rsplit_once('.').map(|(l, _)| l), Some(layer));
+                }
+                wick_graph::Phase::Forward => {}
+            }
+        }
+    }
+}

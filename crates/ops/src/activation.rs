@@ -46,10 +46,10 @@ fn relu_cpu<T: Float>(x: &Tensor) -> Result<Tensor> {
 
 /// ReLU FLOPs: one comparison per element.
 pub fn relu_flops(shape: &[usize]) -> u64 {
-    shape.iter().product::<usize>() as u64
+    crate::shape::flop_count(1, shape)
 }
 
 /// ReLU backward FLOPs: one comparison (select) per element.
 pub fn relu_backward_flops(shape: &[usize]) -> u64 {
-    shape.iter().product::<usize>() as u64
+    crate::shape::flop_count(1, shape)
 }

@@ -28,5 +28,5 @@ fn add_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// FLOPs of an addition: one per element.
 pub fn add_flops(shape: &[usize]) -> u64 {
-    shape.iter().product::<usize>() as u64
+    crate::shape::flop_count(1, shape)
 }

@@ -49,7 +49,7 @@ pub fn linear_output_shape(
 /// FLOPs of the forward pass.
 pub fn linear_flops(input: &[usize], weight: &[usize]) -> u64 {
     match (input, weight) {
-        (&[n, fin], &[out, _]) => 2 * (n * fin * out) as u64,
+        (&[n, fin], &[out, _]) => crate::shape::flop_count(2, &[n, fin, out]),
         _ => 0,
     }
 }
@@ -57,7 +57,7 @@ pub fn linear_flops(input: &[usize], weight: &[usize]) -> u64 {
 /// FLOPs of the backward pass: the input and the weight gradients, each a product the
 /// size of the forward one (the bias gradient's sum is not counted).
 pub fn linear_backward_flops(input: &[usize], weight: &[usize]) -> u64 {
-    2 * linear_flops(input, weight)
+    linear_flops(input, weight).saturating_mul(2)
 }
 
 /// Linear forward (`LinearForward`).

@@ -157,11 +157,11 @@ pub fn cross_entropy_backward(
 
 /// FLOPs of the forward pass: about 4 per logit (max, subtract, exp, sum).
 pub fn cross_entropy_flops(logits: &[usize]) -> u64 {
-    4 * logits.iter().product::<usize>() as u64
+    crate::shape::flop_count(4, logits)
 }
 
 /// FLOPs of the backward pass: about 3 per logit (softmax from the log-sum-exp, minus the
 /// one-hot, scale).
 pub fn cross_entropy_backward_flops(logits: &[usize]) -> u64 {
-    3 * logits.iter().product::<usize>() as u64
+    crate::shape::flop_count(3, logits)
 }

@@ -62,7 +62,7 @@ impl SgdParams {
 
     /// FLOPs of one update of a parameter with `n` elements.
     pub fn flops(&self, n: usize) -> u64 {
-        6 * n as u64
+        crate::shape::flop_count(6, &[n])
     }
 }
 

@@ -20,6 +20,13 @@ pub fn nchw(op: &'static str, what: &str, dims: &[usize]) -> Result<[usize; 4]> 
     }
 }
 
+/// `factor` times the product of `dims`, saturating at `u64::MAX` instead of overflowing
+/// (FLOP and byte counts of absurd shapes stay defined: never a panic or a wrap-around).
+pub fn flop_count(factor: u64, dims: &[usize]) -> u64 {
+    dims.iter()
+        .fold(factor, |acc, d| acc.saturating_mul(*d as u64))
+}
+
 /// Checks that two shapes are equal.
 pub fn same(op: &'static str, a_name: &str, a: &[usize], b_name: &str, b: &[usize]) -> Result<()> {
     if a == b {

@@ -8,7 +8,7 @@ use wick_ops::{optim, Kernel, SgdParams};
 use crate::autodiff::Gradients;
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
-use crate::ir::{Phase, ValueKind};
+use crate::ir::{Origin, Phase, ValueKind};
 use crate::op::{args, Inputs, KernelResult, NodeOp};
 
 /// One parameter's fused SGD update. in: param, grad, `[momentum_buf]`; out: the param
@@ -46,8 +46,14 @@ impl GraphBuilder {
             }
             let flops = p.flops(info.shape.iter().product());
             let op = Arc::new(SgdUpdate { params: p });
+            self.origin = Origin {
+                layer: crate::autodiff::param_layer(&info.name),
+                forward_op: None,
+                parameter: Some(info.name.clone()),
+            };
             self.push(op, inputs, vec![], updated, flops);
         }
+        self.origin = Origin::default();
         Ok(())
     }
 }

@@ -8,6 +8,7 @@
 //! - [`profile`]: the result, [`Profile`], plain numbers (and its JSON);
 //! - [`singa`]: SINGA's text lines and wick's report around them;
 //! - [`table`]: the per-op-type table;
+//! - [`layers`]: time per layer, block and stage (forward, backward, optimizer);
 //! - [`trace`]: the Chrome/Perfetto trace.
 //!
 //! Verbosity 0 times nothing. 1: every phase (forward, backward, optimizer), the whole
@@ -15,6 +16,7 @@
 //! 2: also every op, reported per OP_ID. The first `skip` iterations run untimed; every
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
+pub mod layers;
 pub mod profile;
 pub mod recorder;
 pub mod schedule;
@@ -23,6 +25,7 @@ pub mod slots;
 pub mod table;
 pub mod trace;
 
+pub use layers::{LayerLevel, LayerRow};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use recorder::TimeProfiler;
 pub use schedule::Schedule;

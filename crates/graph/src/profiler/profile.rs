@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::ir::Phase;
+use crate::ir::{Origin, Phase};
 
 /// The timing of one node, averaged over the iterations that timed it.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +26,10 @@ pub struct OpProfile {
     pub input_shapes: Vec<Vec<usize>>,
     /// Output shapes.
     pub output_shapes: Vec<Vec<usize>>,
+    /// Where the node comes from: layer, forward node, updated parameter.
+    pub origin: Origin,
+    /// Elements of the parameter an optimizer node updates (0 for other nodes).
+    pub parameter_elements: u64,
 }
 
 /// One phase's time per iteration, and the part of it spent inside ops.
@@ -153,9 +157,25 @@ impl Profile {
         rows
     }
 
-    /// The whole profile as JSON.
+    /// The whole profile as JSON, with the per-layer, per-block and per-stage views
+    /// (every row, not only the text report's top ones).
     pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        #[derive(Serialize)]
+        struct WithViews<'a> {
+            #[serde(flatten)]
+            profile: &'a Profile,
+            layers: Vec<super::layers::LayerRow>,
+            blocks: Vec<super::layers::LayerRow>,
+            stages: Vec<super::layers::LayerRow>,
+        }
+        use super::layers::LayerLevel;
+        let views = WithViews {
+            profile: self,
+            layers: self.by_layer(LayerLevel::Layer),
+            blocks: self.by_layer(LayerLevel::Block),
+            stages: self.by_layer(LayerLevel::Stage),
+        };
+        serde_json::to_string_pretty(&views).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 }
 

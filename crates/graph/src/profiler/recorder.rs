@@ -154,6 +154,11 @@ impl TimeProfiler {
                     flops: info.flops,
                     input_shapes: info.input_shapes.clone(),
                     output_shapes: info.output_shapes.clone(),
+                    origin: info.origin.clone(),
+                    parameter_elements: match (&info.origin.parameter, info.input_shapes.first()) {
+                        (Some(_), Some(shape)) => wick_ops::shape::flop_count(1, shape),
+                        _ => 0,
+                    },
                 })
                 .collect()
         } else {

@@ -64,8 +64,8 @@ impl Profile {
 
 impl fmt::Display for Profile {
     /// SINGA's lines, then (beyond SINGA) the phase lines after per-op lines, the
-    /// iteration, the step breakdown, and the per-op-type table when there are per-op
-    /// timings.
+    /// iteration, the step breakdown, and, when there are per-op timings, the per-op-type
+    /// table and the time per stage, block and layer (when the model named its layers).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.timed_iterations == 0 {
             return writeln!(
@@ -114,6 +114,15 @@ impl fmt::Display for Profile {
         if !self.ops.is_empty() {
             writeln!(f)?;
             f.write_str(&self.table())?;
+            if self.ops.iter().any(|o| o.origin.layer.is_some()) {
+                use super::layers::LayerLevel;
+                writeln!(f)?;
+                f.write_str(&self.layer_table(LayerLevel::Stage, usize::MAX))?;
+                writeln!(f)?;
+                f.write_str(&self.layer_table(LayerLevel::Block, 8))?;
+                writeln!(f)?;
+                f.write_str(&self.layer_table(LayerLevel::Layer, 10))?;
+            }
         }
         Ok(())
     }

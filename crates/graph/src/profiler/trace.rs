@@ -23,7 +23,10 @@ impl Profile {
             events.push(serde_json::json!({
                 "ph": "X", "name": op.name, "cat": op.phase.as_str(), "pid": 0, "tid": op.phase as usize,
                 "ts": start * 1e6, "dur": dur * 1e6,
-                "args": {"op_id": op.op_id, "inputs": op.input_shapes, "outputs": op.output_shapes, "flops": op.flops}
+                "args": {
+                    "op_id": op.op_id, "inputs": op.input_shapes, "outputs": op.output_shapes, "flops": op.flops,
+                    "layer": op.origin.layer, "forward_op": op.origin.forward_op, "parameter": op.origin.parameter
+                }
             }));
         }
         Some(serde_json::json!({"traceEvents": events, "displayTimeUnit": "ms"}).to_string())

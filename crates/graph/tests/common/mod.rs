@@ -32,27 +32,31 @@ pub fn small_net(
                    stride: usize|
      -> Result<ValueId> {
         let w = b.param(&format!("{name}.weight"), &[c, cin, 3, 3])?;
-        let h = b.conv2d(x, w, None, Conv2dParams::new(stride, 1))?;
+        let h = b.in_layer(name, |b| b.conv2d(x, w, None, Conv2dParams::new(stride, 1)))?;
         let g = b.param(&format!("{name}.bn.weight"), &[c])?;
         let beta = b.param(&format!("{name}.bn.bias"), &[c])?;
         let rm = b.state(&format!("{name}.bn.running_mean"), &[c])?;
         let rv = b.state(&format!("{name}.bn.running_var"), &[c])?;
-        b.batch_norm(h, g, beta, rm, rv, BatchNorm2dParams::default())
+        let bn = BatchNorm2dParams::default();
+        b.in_layer(&format!("{name}.bn"), |b| {
+            b.batch_norm(h, g, beta, rm, rv, bn)
+        })
     };
+    // Layers as a model records them (module paths); `flatten` is left outside any layer.
     let h = conv_bn(b, images, "stem", 3, 1)?;
-    let h = b.relu(h)?;
-    let h = b.max_pool2d(h, 3, 2, 1)?;
+    let h = b.in_layer("stem.relu", |b| b.relu(h))?;
+    let h = b.in_layer("maxpool", |b| b.max_pool2d(h, 3, 2, 1))?;
     let r = conv_bn(b, h, "block.conv1", c, 1)?;
-    let r = b.relu(r)?;
+    let r = b.in_layer("block", |b| b.in_layer("relu", |b| b.relu(r)))?;
     let r = conv_bn(b, r, "block.conv2", c, 1)?;
-    let h = b.add(r, h)?;
-    let h = b.relu(h)?;
-    let h = b.global_avg_pool(h)?;
+    let h = b.in_layer("block", |b| b.add(r, h))?;
+    let h = b.in_layer("block.relu", |b| b.relu(h))?;
+    let h = b.in_layer("avgpool", |b| b.global_avg_pool(h))?;
     let h = b.flatten(h)?;
     let fw = b.param("fc.weight", &[classes, c])?;
     let fb = b.param("fc.bias", &[classes])?;
-    let logits = b.linear(h, fw, Some(fb))?;
-    let loss = b.cross_entropy(logits, labels)?;
+    let logits = b.in_layer("fc", |b| b.linear(h, fw, Some(fb)))?;
+    let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
     b.output(loss);
     b.output(logits);
     Ok(SmallNet {

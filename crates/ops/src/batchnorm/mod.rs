@@ -83,7 +83,7 @@ impl BatchNorm2dParams {
 
     /// FLOPs of the forward pass (statistics, normalisation, scale and shift): about 8 per element.
     pub fn flops(&self, input: &[usize]) -> u64 {
-        8 * input.iter().product::<usize>() as u64
+        crate::shape::flop_count(8, input)
     }
 
     /// FLOPs of the backward pass (two per-channel sums, then the input gradient): about 8

@@ -185,7 +185,9 @@ impl Conv2dParams {
     /// gradient each cost the same.
     pub fn flops(&self, input: &[usize], weight: &[usize]) -> u64 {
         match self.geom(input, weight) {
-            Ok(g) => 2 * (g.n * g.c_out * g.pixels() * g.k()) as u64,
+            Ok(g) => {
+                crate::shape::flop_count(2, &[g.n, g.c_out, g.oh, g.ow, g.cin_g(), g.kh, g.kw])
+            }
             Err(_) => 0,
         }
     }
@@ -261,7 +263,7 @@ pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
 
 /// FLOPs of the bias gradient for an output gradient of shape `grad_out`: one add per element.
 pub fn conv2d_backward_bias_flops(grad_out: &[usize]) -> u64 {
-    grad_out.iter().product::<usize>() as u64
+    crate::shape::flop_count(1, grad_out)
 }
 
 fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {

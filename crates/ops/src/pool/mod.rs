@@ -97,7 +97,7 @@ impl Pool2dParams {
     /// FLOPs of the forward pass, and of the backward pass alike: one per window element.
     pub fn flops(&self, input: &[usize]) -> u64 {
         match self.output_shape(PoolKind::Max, input) {
-            Ok(out) => (out.iter().product::<usize>() * self.kernel[0] * self.kernel[1]) as u64,
+            Ok(out) => crate::shape::flop_count(1, &[&out[..], &self.kernel[..]].concat()),
             Err(_) => 0,
         }
     }
@@ -311,7 +311,7 @@ const GAP: &str = "global_avg_pool";
 
 /// FLOPs of global average pooling, forward or backward: one per input element.
 pub fn global_avg_pool_flops(input: &[usize]) -> u64 {
-    input.iter().product::<usize>() as u64
+    crate::shape::flop_count(1, input)
 }
 
 /// Global average pool forward: [N, C, H, W] -> [N, C, 1, 1] (PyTorch's
