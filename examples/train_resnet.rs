@@ -64,6 +64,8 @@ struct Args {
     /// (PyTorch's detect_anomaly; slow, for debugging a diverging run).
     #[arg(long)]
     detect_anomaly: bool,
+    #[command(flatten)]
+    profile: common::ProfileArgs,
     /// Seed for the initialisation and the synthetic data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -81,6 +83,7 @@ fn run() -> Result<()> {
     if let Some(path) = &a.save {
         common::check_output("--save", path)?;
     }
+    a.profile.check(0)?;
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet18")?;
@@ -102,6 +105,7 @@ fn run() -> Result<()> {
     session
         .executor_mut()
         .set_anomaly_detection(a.detect_anomaly);
+    a.profile.attach(&mut session, 0)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
         None => session.init_weights(WeightInit::Torchvision(a.seed))?,
@@ -158,10 +162,18 @@ fn run() -> Result<()> {
     bar.set_style(ProgressStyle::with_template(
         "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
     )?);
-    let started = Instant::now();
+    // images/s counts the steps after the warm-up (--skip, at most all but one step),
+    // and no evaluation.
+    let warmup = a.profile.skip.min(a.steps - 1);
+    let mut started = Instant::now();
     let (mut first_loss, mut last_loss) = (None, 0f32);
     for step in 0..a.steps {
+        if step == warmup {
+            started = Instant::now();
+        }
+        let waiting = Instant::now();
         let (images, labels): (Tensor, Tensor) = batches.next_batch()?;
+        session.report_input_wait(waiting.elapsed());
         let loss = session.step(&images, &labels).map_err(|e| {
             bar.abandon();
             match &a.save {
@@ -173,21 +185,28 @@ fn run() -> Result<()> {
         })?;
         first_loss.get_or_insert(loss);
         last_loss = loss;
-        let rate = (step + 1) as f64 * batch as f64 / started.elapsed().as_secs_f64();
-        bar.set_message(format!("loss {loss:.4}, {rate:.1} images/s"));
+        if step >= warmup {
+            let timed = (step + 1 - warmup) as f64 * batch as f64;
+            let rate = timed / started.elapsed().as_secs_f64();
+            bar.set_message(format!("loss {loss:.4}, {rate:.1} images/s"));
+        } else {
+            bar.set_message(format!("loss {loss:.4}, warming up"));
+        }
         bar.inc(1);
     }
     bar.finish();
-    let after = accuracy(&session)?;
     let secs = started.elapsed().as_secs_f64();
+    let after = accuracy(&session)?;
     println!(
-        "loss {:.4} -> {last_loss:.4}; held-out accuracy {:.1}% -> {:.1}%; {:.1} images/s ({:.1} s)",
+        "loss {:.4} -> {last_loss:.4}; held-out accuracy {:.1}% -> {:.1}%; {:.1} images/s over {} steps after {warmup} warm-up ({:.1} s)",
         first_loss.unwrap_or(f32::NAN),
         100.0 * before,
         100.0 * after,
-        (a.steps * batch) as f64 / secs,
+        ((a.steps - warmup) * batch) as f64 / secs,
+        a.steps - warmup,
         secs
     );
+    a.profile.report(&session)?;
     if let Some(path) = &a.save {
         session.save_checkpoint(path)?;
         println!("saved {}", path.display());

@@ -108,3 +108,90 @@ pub fn at_least_one(flag: &str, value: usize) -> Result<()> {
     anyhow::ensure!(value >= 1, "{flag} must be at least 1 (got {value})");
     Ok(())
 }
+
+/// The profiling flags every training example takes (profile_resnet's, shared).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// Profiler verbosity: 0 off, 1 phases, 2 every op [default: 2 for profile_resnet,
+    /// 0 for train_resnet].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub verbosity: Option<u8>,
+    /// Untimed warm-up iterations at the start (SINGA's default is 5).
+    #[arg(long, default_value_t = 5)]
+    pub skip: usize,
+    /// Write a Chrome/Perfetto trace of the last timed iteration here (needs verbosity 2).
+    #[arg(long)]
+    pub trace: Option<std::path::PathBuf>,
+    /// Write the whole profile as JSON here.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl ProfileArgs {
+    /// The verbosity, with this example's default.
+    pub fn level(&self, default: u8) -> u8 {
+        self.verbosity.unwrap_or(default)
+    }
+
+    /// Refuses, before any work, output requests that cannot be honoured: a trace without
+    /// per-op timings, a profile file without a profile, one path for both files, a path
+    /// that cannot be written.
+    pub fn check(&self, default: u8) -> Result<()> {
+        let level = self.level(default);
+        if self.trace.is_some() && level < 2 {
+            anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");
+        }
+        if self.json.is_some() && level == 0 {
+            anyhow::bail!("--json needs a profile: use --verbosity 1 or 2");
+        }
+        if let (Some(t), Some(j)) = (&self.trace, &self.json) {
+            anyhow::ensure!(
+                t != j,
+                "--trace and --json name the same file {}: give each its own",
+                t.display()
+            );
+        }
+        if let Some(path) = &self.trace {
+            check_output("--trace", path)?;
+        }
+        if let Some(path) = &self.json {
+            check_output("--json", path)?;
+        }
+        Ok(())
+    }
+
+    /// Attaches wick's time profiler to `session` unless the verbosity is 0.
+    pub fn attach(&self, session: &mut wick::models::Session, default: u8) -> Result<()> {
+        let level = self.level(default);
+        if level > 0 {
+            session
+                .executor_mut()
+                .add_hook(wick::graph::TimeProfiler::new(level, self.skip))?;
+        }
+        Ok(())
+    }
+
+    /// Prints the profile (if one was attached) and writes the trace and JSON asked for.
+    pub fn report(&self, session: &wick::models::Session) -> Result<()> {
+        let Some(profiler) = session.executor().hook::<wick::graph::TimeProfiler>() else {
+            return Ok(());
+        };
+        profiler.print();
+        let profile = profiler.profile();
+        if let Some(path) = &self.trace {
+            let trace = profile.chrome_trace().ok_or_else(|| {
+                anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")
+            })?;
+            wick::graph::output::write_bytes_atomically(path, trace.as_bytes())?;
+            println!(
+                "trace of the last timed iteration written to {} (open in ui.perfetto.dev)",
+                path.display()
+            );
+        }
+        if let Some(path) = &self.json {
+            wick::graph::output::write_bytes_atomically(path, profile.to_json().as_bytes())?;
+            println!("profile written to {}", path.display());
+        }
+        Ok(())
+    }
+}

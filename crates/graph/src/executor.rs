@@ -156,6 +156,15 @@ impl Executor {
         Ok(())
     }
 
+    /// Tells the hooks (the profiler) how long a part of the step outside the graph took:
+    /// waiting for the batch, copying it in, reading the loss back. The caller times these
+    /// with the host clock; the profiler adds them to its whole-step breakdown.
+    pub fn report_step_part(&mut self, part: crate::hooks::StepPart, sec: f64) {
+        for h in &mut self.hooks {
+            h.on_step_part(part, sec);
+        }
+    }
+
     /// Attaches a hook; it is called from the next iteration on.
     pub fn add_hook<H: Hook>(&mut self, mut hook: H) -> Result<()> {
         hook.on_attach(&self.infos, &self.device)?;

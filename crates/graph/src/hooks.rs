@@ -25,6 +25,19 @@ pub struct NodeInfo {
     pub origin: crate::ir::Origin,
 }
 
+/// A part of a training step outside the graph's nodes, timed by the host clock and
+/// reported through [`Executor::report_step_part`](crate::Executor::report_step_part).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepPart {
+    /// Waiting for the data loader to hand over the next batch (before the iteration).
+    InputWait,
+    /// Copying the batch into the graph's inputs, onto the device (before the iteration).
+    HostToDevice,
+    /// Reading the loss back to the host (after the iteration).
+    LossReadBack,
+}
+
 /// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every
 /// method has an empty default. With no hook attached the executor makes none of these
 /// calls.
@@ -47,4 +60,7 @@ pub trait Hook: Any {
     fn before_op(&mut self, _node: &NodeInfo) {}
     /// Right after the node's kernel returned.
     fn after_op(&mut self, _node: &NodeInfo) {}
+    /// A part of the step outside the graph took `sec` seconds (host clock): input wait
+    /// and the copy before an iteration, the loss read-back after it.
+    fn on_step_part(&mut self, _part: StepPart, _sec: f64) {}
 }

@@ -52,7 +52,7 @@ pub use autodiff::Gradients;
 pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
 pub use executor::Executor;
-pub use hooks::{Hook, NodeInfo};
+pub use hooks::{Hook, NodeInfo, StepPart};
 pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use op::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
 pub use output::OutputError;

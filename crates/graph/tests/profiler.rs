@@ -76,6 +76,15 @@ struct Setup {
 }
 
 fn setup(verbosity: u8, skip: usize, phase_len: [f64; 3]) -> Setup {
+    setup_with(verbosity, skip, phase_len, None)
+}
+
+fn setup_with(
+    verbosity: u8,
+    skip: usize,
+    phase_len: [f64; 3],
+    wall: Option<wick_graph::profiler::WallClock>,
+) -> Setup {
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
     let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
     let grads = b.backward(net.loss).unwrap();
@@ -105,8 +114,11 @@ fn setup(verbosity: u8, skip: usize, phase_len: [f64; 3]) -> Setup {
         clock: Box::new(clock(skip, phase_len)),
         recorded: vec![],
     };
-    exec.add_hook(TimeProfiler::new(verbosity, skip).with_timer(Box::new(timer)))
-        .unwrap();
+    let mut profiler = TimeProfiler::new(verbosity, skip).with_timer(Box::new(timer));
+    if let Some(wall) = wall {
+        profiler = profiler.with_wall_clock(wall);
+    }
+    exec.add_hook(profiler).unwrap();
     Setup {
         exec,
         iteration,
@@ -505,4 +517,87 @@ fn per_layer_rows_add_up_to_the_phase_totals() {
     let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
     assert_eq!(json["layers"].as_array().unwrap().len(), layers.len());
     assert_eq!(json["stages"].as_array().unwrap().len(), stages.len());
+}
+
+/// A host clock that returns `times` in order, one per call.
+fn scripted(times: Vec<f64>) -> wick_graph::profiler::WallClock {
+    let mut times = times.into_iter();
+    Box::new(move || times.next().expect("the script covers every clock read"))
+}
+
+/// Six steps on a scripted host clock: the loop waits `input_wait` for each batch, the
+/// copy takes 1 ms, the graph 50 ms, the loss read-back 1 ms, the loop's own work 2 ms.
+/// The first step is skipped.
+fn whole_step(input_wait: f64) -> wick_graph::profiler::StepProfile {
+    use wick_graph::StepPart;
+    let (copy, run, read_back, other) = (1e-3, 50e-3, 1e-3, 2e-3);
+    let period = input_wait + copy + run + read_back + other;
+    let steps = 6;
+    // The profiler reads the clock as each iteration starts and ends.
+    let times = (0..steps)
+        .flat_map(|k| {
+            let start = 1.0 + k as f64 * period;
+            [start, start + run]
+        })
+        .collect();
+    let mut s = setup_with(1, 1, [1.0, 1.0, 1.0], Some(scripted(times)));
+    for k in 0..steps {
+        s.iteration.set(k);
+        s.exec.report_step_part(StepPart::InputWait, input_wait);
+        s.exec.report_step_part(StepPart::HostToDevice, copy);
+        s.exec.run().unwrap();
+        s.exec.report_step_part(StepPart::LossReadBack, read_back);
+    }
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    let step = p.step.expect("parts were reported");
+    // Intervals start at timed iterations 1..=4 (the last one has no next start).
+    assert_eq!(step.intervals, 4);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    assert!(close(step.wall_sec, period), "{step:?}");
+    assert!(close(step.input_wait_sec, input_wait) && close(step.run_sec, run));
+    assert!(close(step.host_to_device_sec, copy) && close(step.loss_read_back_sec, read_back));
+    assert!(
+        close(step.other_sec, other),
+        "the rest is the loop's own work: {step:?}"
+    );
+    let parts = step.input_wait_sec
+        + step.host_to_device_sec
+        + step.run_sec
+        + step.loss_read_back_sec
+        + step.other_sec;
+    assert!(close(parts, step.wall_sec), "the parts add up to the step");
+    assert!(p.to_string().contains(&step.lines()));
+    step
+}
+
+/// Issue #12: a slow loader makes the input-bound verdict fire, a prefetching one does not.
+#[test]
+fn a_slow_loader_is_input_bound_and_a_prefetching_one_is_not() {
+    use wick_graph::profiler::InputVerdict;
+    let slow = whole_step(0.100);
+    assert_eq!(slow.verdict(), InputVerdict::InputBound);
+    assert!(
+        slow.lines()
+            .contains("input-bound: 64.9% of the step waits for data"),
+        "{}",
+        slow.lines()
+    );
+    let partly = whole_step(0.005);
+    assert_eq!(partly.verdict(), InputVerdict::PartlyInputBound);
+    let prefetched = whole_step(0.0005);
+    assert_eq!(prefetched.verdict(), InputVerdict::NotInputBound);
+    assert!(
+        prefetched.lines().contains("not input-bound: 0.9%"),
+        "{}",
+        prefetched.lines()
+    );
+}
+
+#[test]
+fn without_reported_parts_there_is_no_whole_step_figure() {
+    let mut s = setup(1, 0, [1.0, 1.0, 1.0]);
+    run(&mut s, 3);
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    assert!(p.step.is_none());
+    assert!(!p.to_string().contains("Whole step"));
 }

@@ -3,9 +3,10 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use wick_graph::{Executor, GraphBuilder, Mode, ValueId};
+use wick_graph::{Executor, GraphBuilder, Mode, StepPart, ValueId};
 use wick_ops::SgdParams;
 
 use crate::checkpoint::{self, StateDict, ValueChecks};
@@ -285,6 +286,14 @@ impl Session {
         Ok(None)
     }
 
+    /// Tells the profiler how long the training loop waited for the next batch (host
+    /// clock), so that its whole-step breakdown and input-bound verdict include it. Call it
+    /// right before [`step`](Session::step) with that batch.
+    pub fn report_input_wait(&mut self, wait: Duration) {
+        self.exec
+            .report_step_part(StepPart::InputWait, wait.as_secs_f64());
+    }
+
     /// Training steps this session has run.
     pub fn steps(&self) -> u64 {
         self.steps
@@ -312,17 +321,24 @@ impl Session {
         // not read labels back from a device.
         wick_ops::loss::check_labels(labels, self.config.num_classes)
             .map_err(|e| ModelError::Config(format!("labels: {e}")))?;
+        let copy = Instant::now();
         self.feed_images(images)?;
         self.exec.set_id(label_id, &labels.to_dtype(DType::I64)?)?;
+        let copy = copy.elapsed().as_secs_f64();
+        self.exec.report_step_part(StepPart::HostToDevice, copy);
         self.exec.run()?;
         self.steps += 1;
         self.batches_tracked.values_mut().for_each(|v| *v += 1);
+        let read_back = Instant::now();
         let loss = self
             .exec
             .get_id(loss)
             .ok_or_else(|| ModelError::State("the loss was not kept".into()))?
             .to_dtype(DType::F32)?
             .to_scalar::<f32>()?;
+        let read_back = read_back.elapsed().as_secs_f64();
+        self.exec
+            .report_step_part(StepPart::LossReadBack, read_back);
         let non_finite = |what: String| ModelError::NonFinite {
             step: self.steps,
             what,

@@ -9,7 +9,8 @@
 //! - [`singa`]: SINGA's text lines and wick's report around them;
 //! - [`table`]: the per-op-type table;
 //! - [`layers`]: time per layer, block and stage (forward, backward, optimizer);
-//! - [`trace`]: the Chrome/Perfetto trace.
+//! - [`trace`]: the Chrome/Perfetto trace;
+//! - [`step`]: the whole training step, input wait, copy and loss read-back included.
 //!
 //! Verbosity 0 times nothing. 1: every phase (forward, backward, optimizer), the whole
 //! iteration, and the op time inside each phase (so the overhead inside phases is known).
@@ -22,6 +23,7 @@ pub mod recorder;
 pub mod schedule;
 pub mod singa;
 pub mod slots;
+pub mod step;
 pub mod table;
 pub mod trace;
 
@@ -30,3 +32,4 @@ pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use recorder::TimeProfiler;
 pub use schedule::Schedule;
 pub use slots::{Mark, SlotLayout};
+pub use step::{InputVerdict, StepProfile, WallClock};

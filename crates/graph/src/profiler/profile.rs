@@ -108,6 +108,9 @@ pub struct Profile {
     pub ops: Vec<OpProfile>,
     /// (start, duration) in seconds of each node in the last timed iteration (verbosity 2).
     pub last_iteration_trace: Vec<(f64, f64)>,
+    /// The whole step, input wait and loss read-back included (when the session or the
+    /// training loop reported those parts).
+    pub step: Option<super::step::StepProfile>,
 }
 
 impl Profile {

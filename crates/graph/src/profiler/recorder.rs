@@ -6,8 +6,9 @@ use candle_core::Device;
 use super::profile::{median, OpProfile, PhaseProfile, Profile};
 use super::schedule::Schedule;
 use super::slots::{Mark, SlotLayout};
+use super::step::{instant_clock, StepRecorder, WallClock};
 use crate::error::{GraphError, Result};
-use crate::hooks::{Hook, NodeInfo};
+use crate::hooks::{Hook, NodeInfo, StepPart};
 use crate::ir::Phase;
 use crate::timer::{HostTimer, Timer};
 
@@ -51,6 +52,9 @@ pub struct TimeProfiler {
     phase_ops_sum: [f64; 3],
     ops: Vec<OpStats>,
     last_marks: Vec<f64>,
+    wall: WallClock,
+    run_started: f64,
+    steps: StepRecorder,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -87,7 +91,17 @@ impl TimeProfiler {
             phase_ops_sum: [0.0; 3],
             ops: Vec::new(),
             last_marks: Vec::new(),
+            wall: instant_clock(),
+            run_started: 0.0,
+            steps: StepRecorder::default(),
         }
+    }
+
+    /// The same profiler with an injected host clock for the whole-step figures (a
+    /// scripted clock in tests).
+    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
+        self.wall = clock;
+        self
     }
 
     /// The same profiler with an injected timer (a fake clock in tests, say).
@@ -127,6 +141,7 @@ impl TimeProfiler {
         self.phase_ops_sum = [0.0; 3];
         self.ops.iter_mut().for_each(|s| *s = OpStats::default());
         self.last_marks.clear();
+        self.steps = StepRecorder::default();
     }
 
     fn mark(&mut self, mark: Mark) {
@@ -214,6 +229,7 @@ impl TimeProfiler {
             iteration_max_sec: spread(f64::max, 0.0),
             ops,
             last_iteration_trace: trace,
+            step: self.steps.profile(),
         }
     }
 
@@ -255,6 +271,13 @@ impl Hook for TimeProfiler {
         if self.timing {
             self.mark(Mark::IterationStart);
         }
+        let now = (self.wall)();
+        self.steps.iteration_start(now, self.timing);
+        self.run_started = now;
+    }
+
+    fn on_step_part(&mut self, part: StepPart, sec: f64) {
+        self.steps.part(part, sec);
     }
 
     fn on_phase_start(&mut self, phase: Phase) {
@@ -282,6 +305,8 @@ impl Hook for TimeProfiler {
     }
 
     fn on_iteration_end(&mut self, _iteration: usize) -> Result<()> {
+        let now = (self.wall)();
+        self.steps.iteration_end(now - self.run_started);
         self.seen += 1;
         if !self.timing {
             return Ok(());

@@ -111,6 +111,9 @@ impl fmt::Display for Profile {
                 100.0 * overhead / self.iteration_sec
             )?;
         }
+        if let Some(step) = &self.step {
+            f.write_str(&step.lines())?;
+        }
         if !self.ops.is_empty() {
             writeln!(f)?;
             f.write_str(&self.table())?;
