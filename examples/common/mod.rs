@@ -164,9 +164,9 @@ impl ProfileArgs {
     pub fn attach(&self, session: &mut wick::models::Session, default: u8) -> Result<()> {
         let level = self.level(default);
         if level > 0 {
-            session
-                .executor_mut()
-                .add_hook(wick::graph::TimeProfiler::new(level, self.skip))?;
+            let profiler = wick::graph::TimeProfiler::new(level, self.skip)
+                .with_memory_counter(Box::new(wick::allocator::Counter));
+            session.executor_mut().add_hook(profiler)?;
         }
         Ok(())
     }

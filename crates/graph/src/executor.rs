@@ -168,6 +168,7 @@ impl Executor {
     /// Attaches a hook; it is called from the next iteration on.
     pub fn add_hook<H: Hook>(&mut self, mut hook: H) -> Result<()> {
         hook.on_attach(&self.infos, &self.device)?;
+        hook.on_memory_plan(&self.graph.memory_plan());
         self.hooks.push(Box::new(hook));
         Ok(())
     }

@@ -46,6 +46,8 @@ pub trait Hook: Any {
     fn on_attach(&mut self, _nodes: &[NodeInfo], _device: &Device) -> crate::Result<()> {
         Ok(())
     }
+    /// Once, right after [`on_attach`](Hook::on_attach): the graph's predicted memory.
+    fn on_memory_plan(&mut self, _plan: &crate::memory::MemoryPlan) {}
     /// Before the first node of iteration `iteration` (counted from 0 for this executor).
     fn on_iteration_start(&mut self, _iteration: usize) {}
     /// After the last node of the iteration.

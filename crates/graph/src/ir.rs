@@ -156,39 +156,11 @@ impl Graph {
     }
 
     /// The most memory the graph's values hold at once when run by the
-    /// [`Executor`](crate::Executor) (which frees each intermediate after its last use):
-    /// every parameter, state and input value, plus the intermediates live at the busiest
-    /// node. `None` when a size overflows (an absurd shape).
+    /// [`Executor`](crate::Executor): [`memory_plan`](Graph::memory_plan)'s peak. `None`
+    /// when a size overflows (an absurd shape).
     pub fn peak_bytes(&self) -> Option<u128> {
-        let bytes = |v: &ValueInfo| -> Option<u128> {
-            v.shape
-                .iter()
-                .try_fold(v.dtype.size_in_bytes() as u128, |acc, d| {
-                    acc.checked_mul(*d as u128)
-                })
-        };
-        let mut resident: u128 = 0;
-        for v in &self.values {
-            if v.kind != ValueKind::Intermediate {
-                resident = resident.checked_add(bytes(v)?)?;
-            }
-        }
-        let frees = self.last_uses();
-        let mut made = vec![false; self.values.len()];
-        let (mut live, mut peak) = (0u128, 0u128);
-        for (op_id, node) in self.nodes.iter().enumerate() {
-            for v in &node.outputs {
-                if self.values[v.0].kind == ValueKind::Intermediate && !made[v.0] {
-                    made[v.0] = true;
-                    live = live.checked_add(bytes(&self.values[v.0])?)?;
-                }
-            }
-            peak = peak.max(live);
-            for v in &frees[op_id] {
-                live -= bytes(&self.values[v.0])?;
-            }
-        }
-        resident.checked_add(peak)
+        let peak = self.memory_plan().peak_bytes;
+        (peak != u64::MAX).then_some(peak as u128)
     }
 
     /// For each node, the intermediate values whose last use it is: the executor frees them

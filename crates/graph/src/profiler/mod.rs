@@ -10,7 +10,8 @@
 //! - [`table`]: the per-op-type table;
 //! - [`layers`]: time per layer, block and stage (forward, backward, optimizer);
 //! - [`trace`]: the Chrome/Perfetto trace;
-//! - [`step`]: the whole training step, input wait, copy and loss read-back included.
+//! - [`step`]: the whole training step, input wait, copy and loss read-back included;
+//! - [`memory`]: the predicted memory peak and its split, beside the measured one.
 //!
 //! Verbosity 0 times nothing. 1: every phase (forward, backward, optimizer), the whole
 //! iteration, and the op time inside each phase (so the overhead inside phases is known).
@@ -18,6 +19,7 @@
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
 pub mod layers;
+pub mod memory;
 pub mod profile;
 pub mod recorder;
 pub mod schedule;
@@ -28,6 +30,7 @@ pub mod table;
 pub mod trace;
 
 pub use layers::{LayerLevel, LayerRow};
+pub use memory::{MemoryCounter, MemoryProfile};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use recorder::TimeProfiler;
 pub use schedule::Schedule;

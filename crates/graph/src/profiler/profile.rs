@@ -111,6 +111,8 @@ pub struct Profile {
     /// The whole step, input wait and loss read-back included (when the session or the
     /// training loop reported those parts).
     pub step: Option<super::step::StepProfile>,
+    /// Predicted and measured memory (after a timed iteration).
+    pub memory: Option<super::memory::MemoryProfile>,
 }
 
 impl Profile {

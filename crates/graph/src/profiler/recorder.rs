@@ -3,6 +3,7 @@
 
 use candle_core::Device;
 
+use super::memory::{MemoryCounter, MemoryProfile};
 use super::profile::{median, OpProfile, PhaseProfile, Profile};
 use super::schedule::Schedule;
 use super::slots::{Mark, SlotLayout};
@@ -10,6 +11,7 @@ use super::step::{instant_clock, StepRecorder, WallClock};
 use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo, StepPart};
 use crate::ir::Phase;
+use crate::memory::MemoryPlan;
 use crate::timer::{HostTimer, Timer};
 
 /// Running sums of one node's timings, over the iterations that timed it.
@@ -55,6 +57,10 @@ pub struct TimeProfiler {
     wall: WallClock,
     run_started: f64,
     steps: StepRecorder,
+    memory_plan: Option<MemoryPlan>,
+    counter: Option<Box<dyn MemoryCounter>>,
+    counting: bool,
+    measured_peak: Option<u64>,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -94,7 +100,18 @@ impl TimeProfiler {
             wall: instant_clock(),
             run_started: 0.0,
             steps: StepRecorder::default(),
+            memory_plan: None,
+            counter: None,
+            counting: false,
+            measured_peak: None,
         }
+    }
+
+    /// The same profiler measuring the process's allocation peak over the timed
+    /// iterations with `counter` (the examples pass `wick::allocator::Counter`).
+    pub fn with_memory_counter(mut self, counter: Box<dyn MemoryCounter>) -> Self {
+        self.counter = Some(counter);
+        self
     }
 
     /// The same profiler with an injected host clock for the whole-step figures (a
@@ -142,6 +159,8 @@ impl TimeProfiler {
         self.ops.iter_mut().for_each(|s| *s = OpStats::default());
         self.last_marks.clear();
         self.steps = StepRecorder::default();
+        self.counting = false;
+        self.measured_peak = None;
     }
 
     fn mark(&mut self, mark: Mark) {
@@ -230,6 +249,10 @@ impl TimeProfiler {
             ops,
             last_iteration_trace: trace,
             step: self.steps.profile(),
+            memory: self.memory_plan.as_ref().filter(|_| timed).map(|plan| {
+                let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
+                MemoryProfile::new(plan, kernel, self.measured_peak)
+            }),
         }
     }
 
@@ -269,11 +292,19 @@ impl Hook for TimeProfiler {
             self.prepared = self.timing;
         }
         if self.timing {
+            if let (Some(c), false) = (&self.counter, self.counting) {
+                c.reset_peak();
+                self.counting = true;
+            }
             self.mark(Mark::IterationStart);
         }
         let now = (self.wall)();
         self.steps.iteration_start(now, self.timing);
         self.run_started = now;
+    }
+
+    fn on_memory_plan(&mut self, plan: &MemoryPlan) {
+        self.memory_plan = Some(plan.clone());
     }
 
     fn on_step_part(&mut self, part: StepPart, sec: f64) {
@@ -312,6 +343,10 @@ impl Hook for TimeProfiler {
             return Ok(());
         }
         self.mark(Mark::IterationEnd);
+        if let Some(c) = &self.counter {
+            let peak = c.peak_bytes();
+            self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
+        }
         let Some(timer) = self.timer.as_mut() else {
             return Ok(());
         };

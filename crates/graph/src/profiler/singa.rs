@@ -114,6 +114,9 @@ impl fmt::Display for Profile {
         if let Some(step) = &self.step {
             f.write_str(&step.lines())?;
         }
+        if let Some(memory) = &self.memory {
+            f.write_str(&memory.lines())?;
+        }
         if !self.ops.is_empty() {
             writeln!(f)?;
             f.write_str(&self.table())?;

@@ -1,0 +1,170 @@
+//! The memory a graph holds while the [`Executor`](crate::Executor) runs it: every
+//! value's bytes, the live bytes after each node (the executor frees each intermediate
+//! right after its last use), the peak, the node where it happens, and what the peak is
+//! made of. This is the prediction; the profiler sets a counting allocator's measured peak
+//! beside it.
+
+use serde::Serialize;
+
+use crate::ir::{Graph, Phase, ValueKind};
+
+/// What the bytes live at the peak are.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MemorySplit {
+    /// Trainable parameters.
+    pub parameters: u64,
+    /// Optimizer state: momentum buffers.
+    pub optimizer_state: u64,
+    /// Other persistent state: batch norm's running statistics.
+    pub statistics: u64,
+    /// The fed inputs (images, labels).
+    pub inputs: u64,
+    /// Values made by backward nodes: gradients of parameters and of activations.
+    pub gradients: u64,
+    /// Forward values a backward node still has to read: activations kept for backward.
+    pub saved_for_backward: u64,
+    /// Other forward values: made and freed within the forward pass (or kept as outputs).
+    pub transient: u64,
+}
+
+impl MemorySplit {
+    /// The sum of every part.
+    pub fn total(&self) -> u64 {
+        [
+            self.parameters,
+            self.optimizer_state,
+            self.statistics,
+            self.inputs,
+            self.gradients,
+            self.saved_for_backward,
+            self.transient,
+        ]
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b))
+    }
+}
+
+/// The predicted memory of one iteration.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryPlan {
+    /// Bytes of every value, by value index (saturating at `u64::MAX`).
+    pub value_bytes: Vec<u64>,
+    /// Bytes live right after each node ran (its outputs made, nothing freed yet),
+    /// persistent values included.
+    pub live_after: Vec<u64>,
+    /// The largest of `live_after`.
+    pub peak_bytes: u64,
+    /// The node right after which the peak happens (`None` for a graph without nodes).
+    pub peak_op: Option<usize>,
+    /// What the peak is made of.
+    pub split: MemorySplit,
+}
+
+impl Graph {
+    /// The memory the executor will hold running this graph, node by node.
+    pub fn memory_plan(&self) -> MemoryPlan {
+        let value_bytes: Vec<u64> = self
+            .values
+            .iter()
+            .map(|v| {
+                v.shape.iter().fold(v.dtype.size_in_bytes() as u64, |a, d| {
+                    a.saturating_mul(*d as u64)
+                })
+            })
+            .collect();
+        let mut resident = MemorySplit::default();
+        for (v, bytes) in self.values.iter().zip(&value_bytes) {
+            let part = match v.kind {
+                ValueKind::Param => &mut resident.parameters,
+                ValueKind::State if v.name.ends_with(".momentum_buffer") => {
+                    &mut resident.optimizer_state
+                }
+                ValueKind::State => &mut resident.statistics,
+                ValueKind::Input => &mut resident.inputs,
+                ValueKind::Intermediate => continue,
+            };
+            *part = part.saturating_add(*bytes);
+        }
+        let (made_by, last_phase) = self.producers_and_last_readers();
+        let frees = self.last_uses();
+        let mut live: Vec<usize> = Vec::new();
+        let mut made = vec![false; self.values.len()];
+        let mut live_after = Vec::with_capacity(self.nodes.len());
+        let (mut peak_bytes, mut peak_op, mut split) = (resident.total(), None, resident);
+        for (op_id, node) in self.nodes.iter().enumerate() {
+            for v in &node.outputs {
+                if self.values[v.0].kind == ValueKind::Intermediate && !made[v.0] {
+                    made[v.0] = true;
+                    live.push(v.0);
+                }
+            }
+            let now = live
+                .iter()
+                .fold(resident.total(), |a, v| a.saturating_add(value_bytes[*v]));
+            live_after.push(now);
+            if peak_op.is_none() || now > peak_bytes {
+                peak_bytes = now;
+                peak_op = Some(op_id);
+                split = resident;
+                for &v in &live {
+                    let producer = made_by[v].map(|n| self.nodes[n].phase);
+                    let part = match (producer, last_phase[v]) {
+                        (Some(Phase::Forward), Some(Phase::Backward)) => {
+                            &mut split.saved_for_backward
+                        }
+                        (Some(Phase::Forward), _) => &mut split.transient,
+                        _ => &mut split.gradients,
+                    };
+                    *part = part.saturating_add(value_bytes[v]);
+                }
+            }
+            live.retain(|v| !frees[op_id].iter().any(|f| f.0 == *v));
+        }
+        MemoryPlan {
+            value_bytes,
+            live_after,
+            peak_bytes,
+            peak_op,
+            split,
+        }
+    }
+
+    /// For each value: the node that first makes it, and the phase of the last node that
+    /// reads it.
+    fn producers_and_last_readers(&self) -> (Vec<Option<usize>>, Vec<Option<Phase>>) {
+        let mut made_by = vec![None; self.values.len()];
+        let mut last_phase = vec![None; self.values.len()];
+        for (op_id, node) in self.nodes.iter().enumerate() {
+            for v in &node.outputs {
+                made_by[v.0].get_or_insert(op_id);
+            }
+            for v in &node.inputs {
+                last_phase[v.0] = Some(node.phase);
+            }
+        }
+        (made_by, last_phase)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::DType;
+
+    use crate::builder::{GraphBuilder, Mode};
+
+    #[test]
+    fn two_relus_peak_after_the_second_with_both_outputs_live() {
+        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+        let x = b.input("x", &[2, 3, 4, 4], DType::F32).unwrap();
+        let h = b.relu(x).unwrap();
+        let y = b.relu(h).unwrap();
+        b.output(y);
+        let plan = b.finish().memory_plan();
+        // 96 floats: 384 bytes each for the input and both outputs.
+        assert_eq!(plan.live_after, vec![768, 1152]);
+        assert_eq!((plan.peak_bytes, plan.peak_op), (1152, Some(1)));
+        assert_eq!(plan.split.inputs, 384);
+        assert_eq!(plan.split.transient, 768);
+        assert_eq!(plan.split.total(), plan.peak_bytes);
+    }
+}
