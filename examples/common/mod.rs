@@ -176,8 +176,13 @@ impl ProfileArgs {
         let Some(profiler) = session.executor().hook::<wick::graph::TimeProfiler>() else {
             return Ok(());
         };
-        profiler.print();
-        let profile = profiler.profile();
+        let mut profile = profiler.profile();
+        if !profile.ops.is_empty() {
+            // The roofline's machine peaks: a GEMM and a streaming copy, about a second.
+            let device = session.executor().device();
+            profile.machine = Some(wick::graph::profiler::MachinePeaks::measure(device)?);
+        }
+        print!("{profile}");
         if let Some(path) = &self.trace {
             let trace = profile.chrome_trace().ok_or_else(|| {
                 anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")

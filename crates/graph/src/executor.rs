@@ -49,6 +49,7 @@ impl Executor {
     /// [`set`](Executor::set) before the first [`run`](Executor::run).
     pub fn new(graph: Graph, device: &Device) -> Self {
         let kind = DeviceKind::of(device);
+        let plan = graph.memory_plan();
         let infos = graph
             .nodes
             .iter()
@@ -69,6 +70,16 @@ impl Executor {
                     .collect(),
                 flops: n.flops,
                 origin: n.origin.clone(),
+                bytes: n
+                    .inputs
+                    .iter()
+                    .chain(&n.outputs)
+                    .fold(0u64, |a, v| a.saturating_add(plan.value_bytes[v.0])),
+                dtype: n
+                    .outputs
+                    .first()
+                    .or(n.inputs.first())
+                    .map_or(DType::F32, |v| graph.values[v.0].dtype),
             })
             .collect();
         let frees = graph.last_uses();

@@ -23,6 +23,10 @@ pub struct NodeInfo {
     pub flops: u64,
     /// Where the node comes from (layer, forward node, parameter).
     pub origin: crate::ir::Origin,
+    /// Bytes the node moves: its inputs read and its outputs written, once each.
+    pub bytes: u64,
+    /// The dtype it computes in (its first output's).
+    pub dtype: candle_core::DType,
 }
 
 /// A part of a training step outside the graph's nodes, timed by the host clock and

@@ -653,7 +653,10 @@ fn memory_prediction_and_measured_peak() {
         exec.run().unwrap();
     }
     let p = exec.hook::<TimeProfiler>().unwrap().profile();
-    let m = p.memory.clone().expect("timed iterations have a memory view");
+    let m = p
+        .memory
+        .clone()
+        .expect("timed iterations have a memory view");
     assert_eq!(
         resets.get(),
         1,

@@ -11,17 +11,21 @@
 //! - [`layers`]: time per layer, block and stage (forward, backward, optimizer);
 //! - [`trace`]: the Chrome/Perfetto trace;
 //! - [`step`]: the whole training step, input wait, copy and loss read-back included;
-//! - [`memory`]: the predicted memory peak and its split, beside the measured one.
+//! - [`memory`]: the predicted memory peak and its split, beside the measured one;
+//! - [`roofline`]: each op type against this machine's measured peaks;
+//! - [`advice`]: recommendations, each fired by a measured figure.
 //!
 //! Verbosity 0 times nothing. 1: every phase (forward, backward, optimizer), the whole
 //! iteration, and the op time inside each phase (so the overhead inside phases is known).
 //! 2: also every op, reported per OP_ID. The first `skip` iterations run untimed; every
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
+pub mod advice;
 pub mod layers;
 pub mod memory;
 pub mod profile;
 pub mod recorder;
+pub mod roofline;
 pub mod schedule;
 pub mod singa;
 pub mod slots;
@@ -29,10 +33,12 @@ pub mod step;
 pub mod table;
 pub mod trace;
 
+pub use advice::Recommendation;
 pub use layers::{LayerLevel, LayerRow};
 pub use memory::{MemoryCounter, MemoryProfile};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use recorder::TimeProfiler;
+pub use roofline::{Bound, MachinePeaks, RooflineRow};
 pub use schedule::Schedule;
 pub use slots::{Mark, SlotLayout};
 pub use step::{InputVerdict, StepProfile, WallClock};

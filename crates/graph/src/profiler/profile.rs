@@ -30,6 +30,10 @@ pub struct OpProfile {
     pub origin: Origin,
     /// Elements of the parameter an optimizer node updates (0 for other nodes).
     pub parameter_elements: u64,
+    /// Bytes moved: inputs read and outputs written, once each.
+    pub bytes: u64,
+    /// The dtype it computes in (`F32`, ...).
+    pub dtype: String,
 }
 
 /// One phase's time per iteration, and the part of it spent inside ops.
@@ -74,7 +78,7 @@ pub struct OpTypeRow {
 
 /// Everything the profiler measured. The report prints what it holds: per-op lines when
 /// `ops` is filled (verbosity 2), the phase lines otherwise.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Profile {
     /// The verbosity the figures were taken at.
     pub verbosity: u8,
@@ -113,6 +117,9 @@ pub struct Profile {
     pub step: Option<super::step::StepProfile>,
     /// Predicted and measured memory (after a timed iteration).
     pub memory: Option<super::memory::MemoryProfile>,
+    /// This machine's measured peaks, for the roofline (set by the caller:
+    /// [`MachinePeaks::measure`](super::roofline::MachinePeaks::measure)).
+    pub machine: Option<super::roofline::MachinePeaks>,
 }
 
 impl Profile {

@@ -193,6 +193,8 @@ impl TimeProfiler {
                         (Some(_), Some(shape)) => wick_ops::shape::flop_count(1, shape),
                         _ => 0,
                     },
+                    bytes: info.bytes,
+                    dtype: format!("{:?}", info.dtype),
                 })
                 .collect()
         } else {
@@ -253,6 +255,7 @@ impl TimeProfiler {
                 let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
                 MemoryProfile::new(plan, kernel, self.measured_peak)
             }),
+            machine: None,
         }
     }
 

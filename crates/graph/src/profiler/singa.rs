@@ -117,6 +117,7 @@ impl fmt::Display for Profile {
         if let Some(memory) = &self.memory {
             f.write_str(&memory.lines())?;
         }
+        f.write_str(&self.placement_lines())?;
         if !self.ops.is_empty() {
             writeln!(f)?;
             f.write_str(&self.table())?;
@@ -129,7 +130,13 @@ impl fmt::Display for Profile {
                 writeln!(f)?;
                 f.write_str(&self.layer_table(LayerLevel::Layer, 10))?;
             }
+            if let Some(machine) = &self.machine {
+                writeln!(f)?;
+                f.write_str(&self.roofline_table(machine))?;
+            }
         }
+        writeln!(f)?;
+        f.write_str(&self.advice_lines())?;
         Ok(())
     }
 }
