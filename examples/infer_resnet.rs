@@ -51,6 +51,8 @@ struct Args {
     /// Timed repetitions for --bench.
     #[arg(long, default_value_t = 20)]
     reps: usize,
+    #[command(flatten)]
+    profile: common::ProfileArgs,
 }
 
 fn main() -> std::process::ExitCode {
@@ -65,6 +67,7 @@ fn run() -> Result<()> {
     if a.bench {
         common::at_least_one("--reps", a.reps)?;
     }
+    a.profile.check(0)?;
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet50")?;
@@ -83,6 +86,7 @@ fn run() -> Result<()> {
         images.dims()
     );
     let mut session = Session::inference(config, n, size, &device)?;
+    a.profile.attach(&mut session, 0)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
         None => {
@@ -101,6 +105,7 @@ fn run() -> Result<()> {
     if a.bench {
         bench(&mut session, &images, &device, &a)?;
     }
+    a.profile.report(&session)?;
     Ok(())
 }
 

@@ -125,6 +125,9 @@ pub struct ProfileArgs {
     /// Write the whole profile as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Also print the per-op-type table split by input shapes (needs verbosity 2).
+    #[arg(long)]
+    pub by_shape: bool,
 }
 
 impl ProfileArgs {
@@ -183,6 +186,10 @@ impl ProfileArgs {
             profile.machine = Some(wick::graph::profiler::MachinePeaks::measure(device)?);
         }
         print!("{profile}");
+        if self.by_shape && !profile.ops.is_empty() {
+            println!();
+            print!("{}", profile.table_by_shape());
+        }
         if let Some(path) = &self.trace {
             let trace = profile.chrome_trace().ok_or_else(|| {
                 anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")

@@ -211,6 +211,7 @@ mod tests {
             parameter_elements: 0,
             bytes,
             dtype: "F32".into(),
+            host_sec: None,
         }
     }
 

@@ -32,6 +32,9 @@ pub struct OpProfile {
     pub parameter_elements: u64,
     /// Bytes moved: inputs read and outputs written, once each.
     pub bytes: u64,
+    /// On a device: mean host seconds of the node's dispatch (launching its kernels),
+    /// beside `mean_sec`, its device time. `None` on the CPU, where the two are one.
+    pub host_sec: Option<f64>,
     /// The dtype it computes in (`F32`, ...).
     pub dtype: String,
 }
@@ -74,6 +77,11 @@ pub struct OpTypeRow {
     pub share: f64,
     /// FLOPs per iteration.
     pub flops: u64,
+    /// On a device: host seconds per iteration spent dispatching this type.
+    pub host_sec: Option<f64>,
+    /// The input shapes of its nodes (one row per kernel and shapes in
+    /// [`by_type_and_shape`](Profile::by_type_and_shape); empty in [`by_type`](Profile::by_type)).
+    pub input_shapes: Vec<Vec<usize>>,
 }
 
 /// Everything the profiler measured. The report prints what it holds: per-op lines when
@@ -135,9 +143,22 @@ impl Profile {
 
     /// The per-op-type table, sorted by total time, longest first.
     pub fn by_type(&self) -> Vec<OpTypeRow> {
+        self.group_ops(false)
+    }
+
+    /// The per-op-type table split by input shapes (PyTorch's `record_shapes`): one row
+    /// per kernel and input shapes, longest first.
+    pub fn by_type_and_shape(&self) -> Vec<OpTypeRow> {
+        self.group_ops(true)
+    }
+
+    fn group_ops(&self, by_shape: bool) -> Vec<OpTypeRow> {
         let mut rows: Vec<OpTypeRow> = Vec::new();
         for op in &self.ops {
-            let i = match rows.iter().position(|r| r.name == op.name) {
+            let same = |r: &OpTypeRow| {
+                r.name == op.name && (!by_shape || r.input_shapes == op.input_shapes)
+            };
+            let i = match rows.iter().position(same) {
                 Some(i) => i,
                 None => {
                     rows.push(OpTypeRow {
@@ -149,6 +170,12 @@ impl Profile {
                         mean_sec: 0.0,
                         share: 0.0,
                         flops: 0,
+                        host_sec: None,
+                        input_shapes: if by_shape {
+                            op.input_shapes.clone()
+                        } else {
+                            Vec::new()
+                        },
                     });
                     rows.len() - 1
                 }
@@ -158,7 +185,10 @@ impl Profile {
             row.total_sec += op.mean_sec;
             row.min_sec = row.min_sec.min(op.min_sec);
             row.max_sec = row.max_sec.max(op.max_sec);
-            row.flops += op.flops;
+            row.flops = row.flops.saturating_add(op.flops);
+            if let Some(h) = op.host_sec {
+                row.host_sec = Some(row.host_sec.unwrap_or(0.0) + h);
+            }
         }
         let all: f64 = self.ops.iter().map(|o| o.mean_sec).sum();
         for r in &mut rows {
@@ -176,6 +206,7 @@ impl Profile {
         struct WithViews<'a> {
             #[serde(flatten)]
             profile: &'a Profile,
+            by_type_and_shape: Vec<OpTypeRow>,
             layers: Vec<super::layers::LayerRow>,
             blocks: Vec<super::layers::LayerRow>,
             stages: Vec<super::layers::LayerRow>,
@@ -183,6 +214,7 @@ impl Profile {
         use super::layers::LayerLevel;
         let views = WithViews {
             profile: self,
+            by_type_and_shape: self.by_type_and_shape(),
             layers: self.by_layer(LayerLevel::Layer),
             blocks: self.by_layer(LayerLevel::Block),
             stages: self.by_layer(LayerLevel::Stage),

@@ -61,6 +61,9 @@ pub struct TimeProfiler {
     counter: Option<Box<dyn MemoryCounter>>,
     counting: bool,
     measured_peak: Option<u64>,
+    /// On a device: each node's host dispatch seconds, summed over timed iterations.
+    host_ops: Option<Vec<f64>>,
+    host_started: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -104,6 +107,8 @@ impl TimeProfiler {
             counter: None,
             counting: false,
             measured_peak: None,
+            host_ops: None,
+            host_started: None,
         }
     }
 
@@ -161,6 +166,9 @@ impl TimeProfiler {
         self.steps = StepRecorder::default();
         self.counting = false;
         self.measured_peak = None;
+        if let Some(h) = self.host_ops.as_mut() {
+            h.iter_mut().for_each(|s| *s = 0.0);
+        }
     }
 
     fn mark(&mut self, mark: Mark) {
@@ -195,6 +203,10 @@ impl TimeProfiler {
                     },
                     bytes: info.bytes,
                     dtype: format!("{:?}", info.dtype),
+                    host_sec: self
+                        .host_ops
+                        .as_ref()
+                        .map(|h| h[info.op_id] / s.count.max(1) as f64),
                 })
                 .collect()
         } else {
@@ -276,6 +288,8 @@ impl Hook for TimeProfiler {
         if self.timer.is_none() {
             self.timer = Some(default_timer(device)?);
         }
+        // On a device the timer measures device time; the host clock measures dispatch.
+        self.host_ops = (!device.is_cpu()).then(|| vec![0.0; nodes.len()]);
         self.layout = SlotLayout::new(nodes.len());
         self.ops = vec![OpStats::default(); nodes.len()];
         self.marks = vec![0.0; self.layout.len()];
@@ -329,11 +343,17 @@ impl Hook for TimeProfiler {
     fn before_op(&mut self, node: &NodeInfo) {
         if self.timing {
             self.mark(Mark::OpStart(node.op_id));
+            if self.host_ops.is_some() && self.verbosity >= 2 {
+                self.host_started = Some(std::time::Instant::now());
+            }
         }
     }
 
     fn after_op(&mut self, node: &NodeInfo) {
         if self.timing {
+            if let (Some(h), Some(t)) = (self.host_ops.as_mut(), self.host_started.take()) {
+                h[node.op_id] += t.elapsed().as_secs_f64();
+            }
             self.mark(Mark::OpEnd(node.op_id));
         }
     }
