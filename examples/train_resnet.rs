@@ -198,7 +198,7 @@ fn run() -> Result<()> {
     let secs = started.elapsed().as_secs_f64();
     let after = accuracy(&session)?;
     println!(
-        "loss {:.4} -> {last_loss:.4}; held-out accuracy {:.1}% -> {:.1}%; {:.1} images/s over {} steps after {warmup} warm-up ({:.1} s)",
+        "loss {:.4} -> {last_loss:.4}; held-out accuracy {:.1}% -> {:.1}%; {:.1} images/s over {} steps after {warmup} warm-up ({:.2} s)",
         first_loss.unwrap_or(f32::NAN),
         100.0 * before,
         100.0 * after,
