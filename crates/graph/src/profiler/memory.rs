@@ -32,10 +32,18 @@ pub struct MemoryProfile {
     pub measured_peak_bytes: Option<u64>,
     /// The process's peak resident set (`VmHWM`, Linux).
     pub peak_rss_bytes: Option<u64>,
+    /// On a CUDA device: the most device memory in use at the end of a timed iteration,
+    /// as the driver reports it (total minus free, every process on the device).
+    pub device_used_bytes: Option<u64>,
 }
 
 impl MemoryProfile {
-    pub(crate) fn new(plan: &MemoryPlan, kernel: Option<String>, measured: Option<u64>) -> Self {
+    pub(crate) fn new(
+        plan: &MemoryPlan,
+        kernel: Option<String>,
+        measured: Option<u64>,
+        device_used: Option<u64>,
+    ) -> Self {
         MemoryProfile {
             predicted_peak_bytes: plan.peak_bytes,
             peak_op: plan.peak_op,
@@ -44,6 +52,7 @@ impl MemoryProfile {
             live_after: plan.live_after.clone(),
             measured_peak_bytes: measured,
             peak_rss_bytes: peak_rss(),
+            device_used_bytes: device_used,
         }
     }
 
@@ -81,8 +90,30 @@ impl MemoryProfile {
             Some(r) => format!("; peak RSS {:.1} MiB", mib(r)),
             None => String::new(),
         };
-        out.push_str(&format!("Memory (measured) : {measured}{rss}\n"));
+        let device = match self.device_used_bytes {
+            Some(d) => format!(
+                "; the device reports {:.1} MiB in use (every process)",
+                mib(d)
+            ),
+            None => String::new(),
+        };
+        out.push_str(&format!("Memory (measured) : {measured}{rss}{device}\n"));
         out
+    }
+}
+
+/// The memory in use on `device` as its driver reports it (CUDA: total minus free);
+/// `None` on the CPU or when the driver does not answer.
+pub(crate) fn device_used(device: &candle_core::Device) -> Option<u64> {
+    match device {
+        #[cfg(feature = "cuda")]
+        candle_core::Device::Cuda(dev) => {
+            use candle_core::cuda::cudarc::driver::result;
+            dev.cuda_stream().context().bind_to_thread().ok()?;
+            let (free, total) = result::mem_get_info().ok()?;
+            Some(total.saturating_sub(free) as u64)
+        }
+        _ => None,
     }
 }
 

@@ -64,6 +64,9 @@ pub struct TimeProfiler {
     /// On a device: each node's host dispatch seconds, summed over timed iterations.
     host_ops: Option<Vec<f64>>,
     host_started: Option<std::time::Instant>,
+    /// The device, to ask its driver for memory in use; the most seen.
+    device_handle: Option<Device>,
+    device_used: Option<u64>,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -109,6 +112,8 @@ impl TimeProfiler {
             measured_peak: None,
             host_ops: None,
             host_started: None,
+            device_handle: None,
+            device_used: None,
         }
     }
 
@@ -166,6 +171,7 @@ impl TimeProfiler {
         self.steps = StepRecorder::default();
         self.counting = false;
         self.measured_peak = None;
+        self.device_used = None;
         if let Some(h) = self.host_ops.as_mut() {
             h.iter_mut().for_each(|s| *s = 0.0);
         }
@@ -265,7 +271,7 @@ impl TimeProfiler {
             step: self.steps.profile(),
             memory: self.memory_plan.as_ref().filter(|_| timed).map(|plan| {
                 let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
-                MemoryProfile::new(plan, kernel, self.measured_peak)
+                MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used)
             }),
             machine: None,
         }
@@ -290,6 +296,7 @@ impl Hook for TimeProfiler {
         }
         // On a device the timer measures device time; the host clock measures dispatch.
         self.host_ops = (!device.is_cpu()).then(|| vec![0.0; nodes.len()]);
+        self.device_handle = (!device.is_cpu()).then(|| device.clone());
         self.layout = SlotLayout::new(nodes.len());
         self.ops = vec![OpStats::default(); nodes.len()];
         self.marks = vec![0.0; self.layout.len()];
@@ -369,6 +376,13 @@ impl Hook for TimeProfiler {
         if let Some(c) = &self.counter {
             let peak = c.peak_bytes();
             self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
+        }
+        if let Some(used) = self
+            .device_handle
+            .as_ref()
+            .and_then(super::memory::device_used)
+        {
+            self.device_used = Some(self.device_used.map_or(used, |m| m.max(used)));
         }
         let Some(timer) = self.timer.as_mut() else {
             return Ok(());
