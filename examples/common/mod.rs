@@ -167,8 +167,24 @@ impl ProfileArgs {
     pub fn attach(&self, session: &mut wick::models::Session, default: u8) -> Result<()> {
         let level = self.level(default);
         if level > 0 {
+            let size = session.image_size();
+            let run = wick::graph::profiler::RunInfo {
+                wick_version: env!("CARGO_PKG_VERSION").to_string(),
+                model: format!(
+                    "{} ({:?} stem, {} classes)",
+                    session.config().depth.name(),
+                    session.config().stem,
+                    session.config().num_classes
+                ),
+                batch: session.batch_size(),
+                image_size: format!("{size}x{size}"),
+                dtype: "F32".into(),
+                device_name: format!("{:?}", session.executor().device().location()),
+                ..wick::graph::profiler::RunInfo::detect()
+            };
             let profiler = wick::graph::TimeProfiler::new(level, self.skip)
-                .with_memory_counter(Box::new(wick::allocator::Counter));
+                .with_memory_counter(Box::new(wick::allocator::Counter))
+                .with_run_info(run);
             session.executor_mut().add_hook(profiler)?;
         }
         Ok(())
@@ -191,14 +207,22 @@ impl ProfileArgs {
             print!("{}", profile.table_by_shape());
         }
         if let Some(path) = &self.trace {
-            let trace = profile.chrome_trace().ok_or_else(|| {
-                anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")
-            })?;
-            wick::graph::output::write_bytes_atomically(path, trace.as_bytes())?;
+            let trace = profile
+                .chrome_trace_capped(wick::graph::profiler::trace::MAX_EVENTS)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")
+                })?;
+            wick::graph::output::write_bytes_atomically(path, trace.json.as_bytes())?;
             println!(
-                "trace of the last timed iteration written to {} (open in ui.perfetto.dev)",
+                "trace of {} timed iterations ({} events, {:.1} MB) written to {} (open in ui.perfetto.dev)",
+                profile.timeline.len(),
+                trace.events,
+                trace.json.len() as f64 / 1e6,
                 path.display()
             );
+            if let Some(note) = &trace.note {
+                println!("note: {note}");
+            }
         }
         if let Some(path) = &self.json {
             wick::graph::output::write_bytes_atomically(path, profile.to_json().as_bytes())?;

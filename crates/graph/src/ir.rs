@@ -41,7 +41,9 @@ pub struct ValueInfo {
 }
 
 /// Which part of the training iteration a node belongs to. Set when the node is recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// The forward pass, including the loss.
@@ -85,7 +87,7 @@ pub struct Node {
 }
 
 /// Where a node comes from, so that profiles can be read per layer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Origin {
     /// The module path of the layer that recorded it (`layer1.0.conv2`, the torchvision
     /// state-dict prefix), set by the model through [`GraphBuilder::in_layer`](crate::GraphBuilder::in_layer).

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::ir::{Graph, Phase, ValueKind};
 
 /// What the bytes live at the peak are.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct MemorySplit {
     /// Trainable parameters.
     pub parameters: u64,

@@ -284,13 +284,17 @@ fn verbosity_two_prints_one_line_per_op_id_in_order() {
     let conv = rows.iter().find(|r| r.name == "ConvForward").unwrap();
     assert_eq!(conv.nodes, 3);
     assert!(text.contains("Per-op-type summary") && text.contains("ConvBackwardFilter"));
-    // The trace holds one complete event per node of the last timed iteration.
+    // The trace holds one complete event per node of every timed iteration.
     let trace: serde_json::Value =
         serde_json::from_str(&p.chrome_trace().expect("verbosity 2 has a trace")).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
-    assert_eq!(events.iter().filter(|e| e["ph"] == "X").count(), n);
+    let op_events: Vec<_> = events
+        .iter()
+        .filter(|e| e["args"]["op_id"].is_u64())
+        .collect();
+    assert_eq!(op_events.len(), n * p.timed_iterations);
     // Each event names its layer (and, for backward nodes, its forward node).
-    let first = events.iter().find(|e| e["ph"] == "X").unwrap();
+    let first = op_events[0];
     assert_eq!(first["args"]["layer"], "stem");
     let backward = events.iter().find(|e| e["cat"] == "backward").unwrap();
     assert!(backward["args"]["forward_op"].is_u64(), "{backward}");

@@ -16,7 +16,7 @@ pub trait MemoryCounter {
 }
 
 /// Predicted and measured memory.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct MemoryProfile {
     /// The graph's predicted peak: values live at once under the executor's freeing.
     pub predicted_peak_bytes: u64,

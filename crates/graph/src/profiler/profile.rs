@@ -1,12 +1,12 @@
 //! What the profiler measured, as plain numbers: [`Profile`], its per-node and per-op-type
 //! rows, and its JSON form. The text formats live beside it (`singa`, `table`, `trace`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::ir::{Origin, Phase};
 
 /// The timing of one node, averaged over the iterations that timed it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpProfile {
     /// The node's OP_ID.
     pub op_id: usize,
@@ -40,7 +40,7 @@ pub struct OpProfile {
 }
 
 /// One phase's time per iteration, and the part of it spent inside ops.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct PhaseProfile {
     /// The phase.
     pub phase: Phase,
@@ -86,7 +86,7 @@ pub struct OpTypeRow {
 
 /// Everything the profiler measured. The report prints what it holds: per-op lines when
 /// `ops` is filled (verbosity 2), the phase lines otherwise.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Profile {
     /// The verbosity the figures were taken at.
     pub verbosity: u8,
@@ -118,8 +118,17 @@ pub struct Profile {
     pub iteration_max_sec: f64,
     /// Per-node timings in OP_ID order (verbosity 2).
     pub ops: Vec<OpProfile>,
-    /// (start, duration) in seconds of each node in the last timed iteration (verbosity 2).
-    pub last_iteration_trace: Vec<(f64, f64)>,
+    /// The file's schema ([`SCHEMA`](super::samples::SCHEMA)).
+    pub schema: String,
+    /// The run this profile comes from (filled by the caller).
+    pub run: super::samples::RunInfo,
+    /// A hash of the graph's structure: equal hashes, same graph.
+    pub graph_hash: String,
+    /// Per-iteration samples, from which `wick-prof diff` recomputes statistics.
+    pub samples: super::samples::Samples,
+    /// Every timed iteration's timeline (verbosity 2), for the trace; not in the JSON.
+    #[serde(skip)]
+    pub timeline: super::samples::Timeline,
     /// The whole step, input wait and loss read-back included (when the session or the
     /// training loop reported those parts).
     pub step: Option<super::step::StepProfile>,

@@ -5,6 +5,7 @@ use candle_core::Device;
 
 use super::memory::{MemoryCounter, MemoryProfile};
 use super::profile::{median, OpProfile, PhaseProfile, Profile};
+use super::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
 use super::schedule::Schedule;
 use super::slots::{Mark, SlotLayout};
 use super::step::{instant_clock, StepRecorder, WallClock};
@@ -53,7 +54,12 @@ pub struct TimeProfiler {
     phase_sum: [f64; 3],
     phase_ops_sum: [f64; 3],
     ops: Vec<OpStats>,
-    last_marks: Vec<f64>,
+    samples: Samples,
+    timeline: Timeline,
+    /// Whether the last timeline entry still waits for its read-back.
+    timeline_open: bool,
+    run: RunInfo,
+    graph_hash: String,
     wall: WallClock,
     run_started: f64,
     steps: StepRecorder,
@@ -102,7 +108,11 @@ impl TimeProfiler {
             phase_sum: [0.0; 3],
             phase_ops_sum: [0.0; 3],
             ops: Vec::new(),
-            last_marks: Vec::new(),
+            samples: Samples::default(),
+            timeline: Timeline::new(),
+            timeline_open: false,
+            run: RunInfo::default(),
+            graph_hash: String::new(),
             wall: instant_clock(),
             run_started: 0.0,
             steps: StepRecorder::default(),
@@ -121,6 +131,13 @@ impl TimeProfiler {
     /// iterations with `counter` (the examples pass `wick::allocator::Counter`).
     pub fn with_memory_counter(mut self, counter: Box<dyn MemoryCounter>) -> Self {
         self.counter = Some(counter);
+        self
+    }
+
+    /// The same profiler recording `run` (model, sizes, device, command line) in its
+    /// profiles.
+    pub fn with_run_info(mut self, run: RunInfo) -> Self {
+        self.run = run;
         self
     }
 
@@ -167,7 +184,8 @@ impl TimeProfiler {
         self.phase_sum = [0.0; 3];
         self.phase_ops_sum = [0.0; 3];
         self.ops.iter_mut().for_each(|s| *s = OpStats::default());
-        self.last_marks.clear();
+        self.samples = Samples::default();
+        self.timeline.clear();
         self.steps = StepRecorder::default();
         self.counting = false;
         self.measured_peak = None;
@@ -218,19 +236,6 @@ impl TimeProfiler {
         } else {
             Vec::new()
         };
-        let trace = if per_op && !self.last_marks.is_empty() {
-            let at = |m: Mark| self.last_marks[self.layout.slot(m)];
-            let origin = at(Mark::IterationStart);
-            self.nodes
-                .iter()
-                .map(|info| {
-                    let start = at(Mark::OpStart(info.op_id)) - origin;
-                    (start, at(Mark::OpEnd(info.op_id)) - origin - start)
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
         let phases = Phase::ALL
             .iter()
             .filter(|p| self.phases_present[**p as usize])
@@ -267,7 +272,18 @@ impl TimeProfiler {
             iteration_min_sec: spread(f64::min, f64::INFINITY),
             iteration_max_sec: spread(f64::max, 0.0),
             ops,
-            last_iteration_trace: trace,
+            schema: SCHEMA.to_string(),
+            run: self.run.clone(),
+            graph_hash: self.graph_hash.clone(),
+            samples: self.samples.clone(),
+            timeline: {
+                // The last iteration's read-back arrives after it ended.
+                let mut t = self.timeline.clone();
+                if let (Some(last), true) = (t.last_mut(), self.timeline_open) {
+                    last.read_back = self.steps.pending_read_back();
+                }
+                t
+            },
             step: self.steps.profile(),
             memory: self.memory_plan.as_ref().filter(|_| timed).map(|plan| {
                 let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
@@ -286,6 +302,7 @@ impl TimeProfiler {
 impl Hook for TimeProfiler {
     fn on_attach(&mut self, nodes: &[NodeInfo], device: &Device) -> Result<()> {
         self.nodes = nodes.to_vec();
+        self.graph_hash = graph_hash(nodes);
         self.device = format!("{:?}", device.location());
         self.phases_present = [false; 3];
         for n in nodes {
@@ -321,6 +338,12 @@ impl Hook for TimeProfiler {
                 self.counting = true;
             }
             self.mark(Mark::IterationStart);
+        }
+        if self.timeline_open {
+            if let Some(last) = self.timeline.last_mut() {
+                last.read_back = self.steps.pending_read_back();
+            }
+            self.timeline_open = false;
         }
         let now = (self.wall)();
         self.steps.iteration_start(now, self.timing);
@@ -390,25 +413,61 @@ impl Hook for TimeProfiler {
         timer.read(&mut self.marks)?;
         let (m, layout) = (&self.marks, self.layout);
         let span = |a: Mark, b: Mark| m[layout.slot(b)] - m[layout.slot(a)];
-        self.iter_times
-            .push(span(Mark::IterationStart, Mark::IterationEnd));
+        let length = span(Mark::IterationStart, Mark::IterationEnd);
+        self.iter_times.push(length);
+        self.samples.iterations.push(length);
+        let mut phase_secs = [0.0; 3];
         for p in Phase::ALL {
             if self.phases_present[p as usize] {
-                self.phase_sum[p as usize] += span(Mark::PhaseStart(p), Mark::PhaseEnd(p));
+                phase_secs[p as usize] = span(Mark::PhaseStart(p), Mark::PhaseEnd(p));
+                self.phase_sum[p as usize] += phase_secs[p as usize];
             }
         }
+        self.samples.phases.push(phase_secs);
+        let per_op = self.verbosity >= 2;
+        let mut op_secs = Vec::with_capacity(if per_op { self.nodes.len() } else { 0 });
         for (info, stats) in self.nodes.iter().zip(&mut self.ops) {
             let d = span(Mark::OpStart(info.op_id), Mark::OpEnd(info.op_id));
             self.phase_ops_sum[info.phase as usize] += d;
-            if self.verbosity >= 2 {
+            if per_op {
                 stats.count += 1;
                 stats.sum += d;
                 stats.min = stats.min.min(d);
                 stats.max = stats.max.max(d);
+                op_secs.push(d);
             }
         }
-        if self.verbosity >= 2 {
-            self.last_marks.clone_from(&self.marks);
+        if per_op {
+            let at = |mark: Mark| m[layout.slot(mark)] - m[layout.slot(Mark::IterationStart)];
+            let phases = Phase::ALL
+                .into_iter()
+                .filter(|p| self.phases_present[*p as usize])
+                .map(|p| {
+                    (
+                        p,
+                        at(Mark::PhaseStart(p)),
+                        span(Mark::PhaseStart(p), Mark::PhaseEnd(p)),
+                    )
+                })
+                .collect();
+            let ops = self
+                .nodes
+                .iter()
+                .zip(&op_secs)
+                .map(|(info, d)| (at(Mark::OpStart(info.op_id)), *d))
+                .collect();
+            let (input_wait, copy, read_back) = self.steps.last_parts();
+            self.timeline.push(IterationTimeline {
+                start: self.run_started,
+                input_wait,
+                copy,
+                read_back,
+                length,
+                phases,
+                ops,
+            });
+            self.samples.ops.push(op_secs);
+            self.timeline_open = true;
         }
         self.timed += 1;
         Ok(())

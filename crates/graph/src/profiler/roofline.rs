@@ -14,7 +14,7 @@ use super::profile::Profile;
 use crate::error::Result;
 
 /// This machine's measured peaks.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct MachinePeaks {
     /// FLOP/s of a large f32 GEMM (candle's matmul on the device), best of five.
     pub flops_per_sec: f64,

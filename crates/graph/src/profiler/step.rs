@@ -19,7 +19,7 @@ pub(crate) fn instant_clock() -> WallClock {
 }
 
 /// Where the time between consecutive step starts goes, in mean seconds per step.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct StepProfile {
     /// Intervals measured: consecutive step starts whose first step was timed.
     pub intervals: usize,
@@ -83,6 +83,8 @@ pub(crate) struct StepRecorder {
     /// Input wait and copy reported since the last iteration started (they belong to the
     /// next one).
     before: [f64; 2],
+    /// Those of the iteration that started last.
+    current_before: [f64; 2],
     /// The loss read-back reported since the last iteration ended.
     read_back: f64,
     /// The last iteration's start (host clock), whether it was timed, its run time.
@@ -119,9 +121,25 @@ impl StepRecorder {
             s.loss_read_back_sec += self.read_back;
             s.other_sec += wall - input - copy - self.last_run - self.read_back;
         }
+        self.current_before = self.before;
         self.before = [0.0; 2];
         self.read_back = 0.0;
         self.last_start = Some((now, timed));
+    }
+
+    /// The input wait and copy reported before the iteration that started last, and the
+    /// read-back reported after it so far.
+    pub(crate) fn last_parts(&self) -> (f64, f64, f64) {
+        (
+            self.current_before[0],
+            self.current_before[1],
+            self.read_back,
+        )
+    }
+
+    /// The read-back reported since the last iteration ended.
+    pub(crate) fn pending_read_back(&self) -> f64 {
+        self.read_back
     }
 
     /// The iteration that started last ran for `run_sec` (host clock).
