@@ -128,6 +128,10 @@ pub struct ProfileArgs {
     /// Also print the per-op-type table split by input shapes (needs verbosity 2).
     #[arg(long)]
     pub by_shape: bool,
+    /// Write the HTML report here (one self-contained file; `wick-prof report` makes the
+    /// same from a --json file).
+    #[arg(long)]
+    pub report: Option<std::path::PathBuf>,
 }
 
 impl ProfileArgs {
@@ -144,8 +148,11 @@ impl ProfileArgs {
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");
         }
-        if self.json.is_some() && level == 0 {
-            anyhow::bail!("--json needs a profile: use --verbosity 1 or 2");
+        if (self.json.is_some() || self.report.is_some()) && level == 0 {
+            anyhow::bail!("--json and --report need a profile: use --verbosity 1 or 2");
+        }
+        if let Some(path) = &self.report {
+            check_output("--report", path)?;
         }
         if let (Some(t), Some(j)) = (&self.trace, &self.json) {
             anyhow::ensure!(
@@ -227,6 +234,11 @@ impl ProfileArgs {
         if let Some(path) = &self.json {
             wick::graph::output::write_bytes_atomically(path, profile.to_json().as_bytes())?;
             println!("profile written to {}", path.display());
+        }
+        if let Some(path) = &self.report {
+            let page = wick::graph::profiler::html::report(&profile, None);
+            wick::graph::output::write_bytes_atomically(path, page.as_bytes())?;
+            println!("HTML report written to {}", path.display());
         }
         Ok(())
     }

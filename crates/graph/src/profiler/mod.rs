@@ -21,6 +21,8 @@
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
 pub mod advice;
+pub mod diff;
+pub mod html;
 pub mod layers;
 pub mod memory;
 pub mod profile;
@@ -35,6 +37,7 @@ pub mod table;
 pub mod trace;
 
 pub use advice::Recommendation;
+pub use diff::{diff, Diff, DiffOptions, DiffRow};
 pub use layers::{LayerLevel, LayerRow};
 pub use memory::{MemoryCounter, MemoryProfile};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};

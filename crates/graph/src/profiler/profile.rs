@@ -208,6 +208,21 @@ impl Profile {
         rows
     }
 
+    /// A profile read back from [`to_json`](Profile::to_json)'s text. Refuses another
+    /// schema.
+    pub fn from_json(text: &str) -> Result<Profile, String> {
+        let p: Profile =
+            serde_json::from_str(text).map_err(|e| format!("not a wick profile: {e}"))?;
+        if p.schema != super::samples::SCHEMA {
+            return Err(format!(
+                "profile schema {:?}, this wick reads {:?}",
+                p.schema,
+                super::samples::SCHEMA
+            ));
+        }
+        Ok(p)
+    }
+
     /// The whole profile as JSON, with the per-layer, per-block and per-stage views
     /// (every row, not only the text report's top ones).
     pub fn to_json(&self) -> String {

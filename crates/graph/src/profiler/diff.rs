@@ -1,0 +1,297 @@
+//! Comparing two profiles, `wick-prof diff A.json B.json`: per phase, op type and layer,
+//! the time ratio B/A with a bootstrap confidence interval computed from the
+//! per-iteration samples. A change is flagged when the interval excludes 1 (significant)
+//! and the ratio is at least `threshold` away from 1 (large enough to matter).
+//!
+//! The bootstrap: resample A's and B's per-iteration totals with replacement (each side
+//! keeping its own size), take the ratio of the resampled means, repeat, and read the
+//! interval off the percentiles. The resampling is seeded from the row's name, so a diff
+//! is reproducible.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::profile::Profile;
+use crate::ir::Phase;
+
+/// How to compare.
+#[derive(Debug, Clone, Copy)]
+pub struct DiffOptions {
+    /// The smallest relative change worth flagging (0.05: 5%).
+    pub threshold: f64,
+    /// The confidence level of the intervals (0.95).
+    pub confidence: f64,
+    /// Bootstrap resamples per row.
+    pub resamples: usize,
+    /// Compare profiles of different graphs, matching phases, op types and layers by name.
+    pub allow_different_graphs: bool,
+}
+
+impl Default for DiffOptions {
+    fn default() -> Self {
+        DiffOptions {
+            threshold: 0.05,
+            confidence: 0.95,
+            resamples: 2000,
+            allow_different_graphs: false,
+        }
+    }
+}
+
+/// One compared figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct DiffRow {
+    /// `iteration`, `phase`, `op type` or `layer`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+    /// Mean seconds per iteration in A and in B.
+    pub a_sec: f64,
+    /// See `a_sec`.
+    pub b_sec: f64,
+    /// B / A.
+    pub ratio: f64,
+    /// The bootstrap confidence interval of the ratio.
+    pub low: f64,
+    /// See `low`.
+    pub high: f64,
+    /// The interval excludes 1 and the ratio is at least the threshold away from it.
+    pub flagged: bool,
+}
+
+impl DiffRow {
+    /// A flagged slowdown.
+    pub fn is_regression(&self) -> bool {
+        self.flagged && self.ratio > 1.0
+    }
+}
+
+/// The comparison of two profiles.
+#[derive(Debug, Clone, Serialize)]
+pub struct Diff {
+    /// Whether the two profiles ran the same graph (equal graph hashes).
+    pub same_graph: bool,
+    /// Every compared figure: the iteration, phases, op types, layers.
+    pub rows: Vec<DiffRow>,
+    /// The options used.
+    pub threshold: f64,
+    /// See `threshold`.
+    pub confidence: f64,
+}
+
+/// Why two profiles cannot be compared.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    /// Different graph hashes without `allow_different_graphs`.
+    #[error("the profiles ran different graphs (hash {a} vs {b}; A: {a_run}, B: {b_run}): pass --allow-different-graphs to compare phases, op types and layers by name")]
+    DifferentGraphs {
+        /// A's graph hash.
+        a: String,
+        /// B's graph hash.
+        b: String,
+        /// A's model and sizes.
+        a_run: String,
+        /// B's model and sizes.
+        b_run: String,
+    },
+    /// A profile without timed iterations.
+    #[error("profile {0} has no per-iteration samples (was any iteration timed?)")]
+    NoSamples(&'static str),
+}
+
+/// Per-iteration totals by name, for one kind of row.
+type Series = BTreeMap<String, Vec<f64>>;
+
+fn series(p: &Profile) -> [(&'static str, Series); 4] {
+    let s = &p.samples;
+    let mut iteration = Series::new();
+    iteration.insert("iteration".into(), s.iterations.clone());
+    let mut phases = Series::new();
+    for ph in Phase::ALL {
+        if p.phases.iter().any(|x| x.phase == ph) {
+            phases.insert(
+                ph.as_str().into(),
+                s.phases.iter().map(|x| x[ph as usize]).collect(),
+            );
+        }
+    }
+    let mut types = Series::new();
+    let mut layers = Series::new();
+    if !s.ops.is_empty() && p.ops.len() == s.ops[0].len() {
+        for (i, iter) in s.ops.iter().enumerate() {
+            for (op, sec) in p.ops.iter().zip(iter) {
+                let t = types
+                    .entry(op.name.clone())
+                    .or_insert_with(|| vec![0.0; s.ops.len()]);
+                t[i] += sec;
+                let layer = op
+                    .origin
+                    .layer
+                    .clone()
+                    .unwrap_or_else(|| super::layers::NO_LAYER.into());
+                let l = layers
+                    .entry(layer)
+                    .or_insert_with(|| vec![0.0; s.ops.len()]);
+                l[i] += sec;
+            }
+        }
+    }
+    [
+        ("iteration", iteration),
+        ("phase", phases),
+        ("op type", types),
+        ("layer", layers),
+    ]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// A deterministic xorshift generator seeded from `name`.
+struct Rng(u64);
+
+impl Rng {
+    fn new(name: &str) -> Self {
+        let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        Rng(seed | 1)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// The bootstrap interval of mean(b) / mean(a).
+fn interval(a: &[f64], b: &[f64], opts: &DiffOptions, name: &str) -> (f64, f64) {
+    let mut rng = Rng::new(name);
+    let mut ratios: Vec<f64> = (0..opts.resamples)
+        .map(|_| {
+            let ma = (0..a.len()).map(|_| a[rng.below(a.len())]).sum::<f64>() / a.len() as f64;
+            let mb = (0..b.len()).map(|_| b[rng.below(b.len())]).sum::<f64>() / b.len() as f64;
+            mb / ma
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let tail = (1.0 - opts.confidence) / 2.0;
+    let at =
+        |q: f64| ratios[((q * (ratios.len() - 1) as f64).round() as usize).min(ratios.len() - 1)];
+    (at(tail), at(1.0 - tail))
+}
+
+/// Compares B against A.
+pub fn diff(a: &Profile, b: &Profile, opts: &DiffOptions) -> Result<Diff, DiffError> {
+    if a.samples.iterations.is_empty() {
+        return Err(DiffError::NoSamples("A"));
+    }
+    if b.samples.iterations.is_empty() {
+        return Err(DiffError::NoSamples("B"));
+    }
+    let same_graph = a.graph_hash == b.graph_hash;
+    if !same_graph && !opts.allow_different_graphs {
+        let run = |p: &Profile| {
+            format!(
+                "{}, batch {}, {}",
+                p.run.model, p.run.batch, p.run.image_size
+            )
+        };
+        return Err(DiffError::DifferentGraphs {
+            a: a.graph_hash.clone(),
+            b: b.graph_hash.clone(),
+            a_run: run(a),
+            b_run: run(b),
+        });
+    }
+    let mut rows = Vec::new();
+    for ((kind, sa), (_, sb)) in series(a).into_iter().zip(series(b)) {
+        for (name, va) in &sa {
+            let Some(vb) = sb.get(name) else { continue };
+            let (a_sec, b_sec) = (mean(va), mean(vb));
+            if a_sec <= 0.0 || va.is_empty() || vb.is_empty() {
+                continue;
+            }
+            let ratio = b_sec / a_sec;
+            let (low, high) = interval(va, vb, opts, &format!("{kind}/{name}"));
+            let significant = low > 1.0 || high < 1.0;
+            rows.push(DiffRow {
+                kind,
+                name: name.clone(),
+                a_sec,
+                b_sec,
+                ratio,
+                low,
+                high,
+                flagged: significant && (ratio - 1.0).abs() >= opts.threshold,
+            });
+        }
+    }
+    Ok(Diff {
+        same_graph,
+        rows,
+        threshold: opts.threshold,
+        confidence: opts.confidence,
+    })
+}
+
+impl Diff {
+    /// The flagged slowdowns.
+    pub fn regressions(&self) -> impl Iterator<Item = &DiffRow> {
+        self.rows.iter().filter(|r| r.is_regression())
+    }
+
+    /// The diff as text: the flagged rows first, then every row of the iteration, phases
+    /// and op types.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "wick-prof diff: B / A per-iteration time, {:.0}% bootstrap intervals; flagged: interval excludes 1 and change >= {:.0}%{}\n",
+            100.0 * self.confidence,
+            100.0 * self.threshold,
+            if self.same_graph { "" } else { " (different graphs: matched by name)" }
+        );
+        let flagged: Vec<&DiffRow> = self.rows.iter().filter(|r| r.flagged).collect();
+        if flagged.is_empty() {
+            s.push_str("No significant change.\n");
+        } else {
+            for r in &flagged {
+                let what = if r.ratio > 1.0 { "SLOWER" } else { "faster" };
+                let _ = writeln!(
+                    s,
+                    "{what}: {} {} x{:.3} [{:.3}, {:.3}] ({:.3} ms -> {:.3} ms)",
+                    r.kind,
+                    r.name,
+                    r.ratio,
+                    r.low,
+                    r.high,
+                    r.a_sec * 1e3,
+                    r.b_sec * 1e3
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{:<9} {:<36} {:>10} {:>10} {:>8} {:>17}",
+            "Kind", "Name", "A(ms)", "B(ms)", "B/A", "interval"
+        );
+        for r in self.rows.iter().filter(|r| r.kind != "layer") {
+            let _ = writeln!(
+                s,
+                "{:<9} {:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}]{}",
+                r.kind,
+                r.name,
+                r.a_sec * 1e3,
+                r.b_sec * 1e3,
+                r.ratio,
+                r.low,
+                r.high,
+                if r.flagged { " *" } else { "" }
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,163 @@
+//! Issue #13: `wick-prof diff` on runs of a simulated clock: one op type deliberately
+//! slowed is flagged by name; two runs of the same graph with noise are not; profiles of
+//! different graphs are refused unless allowed.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use common::*;
+use wick_graph::profiler::{diff, DiffOptions, Mark, SlotLayout};
+use wick_graph::{Executor, GraphBuilder, Mode, Profile, TimeProfiler, Timer};
+use wick_ops::SgdParams;
+
+/// A clock that advances at each mark: an op lasts its base time (1 ms per 100 FLOPs of
+/// its position, any fixed pattern) times uniform noise of +-`noise`, times `slow` when its
+/// kernel is `slowed`; other marks cost 1 µs.
+struct SimTimer {
+    kernels: Vec<&'static str>,
+    layout: SlotLayout,
+    now: f64,
+    rng: u64,
+    noise: f64,
+    slowed: &'static str,
+    slow: f64,
+    recorded: Vec<f64>,
+}
+
+impl Timer for SimTimer {
+    fn method(&self) -> &'static str {
+        "simulated clock"
+    }
+    fn prepare(&mut self, slots: usize) -> wick_graph::Result<()> {
+        self.recorded = vec![0.0; slots];
+        Ok(())
+    }
+    fn mark(&mut self, slot: usize) {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let u = (self.rng >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+        self.now += match self.layout.mark(slot) {
+            Some(Mark::OpEnd(op)) => {
+                let base = 1e-3 * (1 + op % 7) as f64;
+                let slow = if self.kernels[op] == self.slowed {
+                    self.slow
+                } else {
+                    1.0
+                };
+                base * (1.0 + self.noise * u) * slow
+            }
+            _ => 1e-6,
+        };
+        self.recorded[slot] = self.now;
+    }
+    fn read(&mut self, out: &mut [f64]) -> wick_graph::Result<()> {
+        out.copy_from_slice(&self.recorded);
+        Ok(())
+    }
+}
+
+/// A profile of 12 iterations (2 skipped) of the small net at `batch`.
+fn run(batch: usize, seed: u64, slowed: &'static str, slow: f64) -> Profile {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let net = small_net(&mut b, DType::F32, batch, 6, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    b.sgd(&grads, SgdParams::default()).unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    let images = Tensor::zeros((batch, 3, 6, 6), DType::F32, &Device::Cpu).unwrap();
+    exec.set("images", &images).unwrap();
+    let labels: Vec<u32> = (0..batch as u32).map(|i| i % 3).collect();
+    exec.set(
+        "labels",
+        &Tensor::new(labels.as_slice(), &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    let timer = SimTimer {
+        kernels: exec.node_infos().iter().map(|n| n.name).collect(),
+        layout: SlotLayout::new(exec.node_infos().len()),
+        now: 0.0,
+        rng: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+        noise: 0.05,
+        slowed,
+        slow,
+        recorded: vec![],
+    };
+    exec.add_hook(TimeProfiler::new(2, 2).with_timer(Box::new(timer)))
+        .unwrap();
+    for _ in 0..12 {
+        exec.run().unwrap();
+    }
+    let p = exec.hook::<TimeProfiler>().unwrap().profile();
+    // Through the JSON, as wick-prof reads them.
+    Profile::from_json(&p.to_json()).unwrap()
+}
+
+#[test]
+fn a_slowed_op_type_is_flagged_by_name_and_noise_is_not() {
+    let a = run(2, 1, "", 1.0);
+    let slowed = run(2, 2, "ReLU", 1.3);
+    let d = diff(&a, &slowed, &DiffOptions::default()).unwrap();
+    assert!(d.same_graph);
+    let flagged_types: Vec<&str> = d
+        .rows
+        .iter()
+        .filter(|r| r.flagged && r.kind == "op type")
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(flagged_types, ["ReLU"], "{}", d.text());
+    let relu = d
+        .rows
+        .iter()
+        .find(|r| r.kind == "op type" && r.name == "ReLU")
+        .unwrap();
+    assert!(
+        relu.is_regression() && relu.low > 1.2 && relu.high < 1.4,
+        "{relu:?}"
+    );
+    assert!(d.text().contains("SLOWER: op type ReLU"), "{}", d.text());
+    // The ReLU layers are flagged too; the conv layers are not.
+    assert!(d
+        .rows
+        .iter()
+        .any(|r| r.kind == "layer" && r.name == "stem.relu" && r.flagged));
+    assert!(d
+        .rows
+        .iter()
+        .any(|r| r.kind == "layer" && r.name == "stem" && !r.flagged));
+
+    // Same graph, different noise: nothing flagged, over several pairs.
+    for seed in 10..16 {
+        let b = run(2, seed, "", 1.0);
+        let d = diff(&a, &b, &DiffOptions::default()).unwrap();
+        assert_eq!(d.regressions().count(), 0, "seed {seed}: {}", d.text());
+        assert!(
+            d.rows.iter().all(|r| !r.flagged),
+            "seed {seed}: {}",
+            d.text()
+        );
+    }
+}
+
+#[test]
+fn profiles_of_different_graphs_are_refused_unless_allowed() {
+    let a = run(2, 1, "", 1.0);
+    let b = run(4, 1, "", 1.0);
+    let e = diff(&a, &b, &DiffOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("different graphs") && e.contains("--allow-different-graphs"),
+        "{e}"
+    );
+    let opts = DiffOptions {
+        allow_different_graphs: true,
+        ..Default::default()
+    };
+    let d = diff(&a, &b, &opts).unwrap();
+    assert!(!d.same_graph);
+    assert!(d
+        .rows
+        .iter()
+        .any(|r| r.kind == "layer" && r.name == "block.conv1"));
+}

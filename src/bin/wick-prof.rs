@@ -1,0 +1,148 @@
+//! `wick-prof`: compare two wick profiles, or render one as an HTML report.
+//!
+//!   wick-prof diff A.json B.json            # exit 1 on a significant regression
+//!   wick-prof report P.json -o report.html  # one self-contained file
+//!   wick-prof report B.json --diff A.json   # with the diff view against A
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use wick::graph::profiler::{diff, html, DiffOptions};
+use wick::graph::Profile;
+
+#[derive(Parser)]
+#[command(
+    name = "wick-prof",
+    about = "Compare wick profiles (--json files) and render them as HTML reports",
+    after_help = "Exit status: 0 when nothing regressed, 1 when `diff` flags a significant regression, 2 on errors."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// B against A: per phase, op type and layer, the time ratio with a bootstrap
+    /// confidence interval from the per-iteration samples. Flags changes whose interval
+    /// excludes 1 and whose size reaches --threshold; exits 1 when one is a slowdown.
+    Diff {
+        /// The baseline profile.
+        a: PathBuf,
+        /// The profile to compare with it.
+        b: PathBuf,
+        /// The smallest relative change to flag (0.05 is 5%).
+        #[arg(long, default_value_t = 0.05)]
+        threshold: f64,
+        /// The confidence level of the intervals.
+        #[arg(long, default_value_t = 0.95)]
+        confidence: f64,
+        /// Compare profiles of different graphs, matching phases, op types and layers by name.
+        #[arg(long)]
+        allow_different_graphs: bool,
+        /// Also write the diff as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// Renders a profile as one self-contained HTML file (no network; inline SVG).
+    Report {
+        /// The profile.
+        profile: PathBuf,
+        /// Where to write the report [default: the profile's name with .html].
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// A baseline profile: adds the diff view (this profile against the baseline).
+        #[arg(long)]
+        diff: Option<PathBuf>,
+    },
+}
+
+fn read(path: &Path) -> Result<Profile> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Profile::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+fn run() -> Result<ExitCode> {
+    match Cli::parse().command {
+        Command::Diff {
+            a,
+            b,
+            threshold,
+            confidence,
+            allow_different_graphs,
+            json,
+        } => {
+            anyhow::ensure!(threshold >= 0.0, "--threshold must be at least 0");
+            anyhow::ensure!(
+                confidence > 0.0 && confidence < 1.0,
+                "--confidence must lie in (0, 1)"
+            );
+            if let Some(path) = &json {
+                wick::graph::output::check_writable(path)?;
+            }
+            let opts = DiffOptions {
+                threshold,
+                confidence,
+                allow_different_graphs,
+                ..Default::default()
+            };
+            let d = diff(&read(&a)?, &read(&b)?, &opts)?;
+            print!("{}", d.text());
+            if let Some(path) = &json {
+                let text = serde_json::to_string_pretty(&d)?;
+                wick::graph::output::write_bytes_atomically(path, text.as_bytes())?;
+            }
+            Ok(if d.regressions().next().is_some() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Report {
+            profile,
+            output,
+            diff: baseline,
+        } => {
+            let output = output.unwrap_or_else(|| profile.with_extension("html"));
+            wick::graph::output::check_writable(&output)?;
+            let p = read(&profile)?;
+            let d = match &baseline {
+                Some(base) => {
+                    let opts = DiffOptions {
+                        allow_different_graphs: true,
+                        ..Default::default()
+                    };
+                    Some(diff(&read(base)?, &p, &opts)?)
+                }
+                None => None,
+            };
+            let page = html::report(&p, d.as_ref());
+            wick::graph::output::write_bytes_atomically(&output, page.as_bytes())?;
+            println!("report written to {}", output.display());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(e) => {
+            let mut message = String::new();
+            for cause in e.chain() {
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    if !message.is_empty() {
+                        message.push_str(": ");
+                    }
+                    message.push_str(&text);
+                }
+            }
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
