@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use wick::graph::profiler::{diff, html, DiffOptions};
+use wick::graph::profiler::{diff, diff_runs, html, DiffOptions};
 use wick::graph::Profile;
 
 #[derive(Parser)]
@@ -33,10 +33,21 @@ enum Command {
         a: PathBuf,
         /// The profile to compare with it.
         b: PathBuf,
+        /// More baseline runs of the same graph (repeatable): the bootstrap then resamples
+        /// runs too, so drift between processes is not flagged. Interleave the runs.
+        #[arg(long = "base-run", value_name = "FILE")]
+        base_runs: Vec<PathBuf>,
+        /// More runs to compare (repeatable), as --base-run.
+        #[arg(long = "new-run", value_name = "FILE")]
+        new_runs: Vec<PathBuf>,
         /// The smallest relative change to flag (0.05 is 5%).
         #[arg(long, default_value_t = 0.05)]
         threshold: f64,
-        /// The confidence level of the intervals.
+        /// Rows below this share of A's iteration are shown but never flagged.
+        #[arg(long, default_value_t = 0.02)]
+        min_share: f64,
+        /// The family-wise confidence: the chance that an unchanged build gets no flag
+        /// (Bonferroni over the rows that may be flagged).
         #[arg(long, default_value_t = 0.95)]
         confidence: f64,
         /// Compare profiles of different graphs, matching phases, op types and layers by name.
@@ -70,7 +81,10 @@ fn run() -> Result<ExitCode> {
         Command::Diff {
             a,
             b,
+            base_runs,
+            new_runs,
             threshold,
+            min_share,
             confidence,
             allow_different_graphs,
             json,
@@ -85,11 +99,18 @@ fn run() -> Result<ExitCode> {
             }
             let opts = DiffOptions {
                 threshold,
+                min_share,
                 confidence,
                 allow_different_graphs,
                 ..Default::default()
             };
-            let d = diff(&read(&a)?, &read(&b)?, &opts)?;
+            let side = |first: &Path, more: &[PathBuf]| -> Result<Vec<Profile>> {
+                std::iter::once(first)
+                    .chain(more.iter().map(|p| p.as_path()))
+                    .map(read)
+                    .collect()
+            };
+            let d = diff_runs(&side(&a, &base_runs)?, &side(&b, &new_runs)?, &opts)?;
             print!("{}", d.text());
             if let Some(path) = &json {
                 let text = serde_json::to_string_pretty(&d)?;

@@ -21,6 +21,8 @@ struct SimTimer {
     noise: f64,
     slowed: &'static str,
     slow: f64,
+    /// Every op's time times this: a machine-wide drift between processes.
+    drift: f64,
     recorded: Vec<f64>,
 }
 
@@ -45,7 +47,7 @@ impl Timer for SimTimer {
                 } else {
                     1.0
                 };
-                base * (1.0 + self.noise * u) * slow
+                base * (1.0 + self.noise * u) * slow * self.drift
             }
             _ => 1e-6,
         };
@@ -59,6 +61,10 @@ impl Timer for SimTimer {
 
 /// A profile of 12 iterations (2 skipped) of the small net at `batch`.
 fn run(batch: usize, seed: u64, slowed: &'static str, slow: f64) -> Profile {
+    run_drifting(batch, seed, slowed, slow, 1.0)
+}
+
+fn run_drifting(batch: usize, seed: u64, slowed: &'static str, slow: f64, drift: f64) -> Profile {
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
     let net = small_net(&mut b, DType::F32, batch, 6, 3).unwrap();
     let grads = b.backward(net.loss).unwrap();
@@ -81,6 +87,7 @@ fn run(batch: usize, seed: u64, slowed: &'static str, slow: f64) -> Profile {
         noise: 0.05,
         slowed,
         slow,
+        drift,
         recorded: vec![],
     };
     exec.add_hook(TimeProfiler::new(2, 2).with_timer(Box::new(timer)))
@@ -160,4 +167,32 @@ fn profiles_of_different_graphs_are_refused_unless_allowed() {
         .rows
         .iter()
         .any(|r| r.kind == "layer" && r.name == "block.conv1"));
+}
+
+/// One process running 20% slow throughout (drift, not a code change) is flagged by a
+/// one-run diff; with two interleaved runs per side the bootstrap resamples runs too and
+/// leaves it unflagged, while the slowed op type is still found.
+#[test]
+fn several_runs_per_side_absorb_drift_between_processes() {
+    use wick_graph::profiler::diff_runs;
+    let a = [run(2, 1, "", 1.0), run(2, 2, "", 1.0)];
+    let drifting = run_drifting(2, 4, "", 1.0, 1.2);
+    let one = diff(&a[0], &drifting, &DiffOptions::default()).unwrap();
+    assert!(
+        one.regressions().any(|r| r.kind == "iteration"),
+        "{}",
+        one.text()
+    );
+    let b = [run(2, 3, "", 1.0), drifting];
+    let two = diff_runs(&a, &b, &DiffOptions::default()).unwrap();
+    assert_eq!(two.runs, (2, 2));
+    assert_eq!(two.regressions().count(), 0, "{}", two.text());
+    let slowed = [run(2, 5, "ReLU", 1.5), run(2, 6, "ReLU", 1.5)];
+    let found = diff_runs(&a, &slowed, &DiffOptions::default()).unwrap();
+    let names: Vec<&str> = found
+        .regressions()
+        .filter(|r| r.kind == "op type")
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names, ["ReLU"], "{}", found.text());
 }

@@ -21,7 +21,11 @@ use crate::ir::Phase;
 pub struct DiffOptions {
     /// The smallest relative change worth flagging (0.05: 5%).
     pub threshold: f64,
-    /// The confidence level of the intervals (0.95).
+    /// Rows smaller than this share of A's iteration are shown but never flagged: a
+    /// kernel of a few microseconds swings by tens of percent between runs.
+    pub min_share: f64,
+    /// The family-wise confidence level: the chance that an unchanged build has no row
+    /// flagged (0.95).
     pub confidence: f64,
     /// Bootstrap resamples per row.
     pub resamples: usize,
@@ -33,6 +37,7 @@ impl Default for DiffOptions {
     fn default() -> Self {
         DiffOptions {
             threshold: 0.05,
+            min_share: 0.02,
             confidence: 0.95,
             resamples: 2000,
             allow_different_graphs: false,
@@ -77,6 +82,10 @@ pub struct Diff {
     pub rows: Vec<DiffRow>,
     /// The options used.
     pub threshold: f64,
+    /// See `threshold`.
+    pub min_share: f64,
+    /// Runs on each side (A, B).
+    pub runs: (usize, usize),
     /// See `threshold`.
     pub confidence: f64,
 }
@@ -168,33 +177,71 @@ impl Rng {
     }
 }
 
-/// The bootstrap interval of mean(b) / mean(a).
-fn interval(a: &[f64], b: &[f64], opts: &DiffOptions, name: &str) -> (f64, f64) {
+/// The mean of one bootstrap resample of a side: its runs drawn with replacement, then
+/// each drawn run's iterations drawn with replacement (a two-level bootstrap, so the
+/// spread between runs counts as well as the spread within one).
+fn resampled_mean(runs: &[&Vec<f64>], rng: &mut Rng) -> f64 {
+    let (mut sum, mut count) = (0.0, 0usize);
+    for _ in 0..runs.len() {
+        let run = runs[rng.below(runs.len())];
+        for _ in 0..run.len() {
+            sum += run[rng.below(run.len())];
+        }
+        count += run.len();
+    }
+    sum / count.max(1) as f64
+}
+
+/// The bootstrap interval of mean(B) / mean(A) at `confidence`.
+fn interval(
+    a: &[&Vec<f64>],
+    b: &[&Vec<f64>],
+    confidence: f64,
+    resamples: usize,
+    name: &str,
+) -> (f64, f64) {
     let mut rng = Rng::new(name);
-    let mut ratios: Vec<f64> = (0..opts.resamples)
+    let mut ratios: Vec<f64> = (0..resamples)
         .map(|_| {
-            let ma = (0..a.len()).map(|_| a[rng.below(a.len())]).sum::<f64>() / a.len() as f64;
-            let mb = (0..b.len()).map(|_| b[rng.below(b.len())]).sum::<f64>() / b.len() as f64;
-            mb / ma
+            let ma = resampled_mean(a, &mut rng);
+            resampled_mean(b, &mut rng) / ma
         })
         .collect();
     ratios.sort_by(f64::total_cmp);
-    let tail = (1.0 - opts.confidence) / 2.0;
+    let tail = (1.0 - confidence) / 2.0;
     let at =
         |q: f64| ratios[((q * (ratios.len() - 1) as f64).round() as usize).min(ratios.len() - 1)];
     (at(tail), at(1.0 - tail))
 }
 
-/// Compares B against A.
+/// Compares B against A (one run each). See [`diff_runs`].
 pub fn diff(a: &Profile, b: &Profile, opts: &DiffOptions) -> Result<Diff, DiffError> {
-    if a.samples.iterations.is_empty() {
+    diff_runs(std::slice::from_ref(a), std::slice::from_ref(b), opts)
+}
+
+/// Compares B's runs against A's. Each side may hold several runs of the same graph (run
+/// interleaved, A B A B): the bootstrap then resamples runs as well as iterations, so
+/// the drift between processes (±20% seen on a shared 2-core VM) widens the intervals
+/// instead of being flagged. The confidence is family-wise: each of the `m` rows that
+/// may be flagged gets `1 - (1 - confidence) / m` (Bonferroni), so a whole diff of an
+/// unchanged build stays unflagged with probability `confidence`.
+pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Diff, DiffError> {
+    let (Some(a0), Some(b0)) = (a.first(), b.first()) else {
+        return Err(DiffError::NoSamples(if a.is_empty() { "A" } else { "B" }));
+    };
+    if a.iter().any(|p| p.samples.iterations.is_empty()) {
         return Err(DiffError::NoSamples("A"));
     }
-    if b.samples.iterations.is_empty() {
+    if b.iter().any(|p| p.samples.iterations.is_empty()) {
         return Err(DiffError::NoSamples("B"));
     }
-    let same_graph = a.graph_hash == b.graph_hash;
+    let same_graph = a.iter().chain(b).all(|p| p.graph_hash == a0.graph_hash);
     if !same_graph && !opts.allow_different_graphs {
+        let other = a
+            .iter()
+            .chain(b)
+            .find(|p| p.graph_hash != a0.graph_hash)
+            .unwrap_or(b0);
         let run = |p: &Profile| {
             format!(
                 "{}, batch {}, {}",
@@ -202,40 +249,102 @@ pub fn diff(a: &Profile, b: &Profile, opts: &DiffOptions) -> Result<Diff, DiffEr
             )
         };
         return Err(DiffError::DifferentGraphs {
-            a: a.graph_hash.clone(),
-            b: b.graph_hash.clone(),
-            a_run: run(a),
-            b_run: run(b),
+            a: a0.graph_hash.clone(),
+            b: other.graph_hash.clone(),
+            a_run: run(a0),
+            b_run: run(other),
         });
     }
-    let mut rows = Vec::new();
-    for ((kind, sa), (_, sb)) in series(a).into_iter().zip(series(b)) {
-        for (name, va) in &sa {
-            let Some(vb) = sb.get(name) else { continue };
-            let (a_sec, b_sec) = (mean(va), mean(vb));
-            if a_sec <= 0.0 || va.is_empty() || vb.is_empty() {
+    let sa: Vec<_> = a.iter().map(series).collect();
+    let sb: Vec<_> = b.iter().map(series).collect();
+    let a_iteration = mean(
+        &a.iter()
+            .flat_map(|p| p.samples.iterations.iter().copied())
+            .collect::<Vec<_>>(),
+    );
+    // Every row present in every run of both sides, with its runs' samples.
+    struct Candidate<'s> {
+        kind: &'static str,
+        name: String,
+        a: Vec<&'s Vec<f64>>,
+        b: Vec<&'s Vec<f64>>,
+        a_sec: f64,
+        b_sec: f64,
+    }
+    let mut candidates = Vec::new();
+    for k in 0..4 {
+        let kind = sa[0][k].0;
+        for name in sa[0][k].1.keys() {
+            let ra: Option<Vec<&Vec<f64>>> = sa
+                .iter()
+                .map(|s| s[k].1.get(name).filter(|v| !v.is_empty()))
+                .collect();
+            let rb: Option<Vec<&Vec<f64>>> = sb
+                .iter()
+                .map(|s| s[k].1.get(name).filter(|v| !v.is_empty()))
+                .collect();
+            let (Some(ra), Some(rb)) = (ra, rb) else {
                 continue;
+            };
+            let flat = |r: &[&Vec<f64>]| {
+                mean(&r.iter().flat_map(|v| v.iter().copied()).collect::<Vec<_>>())
+            };
+            let (a_sec, b_sec) = (flat(&ra), flat(&rb));
+            if a_sec > 0.0 {
+                candidates.push(Candidate {
+                    kind,
+                    name: name.clone(),
+                    a: ra,
+                    b: rb,
+                    a_sec,
+                    b_sec,
+                });
             }
-            let ratio = b_sec / a_sec;
-            let (low, high) = interval(va, vb, opts, &format!("{kind}/{name}"));
+        }
+    }
+    let eligible = candidates
+        .iter()
+        .filter(|c| c.a_sec >= opts.min_share * a_iteration)
+        .count()
+        .max(1);
+    let row_confidence = 1.0 - (1.0 - opts.confidence) / eligible as f64;
+    // Enough resamples to read the tails at the per-row level (20 beyond each tail).
+    let resamples = opts
+        .resamples
+        .max((40.0 / (1.0 - row_confidence)).ceil() as usize);
+    let rows = candidates
+        .into_iter()
+        .map(|c| {
+            let ratio = c.b_sec / c.a_sec;
+            let (low, high) = interval(
+                &c.a,
+                &c.b,
+                row_confidence,
+                resamples,
+                &format!("{}/{}", c.kind, c.name),
+            );
             let significant = low > 1.0 || high < 1.0;
-            rows.push(DiffRow {
-                kind,
-                name: name.clone(),
-                a_sec,
-                b_sec,
+            DiffRow {
+                kind: c.kind,
+                flagged: significant
+                    && (ratio - 1.0).abs() >= opts.threshold
+                    && c.a_sec >= opts.min_share * a_iteration,
+                name: c.name,
+                a_sec: c.a_sec,
+                b_sec: c.b_sec,
                 ratio,
                 low,
                 high,
-                flagged: significant && (ratio - 1.0).abs() >= opts.threshold,
-            });
-        }
-    }
+            }
+        })
+        .collect();
     Ok(Diff {
         same_graph,
         rows,
         threshold: opts.threshold,
+        min_share: opts.min_share,
         confidence: opts.confidence,
+        runs: (a.len(), b.len()),
     })
 }
 
@@ -249,9 +358,12 @@ impl Diff {
     /// and op types.
     pub fn text(&self) -> String {
         let mut s = format!(
-            "wick-prof diff: B / A per-iteration time, {:.0}% bootstrap intervals; flagged: interval excludes 1 and change >= {:.0}%{}\n",
+            "wick-prof diff: B / A per-iteration time over {} vs {} runs, bootstrap intervals at {:.0}% family-wise; flagged: interval excludes 1, change >= {:.0}%, row >= {:.0}% of the iteration{}\n",
+            self.runs.0,
+            self.runs.1,
             100.0 * self.confidence,
             100.0 * self.threshold,
+            100.0 * self.min_share,
             if self.same_graph { "" } else { " (different graphs: matched by name)" }
         );
         let flagged: Vec<&DiffRow> = self.rows.iter().filter(|r| r.flagged).collect();

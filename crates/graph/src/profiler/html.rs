@@ -371,3 +371,46 @@ fn diff_section(b: &mut String, d: &Diff) {
     }
     b.push_str("</table>");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profiler::diff::DiffRow;
+
+    #[test]
+    fn the_page_is_self_contained_and_shows_the_diff_when_given_one() {
+        let p = Profile {
+            iteration_sec: 0.25,
+            ..Default::default()
+        };
+        let page = report(&p, None);
+        assert!(page.starts_with("<!DOCTYPE html>") && page.trim_end().ends_with("</html>"));
+        assert!(
+            !page.contains("http://") || !page.contains("src=\"http"),
+            "no network"
+        );
+        assert!(!page.contains("<script src"), "no external scripts");
+        assert!(page.contains("data-key=\"iteration_sec\" data-value=\"0.25\">250.000 ms"));
+        assert!(!page.contains("id=\"diff\""));
+        let d = Diff {
+            same_graph: true,
+            rows: vec![DiffRow {
+                kind: "op type",
+                name: "ReLU<x>".into(),
+                a_sec: 0.001,
+                b_sec: 0.0013,
+                ratio: 1.3,
+                low: 1.2,
+                high: 1.4,
+                flagged: true,
+            }],
+            threshold: 0.05,
+            min_share: 0.02,
+            confidence: 0.95,
+            runs: (1, 1),
+        };
+        let page = report(&p, Some(&d));
+        assert!(page.contains("id=\"diff\"") && page.contains("class=\"flag\""));
+        assert!(page.contains("ReLU&lt;x&gt;"), "names are escaped");
+    }
+}

@@ -37,7 +37,7 @@ pub mod table;
 pub mod trace;
 
 pub use advice::Recommendation;
-pub use diff::{diff, Diff, DiffOptions, DiffRow};
+pub use diff::{diff, diff_runs, Diff, DiffOptions, DiffRow};
 pub use layers::{LayerLevel, LayerRow};
 pub use memory::{MemoryCounter, MemoryProfile};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
