@@ -23,3 +23,39 @@ pub fn prepare_process() {
     allocator::keep_freed_memory();
     denormals::flush_denormals_to_zero();
 }
+
+/// An error and its causes as one line for a user: `outer: cause: root cause`, skipping a
+/// cause whose text the line already holds (many errors quote their source). The
+/// examples and `wick-prof` print errors this way, without a backtrace.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut next = Some(error);
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        next = e.source();
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_chain_prints_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let quoted = wick_models::ModelError::Io {
+            path: "w.safetensors".into(),
+            source: io,
+        };
+        // The model error's text already quotes its source: the OS message appears once.
+        let line = super::error_chain(&quoted);
+        assert_eq!(line, "w.safetensors: no such file");
+        let wrapped = std::io::Error::other(quoted);
+        assert_eq!(super::error_chain(&wrapped), "w.safetensors: no such file");
+    }
+}

@@ -79,16 +79,7 @@ pub fn exit_on_error(result: Result<()>) -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            let mut message = String::new();
-            for cause in e.chain() {
-                let text = cause.to_string();
-                if !message.contains(&text) {
-                    if !message.is_empty() {
-                        message.push_str(": ");
-                    }
-                    message.push_str(&text);
-                }
-            }
+            let message = wick::error_chain(e.as_ref());
             eprintln!("error: {message}");
             std::process::ExitCode::FAILURE
         }

@@ -152,16 +152,7 @@ fn main() -> ExitCode {
     match run() {
         Ok(code) => code,
         Err(e) => {
-            let mut message = String::new();
-            for cause in e.chain() {
-                let text = cause.to_string();
-                if !message.contains(&text) {
-                    if !message.is_empty() {
-                        message.push_str(": ");
-                    }
-                    message.push_str(&text);
-                }
-            }
+            let message = wick::error_chain(e.as_ref());
             eprintln!("error: {message}");
             ExitCode::from(2)
         }
