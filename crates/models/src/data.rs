@@ -98,6 +98,7 @@ pub struct Cifar10 {
     pos: usize,
     batch: usize,
     rng: StdRng,
+    augment: bool,
 }
 
 const CIFAR_RECORD: usize = 1 + 3 * 32 * 32;
@@ -154,6 +155,7 @@ impl Cifar10 {
             pos: usize::MAX,
             batch,
             rng: StdRng::seed_from_u64(seed),
+            augment: false,
         };
         c.reshuffle();
         Ok(c)
@@ -169,6 +171,70 @@ impl Cifar10 {
         self.labels.is_empty()
     }
 
+    /// The standard CIFAR augmentation for training batches: a random 32x32 crop of the
+    /// image zero-padded by 4 pixels on each side, and a horizontal flip half of the time
+    /// (torchvision's `RandomCrop(32, padding=4)` and `RandomHorizontalFlip()`). It runs
+    /// where `next_batch` runs: in the [`Prefetcher`]'s thread.
+    pub fn with_augmentation(mut self, on: bool) -> Self {
+        self.augment = on;
+        self
+    }
+
+    /// The number of batches of `batch` that visit every image once, the last one
+    /// partial.
+    pub fn batches_in_order(&self, batch: usize) -> usize {
+        self.len().div_ceil(batch.max(1))
+    }
+
+    /// Batch `index` of the images in file order, for evaluation: `batch` images
+    /// (normalised, never augmented), the last batch padded with zero images; the labels
+    /// of the real images only; and how many are real.
+    pub fn batch_in_order(&self, index: usize, batch: usize) -> Result<(Tensor, Tensor, usize)> {
+        let start = index * batch;
+        if batch == 0 || start >= self.len() {
+            return Err(ModelError::Config(format!(
+                "evaluation batch {index} of {batch} images is past the {} images",
+                self.len()
+            )));
+        }
+        let real = batch.min(self.len() - start);
+        let mut data = vec![0f32; batch * 3 * 32 * 32];
+        let mut labels = Vec::with_capacity(real);
+        for (slot, i) in (start..start + real).enumerate() {
+            self.write_image(i, &mut data[slot * 3 * 1024..(slot + 1) * 3 * 1024], None);
+            labels.push(self.labels[i] as i64);
+        }
+        Ok((
+            Tensor::from_vec(data, (batch, 3, 32, 32), &Device::Cpu)?,
+            Tensor::new(labels, &Device::Cpu)?,
+            real,
+        ))
+    }
+
+    /// Writes image `i`, normalised, into `out` (3x32x32), shifted by `crop` = (dy, dx,
+    /// flip) within its 4-pixel zero padding when given.
+    fn write_image(&self, i: usize, out: &mut [f32], crop: Option<(usize, usize, bool)>) {
+        let px = 32 * 32;
+        let img = &self.images[i * 3 * px..(i + 1) * 3 * px];
+        let (dy, dx, flip) = crop.unwrap_or((4, 4, false));
+        for c in 0..3 {
+            for y in 0..32 {
+                for x in 0..32 {
+                    // The source pixel in the padded image's coordinates, then in the image's.
+                    let sx = if flip { 31 - x } else { x };
+                    let (py, px_) = (y + dy, sx + dx);
+                    let v = if (4..36).contains(&py) && (4..36).contains(&px_) {
+                        let v = img[c * px + (py - 4) * 32 + (px_ - 4)];
+                        (v as f32 / 255.0 - CIFAR_MEAN[c]) / CIFAR_STD[c]
+                    } else {
+                        0.0
+                    };
+                    out[c * px + y * 32 + x] = v;
+                }
+            }
+        }
+    }
+
     fn reshuffle(&mut self) {
         self.order.shuffle(&mut self.rng);
         self.pos = 0;
@@ -180,18 +246,19 @@ impl BatchSource for Cifar10 {
         if self.pos + self.batch > self.order.len() {
             self.reshuffle();
         }
-        let px = 32 * 32;
-        let mut data = Vec::with_capacity(self.batch * 3 * px);
+        let size = 3 * 32 * 32;
+        let mut data = vec![0f32; self.batch * size];
         let mut labels = Vec::with_capacity(self.batch);
-        for &i in &self.order[self.pos..self.pos + self.batch] {
-            let img = &self.images[i * 3 * px..(i + 1) * 3 * px];
-            for c in 0..3 {
-                data.extend(
-                    img[c * px..(c + 1) * px]
-                        .iter()
-                        .map(|&v| (v as f32 / 255.0 - CIFAR_MEAN[c]) / CIFAR_STD[c]),
-                );
-            }
+        for slot in 0..self.batch {
+            let i = self.order[self.pos + slot];
+            let crop = self.augment.then(|| {
+                (
+                    self.rng.random_range(0..=8usize),
+                    self.rng.random_range(0..=8usize),
+                    self.rng.random_bool(0.5),
+                )
+            });
+            self.write_image(i, &mut data[slot * size..(slot + 1) * size], crop);
             labels.push(self.labels[i] as i64);
         }
         self.pos += self.batch;

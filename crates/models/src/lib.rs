@@ -14,10 +14,12 @@ pub mod error;
 pub mod init;
 pub mod limits;
 pub mod resnet;
+pub mod schedule;
 pub mod session;
 
 pub use checkpoint::ValueChecks;
 pub use error::{ModelError, Result};
 pub use init::WeightInit;
 pub use resnet::{Depth, ResNetConfig, Stem};
+pub use schedule::{LrSchedule, ScheduleUnit};
 pub use session::{Session, TrainOptions};

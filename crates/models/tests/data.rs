@@ -122,3 +122,102 @@ fn synthetic_batches_are_learnable_shapes_and_prefetched_in_order() {
     }
     assert!(SyntheticImages::new(0, 1, 16, 0).is_err());
 }
+
+/// A CIFAR-format folder of `n` test images and `n` training images per file, image `i`
+/// of a file filled with the value `i` in every pixel, labelled `i % 10`.
+fn cifar_folder(n: usize) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("wick-cifar-")
+        .tempdir()
+        .unwrap();
+    let file = |name: &str| {
+        let mut bytes = Vec::new();
+        for i in 0..n {
+            bytes.push((i % 10) as u8);
+            bytes.extend(std::iter::repeat_n(i as u8, 3 * 32 * 32));
+        }
+        std::fs::write(dir.path().join(name), bytes).unwrap();
+    };
+    for b in 1..=5 {
+        file(&format!("data_batch_{b}.bin"));
+    }
+    file("test_batch.bin");
+    dir
+}
+
+/// The image index a normalised red pixel value came from.
+fn index_of(v: f32) -> usize {
+    ((v * 0.2470 + 0.4914) * 255.0).round() as usize
+}
+
+#[test]
+fn evaluation_visits_every_test_image_once_in_order_with_the_last_batch_partial() {
+    let dir = cifar_folder(23);
+    let test = Cifar10::open(dir.path(), false, 8, 0).unwrap();
+    assert_eq!(test.batches_in_order(8), 3);
+    let mut seen = Vec::new();
+    for b in 0..3 {
+        let (images, labels, real) = test.batch_in_order(b, 8).unwrap();
+        assert_eq!(
+            images.dims(),
+            [8, 3, 32, 32],
+            "padded to the session's batch"
+        );
+        assert_eq!(labels.dims(), [real]);
+        let red: Vec<f32> = images.flatten_all().unwrap().to_vec1().unwrap();
+        let labels: Vec<i64> = labels.to_vec1().unwrap();
+        for (k, label) in labels.iter().enumerate() {
+            let i = index_of(red[k * 3 * 1024]);
+            assert_eq!(*label as usize, i % 10);
+            seen.push(i);
+        }
+    }
+    assert_eq!(
+        seen,
+        (0..23).collect::<Vec<_>>(),
+        "every image once, in file order"
+    );
+    assert!(
+        test.batch_in_order(3, 8).is_err(),
+        "past the end is an error"
+    );
+}
+
+#[test]
+fn augmentation_keeps_labels_and_shapes_and_moves_pixels_within_the_padding() {
+    let dir = cifar_folder(40);
+    let mut train = Cifar10::open(dir.path(), true, 16, 7)
+        .unwrap()
+        .with_augmentation(true);
+    let (mut shifted, mut flipped_or_cropped) = (0, 0);
+    for _ in 0..5 {
+        let (images, labels) = train.next_batch().unwrap();
+        assert_eq!(images.dims(), [16, 3, 32, 32]);
+        let px: Vec<f32> = images.flatten_all().unwrap().to_vec1().unwrap();
+        let labels: Vec<i64> = labels.to_vec1().unwrap();
+        for (k, label) in labels.iter().enumerate() {
+            let red = &px[k * 3 * 1024..k * 3 * 1024 + 1024];
+            // Every pixel is the image's own value or the zero padding.
+            let values: Vec<usize> = red
+                .iter()
+                .filter(|v| **v != 0.0)
+                .map(|v| index_of(*v))
+                .collect();
+            assert!(
+                values.len() >= 28 * 28,
+                "a crop keeps at least 28x28 of the image"
+            );
+            let i = values[0];
+            assert!(values.iter().all(|v| *v == i), "one image per slot");
+            assert_eq!(*label as usize, i % 10, "the label follows its image");
+            if values.len() < 1024 {
+                shifted += 1;
+            }
+            flipped_or_cropped += 1;
+        }
+    }
+    assert!(
+        shifted > 40,
+        "most crops move the image ({shifted} of {flipped_or_cropped})"
+    );
+}
