@@ -1,19 +1,20 @@
-//! Trains a ResNet with SGD and a progress bar, reports accuracy and saves a checkpoint.
+//! Trains a ResNet with SGD: epochs, a learning-rate schedule, CIFAR augmentation, an
+//! evaluation after every epoch, a metrics log and a checkpoint.
 //!
 //! Learnable synthetic data by default (loss and accuracy improve within minutes on a CPU):
 //!   cargo run --release --example train_resnet
-//! CIFAR-10 binaries:   ... -- --stem cifar --data-dir cifar-10-batches-bin
+//! CIFAR-10 binaries:   ... -- --stem cifar --data-dir cifar-10-batches-bin --epochs 30 --lr-schedule cosine:30:2 --log metrics.jsonl
 //! One exact batch:     ... -- --weights W.safetensors --data B.safetensors --steps 1 --save O.safetensors
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Result;
-use candle_core::Tensor;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
-use wick::models::{Session, WeightInit};
+use wick::models::evaluate::{evaluate, score, Scores};
+use wick::models::{LrSchedule, Session, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -33,12 +34,19 @@ struct Args {
     /// Train on this batch file (`images` f32 NCHW, `labels` integers) every step.
     #[arg(long, conflicts_with = "data_dir")]
     data: Option<PathBuf>,
-    /// Train on CIFAR-10's binary files in this folder (data_batch_*.bin, test_batch.bin).
+    /// Train on CIFAR-10's binary files in this folder (data_batch_*.bin, test_batch.bin),
+    /// augmented, evaluated on the whole test set after every epoch.
     #[arg(long)]
     data_dir: Option<PathBuf>,
-    /// Training steps.
-    #[arg(long, default_value_t = 150)]
-    steps: usize,
+    /// Training steps [default: 150], or use --epochs.
+    #[arg(long, conflicts_with = "epochs")]
+    steps: Option<usize>,
+    /// Epochs: passes over the CIFAR training set, or of --steps-per-epoch steps otherwise.
+    #[arg(long)]
+    epochs: Option<usize>,
+    /// Steps per epoch for synthetic data and batch files (CIFAR's is its size / batch).
+    #[arg(long, default_value_t = 50)]
+    steps_per_epoch: usize,
     /// Images per batch (a batch file sets its own).
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
@@ -48,15 +56,26 @@ struct Args {
     /// Classes of the synthetic data (at most --num-classes).
     #[arg(long, default_value_t = 10)]
     synthetic_classes: usize,
-    /// Learning rate.
+    /// Base learning rate.
     #[arg(long, default_value_t = 0.05)]
     lr: f64,
+    /// Schedule (PyTorch's definitions), counted in epochs, or in steps with a /step
+    /// suffix: constant, step:MILESTONES[:GAMMA] (step:30,60:0.1) or
+    /// cosine:TOTAL[:WARMUP[:MIN_LR]] (linear warm-up from lr/3, then cosine annealing).
+    #[arg(long, default_value = "constant")]
+    lr_schedule: LrSchedule,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9)]
     momentum: f64,
     /// Weight decay.
     #[arg(long, default_value_t = 5e-4)]
     weight_decay: f64,
+    /// Turn CIFAR's training augmentation (4-pixel padded random crop, flip) off.
+    #[arg(long)]
+    no_augmentation: bool,
+    /// Write one JSON line of metrics per epoch here (rewritten atomically each epoch).
+    #[arg(long)]
+    log: Option<PathBuf>,
     /// Save the trained weights here (safetensors, torchvision names).
     #[arg(long)]
     save: Option<PathBuf>,
@@ -66,7 +85,7 @@ struct Args {
     detect_anomaly: bool,
     #[command(flatten)]
     profile: common::ProfileArgs,
-    /// Seed for the initialisation and the synthetic data.
+    /// Seed for the initialisation, the data order, the augmentation and synthetic data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
@@ -77,23 +96,33 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     let a = Args::parse();
-    common::at_least_one("--steps", a.steps)?;
-    common::at_least_one("--batch-size", a.batch_size)?;
-    common::at_least_one("--image-size", a.image_size)?;
-    if let Some(path) = &a.save {
-        common::check_output("--save", path)?;
+    for (flag, v) in [
+        ("--batch-size", a.batch_size),
+        ("--image-size", a.image_size),
+        ("--steps-per-epoch", a.steps_per_epoch),
+    ] {
+        common::at_least_one(flag, v)?;
+    }
+    for (flag, path) in [("--save", &a.save), ("--log", &a.log)] {
+        if let Some(path) = path {
+            common::check_output(flag, path)?;
+        }
     }
     a.profile.check(0)?;
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet18")?;
-
-    let Data {
-        train,
-        mut eval,
-        batch,
-        size,
-    } = open_data(&a, config.num_classes)?;
+    let data = open_data(&a, config.num_classes)?;
+    let (batch, size) = (data.batch, data.size);
+    let per_epoch = data.steps_per_epoch.unwrap_or(a.steps_per_epoch);
+    let (epochs, steps) = match (a.epochs, a.steps) {
+        (Some(e), _) => (e, e * per_epoch),
+        (None, s) => {
+            let s = s.unwrap_or(150);
+            (s.div_ceil(per_epoch), s)
+        }
+    };
+    common::at_least_one("--steps/--epochs", steps)?;
 
     let sgd = SgdParams {
         lr: a.lr,
@@ -111,100 +140,97 @@ fn run() -> Result<()> {
         None => session.init_weights(WeightInit::Torchvision(a.seed))?,
     }
     println!(
-        "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size}x{size}, {} steps, lr {}, momentum {}, weight decay {}",
-        config.depth.name(),
-        config.stem,
-        config.num_classes,
-        device.location(),
-        a.steps,
-        a.lr,
-        a.momentum,
-        a.weight_decay
+        "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size}x{size}, {epochs} epochs of {per_epoch} steps ({steps} steps), lr {} ({:?}), momentum {}, weight decay {}",
+        config.depth.name(), config.stem, config.num_classes, device.location(),
+        a.lr, a.lr_schedule, a.momentum, a.weight_decay
     );
 
     let mut evaluator = Session::inference(config, batch, size, &device)?;
-    // The same held-out batches before and after training, so the two accuracies compare.
-    let held_out: Vec<(Tensor, Tensor)> = match &mut eval {
-        Some(eval) => (0..4)
-            .map(|_| eval.next_batch())
-            .collect::<Result<_, _>>()?,
-        None => Vec::new(),
-    };
-    let mut accuracy = |session: &Session| -> Result<f64> {
-        if held_out.is_empty() {
-            return Ok(f64::NAN);
-        }
-        for (name, t) in session.state_dict()? {
-            if !name.ends_with("num_batches_tracked") {
-                evaluator.executor_mut().set(&name, &t)?;
+    let top5 = config.num_classes >= 100;
+    let batches = Prefetcher::new(data.train, 2);
+    // images/s counts the steps after the warm-up (--skip, at most all but one step).
+    let warmup = a.profile.skip.min(steps - 1);
+    let (mut step, mut lr, mut log, mut timed_secs) = (0usize, f64::NAN, String::new(), 0.0);
+    for epoch in 1..=epochs {
+        let bar = ProgressBar::new(per_epoch.min(steps - step) as u64);
+        bar.set_style(ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
+        )?);
+        let (mut train, epoch_start, mut epoch_train_secs) =
+            (Scores::default(), Instant::now(), 0.0);
+        while step < steps && step < epoch * per_epoch {
+            let next = a.lr_schedule.lr(a.lr, step, per_epoch);
+            if next != lr {
+                lr = next;
+                session.executor_mut().set_learning_rate(lr)?;
             }
-        }
-        let (mut correct, mut total) = (0, 0);
-        for (images, labels) in &held_out {
-            let predicted = evaluator
-                .forward(images)?
-                .argmax(1)?
-                .to_dtype(candle_core::DType::I64)?
-                .to_device(&candle_core::Device::Cpu)?;
-            correct += predicted
-                .eq(labels)?
-                .to_dtype(candle_core::DType::U32)?
-                .sum_all()?
-                .to_scalar::<u32>()? as usize;
-            total += labels.dim(0)?;
-        }
-        Ok(correct as f64 / total as f64)
-    };
-    let before = accuracy(&session)?;
-
-    let batches = Prefetcher::new(train, 2);
-    let bar = ProgressBar::new(a.steps as u64);
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
-    )?);
-    // images/s counts the steps after the warm-up (--skip, at most all but one step),
-    // and no evaluation.
-    let warmup = a.profile.skip.min(a.steps - 1);
-    let mut started = Instant::now();
-    let (mut first_loss, mut last_loss) = (None, 0f32);
-    for step in 0..a.steps {
-        if step == warmup {
-            started = Instant::now();
-        }
-        let waiting = Instant::now();
-        let (images, labels): (Tensor, Tensor) = batches.next_batch()?;
-        session.report_input_wait(waiting.elapsed());
-        let loss = session.step(&images, &labels).map_err(|e| {
-            bar.abandon();
-            match &a.save {
-                Some(path) => {
-                    anyhow::anyhow!("{e}; nothing saved, {} is untouched", path.display())
+            let waiting = Instant::now();
+            let (images, labels) = batches.next_batch()?;
+            session.report_input_wait(waiting.elapsed());
+            let started = Instant::now();
+            let loss = session.step(&images, &labels).map_err(|e| {
+                bar.abandon();
+                match &a.save {
+                    Some(path) => {
+                        anyhow::anyhow!("{e}; nothing saved, {} is untouched", path.display())
+                    }
+                    None => e.into(),
                 }
-                None => e.into(),
+            })?;
+            let secs = started.elapsed().as_secs_f64();
+            epoch_train_secs += secs;
+            if step >= warmup {
+                timed_secs += secs;
             }
-        })?;
-        first_loss.get_or_insert(loss);
-        last_loss = loss;
-        if step >= warmup {
-            let timed = (step + 1 - warmup) as f64 * batch as f64;
-            let rate = timed / started.elapsed().as_secs_f64();
-            bar.set_message(format!("loss {loss:.4}, {rate:.1} images/s"));
-        } else {
-            bar.set_message(format!("loss {loss:.4}, warming up"));
+            let logits = session
+                .logits()
+                .ok_or_else(|| anyhow::anyhow!("the logits were not kept"))?;
+            train = add(train, score(logits, &labels, batch)?);
+            step += 1;
+            bar.set_message(format!("loss {loss:.4}, lr {lr:.4}"));
+            bar.inc(1);
         }
-        bar.inc(1);
+        bar.finish_and_clear();
+        evaluator.copy_weights_from(&session)?;
+        let test = match &data.test {
+            Test::Cifar(c) => {
+                let n = c.batches_in_order(batch);
+                evaluate(&mut evaluator, (0..n).map(|i| c.batch_in_order(i, batch)))?
+            }
+            Test::Batches(held_out) => evaluate(
+                &mut evaluator,
+                held_out
+                    .iter()
+                    .map(|(x, y)| Ok((x.clone(), y.clone(), batch))),
+            )?,
+        };
+        let rate = train.images as f64 / epoch_train_secs.max(f64::MIN_POSITIVE);
+        let top5_text = if top5 {
+            format!(", top-5 {:.1}%", 100.0 * test.top5_accuracy())
+        } else {
+            String::new()
+        };
+        println!(
+            "epoch {epoch}/{epochs}  lr {lr:.5}  train loss {:.4} acc {:.1}%  test loss {:.4} acc {:.1}%{top5_text} ({} images)  {rate:.1} images/s  {:.1} s",
+            train.loss(), 100.0 * train.top1_accuracy(), test.loss(), 100.0 * test.top1_accuracy(),
+            test.images, epoch_start.elapsed().as_secs_f64()
+        );
+        if let Some(path) = &a.log {
+            log.push_str(&format!(
+                "{{\"epoch\":{epoch},\"step\":{step},\"lr\":{lr},\"train_loss\":{},\"train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},\"test_top5\":{},\"test_images\":{},\"images_per_sec\":{rate},\"seconds\":{}}}\n",
+                train.loss(), train.top1_accuracy(), test.loss(), test.top1_accuracy(),
+                if top5 { test.top5_accuracy().to_string() } else { "null".into() }, test.images,
+                epoch_start.elapsed().as_secs_f64()
+            ));
+            wick::graph::output::write_bytes_atomically(path, log.as_bytes())?;
+        }
     }
-    bar.finish();
-    let secs = started.elapsed().as_secs_f64();
-    let after = accuracy(&session)?;
+    let timed_images = (steps - warmup) * batch;
     println!(
-        "loss {:.4} -> {last_loss:.4}; held-out accuracy {:.1}% -> {:.1}%; {:.1} images/s over {} steps after {warmup} warm-up ({:.2} s)",
-        first_loss.unwrap_or(f32::NAN),
-        100.0 * before,
-        100.0 * after,
-        ((a.steps - warmup) * batch) as f64 / secs,
-        a.steps - warmup,
-        secs
+        "{:.1} images/s over {} training steps after {warmup} warm-up (training only: {:.2} s)",
+        timed_images as f64 / timed_secs.max(f64::MIN_POSITIVE),
+        steps - warmup,
+        timed_secs
     );
     a.profile.report(&session)?;
     if let Some(path) = &a.save {
@@ -214,42 +240,67 @@ fn run() -> Result<()> {
     Ok(())
 }
 
-/// The training batches, held-out batches to measure accuracy on, and their shape.
+fn add(mut total: Scores, s: Scores) -> Scores {
+    total.images += s.images;
+    total.loss_sum += s.loss_sum;
+    total.top1 += s.top1;
+    total.top5 += s.top5;
+    total
+}
+
+/// What an epoch is evaluated on.
+enum Test {
+    /// CIFAR's whole test set, every image once.
+    Cifar(Box<Cifar10>),
+    /// Fixed held-out batches (synthetic data, a batch file).
+    Batches(Vec<(wick::candle_core::Tensor, wick::candle_core::Tensor)>),
+}
+
+/// The training batches, the test data, the batch shape, and CIFAR's steps per epoch.
 struct Data {
     train: Box<dyn BatchSource>,
-    eval: Option<Box<dyn BatchSource>>,
+    test: Test,
     batch: usize,
     size: usize,
+    steps_per_epoch: Option<usize>,
 }
 
 fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
     Ok(if let Some(path) = &a.data {
         let file = BatchFile::open(path)?;
         let (batch, size) = (file.images.dim(0)?, file.images.dim(3)?);
+        let mut held_out = file.clone();
         Data {
-            train: Box::new(file.clone()),
-            eval: Some(Box::new(file)),
+            test: Test::Batches(vec![held_out.next_batch()?]),
+            train: Box::new(file),
             batch,
             size,
+            steps_per_epoch: None,
         }
     } else if let Some(dir) = &a.data_dir {
-        let train = Cifar10::open(dir, true, a.batch_size, a.seed)?;
+        let train =
+            Cifar10::open(dir, true, a.batch_size, a.seed)?.with_augmentation(!a.no_augmentation);
         let test = Cifar10::open(dir, false, a.batch_size, a.seed + 1)?;
         Data {
+            steps_per_epoch: Some(train.len() / a.batch_size),
             train: Box::new(train),
-            eval: Some(Box::new(test)),
+            test: Test::Cifar(Box::new(test)),
             batch: a.batch_size,
             size: 32,
         }
     } else {
         let k = a.synthetic_classes.min(num_classes);
         let train = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1)?;
-        let eval = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1_000_003)?;
+        let mut eval = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1_000_003)?;
+        let held_out = (0..4)
+            .map(|_| eval.next_batch())
+            .collect::<Result<_, _>>()?;
         Data {
             train: Box::new(train),
-            eval: Some(Box::new(eval)),
+            test: Test::Batches(held_out),
             batch: a.batch_size,
             size: a.image_size,
+            steps_per_epoch: None,
         }
     })
 }

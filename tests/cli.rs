@@ -75,7 +75,7 @@ fn bad_numbers_are_refused_naming_the_flag() {
             "train_resnet",
             vec!["--steps", "0"],
             1,
-            "--steps must be at least 1",
+            "--steps/--epochs must be at least 1",
         ),
         (
             "train_resnet",

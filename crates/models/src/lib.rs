@@ -11,6 +11,7 @@
 pub mod checkpoint;
 pub mod data;
 pub mod error;
+pub mod evaluate;
 pub mod init;
 pub mod limits;
 pub mod resnet;

@@ -199,7 +199,7 @@ mod tests {
                 let pi = std::f64::consts::PI;
                 lr = if k == 0 {
                     base
-                } else if (k - 1 + t_max) % (2 * t_max) == 0 {
+                } else if (k - 1 + t_max).is_multiple_of(2 * t_max) {
                     lr + (base - eta_min) * (1.0 - (pi / t_max as f64).cos()) / 2.0
                 } else {
                     eta_min

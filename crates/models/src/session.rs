@@ -294,6 +294,17 @@ impl Session {
             .report_step_part(StepPart::InputWait, wait.as_secs_f64());
     }
 
+    /// Copies `other`'s weights and statistics into this session (a training session's
+    /// into an inference session of the same model, to evaluate it).
+    pub fn copy_weights_from(&mut self, other: &Session) -> Result<()> {
+        for (name, t) in other.state_dict()? {
+            if !name.ends_with("num_batches_tracked") {
+                self.exec.set(&name, &t)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Training steps this session has run.
     pub fn steps(&self) -> u64 {
         self.steps
