@@ -41,7 +41,7 @@ impl Scores {
     }
 }
 
-/// The scores of the first `real` rows of `logits` ([N, C]) against `labels` ([real]),
+/// The scores of the first `real` rows of `logits` (`[N, C]`) against `labels` (`[real]`),
 /// in f64 on the host.
 pub fn score(logits: &Tensor, labels: &Tensor, real: usize) -> Result<Scores> {
     let logits = logits.to_device(&Device::Cpu)?.to_dtype(DType::F64)?;
