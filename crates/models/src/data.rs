@@ -22,6 +22,27 @@ pub type Batch = (Tensor, Tensor);
 pub trait BatchSource: Send {
     /// The next batch.
     fn next_batch(&mut self) -> Result<Batch>;
+    /// Makes batch number `index` (from 0) the next one, exactly as an uninterrupted run
+    /// would have produced it: data order and augmentation included. Resuming a training
+    /// run needs it; a source that cannot says so.
+    fn seek(&mut self, index: u64) -> Result<()> {
+        Err(ModelError::Config(format!(
+            "this data source cannot resume at batch {index}"
+        )))
+    }
+}
+
+/// A seed for batch or epoch `index` of a stream seeded with `seed` (SplitMix64 of both):
+/// every batch's randomness is a function of the stream's seed and its index alone, so a
+/// run can resume anywhere.
+fn seed_for(seed: u64, index: u64) -> u64 {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(seed ^ mix(index))
 }
 
 /// A learnable synthetic dataset: each class has its own colour tint and a bright square
@@ -32,7 +53,8 @@ pub struct SyntheticImages {
     classes: usize,
     batch: usize,
     size: usize,
-    rng: StdRng,
+    seed: u64,
+    next: u64,
 }
 
 impl SyntheticImages {
@@ -51,7 +73,8 @@ impl SyntheticImages {
             classes,
             batch,
             size,
-            rng: StdRng::seed_from_u64(seed),
+            seed,
+            next: 0,
         })
     }
 }
@@ -59,13 +82,15 @@ impl SyntheticImages {
 impl BatchSource for SyntheticImages {
     fn next_batch(&mut self) -> Result<Batch> {
         let (n, s, k) = (self.batch, self.size, self.classes);
+        let mut rng = StdRng::seed_from_u64(seed_for(self.seed, self.next));
+        self.next += 1;
         let noise = Normal::new(0.0f32, 0.6).map_err(|e| ModelError::Config(e.to_string()))?;
         let mut data = vec![0f32; n * 3 * s * s];
         let mut labels = Vec::with_capacity(n);
         let grid = (k as f64).sqrt().ceil() as usize;
         let patch = (s / (grid + 1)).max(2);
         for i in 0..n {
-            let class = self.rng.random_range(0..k);
+            let class = rng.random_range(0..k);
             labels.push(class as i64);
             let (gy, gx) = (class / grid, class % grid);
             let (y0, x0) = (gy * s / grid, gx * s / grid);
@@ -74,7 +99,7 @@ impl BatchSource for SyntheticImages {
                 for y in 0..s {
                     for x in 0..s {
                         let inside = y >= y0 && y < y0 + patch && x >= x0 && x < x0 + patch;
-                        let v = tint + noise.sample(&mut self.rng) + if inside { 2.0 } else { 0.0 };
+                        let v = tint + noise.sample(&mut rng) + if inside { 2.0 } else { 0.0 };
                         data[((i * 3 + c) * s + y) * s + x] = v;
                     }
                 }
@@ -84,6 +109,11 @@ impl BatchSource for SyntheticImages {
             Tensor::from_vec(data, (n, 3, s, s), &Device::Cpu)?,
             Tensor::new(labels, &Device::Cpu)?,
         ))
+    }
+
+    fn seek(&mut self, index: u64) -> Result<()> {
+        self.next = index;
+        Ok(())
     }
 }
 
@@ -95,9 +125,12 @@ pub struct Cifar10 {
     images: Vec<u8>,
     labels: Vec<u8>,
     order: Vec<usize>,
-    pos: usize,
     batch: usize,
-    rng: StdRng,
+    seed: u64,
+    /// The next batch's number, from 0 (epochs of `len / batch` batches).
+    next: u64,
+    /// The epoch `order` is shuffled for.
+    order_epoch: Option<u64>,
     augment: bool,
 }
 
@@ -148,17 +181,16 @@ impl Cifar10 {
             )));
         }
         let order = (0..labels.len()).collect();
-        let mut c = Cifar10 {
+        Ok(Cifar10 {
             images,
             labels,
             order,
-            pos: usize::MAX,
             batch,
-            rng: StdRng::seed_from_u64(seed),
+            seed,
+            next: 0,
+            order_epoch: None,
             augment: false,
-        };
-        c.reshuffle();
-        Ok(c)
+        })
     }
 
     /// Number of images.
@@ -235,37 +267,50 @@ impl Cifar10 {
         }
     }
 
-    fn reshuffle(&mut self) {
-        self.order.shuffle(&mut self.rng);
-        self.pos = 0;
+    /// Shuffles the order for `epoch` (a function of the seed and the epoch alone).
+    fn shuffle_for(&mut self, epoch: u64) {
+        if self.order_epoch != Some(epoch) {
+            self.order = (0..self.labels.len()).collect();
+            self.order
+                .shuffle(&mut StdRng::seed_from_u64(seed_for(self.seed, epoch)));
+            self.order_epoch = Some(epoch);
+        }
     }
 }
 
 impl BatchSource for Cifar10 {
     fn next_batch(&mut self) -> Result<Batch> {
-        if self.pos + self.batch > self.order.len() {
-            self.reshuffle();
-        }
+        let per_epoch = (self.labels.len() / self.batch) as u64;
+        let (epoch, within) = (self.next / per_epoch, (self.next % per_epoch) as usize);
+        self.shuffle_for(epoch);
+        // The augmentation's randomness, per batch (a stream apart from the order's).
+        let mut rng = StdRng::seed_from_u64(seed_for(!self.seed, self.next));
+        self.next += 1;
+        let pos = within * self.batch;
         let size = 3 * 32 * 32;
         let mut data = vec![0f32; self.batch * size];
         let mut labels = Vec::with_capacity(self.batch);
         for slot in 0..self.batch {
-            let i = self.order[self.pos + slot];
+            let i = self.order[pos + slot];
             let crop = self.augment.then(|| {
                 (
-                    self.rng.random_range(0..=8usize),
-                    self.rng.random_range(0..=8usize),
-                    self.rng.random_bool(0.5),
+                    rng.random_range(0..=8usize),
+                    rng.random_range(0..=8usize),
+                    rng.random_bool(0.5),
                 )
             });
             self.write_image(i, &mut data[slot * size..(slot + 1) * size], crop);
             labels.push(self.labels[i] as i64);
         }
-        self.pos += self.batch;
         Ok((
             Tensor::from_vec(data, (self.batch, 3, 32, 32), &Device::Cpu)?,
             Tensor::new(labels, &Device::Cpu)?,
         ))
+    }
+
+    fn seek(&mut self, index: u64) -> Result<()> {
+        self.next = index;
+        Ok(())
     }
 }
 
@@ -323,6 +368,11 @@ impl BatchSource for BatchFile {
             .clone()
             .ok_or_else(|| ModelError::Config("the batch file has no `labels`".into()))?;
         Ok((self.images.clone(), labels))
+    }
+
+    /// Every batch is the same one.
+    fn seek(&mut self, _index: u64) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -221,3 +221,37 @@ fn augmentation_keeps_labels_and_shapes_and_moves_pixels_within_the_padding() {
         "most crops move the image ({shifted} of {flipped_or_cropped})"
     );
 }
+
+/// Resuming needs batch `k` exactly as an uninterrupted stream made it: order and
+/// augmentation (CIFAR, across an epoch boundary) and synthetic images alike.
+#[test]
+fn a_source_seeked_to_batch_k_continues_the_uninterrupted_stream_exactly() {
+    let dir = cifar_folder(20);
+    let values = |b: wick_models::data::Batch| -> (Vec<f32>, Vec<i64>) {
+        (
+            b.0.flatten_all().unwrap().to_vec1().unwrap(),
+            b.1.to_vec1().unwrap(),
+        )
+    };
+    let sources: Vec<Box<dyn Fn() -> Box<dyn BatchSource>>> = vec![
+        Box::new(|| {
+            Box::new(
+                Cifar10::open(dir.path(), true, 16, 3)
+                    .unwrap()
+                    .with_augmentation(true),
+            )
+        }),
+        Box::new(|| Box::new(SyntheticImages::new(4, 3, 8, 5).unwrap())),
+    ];
+    for make in &sources {
+        let mut whole = make();
+        let stream: Vec<_> = (0..14)
+            .map(|_| values(whole.next_batch().unwrap()))
+            .collect();
+        let mut resumed = make();
+        resumed.seek(9).unwrap();
+        for expected in &stream[9..] {
+            assert_eq!(&values(resumed.next_batch().unwrap()), expected);
+        }
+    }
+}
