@@ -15,10 +15,11 @@ pub mod evaluate;
 pub mod init;
 pub mod limits;
 pub mod resnet;
+pub mod resume;
 pub mod schedule;
 pub mod session;
 
-pub use checkpoint::ValueChecks;
+pub use checkpoint::{StateDict, ValueChecks};
 pub use error::{ModelError, Result};
 pub use init::WeightInit;
 pub use resnet::{Depth, ResNetConfig, Stem};

@@ -305,6 +305,32 @@ impl Session {
         Ok(())
     }
 
+    /// The optimizer's momentum buffers that exist (after a first step), by parameter name.
+    pub fn momentum_buffers(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for spec in self.config.state_spec()? {
+            let name = format!("{}.momentum_buffer", spec.name);
+            if let Some(t) = self.exec.get(&name).ok().flatten() {
+                out.push((spec.name, t.copy()?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Restores momentum buffers (by parameter name) and the step counter, as a training
+    /// checkpoint recorded them.
+    pub fn set_momentum_buffers(
+        &mut self,
+        buffers: &HashMap<String, Tensor>,
+        steps: u64,
+    ) -> Result<()> {
+        for (param, t) in buffers {
+            self.exec.set(&format!("{param}.momentum_buffer"), t)?;
+        }
+        self.steps = steps;
+        Ok(())
+    }
+
     /// Training steps this session has run.
     pub fn steps(&self) -> u64 {
         self.steps

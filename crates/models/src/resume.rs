@@ -1,0 +1,164 @@
+//! Training checkpoints that resume exactly. Each is a folder `step-<N>` holding
+//! `model.safetensors` (the torchvision-named state dict, loadable for inference as any
+//! checkpoint) and `training.safetensors`: every momentum buffer (`<param>.momentum_buffer`)
+//! and, in its metadata, the step and epoch counters and the caller's own fields (the
+//! schedule, the seed). The data order and augmentation are functions of the seed and the
+//! batch index ([`BatchSource::seek`](crate::data::BatchSource::seek)), so the counters
+//! are all a resumed run needs of them.
+//!
+//! A checkpoint is written into a hidden `.step-<N>.partial` folder, each file atomically
+//! and durably, then the folder is renamed: a kill leaves the previous checkpoints whole,
+//! and the partial folder is removed by the next save.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor};
+
+use crate::checkpoint::read_safetensors;
+use crate::error::{ModelError, Result};
+use crate::session::Session;
+
+/// The counters and fields a training checkpoint records.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TrainingState {
+    /// Training steps completed.
+    pub step: u64,
+    /// Epochs completed.
+    pub epoch: u64,
+    /// The caller's fields (seed, schedule, best accuracy, ...), as text.
+    pub fields: BTreeMap<String, String>,
+}
+
+const MODEL: &str = "model.safetensors";
+const TRAINING: &str = "training.safetensors";
+const BUFFER: &str = ".momentum_buffer";
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
+    move |source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Saves `session` and `state` as `dir/<name>` (`step-<N>` for periodic checkpoints,
+/// `best`, ...), replacing a checkpoint of that name. Returns its folder.
+pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) -> Result<PathBuf> {
+    fs::create_dir_all(dir).map_err(io(dir))?;
+    let partial = dir.join(format!(".{name}.partial"));
+    if partial.exists() {
+        fs::remove_dir_all(&partial).map_err(io(&partial))?;
+    }
+    fs::create_dir(&partial).map_err(io(&partial))?;
+    session.save_checkpoint(&partial.join(MODEL))?;
+    let mut buffers = HashMap::new();
+    for (param, buffer) in session.momentum_buffers()? {
+        buffers.insert(format!("{param}{BUFFER}"), buffer);
+    }
+    let mut meta: HashMap<String, String> = state
+        .fields
+        .iter()
+        .map(|(k, v)| (format!("field.{k}"), v.clone()))
+        .collect();
+    meta.insert("step".into(), state.step.to_string());
+    meta.insert("epoch".into(), state.epoch.to_string());
+    let cpu: HashMap<String, Tensor> = buffers
+        .into_iter()
+        .map(|(k, v)| Ok((k, v.to_device(&Device::Cpu)?)))
+        .collect::<Result<_>>()?;
+    let bytes =
+        safetensors::tensor::serialize(&cpu, Some(meta)).map_err(|e| ModelError::Checkpoint {
+            path: partial.join(TRAINING),
+            message: format!("cannot serialise the training state: {e}"),
+        })?;
+    wick_graph::output::write_bytes_atomically(&partial.join(TRAINING), &bytes)?;
+    let target = dir.join(name);
+    let old = dir.join(format!(".{name}.old"));
+    if target.exists() {
+        if old.exists() {
+            fs::remove_dir_all(&old).map_err(io(&old))?;
+        }
+        fs::rename(&target, &old).map_err(io(&target))?;
+    }
+    fs::rename(&partial, &target).map_err(io(&target))?;
+    if old.exists() {
+        fs::remove_dir_all(&old).map_err(io(&old))?;
+    }
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(target)
+}
+
+/// The periodic checkpoints in `dir` (`step-<N>`), oldest first.
+pub fn periodic(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut found: Vec<(u64, PathBuf)> = fs::read_dir(dir)
+        .map_err(io(dir))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let step = name.strip_prefix("step-")?.parse().ok()?;
+            e.path().join(TRAINING).exists().then(|| (step, e.path()))
+        })
+        .collect();
+    found.sort();
+    Ok(found)
+}
+
+/// Keeps the `keep` newest periodic checkpoints in `dir` and removes the rest, and any
+/// partial folder a killed save left.
+pub fn prune(dir: &Path, keep: usize) -> Result<()> {
+    let all = periodic(dir)?;
+    for (_, path) in &all[..all.len().saturating_sub(keep)] {
+        fs::remove_dir_all(path).map_err(io(path))?;
+    }
+    for e in fs::read_dir(dir).map_err(io(dir))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && (name.ends_with(".partial") || name.ends_with(".old")) {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// Loads checkpoint folder `ckpt` into `session` (a training session of the same model
+/// and batch shape) and returns its state.
+pub fn load(session: &mut Session, ckpt: &Path) -> Result<TrainingState> {
+    session.load_checkpoint(&ckpt.join(MODEL))?;
+    let path = ckpt.join(TRAINING);
+    let bytes = fs::read(&path).map_err(io(&path))?;
+    let bad = |message: String| ModelError::Checkpoint {
+        path: path.clone(),
+        message,
+    };
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
+        .map_err(|e| bad(format!("not a training state: {e}")))?;
+    let meta = header.metadata().clone().unwrap_or_default();
+    let counter = |key: &str| -> Result<u64> {
+        meta.get(key)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| bad(format!("no `{key}` counter in its metadata")))
+    };
+    let state = TrainingState {
+        step: counter("step")?,
+        epoch: counter("epoch")?,
+        fields: meta
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix("field.")?.to_string(), v.clone())))
+            .collect(),
+    };
+    let tensors = read_safetensors(&path)?;
+    let mut buffers = HashMap::new();
+    for (name, t) in tensors {
+        let param = name
+            .strip_suffix(BUFFER)
+            .ok_or_else(|| bad(format!("unexpected tensor `{name}`")))?;
+        buffers.insert(param.to_string(), t);
+    }
+    session.set_momentum_buffers(&buffers, state.step)?;
+    Ok(state)
+}
