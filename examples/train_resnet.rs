@@ -14,7 +14,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
 use wick::models::evaluate::{evaluate, score, Scores};
-use wick::models::{LrSchedule, Session, WeightInit};
+use wick::models::{resume, LrSchedule, Session, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -79,6 +79,20 @@ struct Args {
     /// Save the trained weights here (safetensors, torchvision names).
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Keep training checkpoints (model, momentum buffers, counters) in this folder:
+    /// `step-<N>` every --checkpoint-every steps and at SIGINT, and `best` by test accuracy.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Steps between checkpoints [default: one epoch].
+    #[arg(long)]
+    checkpoint_every: Option<usize>,
+    /// Periodic checkpoints to keep (the newest).
+    #[arg(long, default_value_t = 3)]
+    keep: usize,
+    /// Continue from the newest checkpoint in this folder toward the same --steps or
+    /// --epochs target (checkpoints keep going there unless --checkpoint-dir says else).
+    #[arg(long)]
+    resume: Option<PathBuf>,
     /// Check every op's output for NaN and infinity and name the first op that made one
     /// (PyTorch's detect_anomaly; slow, for debugging a diverging run).
     #[arg(long)]
@@ -123,6 +137,11 @@ fn run() -> Result<()> {
         }
     };
     common::at_least_one("--steps/--epochs", steps)?;
+    let checkpoints = a.checkpoint_dir.clone().or_else(|| a.resume.clone());
+    let every = a.checkpoint_every.unwrap_or(per_epoch);
+    common::at_least_one("--checkpoint-every", every)?;
+    common::at_least_one("--keep", a.keep)?;
+    let stop = interrupted_flag();
 
     let sgd = SgdParams {
         lr: a.lr,
@@ -139,6 +158,27 @@ fn run() -> Result<()> {
         Some(w) => session.load_checkpoint(w)?,
         None => session.init_weights(WeightInit::Torchvision(a.seed))?,
     }
+    // Resuming: the newest checkpoint's weights, buffers and counters; the data stream
+    // continues at the same batch.
+    let mut start = 0usize;
+    let mut data = data;
+    if let Some(dir) = &a.resume {
+        let (at, ckpt) = resume::periodic(dir)?
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("--resume {}: no checkpoint there", dir.display()))?;
+        let state = resume::load(&mut session, &ckpt)?;
+        if state.fields.get("seed") != Some(&a.seed.to_string()) {
+            anyhow::bail!(
+                "--resume {}: the checkpoint was trained with --seed {}, not {}",
+                ckpt.display(),
+                state.fields.get("seed").map_or("?", |s| s.as_str()),
+                a.seed
+            );
+        }
+        data.train.seek(at)?;
+        start = at as usize;
+        println!("resumed from {} at step {start}", ckpt.display());
+    }
     println!(
         "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size}x{size}, {epochs} epochs of {per_epoch} steps ({steps} steps), lr {} ({:?}), momentum {}, weight decay {}",
         config.depth.name(), config.stem, config.num_classes, device.location(),
@@ -147,11 +187,27 @@ fn run() -> Result<()> {
 
     let mut evaluator = Session::inference(config, batch, size, &device)?;
     let top5 = config.num_classes >= 100;
+    let state = |step: usize, best: f64| resume::TrainingState {
+        step: step as u64,
+        epoch: (step / per_epoch) as u64,
+        fields: [
+            ("seed", a.seed.to_string()),
+            ("best_accuracy", best.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect(),
+    };
+    let mut best = f64::NEG_INFINITY;
     let batches = Prefetcher::new(data.train, 2);
     // images/s counts the steps after the warm-up (--skip, at most all but one step).
     let warmup = a.profile.skip.min(steps - 1);
-    let (mut step, mut lr, mut log, mut timed_secs) = (0usize, f64::NAN, String::new(), 0.0);
-    for epoch in 1..=epochs {
+    let (mut step, mut lr, mut timed_secs) = (start, f64::NAN, 0.0);
+    let mut log = match (&a.log, start) {
+        (Some(path), s) if s > 0 => std::fs::read_to_string(path).unwrap_or_default(),
+        _ => String::new(),
+    };
+    for epoch in (start / per_epoch + 1)..=epochs {
         let bar = ProgressBar::new(per_epoch.min(steps - step) as u64);
         bar.set_style(ProgressStyle::with_template(
             "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
@@ -189,6 +245,25 @@ fn run() -> Result<()> {
             step += 1;
             bar.set_message(format!("loss {loss:.4}, lr {lr:.4}"));
             bar.inc(1);
+            let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
+            if let Some(dir) = &checkpoints {
+                if step % every == 0 || interrupted {
+                    resume::save(&session, &state(step, best), dir, &format!("step-{step}"))?;
+                    resume::prune(dir, a.keep)?;
+                }
+            }
+            if interrupted {
+                bar.abandon();
+                let saved = match &checkpoints {
+                    Some(dir) => format!(
+                        "checkpoint saved in {}; continue with --resume {}",
+                        dir.display(),
+                        dir.display()
+                    ),
+                    None => "no --checkpoint-dir, nothing saved".into(),
+                };
+                anyhow::bail!("interrupted at step {step}: {saved}");
+            }
         }
         bar.finish_and_clear();
         evaluator.copy_weights_from(&session)?;
@@ -204,6 +279,12 @@ fn run() -> Result<()> {
                     .map(|(x, y)| Ok((x.clone(), y.clone(), batch))),
             )?,
         };
+        if let Some(dir) = &checkpoints {
+            if test.top1_accuracy() > best {
+                best = test.top1_accuracy();
+                resume::save(&session, &state(step, best), dir, "best")?;
+            }
+        }
         let rate = train.images as f64 / epoch_train_secs.max(f64::MIN_POSITIVE);
         let top5_text = if top5 {
             format!(", top-5 {:.1}%", 100.0 * test.top5_accuracy())
@@ -225,6 +306,7 @@ fn run() -> Result<()> {
             wick::graph::output::write_bytes_atomically(path, log.as_bytes())?;
         }
     }
+    let warmup = warmup.max(start).min(steps - 1);
     let timed_images = (steps - warmup) * batch;
     println!(
         "{:.1} images/s over {} training steps after {warmup} warm-up (training only: {:.2} s)",
@@ -303,4 +385,18 @@ fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             steps_per_epoch: None,
         }
     })
+}
+
+/// Set when the process gets SIGINT (Ctrl-C): the loop then saves a checkpoint after
+/// the step in progress and exits, instead of dying mid-step.
+fn interrupted_flag() -> &'static std::sync::atomic::AtomicBool {
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    extern "C" fn on_sigint(_: libc::c_int) {
+        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+    }
+    &STOP
 }

@@ -3,44 +3,11 @@
 //! refusal by clap (status 2), and that nothing was lost. `cargo test` builds the
 //! examples; these tests run the release or debug binaries next to this test binary.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use common::run;
+use std::process::Output;
 use std::time::{Duration, Instant};
-
-/// The example `name`, built by cargo beside this test binary (`target/<profile>/examples`).
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
-    let path = profile_dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} not built (cargo test builds the examples)",
-        path.display()
-    );
-    path
-}
-
-/// Runs `name` with `args` in `dir`, killing it after 120 s (a hang fails the case).
-fn run(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut child = Command::new(example(name))
-        .args(args)
-        .current_dir(dir)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(120) {
-            child.kill().unwrap();
-            panic!("{name} {args:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
 
 /// Asserts a clean failure: status `code`, stderr one `error:` line (no backtrace, no
 /// panic) containing every one of `needles`; returns stderr.
