@@ -68,6 +68,7 @@ fn run() -> Result<()> {
         common::at_least_one("--reps", a.reps)?;
     }
     a.profile.check(0)?;
+    a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet50")?;

@@ -45,6 +45,7 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> Result<()> {
     let a = Args::parse();
+    a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
     let gpu = !device.is_cpu();

@@ -123,6 +123,7 @@ fn run() -> Result<()> {
         }
     }
     a.profile.check(0)?;
+    a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
     let config = a.model.config("resnet18")?;

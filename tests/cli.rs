@@ -37,7 +37,13 @@ const SMALL: [&str; 6] = ["--stem", "cifar", "--image-size", "8", "--batch-size"
 #[test]
 fn bad_numbers_are_refused_naming_the_flag() {
     let d = dir();
-    let cases: [(&str, Vec<&str>, i32, &str); 7] = [
+    let cases: [(&str, Vec<&str>, i32, &str); 8] = [
+        (
+            "profile_resnet",
+            vec!["--threads", "0"],
+            1,
+            "--threads must be at least 1",
+        ),
         (
             "train_resnet",
             vec!["--steps", "0"],

@@ -37,6 +37,9 @@ pub struct ModelArgs {
     pub num_classes: Option<usize>,
     #[command(flatten)]
     pub device: DeviceArgs,
+    /// CPU threads for wick's kernels [default: RAYON_NUM_THREADS, else every core].
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 impl ModelArgs {
@@ -48,6 +51,19 @@ impl ModelArgs {
             .num_classes
             .unwrap_or(ResNetConfig::default_classes(stem));
         Ok(ResNetConfig::new(depth, stem, classes)?)
+    }
+
+    /// Sizes the CPU thread pool to --threads; call it first, before anything starts
+    /// the pool (`wick::prepare_process` does).
+    pub fn apply_threads(&self) -> Result<()> {
+        if let Some(n) = self.threads {
+            at_least_one("--threads", n)?;
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build_global()
+                .map_err(|e| anyhow::anyhow!("--threads {n}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// The device asked for.
