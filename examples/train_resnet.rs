@@ -12,7 +12,9 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use wick::models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
+use wick::models::data::{
+    BatchFile, BatchSource, Cifar10, Prefetcher, SourceFactory, SyntheticImages,
+};
 use wick::models::evaluate::{evaluate, score, Scores};
 use wick::models::{resume, LrSchedule, Session, WeightInit};
 use wick::ops::SgdParams;
@@ -70,6 +72,10 @@ struct Args {
     /// Weight decay.
     #[arg(long, default_value_t = 5e-4)]
     weight_decay: f64,
+    /// Threads preparing training batches (each with its own copy of the data; the batches
+    /// come out in the same order whatever the count).
+    #[arg(long, default_value_t = 1)]
+    loader_threads: usize,
     /// Turn CIFAR's training augmentation (4-pixel padded random crop, flip) off.
     #[arg(long)]
     no_augmentation: bool,
@@ -114,6 +120,7 @@ fn run() -> Result<()> {
         ("--batch-size", a.batch_size),
         ("--image-size", a.image_size),
         ("--steps-per-epoch", a.steps_per_epoch),
+        ("--loader-threads", a.loader_threads),
     ] {
         common::at_least_one(flag, v)?;
     }
@@ -162,7 +169,6 @@ fn run() -> Result<()> {
     // Resuming: the newest checkpoint's weights, buffers and counters; the data stream
     // continues at the same batch.
     let mut start = 0usize;
-    let mut data = data;
     if let Some(dir) = &a.resume {
         let (at, ckpt) = resume::periodic(dir)?
             .pop()
@@ -176,7 +182,6 @@ fn run() -> Result<()> {
                 a.seed
             );
         }
-        data.train.seek(at)?;
         start = at as usize;
         println!("resumed from {} at step {start}", ckpt.display());
     }
@@ -200,7 +205,7 @@ fn run() -> Result<()> {
         .collect(),
     };
     let mut best = f64::NEG_INFINITY;
-    let batches = Prefetcher::new(data.train, 2);
+    let batches = Prefetcher::ordered(data.train, a.loader_threads, 2, start as u64);
     // images/s counts the steps after the warm-up (--skip, at most all but one step).
     let warmup = a.profile.skip.min(steps - 1);
     let (mut step, mut lr, mut timed_secs) = (start, f64::NAN, 0.0);
@@ -339,9 +344,10 @@ enum Test {
     Batches(Vec<(wick::candle_core::Tensor, wick::candle_core::Tensor)>),
 }
 
-/// The training batches, the test data, the batch shape, and CIFAR's steps per epoch.
+/// The training batches (a source per loader thread), the test data, the batch shape,
+/// and CIFAR's steps per epoch.
 struct Data {
-    train: Box<dyn BatchSource>,
+    train: SourceFactory,
     test: Test,
     batch: usize,
     size: usize,
@@ -355,7 +361,7 @@ fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
         let mut held_out = file.clone();
         Data {
             test: Test::Batches(vec![held_out.next_batch()?]),
-            train: Box::new(file),
+            train: Box::new(move || Ok(Box::new(file.clone()) as Box<dyn BatchSource>)),
             batch,
             size,
             steps_per_epoch: None,
@@ -366,7 +372,7 @@ fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
         let test = Cifar10::open(dir, false, a.batch_size, a.seed + 1)?;
         Data {
             steps_per_epoch: Some(train.len() / a.batch_size),
-            train: Box::new(train),
+            train: Box::new(move || Ok(Box::new(train.clone()) as Box<dyn BatchSource>)),
             test: Test::Cifar(Box::new(test)),
             batch: a.batch_size,
             size: 32,
@@ -379,7 +385,7 @@ fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             .map(|_| eval.next_batch())
             .collect::<Result<_, _>>()?;
         Data {
-            train: Box::new(train),
+            train: Box::new(move || Ok(Box::new(train.clone()) as Box<dyn BatchSource>)),
             test: Test::Batches(held_out),
             batch: a.batch_size,
             size: a.image_size,

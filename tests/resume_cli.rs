@@ -200,3 +200,54 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
     );
     println!("SIGINT at step {step}: checkpoint saved, resumed to the same weights");
 }
+
+#[test]
+fn loader_threads_and_resume_with_them_give_the_same_weights() {
+    let d = tempfile::Builder::new()
+        .prefix("wick-loader-")
+        .tempdir()
+        .unwrap();
+    let expected = reference(d.path());
+    // Three loader threads: the same batches in the same order.
+    train(
+        d.path(),
+        &["--loader-threads", "3", "--save", "threads.safetensors"],
+    );
+    assert_eq!(
+        std::fs::read(d.path().join("threads.safetensors")).unwrap(),
+        expected,
+        "--loader-threads 3 changed the run"
+    );
+    // Stop at step 7 (checkpoint at 6), then resume with two loader threads.
+    let dir = d.path().join("resumed");
+    std::fs::create_dir(&dir).unwrap();
+    let mut args: Vec<&str> = RUN.to_vec();
+    args[7] = "7";
+    args.extend(["--checkpoint-dir", "ck", "--checkpoint-every", "3"]);
+    let out = run(&dir, "train_resnet", &args, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    train(
+        &dir,
+        &[
+            "--loader-threads",
+            "2",
+            "--checkpoint-dir",
+            "ck",
+            "--checkpoint-every",
+            "3",
+            "--resume",
+            "ck",
+            "--save",
+            "final.safetensors",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(dir.join("final.safetensors")).unwrap(),
+        expected,
+        "resumed with 2 loader threads: different final weights"
+    );
+}

@@ -48,7 +48,7 @@ fn seed_for(seed: u64, index: u64) -> u64 {
 /// A learnable synthetic dataset: each class has its own colour tint and a bright square
 /// at a class-specific place, under Gaussian noise. A ResNet learns it in a few hundred
 /// steps, so loss and accuracy visibly improve on a CPU.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct SyntheticImages {
     classes: usize,
     batch: usize,
@@ -120,10 +120,11 @@ impl BatchSource for SyntheticImages {
 /// CIFAR-10 from its binary files (`data_batch_1.bin` ... `data_batch_5.bin`, or
 /// `test_batch.bin`): 10 classes of 32x32 images, normalised with the dataset's mean and
 /// standard deviation, reshuffled every epoch.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Cifar10 {
-    images: Vec<u8>,
-    labels: Vec<u8>,
+    /// Shared between clones (one per loader thread), never copied.
+    images: std::sync::Arc<[u8]>,
+    labels: std::sync::Arc<[u8]>,
     order: Vec<usize>,
     batch: usize,
     seed: u64,
@@ -182,8 +183,8 @@ impl Cifar10 {
         }
         let order = (0..labels.len()).collect();
         Ok(Cifar10 {
-            images,
-            labels,
+            images: images.into(),
+            labels: labels.into(),
             order,
             batch,
             seed,
@@ -376,15 +377,28 @@ impl BatchSource for BatchFile {
     }
 }
 
-/// Prepares batches on a background thread, a few ahead of the training loop.
-#[derive(Debug)]
+/// Makes a fresh data source (one per loader thread).
+pub type SourceFactory = Box<dyn Fn() -> Result<Box<dyn BatchSource>> + Send + Sync>;
+
+/// Prepares batches on background threads, a few ahead of the training loop. With
+/// several threads each prepares every n-th batch of its own copy of the source (seeked
+/// there), and the batches come out in order: the same stream as one thread gives.
 pub struct Prefetcher {
-    rx: mpsc::Receiver<Result<Batch>>,
-    _worker: thread::JoinHandle<()>,
+    channels: Vec<mpsc::Receiver<Result<Batch>>>,
+    next: std::cell::Cell<usize>,
+    _workers: Vec<thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Prefetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefetcher")
+            .field("threads", &self.channels.len())
+            .finish()
+    }
 }
 
 impl Prefetcher {
-    /// Starts a thread that keeps up to `depth` batches of `source` ready.
+    /// Starts one thread that keeps up to `depth` batches of `source` ready.
     pub fn new(mut source: Box<dyn BatchSource>, depth: usize) -> Self {
         let (tx, rx) = mpsc::sync_channel(depth.max(1));
         let worker = thread::spawn(move || loop {
@@ -395,14 +409,52 @@ impl Prefetcher {
             }
         });
         Prefetcher {
-            rx,
-            _worker: worker,
+            channels: vec![rx],
+            next: std::cell::Cell::new(0),
+            _workers: vec![worker],
         }
     }
 
-    /// The next batch (waits if the worker is behind).
+    /// Starts `threads` threads, each with its own source from `make`, that together
+    /// yield batches `start`, `start + 1`, ... in order, each keeping up to `depth` ready.
+    pub fn ordered(make: SourceFactory, threads: usize, depth: usize, start: u64) -> Self {
+        let threads = threads.max(1);
+        let make = std::sync::Arc::new(make);
+        let (mut channels, mut workers) = (Vec::new(), Vec::new());
+        for w in 0..threads {
+            let (tx, rx) = mpsc::sync_channel(depth.max(1));
+            let make = make.clone();
+            workers.push(thread::spawn(move || {
+                let mut source = match make() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                for k in 0.. {
+                    let index = start + w as u64 + k * threads as u64;
+                    let batch = source.seek(index).and_then(|_| source.next_batch());
+                    let failed = batch.is_err();
+                    if tx.send(batch).is_err() || failed {
+                        break;
+                    }
+                }
+            }));
+            channels.push(rx);
+        }
+        Prefetcher {
+            channels,
+            next: std::cell::Cell::new(0),
+            _workers: workers,
+        }
+    }
+
+    /// The next batch (waits if its thread is behind).
     pub fn next_batch(&self) -> Result<Batch> {
-        self.rx
+        let i = self.next.get();
+        self.next.set(i + 1);
+        self.channels[i % self.channels.len()]
             .recv()
             .map_err(|_| ModelError::State("the batch-preparing thread stopped".into()))?
     }

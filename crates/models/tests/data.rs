@@ -255,3 +255,36 @@ fn a_source_seeked_to_batch_k_continues_the_uninterrupted_stream_exactly() {
         }
     }
 }
+
+#[test]
+fn several_loader_threads_yield_the_one_thread_stream_in_order() {
+    let stream: Vec<Vec<f32>> = {
+        let mut s = SyntheticImages::new(3, 2, 8, 11).unwrap();
+        s.seek(5).unwrap();
+        (0..9)
+            .map(|_| {
+                s.next_batch()
+                    .unwrap()
+                    .0
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let make: wick_models::data::SourceFactory =
+        Box::new(|| Ok(Box::new(SyntheticImages::new(3, 2, 8, 11)?) as Box<dyn BatchSource>));
+    let p = Prefetcher::ordered(make, 3, 2, 5);
+    for (k, expected) in stream.iter().enumerate() {
+        let got: Vec<f32> = p
+            .next_batch()
+            .unwrap()
+            .0
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        assert_eq!(&got, expected, "batch {}", 5 + k);
+    }
+}
