@@ -14,7 +14,7 @@ use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
-use wick::models::{checkpoint, Session, WeightInit};
+use wick::models::{checkpoint, ImageSize, Session, WeightInit};
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
@@ -39,9 +39,10 @@ struct Args {
     /// Batch size of the random images (without --input).
     #[arg(long, default_value_t = 1)]
     batch_size: usize,
-    /// Image size of the random images (without --input).
-    #[arg(long, default_value_t = 224)]
-    image_size: usize,
+    /// Size of the random images (without --input): 224 for 224x224, or WIDTHxHEIGHT such
+    /// as 320x224.
+    #[arg(long, default_value = "224")]
+    image_size: ImageSize,
     /// Measure latency: warm-up runs, then timed repetitions and their statistics.
     #[arg(long)]
     bench: bool,
@@ -80,11 +81,9 @@ fn run() -> Result<()> {
                 .0
         }
     };
-    let (n, size) = (images.dim(0)?, images.dim(3)?);
-    anyhow::ensure!(
-        images.dim(2)? == size,
-        "images must be square, got {:?}",
-        images.dims()
+    let (n, size) = (
+        images.dim(0)?,
+        ImageSize::new(images.dim(3)?, images.dim(2)?),
     );
     let mut session = Session::inference(config, n, size, &device)?;
     a.profile.attach(&mut session, 0)?;
@@ -132,11 +131,10 @@ fn bench(session: &mut Session, images: &Tensor, device: &Device, a: &Args) -> R
     sorted.sort_by(f64::total_cmp);
     let pct = |p: f64| sorted[((p / 100.0) * (sorted.len() - 1) as f64).round() as usize];
     println!(
-        "latency of {} on {:?}: batch {}, {}x{}, f32, {} CPU threads, {} warm-up + {} timed runs; input already on the device",
+        "latency of {} on {:?}: batch {}, {} (width x height), f32, {} CPU threads, {} warm-up + {} timed runs; input already on the device",
         session.config().depth.name(),
         device.location(),
         session.batch_size(),
-        session.image_size(),
         session.image_size(),
         common::threads(),
         a.warmup,

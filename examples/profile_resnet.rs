@@ -9,7 +9,7 @@
 use anyhow::Result;
 use clap::Parser;
 use wick::models::data::{BatchSource, SyntheticImages};
-use wick::models::{Session, WeightInit};
+use wick::models::{ImageSize, Session, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -26,9 +26,10 @@ struct Args {
     /// Images per batch [default: 2 on cpu, 32 on cuda].
     #[arg(long)]
     batch_size: Option<usize>,
-    /// Image height and width [default: 64 on cpu, 224 on cuda].
+    /// Image size: 64 for 64x64, or WIDTHxHEIGHT such as 96x64 [default: 64 on cpu, 224
+    /// on cuda].
     #[arg(long)]
-    image_size: Option<usize>,
+    image_size: Option<ImageSize>,
     /// Iterations to run, skipped ones included.
     #[arg(long, default_value_t = 10)]
     iterations: usize,
@@ -52,7 +53,9 @@ fn run() -> Result<()> {
     let config = a.model.config("resnet50")?;
     a.profile.check(2)?;
     let batch = a.batch_size.unwrap_or(if gpu { 32 } else { 2 });
-    let size = a.image_size.unwrap_or(if gpu { 224 } else { 64 });
+    let size = a
+        .image_size
+        .unwrap_or(ImageSize::square(if gpu { 224 } else { 64 }));
     anyhow::ensure!(
         a.iterations > a.profile.skip,
         "--iterations ({}) must exceed --skip ({})",
@@ -74,7 +77,7 @@ fn run() -> Result<()> {
     let images = images.to_device(&device)?;
 
     println!(
-        "{} ({:?} stem, {} classes), batch {batch}, {size}x{size}, f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {} skipped",
+        "{} ({:?} stem, {} classes), batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {} skipped",
         config.depth.name(),
         config.stem,
         config.num_classes,

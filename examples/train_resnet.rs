@@ -16,7 +16,7 @@ use wick::models::data::{
     BatchFile, BatchSource, Cifar10, Prefetcher, SourceFactory, SyntheticImages,
 };
 use wick::models::evaluate::{evaluate, score, Scores};
-use wick::models::{resume, LrSchedule, Session, WeightInit};
+use wick::models::{resume, ImageSize, LrSchedule, Session, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -52,9 +52,10 @@ struct Args {
     /// Images per batch (a batch file sets its own).
     #[arg(long, default_value_t = 16)]
     batch_size: usize,
-    /// Image height and width for synthetic data (CIFAR-10 is 32; a batch file sets its own).
-    #[arg(long, default_value_t = 32)]
-    image_size: usize,
+    /// Synthetic images' size: 32 for 32x32, or WIDTHxHEIGHT such as 48x32 (CIFAR-10 is
+    /// 32x32; a batch file sets its own).
+    #[arg(long, default_value = "32")]
+    image_size: ImageSize,
     /// Classes of the synthetic data (at most --num-classes).
     #[arg(long, default_value_t = 10)]
     synthetic_classes: usize,
@@ -118,7 +119,6 @@ fn run() -> Result<()> {
     let a = Args::parse();
     for (flag, v) in [
         ("--batch-size", a.batch_size),
-        ("--image-size", a.image_size),
         ("--steps-per-epoch", a.steps_per_epoch),
         ("--loader-threads", a.loader_threads),
     ] {
@@ -186,7 +186,7 @@ fn run() -> Result<()> {
         println!("resumed from {} at step {start}", ckpt.display());
     }
     println!(
-        "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size}x{size}, {epochs} epochs of {per_epoch} steps ({steps} steps), lr {} ({:?}), momentum {}, weight decay {}",
+        "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size} (width x height), {epochs} epochs of {per_epoch} steps ({steps} steps), lr {} ({:?}), momentum {}, weight decay {}",
         config.depth.name(), config.stem, config.num_classes, device.location(),
         a.lr, a.lr_schedule, a.momentum, a.weight_decay
     );
@@ -350,14 +350,17 @@ struct Data {
     train: SourceFactory,
     test: Test,
     batch: usize,
-    size: usize,
+    size: ImageSize,
     steps_per_epoch: Option<usize>,
 }
 
 fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
     Ok(if let Some(path) = &a.data {
         let file = BatchFile::open(path)?;
-        let (batch, size) = (file.images.dim(0)?, file.images.dim(3)?);
+        let (batch, size) = (
+            file.images.dim(0)?,
+            ImageSize::new(file.images.dim(3)?, file.images.dim(2)?),
+        );
         let mut held_out = file.clone();
         Data {
             test: Test::Batches(vec![held_out.next_batch()?]),
@@ -375,7 +378,7 @@ fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             train: Box::new(move || Ok(Box::new(train.clone()) as Box<dyn BatchSource>)),
             test: Test::Cifar(Box::new(test)),
             batch: a.batch_size,
-            size: 32,
+            size: ImageSize::square(32),
         }
     } else {
         let k = a.synthetic_classes.min(num_classes);

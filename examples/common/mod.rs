@@ -181,7 +181,6 @@ impl ProfileArgs {
     pub fn attach(&self, session: &mut wick::models::Session, default: u8) -> Result<()> {
         let level = self.level(default);
         if level > 0 {
-            let size = session.image_size();
             let run = wick::graph::profiler::RunInfo {
                 wick_version: env!("CARGO_PKG_VERSION").to_string(),
                 model: format!(
@@ -191,7 +190,7 @@ impl ProfileArgs {
                     session.config().num_classes
                 ),
                 batch: session.batch_size(),
-                image_size: format!("{size}x{size}"),
+                image_size: session.image_size().to_string(),
                 dtype: "F32".into(),
                 device_name: format!("{:?}", session.executor().device().location()),
                 ..wick::graph::profiler::RunInfo::detect()

@@ -163,7 +163,8 @@ impl GraphBuilder {
 
     /// Maps a kernel's shape error into [`GraphError::Build`] for builder call `op`.
     pub(crate) fn build_err(&self, op: &'static str) -> impl FnOnce(OpError) -> GraphError {
-        move |source| GraphError::Build { op, source }
+        let layer = self.origin.layer.clone();
+        move |source| GraphError::Build { op, layer, source }
     }
 
     /// An error unless the forward pass is still being recorded.

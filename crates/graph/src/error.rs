@@ -8,10 +8,12 @@ use crate::ir::Phase;
 #[derive(Debug, thiserror::Error)]
 pub enum GraphError {
     /// An op rejected its shapes or settings while the graph was being built.
-    #[error("building {op}: {source}")]
+    #[error("building {op}{}: {source}", in_layer(layer))]
     Build {
         /// The builder call (`conv2d`, `linear`, ...).
         op: &'static str,
+        /// The layer being recorded (`layer4.1.bn2`), if any.
+        layer: Option<String>,
         /// The kernel's error, naming the shapes.
         #[source]
         source: OpError,
@@ -96,4 +98,12 @@ impl From<candle_core::Error> for GraphError {
     fn from(e: candle_core::Error) -> Self {
         GraphError::Candle(Box::new(e))
     }
+}
+
+/// ` in layer `NAME`` for a build error's message, or nothing.
+fn in_layer(layer: &Option<String>) -> String {
+    layer
+        .as_deref()
+        .map(|l| format!(" in layer `{l}`"))
+        .unwrap_or_default()
 }

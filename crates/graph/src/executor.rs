@@ -273,9 +273,11 @@ impl Executor {
         for node in &mut self.graph.nodes {
             if let Some(sgd) = node.op_as::<SgdUpdate>() {
                 let params = SgdParams { lr, ..sgd.params };
-                params
-                    .validate()
-                    .map_err(|source| GraphError::Build { op: "sgd", source })?;
+                params.validate().map_err(|source| GraphError::Build {
+                    op: "sgd",
+                    layer: None,
+                    source,
+                })?;
                 node.op = Arc::new(SgdUpdate { params });
             }
         }

@@ -72,6 +72,7 @@ pub mod formula {
     use candle_core::{Device, Tensor};
 
     use crate::error::Result;
+    use crate::image::ImageSize;
     use crate::resnet::{ResNetConfig, TensorRole};
 
     /// FNV-1a, 64 bits, of `name`'s UTF-8 bytes.
@@ -129,10 +130,12 @@ pub mod formula {
         Ok(out)
     }
 
-    /// A batch by the formula: `n` images of `size`x`size` (f32, `2 * s` from the stream
-    /// `"images"`) and `n` labels in `0..classes` (i64, `floor(classes * u)` from `"labels"`).
-    pub fn batch(n: usize, size: usize, classes: usize) -> Result<(Tensor, Tensor)> {
-        let images: Vec<f32> = uniform("images", n * 3 * size * size)
+    /// A batch by the formula: `n` images of `size` (a side or an [`ImageSize`]; f32,
+    /// `2 * s` from the stream `"images"`, `[n, 3, height, width]` in row-major order) and
+    /// `n` labels in `0..classes` (i64, `floor(classes * u)` from `"labels"`).
+    pub fn batch(n: usize, size: impl Into<ImageSize>, classes: usize) -> Result<(Tensor, Tensor)> {
+        let size = size.into();
+        let images: Vec<f32> = uniform("images", n * 3 * size.pixels())
             .into_iter()
             .map(|u| (2.0 * (2.0 * u - 1.0)) as f32)
             .collect();
@@ -141,7 +144,7 @@ pub mod formula {
             .map(|u| (classes as f64 * u).floor() as i64)
             .collect();
         Ok((
-            Tensor::from_vec(images, (n, 3, size, size), &Device::Cpu)?,
+            Tensor::from_vec(images, (n, 3, size.height, size.width), &Device::Cpu)?,
             Tensor::from_vec(labels, n, &Device::Cpu)?,
         ))
     }

@@ -5,13 +5,15 @@
 //!   order and `state_dict` names;
 //! - [`init::torchvision_init`]: torchvision's initialisation;
 //! - [`checkpoint`]: safetensors checkpoints that move to and from PyTorch;
-//! - [`Session`]: a training or inference graph with its weights, as the examples use it;
+//! - [`Session`]: a training or inference graph with its weights, as the examples use it,
+//!   for images of any [`ImageSize`] the model accepts, square or not;
 //! - [`data`]: synthetic images, CIFAR-10 binaries and batch files, prefetched on a thread.
 
 pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod evaluate;
+pub mod image;
 pub mod init;
 pub mod limits;
 pub mod resnet;
@@ -21,6 +23,7 @@ pub mod session;
 
 pub use checkpoint::{StateDict, ValueChecks};
 pub use error::{ModelError, Result};
+pub use image::ImageSize;
 pub use init::WeightInit;
 pub use resnet::{Depth, ResNetConfig, Stem};
 pub use schedule::{LrSchedule, ScheduleUnit};

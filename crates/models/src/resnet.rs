@@ -12,6 +12,7 @@ use wick_graph::{GraphBuilder, ValueId};
 use wick_ops::{BatchNorm2dParams, Conv2dParams};
 
 use crate::error::{ModelError, Result};
+use crate::image::ImageSize;
 
 /// Which ResNet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -177,6 +178,22 @@ impl ResNetConfig {
     pub fn forward(&self, b: &mut GraphBuilder, images: ValueId) -> Result<ValueId> {
         let mut rec = Recorder { b, specs: None };
         Ok(self.record(&mut rec, images)?)
+    }
+
+    /// The smallest square images this model's `mode` graph accepts for batches of
+    /// `batch` (every larger size is accepted too, square or not). Every conv and pool
+    /// keeps at least one pixel for any size, so in inference it is 1x1; in training the
+    /// last batch norm needs more than one value per channel (batch x height x width > 1
+    /// after the last downsampling), as PyTorch requires too. `None` if no size up to
+    /// 512x512 is accepted.
+    pub fn smallest_image_size(&self, mode: wick_graph::Mode, batch: usize) -> Option<ImageSize> {
+        (1..=512).map(ImageSize::square).find(|size| {
+            let mut b = GraphBuilder::new(mode, DType::F32);
+            b.input("images", &[batch, 3, size.height, size.width], DType::F32)
+                .map_err(ModelError::from)
+                .and_then(|images| self.forward(&mut b, images))
+                .is_ok()
+        })
     }
 
     /// The state dict's tensors in torchvision's order (without `num_batches_tracked`).

@@ -11,6 +11,7 @@ use wick_ops::SgdParams;
 
 use crate::checkpoint::{self, StateDict, ValueChecks};
 use crate::error::{ModelError, Result};
+use crate::image::ImageSize;
 use crate::init::WeightInit;
 use crate::resnet::ResNetConfig;
 
@@ -40,17 +41,33 @@ impl From<SgdParams> for TrainOptions {
 }
 
 /// A builder holding `config`'s forward pass in `mode` for batches of `batch` images of
-/// `image_size`x`image_size`, with the image input and the logits.
+/// `size`, with the image input and the logits. Images the model cannot take get an
+/// error naming the smallest size it accepts.
 fn forward_graph(
     config: &ResNetConfig,
     mode: Mode,
     batch: usize,
-    image_size: usize,
+    size: ImageSize,
 ) -> Result<(GraphBuilder, ValueId, ValueId)> {
     let mut b = GraphBuilder::new(mode, DType::F32);
-    let images = b.input("images", &[batch, 3, image_size, image_size], DType::F32)?;
-    let logits = config.forward(&mut b, images)?;
-    Ok((b, images, logits))
+    let images = b.input("images", &[batch, 3, size.height, size.width], DType::F32)?;
+    match config.forward(&mut b, images) {
+        Ok(logits) => Ok((b, images, logits)),
+        Err(e) => Err(match config.smallest_image_size(mode, batch) {
+            Some(min) if min.height > size.height.min(size.width) => {
+                let what = match mode {
+                    Mode::Train => "training",
+                    Mode::Eval => "inference",
+                };
+                ModelError::Config(format!(
+                    "images of {size} (width x height) are too small for {} ({:?} stem) {what} at batch {batch}: the smallest square size it accepts is {min}, and every larger size works ({e})",
+                    config.depth.name(),
+                    config.stem,
+                ))
+            }
+            _ => e,
+        }),
+    }
 }
 
 /// A ResNet as a buffered graph on a device, with its weights.
@@ -65,7 +82,7 @@ pub struct Session {
     gradients: HashMap<String, ValueId>,
     batches_tracked: HashMap<String, i64>,
     batch: usize,
-    image_size: usize,
+    image_size: ImageSize,
     /// Training steps run so far.
     steps: u64,
     check_parameters: bool,
@@ -73,14 +90,15 @@ pub struct Session {
 
 impl Session {
     /// A training graph (forward, loss, backward, SGD) for batches of `batch` images of
-    /// `image_size`x`image_size`.
+    /// `image_size` (a side, or an [`ImageSize`] for non-square images).
     pub fn training(
         config: ResNetConfig,
         batch: usize,
-        image_size: usize,
+        image_size: impl Into<ImageSize>,
         options: TrainOptions,
         device: &Device,
     ) -> Result<Self> {
+        let image_size = image_size.into();
         let (mut b, images, logits) = forward_graph(&config, Mode::Train, batch, image_size)?;
         let labels = b.input("labels", &[batch], DType::I64)?;
         let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
@@ -113,13 +131,15 @@ impl Session {
         })
     }
 
-    /// An inference graph (batch norm with running statistics, no backward).
+    /// An inference graph (batch norm with running statistics, no backward) for batches of
+    /// `batch` images of `image_size` (a side, or an [`ImageSize`]).
     pub fn inference(
         config: ResNetConfig,
         batch: usize,
-        image_size: usize,
+        image_size: impl Into<ImageSize>,
         device: &Device,
     ) -> Result<Self> {
+        let image_size = image_size.into();
         let (mut b, images, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
         b.output(logits);
         Self::finish(
@@ -146,14 +166,14 @@ impl Session {
         loss: Option<ValueId>,
         gradients: HashMap<String, ValueId>,
         batch: usize,
-        image_size: usize,
+        image_size: ImageSize,
         device: &Device,
     ) -> Result<Self> {
         let graph = b.finish();
         if device.is_cpu() {
             crate::limits::check_allocation(
                 &format!(
-                    "{} for batches of {batch} at {image_size}x{image_size}",
+                    "{} for batches of {batch} at {image_size}",
                     config.depth.name()
                 ),
                 graph.peak_bytes(),
@@ -191,7 +211,7 @@ impl Session {
     }
 
     /// Height and width of the images.
-    pub fn image_size(&self) -> usize {
+    pub fn image_size(&self) -> ImageSize {
         self.image_size
     }
 

@@ -65,6 +65,9 @@ impl GraphBuilder {
             ("running_var", self.shape(running_var)),
         ];
         p.output_shape(&xs, &channel).map_err(self.build_err(OP))?;
+        if self.mode == Mode::Train {
+            p.check_training_input(&xs).map_err(self.build_err(OP))?;
+        }
         for (v, what) in [(running_mean, "running_mean"), (running_var, "running_var")] {
             if self.graph.values[v.0].kind != ValueKind::State {
                 return Err(GraphError::Usage(format!(

@@ -7,7 +7,7 @@ use wick_ops::linear::{self, LinearGrads};
 use wick_ops::{Kernel, OpError};
 
 use crate::builder::GraphBuilder;
-use crate::error::{GraphError, Result};
+use crate::error::Result;
 use crate::ir::ValueId;
 use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
@@ -58,10 +58,10 @@ impl GraphBuilder {
         self.forward_only("flatten")?;
         let xs = self.shape(x).to_vec();
         let Some((&n, rest)) = xs.split_first() else {
-            return Err(GraphError::Build {
-                op: "flatten",
-                source: OpError::invalid("flatten", "cannot flatten a 0-dim value"),
-            });
+            return Err(self.build_err("flatten")(OpError::invalid(
+                "flatten",
+                "cannot flatten a 0-dim value",
+            )));
         };
         let shape = vec![n, rest.iter().product()];
         let new = vec![("flatten", shape.clone(), self.dtype_of(x))];

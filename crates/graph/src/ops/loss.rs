@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use wick_ops::{loss, Kernel, OpError};
 
 use crate::builder::GraphBuilder;
-use crate::error::{GraphError, Result};
+use crate::error::Result;
 use crate::ir::ValueId;
 use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
@@ -31,13 +31,10 @@ impl GraphBuilder {
         match (ls.as_slice(), ys.as_slice()) {
             (&[n, _], &[m]) if n == m => {}
             _ => {
-                return Err(GraphError::Build {
-                    op: OP,
-                    source: OpError::invalid(
-                        OP,
-                        format!("logits must be [N, classes] and labels [N], got logits {ls:?} and labels {ys:?}"),
-                    ),
-                })
+                return Err(self.build_err(OP)(OpError::invalid(
+                    OP,
+                    format!("logits must be [N, classes] and labels [N], got logits {ls:?} and labels {ys:?}"),
+                )))
             }
         }
         let flops = loss::cross_entropy_flops(&ls);

@@ -24,8 +24,7 @@ impl GraphBuilder {
     /// creation order. With momentum, each parameter gets a state value
     /// `<name>.momentum_buffer`, empty until the first step.
     pub fn sgd(&mut self, grads: &Gradients, p: SgdParams) -> Result<()> {
-        p.validate()
-            .map_err(|source| GraphError::Build { op: "sgd", source })?;
+        p.validate().map_err(self.build_err("sgd"))?;
         if self.phase != Phase::Backward {
             return Err(GraphError::Usage("sgd must follow backward".into()));
         }

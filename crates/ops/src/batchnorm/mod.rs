@@ -81,6 +81,22 @@ impl BatchNorm2dParams {
         Ok(dims)
     }
 
+    /// Checks that a training-mode input has more than one value per channel (N, H and W
+    /// multiply to more than 1): with one, the batch variance is 0 and the unbiased
+    /// estimate that updates `running_var` divides by zero. PyTorch refuses the same inputs.
+    pub fn check_training_input(&self, input: &[usize]) -> Result<()> {
+        let [n, _, h, w] = nchw(OP, "input", input)?;
+        if n * h * w <= 1 {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "training needs more than one value per channel (N x H x W > 1) to estimate the variance, got input {input:?}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// FLOPs of the forward pass (statistics, normalisation, scale and shift): about 8 per element.
     pub fn flops(&self, input: &[usize]) -> u64 {
         crate::shape::flop_count(8, input)
