@@ -13,6 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
+use wick::graph::PassSet;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
 use wick::models::{checkpoint, ImageSize, Session, WeightInit};
 
@@ -85,7 +86,9 @@ fn run() -> Result<()> {
         images.dim(0)?,
         ImageSize::new(images.dim(3)?, images.dim(2)?),
     );
-    let mut session = Session::inference(config, n, size, &device)?;
+    let passes = a.model.passes(PassSet::default());
+    let mut session = Session::inference_with_passes(config, n, size, passes, &device)?;
+    common::log_passes(&session);
     a.profile.attach(&mut session, 0)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,

@@ -8,8 +8,9 @@
 
 use anyhow::Result;
 use clap::Parser;
+use wick::graph::PassSet;
 use wick::models::data::{BatchSource, SyntheticImages};
-use wick::models::{ImageSize, Session, WeightInit};
+use wick::models::{ImageSize, Session, TrainOptions, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -69,7 +70,13 @@ fn run() -> Result<()> {
         weight_decay: 1e-5,
         ..Default::default()
     };
-    let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
+    // SINGA's op list by default: no pass unless --passes asks for one.
+    let options = TrainOptions {
+        passes: a.model.passes(PassSet::NONE),
+        ..sgd.into()
+    };
+    let mut session = Session::training(config, batch, size, options, &device)?;
+    common::log_passes(&session);
     session.init_weights(WeightInit::Torchvision(0))?;
     a.profile.attach(&mut session, 2)?;
     let (images, labels) =

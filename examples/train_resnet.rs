@@ -12,11 +12,12 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use wick::graph::PassSet;
 use wick::models::data::{
     BatchFile, BatchSource, Cifar10, Prefetcher, SourceFactory, SyntheticImages,
 };
 use wick::models::evaluate::{evaluate, score, Scores};
-use wick::models::{resume, ImageSize, LrSchedule, Session, WeightInit};
+use wick::models::{resume, ImageSize, LrSchedule, Session, TrainOptions, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -157,7 +158,13 @@ fn run() -> Result<()> {
         weight_decay: a.weight_decay,
         ..Default::default()
     };
-    let mut session = Session::training(config, batch, size, sgd.into(), &device)?;
+    let passes = a.model.passes(PassSet::default());
+    let options = TrainOptions {
+        passes,
+        ..sgd.into()
+    };
+    let mut session = Session::training(config, batch, size, options, &device)?;
+    common::log_passes(&session);
     session
         .executor_mut()
         .set_anomaly_detection(a.detect_anomaly);
@@ -191,7 +198,8 @@ fn run() -> Result<()> {
         a.lr, a.lr_schedule, a.momentum, a.weight_decay
     );
 
-    let mut evaluator = Session::inference(config, batch, size, &device)?;
+    let mut evaluator = Session::inference_with_passes(config, batch, size, passes, &device)?;
+    common::log_passes(&evaluator);
     let top5 = config.num_classes >= 100;
     let state = |step: usize, best: f64| resume::TrainingState {
         step: step as u64,

@@ -40,6 +40,10 @@ pub struct ModelArgs {
     /// CPU threads for wick's kernels [default: RAYON_NUM_THREADS, else every core].
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Graph passes: default, none, or a comma-separated list (fold_batch_norm,
+    /// conv_epilogue) [default: none for profile_resnet, default otherwise].
+    #[arg(long)]
+    pub passes: Option<wick::graph::PassSet>,
 }
 
 impl ModelArgs {
@@ -69,6 +73,19 @@ impl ModelArgs {
     /// The device asked for.
     pub fn device(&self) -> Result<Device> {
         self.device.device()
+    }
+
+    /// The passes asked for, or `default`.
+    pub fn passes(&self, default: wick::graph::PassSet) -> wick::graph::PassSet {
+        self.passes.unwrap_or(default)
+    }
+}
+
+/// Prints the passes that rewrote the session's graph, Paddle-style
+/// (`--- Running IR pass [NAME] --- detected N subgraphs`).
+pub fn log_passes(session: &wick::models::Session) {
+    for record in session.executor().graph().passes() {
+        println!("{record}");
     }
 }
 
@@ -191,6 +208,13 @@ impl ProfileArgs {
                 ),
                 batch: session.batch_size(),
                 image_size: session.image_size().to_string(),
+                passes: session
+                    .executor()
+                    .graph()
+                    .passes()
+                    .iter()
+                    .map(|r| format!("{} ({} subgraphs)", r.pass.as_str(), r.subgraphs))
+                    .collect(),
                 dtype: "F32".into(),
                 device_name: format!("{:?}", session.executor().device().location()),
                 ..wick::graph::profiler::RunInfo::detect()

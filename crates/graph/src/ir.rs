@@ -114,6 +114,8 @@ pub struct Graph {
     pub(crate) nodes: Vec<Node>,
     /// Values the caller reads after an iteration (loss, logits): never freed early.
     pub(crate) outputs: Vec<ValueId>,
+    /// The passes that rewrote it (see [`Graph::apply_passes`]).
+    pub(crate) passes: Vec<crate::passes::PassRecord>,
 }
 
 impl Graph {

@@ -46,6 +46,7 @@ pub mod memory;
 pub mod op;
 pub mod ops;
 pub mod output;
+pub mod passes;
 pub mod profiler;
 pub mod timer;
 
@@ -58,5 +59,6 @@ pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use memory::{MemoryPlan, MemorySplit};
 pub use op::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
 pub use output::OutputError;
+pub use passes::{PassName, PassRecord, PassSet};
 pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};
 pub use timer::{EventSource, EventTimer, HostTimer, Timer};

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use wick_graph::{Executor, GraphBuilder, Mode, StepPart, ValueId};
+use wick_graph::{Executor, GraphBuilder, Mode, PassSet, StepPart, ValueId};
 use wick_ops::SgdParams;
 
 use crate::checkpoint::{self, StateDict, ValueChecks};
@@ -27,15 +27,20 @@ pub struct TrainOptions {
     /// checked. Without this check a diverging update is caught one step later, by the
     /// loss, and the last step's is caught only by [`Session::save_checkpoint`].
     pub check_parameters: bool,
+    /// The graph passes to run (see [`wick_graph::passes`]); none of today's passes
+    /// matches a training graph.
+    pub passes: PassSet,
 }
 
 impl From<SgdParams> for TrainOptions {
-    /// Training with these SGD settings, without keeping the gradients.
+    /// Training with these SGD settings, without keeping the gradients, with the default
+    /// passes.
     fn from(sgd: SgdParams) -> Self {
         TrainOptions {
             sgd,
             keep_gradients: false,
             check_parameters: true,
+            passes: PassSet::default(),
         }
     }
 }
@@ -123,6 +128,7 @@ impl Session {
             gradients,
             batch,
             image_size,
+            options.passes,
             device,
         )
         .map(|s| Session {
@@ -132,11 +138,25 @@ impl Session {
     }
 
     /// An inference graph (batch norm with running statistics, no backward) for batches of
-    /// `batch` images of `image_size` (a side, or an [`ImageSize`]).
+    /// `batch` images of `image_size` (a side, or an [`ImageSize`]), with the default
+    /// passes: batch norms folded into the convolutions, residual adds and ReLUs fused
+    /// into their output writes.
     pub fn inference(
         config: ResNetConfig,
         batch: usize,
         image_size: impl Into<ImageSize>,
+        device: &Device,
+    ) -> Result<Self> {
+        Self::inference_with_passes(config, batch, image_size, PassSet::default(), device)
+    }
+
+    /// [`inference`](Session::inference) with the given passes
+    /// ([`PassSet::NONE`]: the graph as recorded, one node per op).
+    pub fn inference_with_passes(
+        config: ResNetConfig,
+        batch: usize,
+        image_size: impl Into<ImageSize>,
+        passes: PassSet,
         device: &Device,
     ) -> Result<Self> {
         let image_size = image_size.into();
@@ -152,6 +172,7 @@ impl Session {
             HashMap::new(),
             batch,
             image_size,
+            passes,
             device,
         )
     }
@@ -167,9 +188,11 @@ impl Session {
         gradients: HashMap<String, ValueId>,
         batch: usize,
         image_size: ImageSize,
+        passes: PassSet,
         device: &Device,
     ) -> Result<Self> {
-        let graph = b.finish();
+        let mut graph = b.finish();
+        graph.apply_passes(passes);
         if device.is_cpu() {
             crate::limits::check_allocation(
                 &format!(

@@ -191,6 +191,15 @@ pub(crate) fn fill_slots<T: Copy>(slots: &mut [std::mem::MaybeUninit<T>], value:
     unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
 }
 
+/// `slots` as initialised values.
+///
+/// # Safety
+/// Every slot must have been written.
+pub(crate) unsafe fn assume_init_mut<T>(slots: &mut [std::mem::MaybeUninit<T>]) -> &mut [T] {
+    // SAFETY: the caller guarantees every slot is initialised; MaybeUninit<T> has T's layout.
+    unsafe { &mut *(slots as *mut [std::mem::MaybeUninit<T>] as *mut [T]) }
+}
+
 /// [`gemm_strided`] into uninitialised row-major memory of exactly `m * n` slots, all of which it
 /// writes (the `gemm` crate does not read the destination when asked not to accumulate,
 /// and fills it with zeros when `k` is 0): no zeroing pass before the product.

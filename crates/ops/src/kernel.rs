@@ -37,6 +37,9 @@ impl DeviceKind {
 pub enum Kernel {
     /// Convolution forward.
     ConvForward,
+    /// Convolution forward with its epilogue fused: bias (batch norm folded in), residual
+    /// add, ReLU (inference graphs after passes).
+    ConvBiasActivationForward,
     /// Convolution input gradient.
     ConvBackwardData,
     /// Convolution weight gradient.
@@ -86,6 +89,7 @@ impl Kernel {
         match device {
             DeviceKind::Cpu | DeviceKind::Other => match self {
                 ConvForward => "ConvForward",
+                ConvBiasActivationForward => "ConvBiasActivationForward",
                 ConvBackwardData => "ConvBackwardData",
                 ConvBackwardFilter => "ConvBackwardFilter",
                 ConvBackwardBias => "ConvBackwardBias",
@@ -116,6 +120,7 @@ impl Kernel {
                     "cudnnConvForwardAsBackwardFilter"
                 }
                 ConvForward => "GpuConvForward",
+                ConvBiasActivationForward => "GpuConvBiasActivationForward",
                 ConvBackwardData => "GpuConvBackwardData",
                 ConvBackwardFilter => "GpuConvBackwardFilter",
                 ConvBackwardBias => "GpuConvBackwardBias",

@@ -4,6 +4,7 @@
 
 pub mod batchnorm;
 pub mod conv;
+pub mod conv_fused;
 pub mod elementwise;
 pub mod linear;
 pub mod loss;

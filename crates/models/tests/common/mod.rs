@@ -1,5 +1,6 @@
 //! What the two ResNet-18 fixture suites share: the model, the training step both fixtures
 //! were made with, and the L2 norm.
+#![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
 use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions};

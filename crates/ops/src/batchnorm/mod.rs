@@ -10,9 +10,9 @@
 mod cpu;
 mod generic;
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
-use crate::error::{OpError, Result};
+use crate::error::{CandleContext, OpError, Result};
 use crate::kernel::{route, Route};
 use crate::shape::nchw;
 
@@ -180,6 +180,53 @@ pub fn batch_norm_train(
         Route::Cpu => cpu::train(x, &layer),
         Route::Cuda | Route::Generic => generic::train(x, &layer),
     }
+}
+
+/// Folds an inference-mode batch norm into the convolution before it (no conv bias):
+/// `bn(conv(x, w)) = conv(x, w * s) + (bias - running_mean * s)` per output channel, with
+/// `s = weight / sqrt(running_var + eps)`. Computed in f64, then cast to the weight's
+/// dtype: the folded weights and bias are the exact ones rounded once. Returns the folded
+/// weight and the bias.
+pub fn fold_into_conv(
+    conv_weight: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<(Tensor, Tensor)> {
+    let c = conv_weight.dims().first().copied().unwrap_or(0);
+    let shape = [c, 1, 1, 1];
+    p.output_shape(
+        &[1, c, 1, 1],
+        &[
+            ("weight", weight.dims()),
+            ("bias", bias.dims()),
+            ("running_mean", running_mean.dims()),
+            ("running_var", running_var.dims()),
+        ],
+    )?;
+    let f64_ = |t: &Tensor| t.to_dtype(DType::F64).ctx(OP);
+    let scale = f64_(weight)?
+        .div(
+            &f64_(running_var)?
+                .affine(1.0, p.eps)
+                .ctx(OP)?
+                .sqrt()
+                .ctx(OP)?,
+        )
+        .ctx(OP)?;
+    let folded = f64_(conv_weight)?
+        .broadcast_mul(&scale.reshape(shape.as_slice()).ctx(OP)?)
+        .ctx(OP)?
+        .to_dtype(conv_weight.dtype())
+        .ctx(OP)?;
+    let shift = f64_(bias)?
+        .sub(&f64_(running_mean)?.mul(&scale).ctx(OP)?)
+        .ctx(OP)?
+        .to_dtype(conv_weight.dtype())
+        .ctx(OP)?;
+    Ok((folded, shift))
 }
 
 /// Batch norm forward in inference mode (`BatchNormForwardInference`): normalises with

@@ -113,9 +113,83 @@ fn group_of<'a, T>(data: &'a [T], n: usize, grp: usize, g: &Geom, per_group: usi
     &data[(n * g.groups + grp) * per_group..][..per_group]
 }
 
-pub(super) fn forward<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+/// An [`Epilogue`](super::Epilogue)'s data on the CPU.
+struct CpuEpilogue<'a, T> {
+    bias: Option<Vec<T>>,
+    residual: Option<&'a [T]>,
+    relu: bool,
+}
+
+impl<T: Float> CpuEpilogue<'_, T> {
+    fn is_empty(&self) -> bool {
+        self.bias.is_none() && self.residual.is_none() && !self.relu
+    }
+
+    /// Applies the epilogue to `out`, the planes of image `n`'s channels from `c0` on.
+    fn apply(&self, g: &Geom, n: usize, c0: usize, out: &mut [T]) {
+        let p = g.pixels();
+        let relu = |v: T| {
+            if self.relu && v <= T::ZERO {
+                T::ZERO
+            } else {
+                v
+            }
+        };
+        for (i, plane) in out.chunks_mut(p).enumerate() {
+            let c = c0 + i;
+            let b = self.bias.as_ref().map_or(T::ZERO, |b| b[c]);
+            match self.residual {
+                Some(r) => {
+                    let r = &r[(n * g.c_out + c) * p..][..p];
+                    for (v, r) in plane.iter_mut().zip(r) {
+                        *v = relu(*v + b + *r);
+                    }
+                }
+                None => plane.iter_mut().for_each(|v| *v = relu(*v + b)),
+            }
+        }
+    }
+}
+
+pub(super) fn forward<T: Float>(
+    g: &Geom,
+    x: &Tensor,
+    w: &Tensor,
+    epilogue: &super::Epilogue<'_>,
+) -> Result<Tensor> {
+    let bias = epilogue
+        .bias
+        .map(|b| cpu::with_slice::<T, _>(OP, b, |s| Ok(s.to_vec())))
+        .transpose()?;
+    let relu = epilogue.relu;
+    match epilogue.residual {
+        Some(r) => cpu::with_slice::<T, _>(OP, r, |rs| {
+            let epi = CpuEpilogue {
+                bias,
+                residual: Some(rs),
+                relu,
+            };
+            forward_with::<T>(g, x, w, &epi)
+        }),
+        None => {
+            let epi = CpuEpilogue {
+                bias,
+                residual: None,
+                relu,
+            };
+            forward_with::<T>(g, x, w, &epi)
+        }
+    }
+}
+
+fn forward_with<T: Float>(
+    g: &Geom,
+    x: &Tensor,
+    w: &Tensor,
+    epi: &CpuEpilogue<'_, T>,
+) -> Result<Tensor> {
     if spread(g) == Spread::WholeBatch {
-        return forward_whole_batch::<T>(g, x, w);
+        return forward_whole_batch::<T>(g, x, w, epi);
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
@@ -133,6 +207,11 @@ pub(super) fn forward<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tens
                     let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                     let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
                     cpu::gemm_uninit(cout_g, p, k, dst, (w_g, (k, 1)), (rhs, (p, 1)), parallel);
+                    if !epi.is_empty() {
+                        // SAFETY: gemm_uninit wrote every slot of `dst`.
+                        let dst = unsafe { cpu::assume_init_mut(dst) };
+                        epi.apply(g, n, grp * cout_g, dst);
+                    }
                 }
             }))
         })
@@ -243,7 +322,12 @@ pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor)
 // ---------------------------------------------------------------------------------------
 // Small images: one GEMM over the whole batch (columns n*P + p), all threads in the GEMM.
 
-fn forward_whole_batch<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {
+fn forward_whole_batch<T: Float>(
+    g: &Geom,
+    x: &Tensor,
+    w: &Tensor,
+    epi: &CpuEpilogue<'_, T>,
+) -> Result<Tensor> {
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let np = g.n * p;
     let len = g.n * g.c_out * p;
@@ -267,6 +351,12 @@ fn forward_whole_batch<T: Float>(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Ten
     // SAFETY: every (image, channel) plane of p slots belongs to exactly one group, and
     // scatter_outputs wrote each group's planes whole (m holds cout_g * n * p values).
     unsafe { out.set_len(len) };
+    if !epi.is_empty() {
+        let per_image = g.c_out * g.pixels();
+        out.par_chunks_mut(per_image)
+            .enumerate()
+            .for_each(|(n, image)| epi.apply(g, n, 0, image));
+    }
     cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
 }
 

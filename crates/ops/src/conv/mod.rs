@@ -193,6 +193,20 @@ impl Conv2dParams {
     }
 }
 
+/// What a convolution applies to its output as it writes it, in this order: a
+/// per-channel bias, a residual added element-wise, then ReLU (cuDNN's
+/// `ConvolutionBiasActivationForward`). On the CPU it runs on each image's block right
+/// after its GEMM, while the block is in cache, instead of as separate passes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    /// `[C_out]`, added to every pixel of its channel.
+    pub bias: Option<&'a Tensor>,
+    /// The output's shape, added element-wise (a ResNet block's shortcut).
+    pub residual: Option<&'a Tensor>,
+    /// ReLU last (`x <= 0` gives 0; NaN stays NaN, as in [`relu`](crate::activation::relu)).
+    pub relu: bool,
+}
+
 /// Convolution forward (`ConvForward`): `out = conv(x, weight) + bias`.
 pub fn conv2d(
     x: &Tensor,
@@ -200,21 +214,63 @@ pub fn conv2d(
     bias: Option<&Tensor>,
     p: &Conv2dParams,
 ) -> Result<Tensor> {
+    let epilogue = Epilogue {
+        bias,
+        ..Default::default()
+    };
+    conv2d_fused(x, weight, &epilogue, p)
+}
+
+/// Convolution forward with an epilogue (`ConvBiasActivationForward`):
+/// `out = relu?(conv(x, weight) + bias + residual)`.
+pub fn conv2d_fused(
+    x: &Tensor,
+    weight: &Tensor,
+    epilogue: &Epilogue<'_>,
+    p: &Conv2dParams,
+) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight.dims())?;
-    if let Some(b) = bias {
+    if let Some(b) = epilogue.bias {
         p.check_bias(weight.dims(), b.dims())?;
     }
-    cpu_data::same_dtype(OP, x.dtype(), &[("weight", weight)])?;
-    let out = match route(x.device()) {
-        Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::forward(&g, x, weight))?,
-        Route::Cuda | Route::Generic => generic::forward(&g, x, weight)?,
-    };
-    match bias {
-        Some(b) => out
-            .broadcast_add(&b.reshape((1, g.c_out, 1, 1)).ctx(OP)?)
-            .ctx(OP),
-        None => Ok(out),
+    if let Some(r) = epilogue.residual {
+        crate::shape::same(
+            OP,
+            "residual",
+            r.dims(),
+            "output",
+            &[g.n, g.c_out, g.oh, g.ow],
+        )?;
     }
+    let mut others = vec![("weight", weight)];
+    others.extend(epilogue.bias.map(|b| ("bias", b)));
+    others.extend(epilogue.residual.map(|r| ("residual", r)));
+    cpu_data::same_dtype(OP, x.dtype(), &others)?;
+    match route(x.device()) {
+        Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::forward(&g, x, weight, epilogue)),
+        Route::Cuda | Route::Generic => {
+            let mut out = generic::forward(&g, x, weight)?;
+            if let Some(b) = epilogue.bias {
+                out = out
+                    .broadcast_add(&b.reshape((1, g.c_out, 1, 1)).ctx(OP)?)
+                    .ctx(OP)?;
+            }
+            if let Some(r) = epilogue.residual {
+                out = (out + r).ctx(OP)?;
+            }
+            if epilogue.relu {
+                out = crate::activation::relu(&out)?;
+            }
+            Ok(out)
+        }
+    }
+}
+
+/// FLOPs of an epilogue on an output of `shape`: one per element for each of bias,
+/// residual and ReLU that it applies.
+pub fn epilogue_flops(shape: &[usize], bias: bool, residual: bool, relu: bool) -> u64 {
+    let per_element = u64::from(bias) + u64::from(residual) + u64::from(relu);
+    crate::shape::flop_count(per_element, shape)
 }
 
 /// Convolution input gradient (`ConvBackwardData`): the gradient with respect to an input

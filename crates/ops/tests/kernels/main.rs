@@ -6,6 +6,7 @@ mod common;
 
 mod batchnorm;
 mod conv;
+mod conv_fused;
 mod elementwise;
 mod linear;
 mod loss;

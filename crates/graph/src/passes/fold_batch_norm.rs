@@ -1,0 +1,56 @@
+//! `fold_batch_norm`: an inference batch norm whose input is a bias-free convolution's
+//! output (read by nothing else) becomes one [`ConvBiasActivation`] node with the batch
+//! norm folded into its weights and bias, at the batch norm's place.
+
+use std::sync::Arc;
+
+use wick_ops::conv::epilogue_flops;
+
+use super::{remove_nodes, Uses};
+use crate::ir::{Graph, Node};
+use crate::ops::batchnorm::BatchNormEval;
+use crate::ops::conv::Conv2d;
+use crate::ops::conv_fused::{BiasSource, ConvBiasActivation};
+
+pub(super) fn run(graph: &mut Graph) -> usize {
+    let uses = Uses::of(graph);
+    let mut removed = vec![false; graph.nodes.len()];
+    let mut matched = 0;
+    for i in 0..graph.nodes.len() {
+        let Some(bn) = graph.nodes[i].op_as::<BatchNormEval>() else {
+            continue;
+        };
+        let bn_params = bn.params;
+        let y = graph.nodes[i].inputs[0];
+        let Some(j) = uses.writer[y.0] else { continue };
+        let Some(conv) = graph.nodes[j].op_as::<Conv2d>() else {
+            continue;
+        };
+        if conv.has_bias || removed[j] || uses.only_reader(graph, y) != Some(i) {
+            continue;
+        }
+        let op = ConvBiasActivation::new(
+            conv.params,
+            BiasSource::FoldedBatchNorm(bn_params),
+            false,
+            false,
+        );
+        let (conv_node, bn_node) = (&graph.nodes[j], &graph.nodes[i]);
+        let mut inputs = conv_node.inputs.clone();
+        inputs.extend_from_slice(&bn_node.inputs[1..5]);
+        let out_shape = &graph.values[bn_node.outputs[0].0].shape;
+        let fused = Node {
+            op: Arc::new(op),
+            inputs,
+            outputs: bn_node.outputs.clone(),
+            phase: conv_node.phase,
+            flops: conv_node.flops + epilogue_flops(out_shape, true, false, false),
+            origin: conv_node.origin.clone(),
+        };
+        graph.nodes[i] = fused;
+        removed[j] = true;
+        matched += 1;
+    }
+    remove_nodes(graph, &removed);
+    matched
+}
