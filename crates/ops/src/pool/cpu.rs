@@ -42,35 +42,72 @@ impl Geom {
     }
 }
 
-/// Max-pool forward: the first maximum of each window (a NaN wins and ends the search).
+/// The first maximum of `values(i)` for `i` in `range` (a NaN wins and ends the search),
+/// and where it is.
+#[inline]
+fn first_max<T: Float>(range: Range<usize>, values: impl Fn(usize) -> T) -> (T, usize) {
+    let (mut best, mut at) = (values(range.start), range.start);
+    if best.is_nan() {
+        return (best, at);
+    }
+    for i in range.start + 1..range.end {
+        let v = values(i);
+        if v > best || v.is_nan() {
+            (best, at) = (v, i);
+            if v.is_nan() {
+                break;
+            }
+        }
+    }
+    (best, at)
+}
+
+/// Max-pool forward: the first maximum of each window in row-major order (a NaN wins and
+/// ends the search), separably: first each input row's maximum over every window's
+/// columns, then each window's maximum over its rows' results. The first row holding the
+/// window's maximum, at its first column, is the row-major first maximum, so the values
+/// and indices are the direct scan's. Windows are never empty (padding <= kernel / 2).
 pub(super) fn max_forward<T: Float>(g: &Geom, x: &Tensor) -> Result<MaxPoolOutput> {
     let (hw, ohw) = g.plane_sizes();
+    let clip = |o: usize, s: usize, p: usize, k: usize, len: usize| {
+        let start = (o * s) as isize - p as isize;
+        start.max(0) as usize..((start + k as isize).min(len as isize)) as usize
+    };
+    let (p, ow) = (&g.p, g.ow);
+    let cols: Vec<Range<usize>> = (0..ow)
+        .map(|ox| clip(ox, p.stride[1], p.padding[1], p.kernel[1], g.w))
+        .collect();
+    let rows: Vec<Range<usize>> = (0..g.oh)
+        .map(|oy| clip(oy, p.stride[0], p.padding[0], p.kernel[0], g.h))
+        .collect();
     let mut y = vec![T::ZERO; g.planes * ohw];
     let mut idx = vec![0u32; g.planes * ohw];
     cpu::with_slice::<T, _>(MAX, x, |xs| {
         y.par_chunks_mut(ohw)
             .zip(idx.par_chunks_mut(ohw))
             .zip(xs.par_chunks(hw))
-            .for_each(|((y, idx), xs)| {
-                g.for_each_window(|o, rows, cols| {
-                    let mut best = T::NEG_INFINITY;
-                    let mut best_i = rows.start * g.w + cols.start;
-                    'window: for iy in rows {
-                        for ix in cols.clone() {
-                            let v = xs[iy * g.w + ix];
-                            if v > best || v.is_nan() {
-                                best = v;
-                                best_i = iy * g.w + ix;
-                                if v.is_nan() {
-                                    break 'window;
-                                }
-                            }
+            .for_each_init(
+                || (Vec::new(), Vec::new()),
+                |(row_max, row_col), ((y, idx), xs)| {
+                    // Each input row's maximum over every window's columns.
+                    row_max.resize(g.h * ow, T::ZERO);
+                    row_col.resize(g.h * ow, 0usize);
+                    for (iy, row) in xs.chunks_exact(g.w).enumerate() {
+                        for (ox, c) in cols.iter().enumerate() {
+                            let (v, at) = first_max(c.clone(), |i| row[i]);
+                            row_max[iy * ow + ox] = v;
+                            row_col[iy * ow + ox] = at;
                         }
                     }
-                    y[o] = best;
-                    idx[o] = best_i as u32;
-                })
-            });
+                    for (oy, r) in rows.iter().enumerate() {
+                        for ox in 0..ow {
+                            let (v, iy) = first_max(r.clone(), |iy| row_max[iy * ow + ox]);
+                            y[oy * ow + ox] = v;
+                            idx[oy * ow + ox] = (iy * g.w + row_col[iy * ow + ox]) as u32;
+                        }
+                    }
+                },
+            );
         Ok(())
     })?;
     let shape = (g.n, g.c, g.oh, g.ow);

@@ -242,3 +242,80 @@ fn float32_is_within_rounding_error_bounds_of_float64() {
     let bound = (abs(&exact) * gamma(2)).unwrap();
     assert_within("global avg pool backward", &dx, &exact, &bound);
 }
+
+/// The direct row-major scan (the rule the separable kernel must reproduce): the first
+/// maximum of each window, a NaN winning and ending the search; padding never read.
+fn scan_reference(x: &[f64], h: usize, w: usize, p: &Pool2dParams) -> (Vec<f64>, Vec<u32>) {
+    let out = |len: usize, a: usize| (len + 2 * p.padding[a] - p.kernel[a]) / p.stride[a] + 1;
+    let (oh, ow) = (out(h, 0), out(w, 1));
+    let (mut y, mut idx) = (Vec::new(), Vec::new());
+    for oy in 0..oh {
+        for ox in 0..ow {
+            let (mut best, mut at) = (f64::NEG_INFINITY, usize::MAX);
+            'window: for ky in 0..p.kernel[0] {
+                for kx in 0..p.kernel[1] {
+                    let iy = (oy * p.stride[0] + ky) as isize - p.padding[0] as isize;
+                    let ix = (ox * p.stride[1] + kx) as isize - p.padding[1] as isize;
+                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                        continue;
+                    }
+                    let i = iy as usize * w + ix as usize;
+                    if at == usize::MAX || x[i] > best || x[i].is_nan() {
+                        (best, at) = (x[i], i);
+                        if x[i].is_nan() {
+                            break 'window;
+                        }
+                    }
+                }
+            }
+            y.push(best);
+            idx.push(at as u32);
+        }
+    }
+    (y, idx)
+}
+
+#[test]
+fn max_pool_values_and_indices_equal_the_direct_scan_with_ties_and_nans() {
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut cases = 0;
+    for (k, s, pad) in [
+        (3, 2, 1),
+        (2, 2, 0),
+        (3, 1, 1),
+        (2, 1, 1),
+        (3, 3, 0),
+        (4, 2, 2),
+    ] {
+        for (h, w) in [(7, 9), (8, 8), (5, 12)] {
+            // Values from a handful of levels (many ties), some NaNs.
+            let x: Vec<f64> = (0..h * w)
+                .map(|_| match next() % 23 {
+                    0 => f64::NAN,
+                    r => (r % 4) as f64 - 2.0,
+                })
+                .collect();
+            let p = Pool2dParams::new(k, s, pad);
+            let t = Tensor::from_vec(x.clone(), (1, 1, h, w), &candle_core::Device::Cpu).unwrap();
+            let out = max_pool2d(&t, &p).unwrap();
+            let y: Vec<f64> = out.y.flatten_all().unwrap().to_vec1().unwrap();
+            let idx: Vec<u32> = out.indices.flatten_all().unwrap().to_vec1().unwrap();
+            let (ry, ridx) = scan_reference(&x, h, w, &p);
+            assert_eq!(idx, ridx, "k{k} s{s} p{pad} {h}x{w}: indices");
+            for (a, b) in y.iter().zip(&ry) {
+                assert!(
+                    a == b || (a.is_nan() && b.is_nan()),
+                    "k{k} s{s} p{pad} {h}x{w}: {a} vs {b}"
+                );
+            }
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, 18);
+}
