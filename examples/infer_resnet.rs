@@ -53,6 +53,11 @@ struct Args {
     /// Timed repetitions for --bench.
     #[arg(long, default_value_t = 20)]
     reps: usize,
+    /// Run the graph without passes and with --passes (default: every pass) alternately,
+    /// --warmup + --reps runs each, and print per op type, per phase and per run the
+    /// time before, after and the ratio.
+    #[arg(long)]
+    compare_passes: bool,
     #[command(flatten)]
     profile: common::ProfileArgs,
 }
@@ -99,6 +104,21 @@ fn run() -> Result<()> {
     }
     // The input is moved to the device once, outside any timed region.
     let images = images.to_device(&device)?;
+    if a.compare_passes {
+        anyhow::ensure!(
+            a.profile.verbosity.unwrap_or(0) == 0,
+            "--compare-passes prints its own profile: leave --verbosity out"
+        );
+        let mut plain = Session::inference_with_passes(config, n, size, PassSet::NONE, &device)?;
+        plain.copy_weights_from(&session)?;
+        return common::compare_passes(
+            &mut plain,
+            &mut session,
+            a.warmup + a.reps,
+            a.warmup,
+            |s| s.forward(&images).map(|_| ()).map_err(Into::into),
+        );
+    }
     let logits = session.forward(&images)?;
     if let Some(path) = &a.output {
         let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);

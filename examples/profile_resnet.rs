@@ -37,6 +37,10 @@ struct Args {
     /// SGD learning rate (SINGA's documented run: 0.1, momentum 0.9, weight decay 1e-5).
     #[arg(long, default_value_t = 0.1)]
     lr: f64,
+    /// Run the graph without passes and with --passes (default: every pass) alternately,
+    /// and print per op type, per phase and per step the time before, after and the ratio.
+    #[arg(long)]
+    compare_passes: bool,
     #[command(flatten)]
     profile: common::ProfileArgs,
 }
@@ -70,6 +74,26 @@ fn run() -> Result<()> {
         weight_decay: 1e-5,
         ..Default::default()
     };
+    let (images, labels) =
+        SyntheticImages::new(config.num_classes.min(10), batch, size, 1)?.next_batch()?;
+    let images = images.to_device(&device)?;
+    if a.compare_passes {
+        let mut sessions = Vec::new();
+        for passes in [PassSet::NONE, a.model.passes(PassSet::default())] {
+            let options = TrainOptions {
+                passes,
+                ..sgd.into()
+            };
+            let mut s = Session::training(config, batch, size, options, &device)?;
+            common::log_passes(&s);
+            s.init_weights(WeightInit::Torchvision(0))?;
+            sessions.push(s);
+        }
+        let [mut plain, mut fused] = <[Session; 2]>::try_from(sessions).expect("two sessions");
+        return common::compare_passes(&mut plain, &mut fused, a.iterations, a.profile.skip, |s| {
+            s.step(&images, &labels).map(|_| ()).map_err(Into::into)
+        });
+    }
     // SINGA's op list by default: no pass unless --passes asks for one.
     let options = TrainOptions {
         passes: a.model.passes(PassSet::NONE),
@@ -79,9 +103,6 @@ fn run() -> Result<()> {
     common::log_passes(&session);
     session.init_weights(WeightInit::Torchvision(0))?;
     a.profile.attach(&mut session, 2)?;
-    let (images, labels) =
-        SyntheticImages::new(config.num_classes.min(10), batch, size, 1)?.next_batch()?;
-    let images = images.to_device(&device)?;
 
     println!(
         "{} ({:?} stem, {} classes), batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {} skipped",

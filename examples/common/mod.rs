@@ -81,6 +81,64 @@ impl ModelArgs {
     }
 }
 
+/// What a profile records about the run: model, sizes, passes, device and machine.
+pub fn run_info(session: &wick::models::Session) -> wick::graph::profiler::RunInfo {
+    wick::graph::profiler::RunInfo {
+        wick_version: env!("CARGO_PKG_VERSION").to_string(),
+        model: format!(
+            "{} ({:?} stem, {} classes)",
+            session.config().depth.name(),
+            session.config().stem,
+            session.config().num_classes
+        ),
+        batch: session.batch_size(),
+        image_size: session.image_size().to_string(),
+        passes: session
+            .executor()
+            .graph()
+            .passes()
+            .iter()
+            .filter(|r| r.subgraphs > 0)
+            .map(|r| format!("{} ({} subgraphs)", r.pass.as_str(), r.subgraphs))
+            .collect(),
+        dtype: "F32".into(),
+        device_name: format!("{:?}", session.executor().device().location()),
+        ..wick::graph::profiler::RunInfo::detect()
+    }
+}
+
+/// `--compare-passes`: runs `plain` (the graph as recorded) and `fused` (after the passes)
+/// alternately, `iterations` times each with a per-op profiler skipping the first `skip`,
+/// and prints the per-op-type, per-phase and step comparison.
+pub fn compare_passes(
+    plain: &mut wick::models::Session,
+    fused: &mut wick::models::Session,
+    iterations: usize,
+    skip: usize,
+    mut run: impl FnMut(&mut wick::models::Session) -> Result<()>,
+) -> Result<()> {
+    for s in [&mut *plain, &mut *fused] {
+        let profiler = wick::graph::TimeProfiler::new(2, skip).with_run_info(run_info(s));
+        s.executor_mut().add_hook(profiler)?;
+    }
+    for _ in 0..iterations {
+        run(plain)?;
+        run(fused)?;
+    }
+    let profile = |s: &wick::models::Session| -> Result<wick::graph::Profile> {
+        Ok(s.executor()
+            .hook::<wick::graph::TimeProfiler>()
+            .ok_or_else(|| anyhow::anyhow!("no profiler attached"))?
+            .profile())
+    };
+    let (before, after) = (profile(plain)?, profile(fused)?);
+    print!(
+        "{}",
+        wick::graph::profiler::compare::compare_passes(&before, &after)
+    );
+    Ok(())
+}
+
 /// Prints the passes that rewrote the session's graph, Paddle-style
 /// (`--- Running IR pass [NAME] --- detected N subgraphs`).
 pub fn log_passes(session: &wick::models::Session) {
@@ -198,30 +256,9 @@ impl ProfileArgs {
     pub fn attach(&self, session: &mut wick::models::Session, default: u8) -> Result<()> {
         let level = self.level(default);
         if level > 0 {
-            let run = wick::graph::profiler::RunInfo {
-                wick_version: env!("CARGO_PKG_VERSION").to_string(),
-                model: format!(
-                    "{} ({:?} stem, {} classes)",
-                    session.config().depth.name(),
-                    session.config().stem,
-                    session.config().num_classes
-                ),
-                batch: session.batch_size(),
-                image_size: session.image_size().to_string(),
-                passes: session
-                    .executor()
-                    .graph()
-                    .passes()
-                    .iter()
-                    .map(|r| format!("{} ({} subgraphs)", r.pass.as_str(), r.subgraphs))
-                    .collect(),
-                dtype: "F32".into(),
-                device_name: format!("{:?}", session.executor().device().location()),
-                ..wick::graph::profiler::RunInfo::detect()
-            };
             let profiler = wick::graph::TimeProfiler::new(level, self.skip)
                 .with_memory_counter(Box::new(wick::allocator::Counter))
-                .with_run_info(run);
+                .with_run_info(run_info(session));
             session.executor_mut().add_hook(profiler)?;
         }
         Ok(())

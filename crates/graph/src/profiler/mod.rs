@@ -21,6 +21,7 @@
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
 pub mod advice;
+pub mod compare;
 pub mod diff;
 pub mod html;
 pub mod layers;
