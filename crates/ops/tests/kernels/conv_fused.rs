@@ -32,6 +32,10 @@ fn fused_epilogues_equal_the_separate_ops() {
         ),
         ([2, 4, 20, 18], [6, 4, 3, 3], Conv2dParams::new(1, 1)),
         ([1, 4, 17, 16], [6, 4, 1, 1], Conv2dParams::new(1, 0)),
+        // 256 output channels: the epilogue runs on blocks of 256 columns (600 pixels:
+        // 256 + 256 + 88), one image and two.
+        ([1, 8, 20, 30], [256, 8, 3, 3], Conv2dParams::new(1, 1)),
+        ([2, 8, 20, 30], [256, 8, 1, 1], Conv2dParams::new(1, 0)),
     ];
     for dtype in [DType::F64, DType::F32] {
         for (i, (xs, ws, p)) in cases.into_iter().enumerate() {
