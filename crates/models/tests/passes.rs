@@ -8,7 +8,7 @@ use candle_core::{Device, Tensor};
 use wick_graph::{PassName, PassSet};
 use wick_models::data::{BatchSource, SyntheticImages};
 use wick_models::init::formula;
-use wick_models::{Depth, ResNetConfig, Session, Stem, WeightInit};
+use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions, WeightInit};
 use wick_ops::max_rel_diff;
 
 fn eval(config: ResNetConfig, batch: usize, size: usize, passes: PassSet) -> Session {
@@ -39,7 +39,12 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
         let fused = eval(config, 1, 64, PassSet::default());
         assert_eq!(
             counts(&fused),
-            [("fold_batch_norm", folds), ("conv_epilogue", epilogues)],
+            [
+                ("fold_batch_norm", folds),
+                ("conv_epilogue", epilogues),
+                ("batch_norm_relu", 0),
+                ("add_relu", 0)
+            ],
             "{depth:?}"
         );
         let log: Vec<String> = fused
@@ -74,19 +79,33 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
                 .count(),
             folds
         );
-        // A training graph has no inference batch norm: nothing matches.
-        let train = Session::training(
-            config,
-            2,
-            64,
-            wick_ops::SgdParams::default().into(),
-            &Device::Cpu,
-        )
-        .unwrap();
+        // A training graph: batch norm + ReLU where a ReLU follows (the ones the
+        // epilogue took, less the residual ends), add + ReLU at each residual end.
+        let training = |passes| {
+            let options = TrainOptions {
+                passes,
+                ..wick_ops::SgdParams::default().into()
+            };
+            Session::training(config, 2, 64, options, &Device::Cpu).unwrap()
+        };
+        let (plain, train) = (training(PassSet::NONE), training(PassSet::default()));
+        let bn_relu = epilogues - residuals;
         assert_eq!(
             counts(&train),
-            [("fold_batch_norm", 0), ("conv_epilogue", 0)]
+            [
+                ("fold_batch_norm", 0),
+                ("conv_epilogue", 0),
+                ("batch_norm_relu", bn_relu),
+                ("add_relu", residuals)
+            ],
+            "{depth:?}"
         );
+        // Each batch norm + ReLU removes ReLU forward and backward; each add + ReLU one.
+        let (before, after) = (
+            plain.executor().graph().nodes().len(),
+            train.executor().graph().nodes().len(),
+        );
+        assert_eq!(before - after, 2 * bn_relu + residuals, "{depth:?}");
     }
 }
 
@@ -125,4 +144,62 @@ fn fused_graphs_give_the_unfused_logits_and_follow_new_weights() {
             }
         }
     }
+}
+
+#[test]
+fn fused_training_steps_equal_the_unfused_ones_bit_for_bit() {
+    // The fused kernels do the unfused graph's arithmetic in the same order: the losses,
+    // every gradient and every updated weight and statistic are identical, not close.
+    let (images, labels) = formula::batch(8, 32, 10).unwrap();
+    let session = |passes| {
+        let mut s = common::training_session_with(&Device::Cpu, passes);
+        s.init_weights(WeightInit::Formula).unwrap();
+        s
+    };
+    let (mut plain, mut fused) = (session(PassSet::NONE), session(PassSet::default()));
+    let kernels: Vec<&str> = fused
+        .executor()
+        .graph()
+        .nodes()
+        .iter()
+        .map(|n| n.op.kernel().name(wick_ops::DeviceKind::Cpu))
+        .collect();
+    for k in [
+        "BatchNormReLUForwardTraining",
+        "BatchNormReLUBackward",
+        "AddReLU",
+    ] {
+        assert!(kernels.contains(&k), "no {k} in the fused graph");
+    }
+    for step in 1..=3 {
+        let (a, b) = (
+            plain.step(&images, &labels).unwrap(),
+            fused.step(&images, &labels).unwrap(),
+        );
+        assert_eq!(a.to_bits(), b.to_bits(), "step {step}: loss {a} vs {b}");
+    }
+    let (a, b) = (plain.state_dict().unwrap(), fused.state_dict().unwrap());
+    let bits = |t: &Tensor| -> Vec<u32> {
+        t.to_dtype(candle_core::DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+            .into_iter()
+            .map(f32::to_bits)
+            .collect()
+    };
+    let mut compared = 0;
+    for (name, t) in &a {
+        if name.ends_with("num_batches_tracked") {
+            continue;
+        }
+        assert_eq!(bits(t), bits(&b[name]), "{name} differs after 3 steps");
+        if let (Some(ga), Some(gb)) = (plain.gradient(name), fused.gradient(name)) {
+            assert_eq!(bits(ga), bits(gb), "gradient of {name}");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 62, "every parameter's gradient compared");
 }

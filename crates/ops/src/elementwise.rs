@@ -26,6 +26,30 @@ fn add_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     cpu::zip_map::<T>(OP, a, b, |x, y| x + y)
 }
 
+/// `relu(a + b)` in one pass (`AddReLU`, a residual block's end): ReLU as
+/// [`relu`](crate::activation::relu) (0 where the sum is <= 0, NaN kept).
+pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
+    let cpu_float = route(a.device()) == Route::Cpu
+        && a.dtype() == b.dtype()
+        && matches!(a.dtype(), DType::F32 | DType::F64);
+    if cpu_float {
+        return dispatch_float!(OP, a.dtype(), add_relu_cpu(a, b));
+    }
+    crate::activation::relu(&(a + b).ctx(OP)?)
+}
+
+fn add_relu_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    cpu::zip_map::<T>(OP, a, b, |x, y| {
+        let s = x + y;
+        if s <= T::ZERO {
+            T::ZERO
+        } else {
+            s
+        }
+    })
+}
+
 /// FLOPs of an addition: one per element.
 pub fn add_flops(shape: &[usize]) -> u64 {
     crate::shape::flop_count(1, shape)

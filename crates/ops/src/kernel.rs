@@ -52,6 +52,12 @@ pub enum Kernel {
     BatchNormForwardInference,
     /// Batch norm input, weight and bias gradients.
     BatchNormBackward,
+    /// Batch norm forward in training mode with ReLU fused into its output pass.
+    BatchNormReLUForwardTraining,
+    /// Batch norm backward with the fused ReLU's mask.
+    BatchNormReLUBackward,
+    /// Element-wise addition then ReLU, one pass.
+    AddReLU,
     /// ReLU forward.
     ReLU,
     /// ReLU backward.
@@ -96,6 +102,9 @@ impl Kernel {
                 BatchNormForwardTraining => "BatchNormForwardTraining",
                 BatchNormForwardInference => "BatchNormForwardInference",
                 BatchNormBackward => "BatchNormBackward",
+                BatchNormReLUForwardTraining => "BatchNormReLUForwardTraining",
+                BatchNormReLUBackward => "BatchNormReLUBackward",
+                AddReLU => "AddReLU",
                 ReLU => "ReLU",
                 ReLUBackward => "ReLUBackward",
                 Add => "Add",
@@ -127,6 +136,9 @@ impl Kernel {
                 BatchNormForwardTraining => "GpuBatchNormForwardTraining",
                 BatchNormForwardInference => "GpuBatchNormForwardInference",
                 BatchNormBackward => "GpuBatchNormBackward",
+                BatchNormReLUForwardTraining => "GpuBatchNormReLUForwardTraining",
+                BatchNormReLUBackward => "GpuBatchNormReLUBackward",
+                AddReLU => "AddReLU",
                 ReLU => "ReLU",
                 ReLUBackward => "ReLUBackward",
                 Add => "Add",

@@ -6,6 +6,7 @@ pub mod batchnorm;
 pub mod conv;
 pub mod conv_fused;
 pub mod elementwise;
+pub mod fused_train;
 pub mod linear;
 pub mod loss;
 pub mod optim;

@@ -6,15 +6,22 @@
 //! --- Running IR pass [fold_batch_norm] --- detected 53 subgraphs
 //! ```
 //!
-//! OP_IDs are the node indices after the passes. The passes so far are inference passes:
+//! OP_IDs are the node indices after the passes. Inference passes:
 //! - [`fold_batch_norm`](PassName::FoldBatchNorm): an inference batch norm after a
 //!   bias-free convolution becomes that convolution's weights and bias (exact algebra,
 //!   rounded once);
 //! - [`conv_epilogue`](PassName::ConvEpilogue): the residual add and the ReLU after a
 //!   fused convolution are applied as it writes its output.
 //!
-//! A training graph has no inference batch norm, so they leave it as recorded.
+//! Training passes (the same arithmetic as the unfused graph, bit for bit):
+//! - [`batch_norm_relu`](PassName::BatchNormRelu): batch norm + ReLU forward in one
+//!   output pass, and their backward with ReLU's mask read inside batch norm's;
+//! - [`add_relu`](PassName::AddRelu): add + ReLU in one pass.
+//!
+//! Each pass leaves a graph it has no pattern in as recorded.
 
+mod add_relu;
+mod batch_norm_relu;
 mod conv_epilogue;
 mod fold_batch_norm;
 
@@ -30,17 +37,28 @@ pub enum PassName {
     FoldBatchNorm,
     /// Fuses the residual add and ReLU after a fused convolution into its output write.
     ConvEpilogue,
+    /// Fuses training batch norm + ReLU, forward and backward.
+    BatchNormRelu,
+    /// Fuses add + ReLU.
+    AddRelu,
 }
 
 impl PassName {
     /// Every pass, in the order the pipeline runs them.
-    pub const ALL: [PassName; 2] = [PassName::FoldBatchNorm, PassName::ConvEpilogue];
+    pub const ALL: [PassName; 4] = [
+        PassName::FoldBatchNorm,
+        PassName::ConvEpilogue,
+        PassName::BatchNormRelu,
+        PassName::AddRelu,
+    ];
 
     /// The pass's name (`fold_batch_norm`).
     pub fn as_str(self) -> &'static str {
         match self {
             PassName::FoldBatchNorm => "fold_batch_norm",
             PassName::ConvEpilogue => "conv_epilogue",
+            PassName::BatchNormRelu => "batch_norm_relu",
+            PassName::AddRelu => "add_relu",
         }
     }
 
@@ -53,6 +71,8 @@ impl PassName {
         match self {
             PassName::FoldBatchNorm => fold_batch_norm::run(graph),
             PassName::ConvEpilogue => conv_epilogue::run(graph),
+            PassName::BatchNormRelu => batch_norm_relu::run(graph),
+            PassName::AddRelu => add_relu::run(graph),
         }
     }
 }

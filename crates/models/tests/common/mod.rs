@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
+use wick_graph::PassSet;
 use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions};
 use wick_ops::SgdParams;
 
@@ -14,6 +15,11 @@ pub fn config() -> ResNetConfig {
 /// A training session (batch 8 of 32x32) with both fixtures' SGD settings (lr 0.1, momentum
 /// 0.9, weight decay 5e-4 on every parameter), keeping the gradients; no weights set yet.
 pub fn training_session(device: &Device) -> Session {
+    training_session_with(device, PassSet::default())
+}
+
+/// [`training_session`] with the given graph passes.
+pub fn training_session_with(device: &Device, passes: PassSet) -> Session {
     let sgd = SgdParams {
         lr: 0.1,
         momentum: 0.9,
@@ -22,6 +28,7 @@ pub fn training_session(device: &Device) -> Session {
     };
     let opts = TrainOptions {
         keep_gradients: true,
+        passes,
         ..sgd.into()
     };
     Session::training(config(), 8, 32, opts, device).unwrap()

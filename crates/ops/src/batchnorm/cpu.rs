@@ -10,13 +10,14 @@ use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;
 
-pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
+/// Training-mode forward; with `relu`, the output pass writes `relu(y)`.
+pub(super) fn train(x: &Tensor, layer: &Layer<'_>, relu: bool) -> Result<BatchNormOutput> {
     let (p, dims) = (layer.p, dims(x)?);
     let [n, _, h, w] = dims;
     let (mean, var) = dispatch_float!(OP, x.dtype(), channel_moments(x, dims))?;
     let m = (n * h * w) as f64;
     let inv_std: Vec<f64> = var.iter().map(|v| 1.0 / (v + p.eps).sqrt()).collect();
-    let y = affine(x, dims, layer, &mean, &inv_std)?;
+    let y = affine(x, dims, layer, &mean, &inv_std, relu)?;
     let unbiased: Vec<f64> = var.iter().map(|v| v * m / (m - 1.0)).collect();
     let dt = x.dtype();
     Ok(BatchNormOutput {
@@ -30,7 +31,7 @@ pub(super) fn train(x: &Tensor, layer: &Layer<'_>) -> Result<BatchNormOutput> {
 
 pub(super) fn eval(x: &Tensor, layer: &Layer<'_>) -> Result<Tensor> {
     let (mean, inv_std) = running_stats(layer)?;
-    affine(x, dims(x)?, layer, &mean, &inv_std)
+    affine(x, dims(x)?, layer, &mean, &inv_std, false)
 }
 
 /// The input's NCHW dims (checked by the public function).
@@ -65,19 +66,20 @@ fn affine(
     layer: &Layer<'_>,
     mean: &[f64],
     inv_std: &[f64],
+    relu: bool,
 ) -> Result<Tensor> {
     let (gamma, beta) = (host(layer.weight)?, host(layer.bias)?);
     let scale: Vec<f64> = gamma.iter().zip(inv_std).map(|(g, s)| g * s).collect();
-    dispatch_float!(
-        OP,
-        x.dtype(),
-        affine_per_channel(x, dims, mean, &scale, &beta)
-    )
+    let c = (mean, &scale[..], &beta[..]);
+    dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, c, relu))
 }
 
 /// The gradients for normalisation by the batch's or the running statistics.
+/// The gradients for normalisation by the batch's or the running statistics; with
+/// `relu_out`, `grad_y` is a fused ReLU's output gradient, passing only where `relu_out > 0`.
 pub(super) fn backward(
     grad_y: &Tensor,
+    relu_out: Option<&Tensor>,
     x: &Tensor,
     weight: &Tensor,
     stats: Stats<'_>,
@@ -90,7 +92,8 @@ pub(super) fn backward(
     let dims = dims(x)?;
     let [n, c, h, w] = dims;
     let gamma = host(weight)?;
-    let (sum_dy, sum_dy_xc) = dispatch_float!(OP, x.dtype(), grad_sums(grad_y, x, dims, mean))?;
+    let (sum_dy, sum_dy_xc) =
+        dispatch_float!(OP, x.dtype(), grad_sums(grad_y, relu_out, x, dims, mean))?;
     let m = (n * h * w) as f64;
     // Centred, as PyTorch's kernel: dx = a * ((dy - mean(dy)) + c * (x - mean)) with
     // a = gamma * inv_std and c = -inv_std * d_weight / m (batch statistics' gradient);
@@ -110,7 +113,7 @@ pub(super) fn backward(
             coef.c[i] = -inv_std[i] * d_weight[i] / m;
         }
     }
-    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, x, dims, &coef))?;
+    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, relu_out, x, dims, &coef))?;
     Ok(BatchNormGrads {
         x: dx,
         weight: vector(d_weight, weight.dtype())?,
@@ -146,23 +149,57 @@ fn lane_sum<T: Float>(xs: &[T], f: impl Fn(T) -> f64) -> f64 {
     acc.iter().sum::<f64>() + rest
 }
 
-/// `(sum g, sum g * (x - mu))` over paired `gs`, `xs` in f64, in [`LANES`] partial sums each.
-fn lane_grad_sums<T: Float>(gs: &[T], xs: &[T], mu: f64) -> (f64, f64) {
-    let (mut s1, mut s2) = ([0.0f64; LANES], [0.0f64; LANES]);
-    let (gc, xc) = (gs.chunks_exact(LANES), xs.chunks_exact(LANES));
-    let (mut r1, mut r2) = (0.0, 0.0);
-    for (g, v) in gc.remainder().iter().zip(xc.remainder()) {
-        r1 += g.to_f64();
-        r2 += g.to_f64() * (v.to_f64() - mu);
+/// A fused ReLU's gradient: `g` where the ReLU output `z` is positive, else 0 (with
+/// `MASK`; without it, `g`).
+#[inline(always)]
+fn masked<T: Float, const MASK: bool>(g: T, z: T) -> T {
+    if MASK && z <= T::ZERO {
+        T::ZERO
+    } else {
+        g
     }
-    for (g, v) in gc.zip(xc) {
+}
+
+/// `(sum g, sum g * (x - mu))` over paired `gs`, `xs` in f64, in [`LANES`] partial sums
+/// each; with `MASK`, each `g` masked by the paired `zs` (see [`masked`]).
+fn lane_grad_sums<T: Float, const MASK: bool>(gs: &[T], zs: &[T], xs: &[T], mu: f64) -> (f64, f64) {
+    let (mut s1, mut s2) = ([0.0f64; LANES], [0.0f64; LANES]);
+    let (gc, zc, xc) = (
+        gs.chunks_exact(LANES),
+        zs.chunks_exact(LANES),
+        xs.chunks_exact(LANES),
+    );
+    let (mut r1, mut r2) = (0.0, 0.0);
+    for ((g, z), v) in gc
+        .remainder()
+        .iter()
+        .zip(zc.remainder())
+        .zip(xc.remainder())
+    {
+        let g = masked::<T, MASK>(*g, *z).to_f64();
+        r1 += g;
+        r2 += g * (v.to_f64() - mu);
+    }
+    for ((g, z), v) in gc.zip(zc).zip(xc) {
         for i in 0..LANES {
-            let g = g[i].to_f64();
+            let g = masked::<T, MASK>(g[i], z[i]).to_f64();
             s1[i] += g;
             s2[i] += g * (v[i].to_f64() - mu);
         }
     }
     (s1.iter().sum::<f64>() + r1, s2.iter().sum::<f64>() + r2)
+}
+
+/// Runs `f` on the ReLU output's data (or on `gs` itself, unread, without a mask).
+fn with_mask<T: Float, R>(
+    relu_out: Option<&Tensor>,
+    gs: &[T],
+    f: impl FnOnce(&[T]) -> Result<R>,
+) -> Result<R> {
+    match relu_out {
+        Some(z) => cpu::with_slice::<T, _>(OP, z, f),
+        None => f(gs),
+    }
 }
 
 /// Per-channel mean and biased variance (two passes, f64 accumulation), channels in parallel.
@@ -190,13 +227,12 @@ fn channel_moments<T: Float>(x: &Tensor, [n, c, h, w]: [usize; 4]) -> Result<(Ve
     })
 }
 
-/// `y = (x - center[c]) * scale[c] + shift[c]`, planes in parallel.
+/// `y = (x - center[c]) * scale[c] + shift[c]` (then ReLU with `relu`), planes in parallel.
 fn affine_per_channel<T: Float>(
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
-    center: &[f64],
-    scale: &[f64],
-    shift: &[f64],
+    (center, scale, shift): (&[f64], &[f64], &[f64]),
+    relu: bool,
 ) -> Result<Tensor> {
     let (hw, len) = (h * w, n * c * h * w);
     let mut y: Vec<T> = Vec::with_capacity(len);
@@ -222,8 +258,17 @@ fn affine_per_channel<T: Float>(
                     T::from_f64(scale[ch]),
                     T::from_f64(shift[ch]),
                 );
-                for (o, v) in yp.iter_mut().zip(xp) {
-                    o.write((*v - m) * s + t);
+                let affine = |v: T| (v - m) * s + t;
+                if relu {
+                    // ReLU as `activation::relu`: 0 where y <= 0, NaN kept.
+                    for (o, v) in yp.iter_mut().zip(xp) {
+                        let y = affine(*v);
+                        o.write(if y <= T::ZERO { T::ZERO } else { y });
+                    }
+                } else {
+                    for (o, v) in yp.iter_mut().zip(xp) {
+                        o.write(affine(*v));
+                    }
                 }
             });
         Ok(())
@@ -234,30 +279,39 @@ fn affine_per_channel<T: Float>(
     cpu::tensor(OP, y, (n, c, h, w))
 }
 
-/// Per channel: sum of dy and sum of dy * (x - center).
+/// Per channel: sum of dy and sum of dy * (x - center), dy masked by `relu_out` if given.
 fn grad_sums<T: Float>(
     grad_y: &Tensor,
+    relu_out: Option<&Tensor>,
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
     center: &[f64],
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let hw = h * w;
+    let mask = relu_out.is_some();
     cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        cpu::with_slice::<T, _>(OP, x, |xs| {
-            let sums: Vec<(f64, f64)> = (0..c)
-                .into_par_iter()
-                .map(|ch| {
-                    let (mut s1, mut s2) = (0.0, 0.0);
-                    for b in 0..n {
-                        let r = (b * c + ch) * hw..(b * c + ch + 1) * hw;
-                        let (a1, a2) = lane_grad_sums(&gs[r.clone()], &xs[r], center[ch]);
-                        s1 += a1;
-                        s2 += a2;
-                    }
-                    (s1, s2)
-                })
-                .collect();
-            Ok(sums.into_iter().unzip())
+        with_mask::<T, _>(relu_out, gs, |zs| {
+            cpu::with_slice::<T, _>(OP, x, |xs| {
+                let sums: Vec<(f64, f64)> = (0..c)
+                    .into_par_iter()
+                    .map(|ch| {
+                        let (mut s1, mut s2) = (0.0, 0.0);
+                        for b in 0..n {
+                            let r = (b * c + ch) * hw..(b * c + ch + 1) * hw;
+                            let (g, z, v) = (&gs[r.clone()], &zs[r.clone()], &xs[r]);
+                            let (a1, a2) = if mask {
+                                lane_grad_sums::<T, true>(g, z, v, center[ch])
+                            } else {
+                                lane_grad_sums::<T, false>(g, z, v, center[ch])
+                            };
+                            s1 += a1;
+                            s2 += a2;
+                        }
+                        (s1, s2)
+                    })
+                    .collect();
+                Ok(sums.into_iter().unzip())
+            })
         })
     })
 }
@@ -270,31 +324,44 @@ struct Coefficients<'a> {
     c: Vec<f64>,
 }
 
-/// `dx = a * ((dy - dy_mean) + c * (x - mean))` per channel, planes in parallel.
+/// `dx = a * ((dy - dy_mean) + c * (x - mean))` per channel, planes in parallel; `dy`
+/// masked by `relu_out` if given.
 fn dx_kernel<T: Float>(
     grad_y: &Tensor,
+    relu_out: Option<&Tensor>,
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
     coef: &Coefficients<'_>,
 ) -> Result<Tensor> {
     let (hw, len) = (h * w, n * c * h * w);
     let mut dx: Vec<T> = Vec::with_capacity(len);
+    let mask = relu_out.is_some();
     cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        cpu::with_slice::<T, _>(OP, x, |xs| {
-            dx.spare_capacity_mut()[..len]
-                .par_chunks_mut(hw)
-                .enumerate()
-                .for_each(|(plane, d)| {
-                    let ch = plane % c;
-                    let at = |v: &[f64]| T::from_f64(v[ch]);
-                    let (mu, a, dm, cx) =
-                        (at(coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
-                    let r = plane * hw..(plane + 1) * hw;
-                    for ((o, g), v) in d.iter_mut().zip(&gs[r.clone()]).zip(&xs[r]) {
-                        o.write(a * ((*g - dm) + cx * (*v - mu)));
-                    }
-                });
-            Ok(())
+        with_mask::<T, _>(relu_out, gs, |zs| {
+            cpu::with_slice::<T, _>(OP, x, |xs| {
+                dx.spare_capacity_mut()[..len]
+                    .par_chunks_mut(hw)
+                    .enumerate()
+                    .for_each(|(plane, d)| {
+                        let ch = plane % c;
+                        let at = |v: &[f64]| T::from_f64(v[ch]);
+                        let (mu, a, dm, cx) =
+                            (at(coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
+                        let r = plane * hw..(plane + 1) * hw;
+                        let (g, z, v) = (&gs[r.clone()], &zs[r.clone()], &xs[r]);
+                        let one = |g: T, v: T| a * ((g - dm) + cx * (v - mu));
+                        if mask {
+                            for (((o, g), z), v) in d.iter_mut().zip(g).zip(z).zip(v) {
+                                o.write(one(masked::<T, true>(*g, *z), *v));
+                            }
+                        } else {
+                            for ((o, g), v) in d.iter_mut().zip(g).zip(v) {
+                                o.write(one(*g, *v));
+                            }
+                        }
+                    });
+                Ok(())
+            })
         })
     })?;
     // SAFETY: `gs` and `xs` hold `len` elements each (both tensors have these dims, checked

@@ -166,7 +166,30 @@ pub fn batch_norm_train(
     running_var: &Tensor,
     p: &BatchNorm2dParams,
 ) -> Result<BatchNormOutput> {
-    let (layer, [n, _, h, w]) = Layer::checked(x, [weight, bias, running_mean, running_var], p)?;
+    train(x, [weight, bias, running_mean, running_var], p, false)
+}
+
+/// Batch norm then ReLU in training mode (`BatchNormReLUForwardTraining`): the output
+/// pass writes `relu(bn(x))` directly (`y` holds it), saving ReLU's separate pass. The
+/// statistics are batch norm's, as without the ReLU.
+pub fn batch_norm_relu_train(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: &Tensor,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    p: &BatchNorm2dParams,
+) -> Result<BatchNormOutput> {
+    train(x, [weight, bias, running_mean, running_var], p, true)
+}
+
+fn train(
+    x: &Tensor,
+    per_channel: [&Tensor; 4],
+    p: &BatchNorm2dParams,
+    relu: bool,
+) -> Result<BatchNormOutput> {
+    let (layer, [n, _, h, w]) = Layer::checked(x, per_channel, p)?;
     if n * h * w < 2 {
         return Err(OpError::invalid(
             OP,
@@ -177,8 +200,14 @@ pub fn batch_norm_train(
         ));
     }
     match route(x.device()) {
-        Route::Cpu => cpu::train(x, &layer),
-        Route::Cuda | Route::Generic => generic::train(x, &layer),
+        Route::Cpu => cpu::train(x, &layer, relu),
+        Route::Cuda | Route::Generic => {
+            let mut out = generic::train(x, &layer)?;
+            if relu {
+                out.y = crate::activation::relu(&out.y)?;
+            }
+            Ok(out)
+        }
     }
 }
 
@@ -263,7 +292,31 @@ pub fn batch_norm_train_backward(
             ("inv_std", inv_std.dims()),
         ],
     )?;
-    backward(grad_y, x, weight, Stats::Batch { mean, inv_std })
+    backward(grad_y, None, x, weight, Stats::Batch { mean, inv_std })
+}
+
+/// The backward of [`batch_norm_relu_train`] (`BatchNormReLUBackward`): ReLU's mask
+/// folded into batch norm's backward. `grad_z` is the gradient of the ReLU output `z`;
+/// where `z <= 0` no gradient passes (as [`relu_backward`](crate::activation::relu_backward),
+/// so exactly 0 passes none), read on the fly instead of written out by a separate pass.
+pub fn batch_norm_relu_train_backward(
+    grad_z: &Tensor,
+    z: &Tensor,
+    x: &Tensor,
+    weight: &Tensor,
+    mean: &Tensor,
+    inv_std: &Tensor,
+) -> Result<BatchNormGrads> {
+    check_per_channel(
+        x.dims(),
+        &[
+            ("weight", weight.dims()),
+            ("mean", mean.dims()),
+            ("inv_std", inv_std.dims()),
+        ],
+    )?;
+    crate::shape::same(OP, "ReLU output", z.dims(), "input", x.dims())?;
+    backward(grad_z, Some(z), x, weight, Stats::Batch { mean, inv_std })
 }
 
 /// Batch norm backward after an inference-mode forward (`BatchNormBackward`): the
@@ -278,7 +331,7 @@ pub fn batch_norm_eval_backward(
 ) -> Result<BatchNormGrads> {
     // The backward does not read the bias; the weight stands in for its shape check.
     let (layer, _) = Layer::checked(x, [weight, weight, running_mean, running_var], p)?;
-    backward(grad_y, x, weight, Stats::Running(&layer))
+    backward(grad_y, None, x, weight, Stats::Running(&layer))
 }
 
 /// The statistics a forward pass normalised by, as its backward pass needs them.
@@ -293,16 +346,24 @@ enum Stats<'a> {
     Running(&'a Layer<'a>),
 }
 
-/// Checks the output gradient against the input and runs the backward kernel.
+/// Checks the output gradient against the input and runs the backward kernel; with
+/// `relu_out`, the gradient passes only where it is positive (a fused ReLU's mask).
 fn backward(
     grad_y: &Tensor,
+    relu_out: Option<&Tensor>,
     x: &Tensor,
     weight: &Tensor,
     stats: Stats<'_>,
 ) -> Result<BatchNormGrads> {
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     match route(x.device()) {
-        Route::Cpu => cpu::backward(grad_y, x, weight, stats),
-        Route::Cuda | Route::Generic => generic::backward(grad_y, x, weight, stats),
+        Route::Cpu => cpu::backward(grad_y, relu_out, x, weight, stats),
+        Route::Cuda | Route::Generic => match relu_out {
+            Some(z) => {
+                let grad_y = crate::activation::relu_backward(grad_y, z)?;
+                generic::backward(&grad_y, x, weight, stats)
+            }
+            None => generic::backward(grad_y, x, weight, stats),
+        },
     }
 }

@@ -8,6 +8,7 @@ mod batchnorm;
 mod conv;
 mod conv_fused;
 mod elementwise;
+mod fused_train;
 mod linear;
 mod loss;
 mod optim;

@@ -1,0 +1,68 @@
+//! The fused training nodes that the graph passes make (never recorded directly; see
+//! [`passes`](crate::passes)): batch norm + ReLU forward and backward, and add + ReLU.
+//! Kernels in `wick_ops::batchnorm` and `wick_ops::elementwise`.
+
+use wick_ops::batchnorm::{self, BatchNorm2dParams};
+use wick_ops::{elementwise, Kernel};
+
+use crate::op::{arg, args, one, Inputs, KernelResult, NodeOp};
+
+/// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
+/// running_mean, running_var; out: z = relu(bn(x)), mean, inv_std, and the running
+/// statistics, updated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchNormReluTrain {
+    /// eps and momentum.
+    pub params: BatchNorm2dParams,
+}
+
+/// The backward of [`BatchNormReluTrain`], ReLU's mask folded in. in: grad_z, z, x,
+/// weight, mean, inv_std; out: grad_x, grad_weight, grad_bias.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchNormReluTrainBackward;
+
+/// `relu(a + b)`, one pass. in: a, b; out: z. Its backward is ReLU's (from z), then the
+/// add's, as before the fusion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AddRelu;
+
+impl NodeOp for BatchNormReluTrain {
+    fn kernel(&self) -> Kernel {
+        Kernel::BatchNormReLUForwardTraining
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let x = |i| arg(inputs, i, "batch_norm_relu");
+        let o = batchnorm::batch_norm_relu_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
+        Ok(vec![
+            Some(o.y),
+            Some(o.mean),
+            Some(o.inv_std),
+            Some(o.running_mean),
+            Some(o.running_var),
+        ])
+    }
+}
+
+impl NodeOp for BatchNormReluTrainBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::BatchNormReLUBackward
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gz, z, x, w, mean, inv_std] = args(inputs, "batch_norm_relu")?;
+        let g = batchnorm::batch_norm_relu_train_backward(gz, z, x, w, mean, inv_std)?;
+        Ok(vec![Some(g.x), Some(g.weight), Some(g.bias)])
+    }
+}
+
+impl NodeOp for AddRelu {
+    fn kernel(&self) -> Kernel {
+        Kernel::AddReLU
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [a, b] = args(inputs, "add_relu")?;
+        one(elementwise::add_relu(a, b)?)
+    }
+}

@@ -1,0 +1,81 @@
+//! `batch_norm_relu`: a training batch norm whose output only a ReLU reads becomes one
+//! [`BatchNormReluTrain`] node (at the batch norm's place), and the backward pair that
+//! differentiates them (ReLU backward feeding batch-norm backward) becomes one
+//! [`BatchNormReluTrainBackward`] node (at the batch-norm backward's place).
+
+use std::sync::Arc;
+
+use super::{remove_nodes, Uses};
+use crate::ir::{Graph, Node};
+use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
+use crate::ops::elementwise::{Relu, ReluBackward};
+use crate::ops::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
+
+pub(super) fn run(graph: &mut Graph) -> usize {
+    let uses = Uses::of(graph);
+    let mut removed = vec![false; graph.nodes.len()];
+    let mut matched = 0;
+    for i in 0..graph.nodes.len() {
+        let Some(bn) = graph.nodes[i].op_as::<BatchNormTrain>() else {
+            continue;
+        };
+        let params = bn.params;
+        let (x, y) = (graph.nodes[i].inputs[0], graph.nodes[i].outputs[0]);
+        let Some(r) = uses.only_reader(graph, y) else {
+            continue;
+        };
+        if graph.nodes[r].op_as::<Relu>().is_none() {
+            continue;
+        }
+        let z = graph.nodes[r].outputs[0];
+        // The backward pair: ReLU backward (grad_z, z) -> grad_y, read only by batch-norm
+        // backward (grad_y, x, ...). Without it (no gradient flows here) only the forward
+        // pair would fuse; ResNet training graphs always have it, so that case is left as
+        // recorded.
+        let relu_backward: Vec<usize> = uses.readers[z.0]
+            .iter()
+            .copied()
+            .filter(|&n| graph.nodes[n].op_as::<ReluBackward>().is_some())
+            .collect();
+        let [rb] = relu_backward[..] else { continue };
+        let gy = graph.nodes[rb].outputs[0];
+        let Some(bb) = uses.only_reader(graph, gy) else {
+            continue;
+        };
+        let bwd = &graph.nodes[bb];
+        if bwd.op_as::<BatchNormTrainBackward>().is_none()
+            || bwd.inputs[0] != gy
+            || bwd.inputs[1] != x
+        {
+            continue;
+        }
+        let mut outputs = graph.nodes[i].outputs.clone();
+        outputs[0] = z;
+        let forward = Node {
+            op: Arc::new(BatchNormReluTrain { params }),
+            inputs: graph.nodes[i].inputs.clone(),
+            outputs,
+            phase: graph.nodes[i].phase,
+            flops: graph.nodes[i].flops + graph.nodes[r].flops,
+            origin: graph.nodes[i].origin.clone(),
+        };
+        let gz = graph.nodes[rb].inputs[0];
+        let mut inputs = vec![gz, z];
+        inputs.extend_from_slice(&bwd.inputs[1..]);
+        let backward = Node {
+            op: Arc::new(BatchNormReluTrainBackward),
+            inputs,
+            outputs: bwd.outputs.clone(),
+            phase: bwd.phase,
+            flops: bwd.flops + graph.nodes[rb].flops,
+            origin: bwd.origin.clone(),
+        };
+        graph.nodes[i] = forward;
+        graph.nodes[bb] = backward;
+        removed[r] = true;
+        removed[rb] = true;
+        matched += 1;
+    }
+    remove_nodes(graph, &removed);
+    matched
+}
