@@ -149,40 +149,18 @@ fn lane_sum<T: Float>(xs: &[T], f: impl Fn(T) -> f64) -> f64 {
     acc.iter().sum::<f64>() + rest
 }
 
-/// A fused ReLU's gradient: `g` where the ReLU output `z` is positive, else 0 (with
-/// `MASK`; without it, `g`).
-#[inline(always)]
-fn masked<T: Float, const MASK: bool>(g: T, z: T) -> T {
-    if MASK && z <= T::ZERO {
-        T::ZERO
-    } else {
-        g
-    }
-}
-
-/// `(sum g, sum g * (x - mu))` over paired `gs`, `xs` in f64, in [`LANES`] partial sums
-/// each; with `MASK`, each `g` masked by the paired `zs` (see [`masked`]).
-fn lane_grad_sums<T: Float, const MASK: bool>(gs: &[T], zs: &[T], xs: &[T], mu: f64) -> (f64, f64) {
+/// `(sum g, sum g * (x - mu))` over paired `gs`, `xs` in f64, in [`LANES`] partial sums each.
+fn lane_grad_sums<T: Float>(gs: &[T], xs: &[T], mu: f64) -> (f64, f64) {
     let (mut s1, mut s2) = ([0.0f64; LANES], [0.0f64; LANES]);
-    let (gc, zc, xc) = (
-        gs.chunks_exact(LANES),
-        zs.chunks_exact(LANES),
-        xs.chunks_exact(LANES),
-    );
+    let (gc, xc) = (gs.chunks_exact(LANES), xs.chunks_exact(LANES));
     let (mut r1, mut r2) = (0.0, 0.0);
-    for ((g, z), v) in gc
-        .remainder()
-        .iter()
-        .zip(zc.remainder())
-        .zip(xc.remainder())
-    {
-        let g = masked::<T, MASK>(*g, *z).to_f64();
-        r1 += g;
-        r2 += g * (v.to_f64() - mu);
+    for (g, v) in gc.remainder().iter().zip(xc.remainder()) {
+        r1 += g.to_f64();
+        r2 += g.to_f64() * (v.to_f64() - mu);
     }
-    for ((g, z), v) in gc.zip(zc).zip(xc) {
+    for (g, v) in gc.zip(xc) {
         for i in 0..LANES {
-            let g = masked::<T, MASK>(g[i], z[i]).to_f64();
+            let g = g[i].to_f64();
             s1[i] += g;
             s2[i] += g * (v[i].to_f64() - mu);
         }
@@ -190,15 +168,38 @@ fn lane_grad_sums<T: Float, const MASK: bool>(gs: &[T], zs: &[T], xs: &[T], mu: 
     (s1.iter().sum::<f64>() + r1, s2.iter().sum::<f64>() + r2)
 }
 
-/// Runs `f` on the ReLU output's data (or on `gs` itself, unread, without a mask).
+/// The plane `r` of the output gradient, masked by a fused ReLU's output when there is
+/// one (`g` where `z > 0`, else 0, as `relu_backward`), written into `buf`; the plane of
+/// `gs` itself without a mask. A plane stays in cache between this and its use.
+fn plane_gradient<'a, T: Float>(
+    gs: &'a [T],
+    zs: Option<&[T]>,
+    r: std::ops::Range<usize>,
+    buf: &'a mut Vec<T>,
+) -> &'a [T] {
+    match zs {
+        None => &gs[r],
+        Some(zs) => {
+            buf.clear();
+            buf.extend(
+                gs[r.clone()]
+                    .iter()
+                    .zip(&zs[r])
+                    .map(|(g, z)| if *z <= T::ZERO { T::ZERO } else { *g }),
+            );
+            buf
+        }
+    }
+}
+
+/// Runs `f` on the ReLU output's data, if there is one.
 fn with_mask<T: Float, R>(
     relu_out: Option<&Tensor>,
-    gs: &[T],
-    f: impl FnOnce(&[T]) -> Result<R>,
+    f: impl FnOnce(Option<&[T]>) -> Result<R>,
 ) -> Result<R> {
     match relu_out {
-        Some(z) => cpu::with_slice::<T, _>(OP, z, f),
-        None => f(gs),
+        Some(z) => cpu::with_slice::<T, _>(OP, z, |zs| f(Some(zs))),
+        None => f(None),
     }
 }
 
@@ -288,22 +289,17 @@ fn grad_sums<T: Float>(
     center: &[f64],
 ) -> Result<(Vec<f64>, Vec<f64>)> {
     let hw = h * w;
-    let mask = relu_out.is_some();
     cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        with_mask::<T, _>(relu_out, gs, |zs| {
+        with_mask::<T, _>(relu_out, |zs| {
             cpu::with_slice::<T, _>(OP, x, |xs| {
                 let sums: Vec<(f64, f64)> = (0..c)
                     .into_par_iter()
-                    .map(|ch| {
+                    .map_init(Vec::new, |buf, ch| {
                         let (mut s1, mut s2) = (0.0, 0.0);
                         for b in 0..n {
                             let r = (b * c + ch) * hw..(b * c + ch + 1) * hw;
-                            let (g, z, v) = (&gs[r.clone()], &zs[r.clone()], &xs[r]);
-                            let (a1, a2) = if mask {
-                                lane_grad_sums::<T, true>(g, z, v, center[ch])
-                            } else {
-                                lane_grad_sums::<T, false>(g, z, v, center[ch])
-                            };
+                            let g = plane_gradient(gs, zs, r.clone(), buf);
+                            let (a1, a2) = lane_grad_sums(g, &xs[r], center[ch]);
                             s1 += a1;
                             s2 += a2;
                         }
@@ -335,29 +331,21 @@ fn dx_kernel<T: Float>(
 ) -> Result<Tensor> {
     let (hw, len) = (h * w, n * c * h * w);
     let mut dx: Vec<T> = Vec::with_capacity(len);
-    let mask = relu_out.is_some();
     cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        with_mask::<T, _>(relu_out, gs, |zs| {
+        with_mask::<T, _>(relu_out, |zs| {
             cpu::with_slice::<T, _>(OP, x, |xs| {
                 dx.spare_capacity_mut()[..len]
                     .par_chunks_mut(hw)
                     .enumerate()
-                    .for_each(|(plane, d)| {
+                    .for_each_init(Vec::new, |buf, (plane, d)| {
                         let ch = plane % c;
                         let at = |v: &[f64]| T::from_f64(v[ch]);
                         let (mu, a, dm, cx) =
                             (at(coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
                         let r = plane * hw..(plane + 1) * hw;
-                        let (g, z, v) = (&gs[r.clone()], &zs[r.clone()], &xs[r]);
-                        let one = |g: T, v: T| a * ((g - dm) + cx * (v - mu));
-                        if mask {
-                            for (((o, g), z), v) in d.iter_mut().zip(g).zip(z).zip(v) {
-                                o.write(one(masked::<T, true>(*g, *z), *v));
-                            }
-                        } else {
-                            for ((o, g), v) in d.iter_mut().zip(g).zip(v) {
-                                o.write(one(*g, *v));
-                            }
+                        let g = plane_gradient(gs, zs, r.clone(), buf);
+                        for ((o, g), v) in d.iter_mut().zip(g).zip(&xs[r]) {
+                            o.write(a * ((*g - dm) + cx * (*v - mu)));
                         }
                     });
                 Ok(())
