@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# wick and PyTorch side by side on this machine: each case alternates a wick run and a
+# PyTorch run (the baseline script in ../shared/baselines), ROUNDS rounds, each run in its
+# own process, its peak RSS read by GNU time. Prints one line per run, then a table of the
+# medians over rounds and the ratio wick / PyTorch.
+#
+#   PYTHON=/path/to/venv/bin/python bash scripts/compare_pytorch.sh [ROUNDS]
+#
+# Needs a release build of the examples (cargo build --release --examples) and a Python
+# with torch and torchvision. Times: wick's median iteration (profile_resnet, training;
+# infer_resnet --bench p50, inference) and PyTorch's median step, both after warm-up, on
+# the threads rayon / torch use by default (every core).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-2}
+PYTHON=${PYTHON:-python3}
+SHARED=${SHARED:-$PWD/../shared}
+BASELINE=$SHARED/baselines/torch_resnet_baseline.py
+THREADS=$(nproc)
+EX=target/release/examples
+OUT=$(mktemp)
+trap 'rm -f "$OUT"' EXIT
+
+# wick_case NAME: prints "ms rss_kib" for one wick run of case NAME.
+wick_case() {
+    local args
+    case $1 in
+        resnet18_cifar_train_b8) args="$EX/profile_resnet --model resnet18 --stem cifar --batch-size 8 --image-size 32 --iterations 13 --skip 3 --verbosity 1" ;;
+        resnet18_cifar_train_b32) args="$EX/profile_resnet --model resnet18 --stem cifar --batch-size 32 --image-size 32 --iterations 13 --skip 3 --verbosity 1" ;;
+        resnet50_train_b2) args="$EX/profile_resnet --model resnet50 --batch-size 2 --image-size 224 --iterations 13 --skip 3 --verbosity 1" ;;
+        resnet50_infer_b1) args="$EX/infer_resnet --model resnet50 --bench --warmup 3 --reps 20" ;;
+    esac
+    # Training: the graph passes train_resnet uses (profile_resnet defaults to none).
+    case $1 in *train*) args="$args --passes default" ;; esac
+    local log
+    log=$( { /usr/bin/time -f "rss_kib %M" $args; } 2>&1 )
+    local ms
+    ms=$(echo "$log" | sed -n 's/.*Iteration spread : median \([0-9.e+-]*\) sec.*/\1/p' | awk '{ printf "%.3f", $1 * 1000 }')
+    [ -n "$ms" ] || ms=$(echo "$log" | sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p')
+    echo "$ms $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
+}
+
+# torch_case NAME: prints "ms rss_kib" for one PyTorch run of case NAME.
+torch_case() {
+    local log
+    log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" "$BASELINE" --cases "$1" --threads "$THREADS"; } 2>&1 )
+    echo "$(echo "$log" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p' | head -1) $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
+}
+
+CASES="resnet18_cifar_train_b8 resnet18_cifar_train_b32 resnet50_train_b2 resnet50_infer_b1 resnet50_infer_b1_fused"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $THREADS threads, AVX-512 flags: $(grep -c avx512 /proc/cpuinfo)"
+for r in $(seq "$ROUNDS"); do
+    for c in $CASES; do
+        if [ "$c" != resnet50_infer_b1_fused ]; then
+            read -r ms rss <<<"$(wick_case "$c")"
+            echo "round $r wick  $c $ms ms, peak RSS $((rss / 1024)) MiB" | tee -a "$OUT"
+        fi
+        read -r ms rss <<<"$(torch_case "$c")"
+        echo "round $r torch $c $ms ms, peak RSS $((rss / 1024)) MiB" | tee -a "$OUT"
+    done
+done
+echo
+"$PYTHON" - "$OUT" <<'PY'
+import re, statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"round \d+ (\w+)\s+(\S+) ([0-9.]+) ms, peak RSS (\d+) MiB", line)
+    if m:
+        runs.setdefault((m[1], m[2]), []).append((float(m[3]), int(m[4])))
+med = lambda k, i: statistics.median(v[i] for v in runs[k]) if k in runs else None
+print(f"| case | wick ms | PyTorch ms | wick / PyTorch | wick peak RSS MiB | PyTorch peak RSS MiB |")
+print("|---|---|---|---|---|---|")
+for case in ["resnet18_cifar_train_b8", "resnet18_cifar_train_b32", "resnet50_train_b2", "resnet50_infer_b1"]:
+    w, t = med(("wick", case), 0), med(("torch", case), 0)
+    print(f"| {case} | {w:.1f} | {t:.1f} | {w / t:.2f}x | {med(('wick', case), 1):.0f} | {med(('torch', case), 1):.0f} |")
+w, t = med(("wick", "resnet50_infer_b1"), 0), med(("torch", "resnet50_infer_b1_fused"), 0)
+print(f"| resnet50_infer_b1 vs PyTorch fused (frozen TorchScript) | {w:.1f} | {t:.1f} | {w / t:.2f}x | - | {med(('torch', 'resnet50_infer_b1_fused'), 1):.0f} |")
+PY
