@@ -181,12 +181,13 @@ fn plane_gradient<'a, T: Float>(
         None => &gs[r],
         Some(zs) => {
             buf.clear();
-            buf.extend(
-                gs[r.clone()]
-                    .iter()
-                    .zip(&zs[r])
-                    .map(|(g, z)| if *z <= T::ZERO { T::ZERO } else { *g }),
-            );
+            buf.extend(gs[r.clone()].iter().zip(&zs[r]).map(|(g, z)| {
+                if *z <= T::ZERO {
+                    T::ZERO
+                } else {
+                    *g
+                }
+            }));
             buf
         }
     }
