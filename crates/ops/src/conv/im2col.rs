@@ -12,25 +12,34 @@ use crate::cpu::Float;
 
 /// Sets `col` to the im2col matrix ([cin_g*kh*kw, oh*ow]) of one image's group `x`
 /// ([cin_g, h, w]), reusing its allocation; every element is written once, none zeroed
-/// first. `parallel` splits it across threads, one task per input channel (for a batch of
-/// one, where the images are not split across threads).
+/// first. `parallel` splits it across threads (for a batch of one, where the images are
+/// not split across threads): one task per input channel, or per row when there are
+/// fewer channels than threads (a 3-channel stem has 147 rows).
 pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bool) {
-    let (hw, rows, len) = (g.h * g.w, g.kh * g.kw * g.pixels(), g.k() * g.pixels());
+    let (hw, p, kk) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let len = g.k() * p;
     col.clear();
     col.reserve(len);
     let slots = &mut col.spare_capacity_mut()[..len];
-    let fill =
-        |(dst, plane): (&mut [MaybeUninit<T>], &[T])| im2col_plane(g, plane, dst, g.pixels(), 0);
-    if parallel {
-        slots
-            .par_chunks_mut(rows)
-            .zip(x.par_chunks(hw))
-            .for_each(fill);
+    if parallel && g.cin_g() < 2 * crate::cpu::threads() {
+        slots.par_chunks_mut(p).enumerate().for_each(|(r, dst)| {
+            let (c, kernel) = (r / kk, r % kk);
+            let plane = &x[c * hw..(c + 1) * hw];
+            im2col_row(g, plane, (kernel / g.kw, kernel % g.kw), dst);
+        });
     } else {
-        slots.chunks_mut(rows).zip(x.chunks(hw)).for_each(fill);
+        let fill = |(dst, plane): (&mut [MaybeUninit<T>], &[T])| im2col_plane(g, plane, dst, p, 0);
+        if parallel {
+            slots
+                .par_chunks_mut(kk * p)
+                .zip(x.par_chunks(hw))
+                .for_each(fill);
+        } else {
+            slots.chunks_mut(kk * p).zip(x.chunks(hw)).for_each(fill);
+        }
     }
-    // SAFETY: `x` has cin_g planes, so each of the cin_g row blocks of `len` was written
-    // whole by im2col_plane.
+    // SAFETY: `x` has cin_g planes, so each of the cin_g * kh * kw rows of `len` was
+    // written whole by im2col_row (directly or through im2col_plane).
     unsafe { col.set_len(len) };
 }
 
@@ -45,43 +54,54 @@ pub(super) fn im2col_plane<T: Float>(
     offset: usize,
 ) {
     let p = g.pixels();
+    for ki in 0..g.kh {
+        for kj in 0..g.kw {
+            let dst = &mut rows[(ki * g.kw + kj) * row_stride + offset..][..p];
+            im2col_row(g, plane, (ki, kj), dst);
+        }
+    }
+}
+
+/// Writes the im2col row of kernel offset `(ki, kj)` of one input plane ([h, w]) into
+/// `dst` (oh*ow slots, every one written; padding as zeros).
+fn im2col_row<T: Float>(
+    g: &Geom,
+    plane: &[T],
+    (ki, kj): (usize, usize),
+    dst: &mut [MaybeUninit<T>],
+) {
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
     let [dh, dw] = g.p.dilation;
     let zero = |s: &mut [MaybeUninit<T>]| s.iter_mut().for_each(|o| _ = o.write(T::ZERO));
-    for ki in 0..g.kh {
-        for kj in 0..g.kw {
-            let dst = &mut rows[(ki * g.kw + kj) * row_stride + offset..][..p];
-            let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
-            for oy in 0..g.oh {
-                let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
-                let iy = (oy * sh + ki * dh) as isize - ph as isize;
-                if iy < 0 || iy >= g.h as isize || lo >= hi {
-                    zero(out_row);
-                    continue;
-                }
-                let src = &plane[iy as usize * g.w..(iy as usize + 1) * g.w];
-                zero(&mut out_row[..lo]);
-                zero(&mut out_row[hi..]);
-                let ix0 = lo * sw + kj * dw - pw;
-                // valid_range keeps the last window column inside the row; checked anyway,
-                // since every slot of out_row[lo..hi] must be written.
-                assert!(
-                    ix0 + (hi - lo - 1) * sw < src.len(),
-                    "im2col window past its row"
-                );
-                if sw == 1 {
-                    for (o, v) in out_row[lo..hi].iter_mut().zip(&src[ix0..ix0 + (hi - lo)]) {
-                        o.write(*v);
-                    }
-                } else {
-                    for (o, v) in out_row[lo..hi]
-                        .iter_mut()
-                        .zip(src[ix0..].iter().step_by(sw))
-                    {
-                        o.write(*v);
-                    }
-                }
+    let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+    for oy in 0..g.oh {
+        let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
+        let iy = (oy * sh + ki * dh) as isize - ph as isize;
+        if iy < 0 || iy >= g.h as isize || lo >= hi {
+            zero(out_row);
+            continue;
+        }
+        let src = &plane[iy as usize * g.w..(iy as usize + 1) * g.w];
+        zero(&mut out_row[..lo]);
+        zero(&mut out_row[hi..]);
+        let ix0 = lo * sw + kj * dw - pw;
+        // valid_range keeps the last window column inside the row; checked anyway,
+        // since every slot of out_row[lo..hi] must be written.
+        assert!(
+            ix0 + (hi - lo - 1) * sw < src.len(),
+            "im2col window past its row"
+        );
+        if sw == 1 {
+            for (o, v) in out_row[lo..hi].iter_mut().zip(&src[ix0..ix0 + (hi - lo)]) {
+                o.write(*v);
+            }
+        } else {
+            for (o, v) in out_row[lo..hi]
+                .iter_mut()
+                .zip(src[ix0..].iter().step_by(sw))
+            {
+                o.write(*v);
             }
         }
     }
