@@ -115,7 +115,7 @@ impl Profile {
         };
         let mut s = format!(
             "Per-{what} time ({} {what}s; backward nodes count for the layer whose forward node they differentiate, updates for their parameter's). \
-             Fwd/Bwd/Opt/Total: ms per iteration; Share: of all op time; Params: trainable elements; GFLOP: per iteration, all phases.\n",
+             Fwd/Bwd/Opt/Total: ms per iteration; Share: of all op time; Params: elements of the parameters its optimizer nodes update (0 in inference graphs); GFLOP: per iteration, all phases.\n",
             rows.len()
         );
         let _ = writeln!(
