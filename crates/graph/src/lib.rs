@@ -37,6 +37,7 @@
 pub mod autodiff;
 pub mod builder;
 pub mod device;
+pub mod dist;
 pub mod error;
 pub mod executor;
 pub mod float_format;

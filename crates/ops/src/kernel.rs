@@ -58,6 +58,8 @@ pub enum Kernel {
     BatchNormReLUBackward,
     /// Element-wise addition then ReLU, one pass.
     AddReLU,
+    /// Communication: a bucket of gradients averaged over the data-parallel ranks.
+    DistAllReduce,
     /// ReLU forward.
     ReLU,
     /// ReLU backward.
@@ -105,6 +107,7 @@ impl Kernel {
                 BatchNormReLUForwardTraining => "BatchNormReLUForwardTraining",
                 BatchNormReLUBackward => "BatchNormReLUBackward",
                 AddReLU => "AddReLU",
+                DistAllReduce => "DistAllReduce",
                 ReLU => "ReLU",
                 ReLUBackward => "ReLUBackward",
                 Add => "Add",
@@ -139,6 +142,7 @@ impl Kernel {
                 BatchNormReLUForwardTraining => "GpuBatchNormReLUForwardTraining",
                 BatchNormReLUBackward => "GpuBatchNormReLUBackward",
                 AddReLU => "AddReLU",
+                DistAllReduce => "DistAllReduce",
                 ReLU => "ReLU",
                 ReLUBackward => "ReLUBackward",
                 Add => "Add",

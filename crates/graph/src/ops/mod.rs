@@ -5,6 +5,7 @@
 pub mod batchnorm;
 pub mod conv;
 pub mod conv_fused;
+pub mod dist;
 pub mod elementwise;
 pub mod fused_train;
 pub mod linear;

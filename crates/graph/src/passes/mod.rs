@@ -23,6 +23,7 @@
 mod add_relu;
 mod batch_norm_relu;
 mod conv_epilogue;
+pub mod data_parallel;
 mod fold_batch_norm;
 
 use std::fmt;

@@ -1,0 +1,45 @@
+//! Data-parallel training's collective communication: the [`Communicator`] a graph's
+//! gradient all-reduce nodes call, and the single-process one for world size 1.
+//!
+//! Each replica runs the same step on its shard of the batch; after backward, gradients
+//! are summed over the replicas and divided by their number, so every replica applies the
+//! whole batch's mean gradient (PyTorch DDP's rule). Batch-norm statistics stay per
+//! replica, as in DDP without SyncBatchNorm. The engines themselves (MPI, NCCL) implement
+//! this trait; wick adds no network layer of its own.
+
+use std::fmt::Debug;
+
+/// A group of processes that can sum buffers together.
+pub trait Communicator: Send + Sync + Debug {
+    /// This process's rank, from 0.
+    fn rank(&self) -> usize;
+    /// How many processes take part.
+    fn size(&self) -> usize;
+    /// The engine (`single`, `mpi`, `nccl`).
+    fn engine(&self) -> &'static str;
+    /// Sums `data` element-wise over every rank, in place, on every rank. Every rank calls
+    /// it with the same length, in the same order.
+    fn all_reduce_sum(&self, data: &mut [f32]) -> Result<(), String>;
+}
+
+/// World size 1: the sum over one rank is the data itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SingleProcess;
+
+impl Communicator for SingleProcess {
+    fn rank(&self) -> usize {
+        0
+    }
+
+    fn size(&self) -> usize {
+        1
+    }
+
+    fn engine(&self) -> &'static str {
+        "single"
+    }
+
+    fn all_reduce_sum(&self, _data: &mut [f32]) -> Result<(), String> {
+        Ok(())
+    }
+}

@@ -1,0 +1,341 @@
+//! Data-parallel graphs (`Graph::apply_data_parallel`): two replicas, each on half of a
+//! batch, end a step with the single-process whole-batch weights; buckets and their
+//! placement; world size 1 changes nothing; a failing all-reduce is an error naming the
+//! bucket and the rank.
+//!
+//! The replicas run in threads here, summing through shared memory: a test double for the
+//! engines (MPI, NCCL), which implement the same `Communicator` trait.
+
+mod common;
+
+use std::sync::{Arc, Barrier, Mutex};
+
+use candle_core::{DType, Device, Tensor};
+use common::uniform;
+use wick_graph::dist::{Communicator, SingleProcess};
+use wick_graph::passes::data_parallel::Bucket;
+use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
+use wick_ops::{Conv2dParams, SgdParams};
+
+/// `size` ranks in threads, summing into shared memory between barriers.
+#[derive(Debug)]
+struct ThreadComm {
+    rank: usize,
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    size: usize,
+    sum: Mutex<Vec<f32>>,
+    barrier: Barrier,
+}
+
+impl ThreadComm {
+    fn group(size: usize) -> Vec<ThreadComm> {
+        let shared = Arc::new(Shared {
+            size,
+            sum: Mutex::new(Vec::new()),
+            barrier: Barrier::new(size),
+        });
+        (0..size)
+            .map(|rank| ThreadComm {
+                rank,
+                shared: shared.clone(),
+            })
+            .collect()
+    }
+}
+
+impl Communicator for ThreadComm {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.shared.size
+    }
+    fn engine(&self) -> &'static str {
+        "threads (test double)"
+    }
+    fn all_reduce_sum(&self, data: &mut [f32]) -> Result<(), String> {
+        {
+            let mut sum = self.shared.sum.lock().unwrap();
+            if sum.is_empty() {
+                sum.resize(data.len(), 0.0);
+            }
+            sum.iter_mut().zip(data.iter()).for_each(|(s, v)| *s += v);
+        }
+        self.shared.barrier.wait();
+        data.copy_from_slice(&self.shared.sum.lock().unwrap());
+        if self.shared.barrier.wait().is_leader() {
+            self.shared.sum.lock().unwrap().clear();
+        }
+        self.shared.barrier.wait();
+        Ok(())
+    }
+}
+
+/// A communicator whose all-reduce fails, as a rank whose peer died would.
+#[derive(Debug)]
+struct Broken;
+
+impl Communicator for Broken {
+    fn rank(&self) -> usize {
+        1
+    }
+    fn size(&self) -> usize {
+        2
+    }
+    fn engine(&self) -> &'static str {
+        "broken"
+    }
+    fn all_reduce_sum(&self, _: &mut [f32]) -> Result<(), String> {
+        Err("peer rank 0 is gone".into())
+    }
+}
+
+const SIZE: usize = 8;
+const CLASSES: usize = 3;
+
+/// conv-relu, a residual conv, relu, global average pool, linear, cross-entropy, SGD
+/// with momentum: no batch norm, whose per-replica statistics would differ from the
+/// whole batch's.
+fn training_graph(batch: usize) -> Graph {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let images = b
+        .input("images", &[batch, 3, SIZE, SIZE], DType::F32)
+        .unwrap();
+    let labels = b.input("labels", &[batch], DType::U32).unwrap();
+    let w1 = b.param("conv1.weight", &[4, 3, 3, 3]).unwrap();
+    let w2 = b.param("conv2.weight", &[4, 4, 3, 3]).unwrap();
+    let fw = b.param("fc.weight", &[CLASSES, 4]).unwrap();
+    let fb = b.param("fc.bias", &[CLASSES]).unwrap();
+    let h = b.conv2d(images, w1, None, Conv2dParams::new(1, 1)).unwrap();
+    let h = b.relu(h).unwrap();
+    let r = b.conv2d(h, w2, None, Conv2dParams::new(1, 1)).unwrap();
+    let h = b.add(r, h).unwrap();
+    let h = b.relu(h).unwrap();
+    let h = b.global_avg_pool(h).unwrap();
+    let h = b.flatten(h).unwrap();
+    let logits = b.linear(h, fw, Some(fb)).unwrap();
+    let loss = b.cross_entropy(logits, labels).unwrap();
+    b.output(loss);
+    let grads = b.backward(loss).unwrap();
+    let sgd = SgdParams {
+        lr: 0.5,
+        momentum: 0.9,
+        weight_decay: 1e-3,
+        ..Default::default()
+    };
+    b.sgd(&grads, sgd).unwrap();
+    b.finish()
+}
+
+const PARAMS: [&str; 4] = ["conv1.weight", "conv2.weight", "fc.weight", "fc.bias"];
+
+fn executor(graph: Graph) -> Executor {
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    let values: Vec<_> = exec.graph().values().to_vec();
+    for (i, v) in values.iter().enumerate() {
+        if v.kind == ValueKind::Param {
+            let n: usize = v.shape.iter().product();
+            let data: Vec<f32> = uniform(7 + i as u64, n).iter().map(|x| *x as f32).collect();
+            let t = Tensor::from_vec(data, v.shape.as_slice(), &Device::Cpu).unwrap();
+            exec.set(&v.name, &t).unwrap();
+        }
+    }
+    exec
+}
+
+/// Images and labels `from..to` of the step's whole batch of 8.
+fn feed(exec: &mut Executor, step: u64, from: usize, to: usize) {
+    let per = 3 * SIZE * SIZE;
+    let all: Vec<f32> = uniform(100 + step, 8 * per)
+        .iter()
+        .map(|x| *x as f32)
+        .collect();
+    let images = Tensor::from_vec(
+        all[from * per..to * per].to_vec(),
+        (to - from, 3, SIZE, SIZE),
+        &Device::Cpu,
+    )
+    .unwrap();
+    let labels: Vec<u32> = (from..to).map(|i| (i * 7 % CLASSES) as u32).collect();
+    exec.set("images", &images).unwrap();
+    exec.set("labels", &Tensor::new(labels, &Device::Cpu).unwrap())
+        .unwrap();
+}
+
+fn weights(exec: &Executor) -> Vec<Vec<f32>> {
+    PARAMS
+        .iter()
+        .map(|p| {
+            exec.get(p)
+                .unwrap()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn two_replicas_on_half_batches_end_with_the_whole_batch_weights() {
+    let mut whole = executor(training_graph(8));
+    for step in 0..3 {
+        feed(&mut whole, step, 0, 8);
+        whole.run().unwrap();
+    }
+    let expected = weights(&whole);
+    let replicas: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ThreadComm::group(2)
+            .into_iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let rank = comm.rank;
+                    let mut graph = training_graph(4);
+                    graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
+                    let mut exec = executor(graph);
+                    for step in 0..3 {
+                        feed(&mut exec, step, rank * 4, rank * 4 + 4);
+                        exec.run().unwrap();
+                    }
+                    weights(&exec)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Both replicas applied the same averaged gradients: identical weights.
+    assert_eq!(replicas[0], replicas[1], "the replicas diverged");
+    // The mean of the two half-batch mean gradients is the whole batch's, to rounding.
+    for (name, (got, want)) in PARAMS.iter().zip(replicas[0].iter().zip(&expected)) {
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got
+            .iter()
+            .zip(want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+            / scale;
+        println!("{name}: replicas within {err:.1e} of the whole batch after 3 steps");
+        assert!(err < 1e-5, "{name}: {err:.2e}");
+    }
+    // And differ from a replica that did not average: the test can fail.
+    let mut alone = executor(training_graph(4));
+    for step in 0..3 {
+        feed(&mut alone, step, 0, 4);
+        alone.run().unwrap();
+    }
+    assert_ne!(weights(&alone), expected);
+}
+
+#[test]
+fn buckets_follow_backward_order_and_each_all_reduce_runs_after_its_last_gradient() {
+    for (bucket_bytes, count) in [(1u64, 4usize), (u64::MAX, 1), (200, 2)] {
+        let mut graph = training_graph(4);
+        let buckets = graph
+            .apply_data_parallel(Arc::new(SingleProcess), bucket_bytes)
+            .unwrap();
+        // Gradient bytes: conv1 432, conv2 576, fc.weight 48, fc.bias 12. In backward order
+        // (fc first), 200-byte buckets close after conv2: [fc.*, conv2], [conv1].
+        assert_eq!(buckets.len(), count, "bucket_bytes {bucket_bytes}");
+        let total: u64 = buckets.iter().map(|b: &Bucket| b.bytes).sum();
+        assert_eq!(total, 4 * (108 + 144 + 12 + 3));
+        for b in &buckets {
+            let node = &graph.nodes()[b.op_id];
+            assert_eq!(
+                node.op.kernel().name(wick_ops::DeviceKind::Cpu),
+                "DistAllReduce"
+            );
+            assert_eq!(node.inputs, b.gradients);
+            // Right after the node that makes its last gradient (or after another
+            // all-reduce placed there first).
+            let producers: Vec<usize> = b
+                .gradients
+                .iter()
+                .map(|g| {
+                    graph
+                        .nodes()
+                        .iter()
+                        .rposition(|n| n.outputs.contains(g))
+                        .unwrap()
+                })
+                .collect();
+            let last = *producers.iter().max().unwrap();
+            assert!(
+                (last + 1..=b.op_id).all(|i| graph.nodes()[i]
+                    .op
+                    .kernel()
+                    .name(wick_ops::DeviceKind::Cpu)
+                    == "DistAllReduce"),
+                "bucket at OP_ID{} is not right after OP_ID{last}",
+                b.op_id
+            );
+        }
+        // Every optimizer node reads an averaged gradient.
+        for n in graph
+            .nodes()
+            .iter()
+            .filter(|n| n.phase == wick_graph::Phase::Optimizer)
+        {
+            assert!(graph.value(n.inputs[1]).name.ends_with(".mean"));
+        }
+        // fc's gradients come first out of backward, conv1's last.
+        let first = &graph.value(buckets[0].gradients[0]).shape;
+        assert!(first == &[CLASSES, 4] || first == &[CLASSES], "{first:?}");
+        let last = buckets.last().unwrap().gradients.last().unwrap();
+        assert_eq!(graph.value(*last).shape, [4, 3, 3, 3]);
+    }
+}
+
+#[test]
+fn world_size_one_changes_nothing_and_misuse_is_an_error() {
+    let mut plain = executor(training_graph(4));
+    let mut graph = training_graph(4);
+    graph
+        .apply_data_parallel(Arc::new(SingleProcess), 1 << 20)
+        .unwrap();
+    let e = graph
+        .apply_data_parallel(Arc::new(SingleProcess), 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("data-parallel already"), "{e}");
+    let mut single = executor(graph);
+    for step in 0..2 {
+        feed(&mut plain, step, 0, 4);
+        feed(&mut single, step, 0, 4);
+        plain.run().unwrap();
+        single.run().unwrap();
+    }
+    assert_eq!(weights(&plain), weights(&single), "mean over one rank");
+    // An inference graph has no optimizer to feed.
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[1, 3], DType::F32).unwrap();
+    let y = b.relu(x).unwrap();
+    b.output(y);
+    let e = b
+        .finish()
+        .apply_data_parallel(Arc::new(SingleProcess), 1 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no optimizer node"), "{e}");
+}
+
+#[test]
+fn a_failed_all_reduce_is_an_error_naming_the_bucket_and_the_rank() {
+    let mut graph = training_graph(4);
+    graph
+        .apply_data_parallel(Arc::new(Broken), 1 << 20)
+        .unwrap();
+    let mut exec = executor(graph);
+    feed(&mut exec, 0, 0, 4);
+    let e = exec.run().unwrap_err().to_string();
+    assert!(
+        e.contains("DistAllReduce")
+            && e.contains("bucket 0")
+            && e.contains("rank 1 of 2")
+            && e.contains("peer rank 0 is gone"),
+        "{e}"
+    );
+}
