@@ -43,3 +43,8 @@ impl Communicator for SingleProcess {
         Ok(())
     }
 }
+
+#[cfg(feature = "mpi")]
+mod mpi;
+#[cfg(feature = "mpi")]
+pub use self::mpi::MpiCommunicator;
