@@ -7,11 +7,13 @@
 //! One exact batch:     ... -- --weights W.safetensors --data B.safetensors --steps 1 --save O.safetensors
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use wick::graph::dist::Communicator;
 use wick::graph::PassSet;
 use wick::models::data::{
     BatchFile, BatchSource, Cifar10, Prefetcher, SourceFactory, SyntheticImages,
@@ -110,14 +112,34 @@ struct Args {
     /// Seed for the initialisation, the data order, the augmentation and synthetic data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Data-parallel engine: none, or mpi (run under `mpirun -np N`, a build with
+    /// `--features mpi`). Each rank trains on its 1/N of every --batch-size batch; rank 0
+    /// prints, logs and writes checkpoints.
+    #[arg(long, default_value = "none")]
+    dist: String,
 }
 
 fn main() -> std::process::ExitCode {
-    common::exit_on_error(run())
+    common::exit_on_error(start())
 }
 
-fn run() -> Result<()> {
+/// Joins the data-parallel job if asked; a rank that fails ends the whole job.
+fn start() -> Result<()> {
     let a = Args::parse();
+    let comm = common::communicator(&a.dist)?;
+    let result = run(a, comm.clone());
+    if let (Err(e), Some(comm)) = (&result, &comm) {
+        if comm.size() > 1 {
+            eprintln!("error: rank {} of {}: {e:#}", comm.rank(), comm.size());
+            comm.abort(1);
+        }
+    }
+    result
+}
+
+fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
+    let (rank, ranks) = comm.as_ref().map_or((0, 1), |c| (c.rank(), c.size()));
+    let lead = rank == 0;
     for (flag, v) in [
         ("--batch-size", a.batch_size),
         ("--steps-per-epoch", a.steps_per_epoch),
@@ -137,6 +159,11 @@ fn run() -> Result<()> {
     let config = a.model.config("resnet18")?;
     let data = open_data(&a, config.num_classes)?;
     let (batch, size) = (data.batch, data.size);
+    anyhow::ensure!(
+        batch.is_multiple_of(ranks),
+        "--batch-size {batch} does not split over {ranks} ranks"
+    );
+    let shard = batch / ranks;
     let per_epoch = data.steps_per_epoch.unwrap_or(a.steps_per_epoch);
     let (epochs, steps) = match (a.epochs, a.steps) {
         (Some(e), _) => (e, e * per_epoch),
@@ -163,8 +190,15 @@ fn run() -> Result<()> {
         passes,
         ..sgd.into()
     };
-    let mut session = Session::training(config, batch, size, options, &device)?;
-    common::log_passes(&session);
+    let mut session = match &comm {
+        Some(c) => {
+            Session::training_data_parallel(config, shard, size, options, c.clone(), &device)?
+        }
+        None => Session::training(config, batch, size, options, &device)?,
+    };
+    if lead {
+        common::log_passes(&session);
+    }
     session
         .executor_mut()
         .set_anomaly_detection(a.detect_anomaly);
@@ -190,16 +224,28 @@ fn run() -> Result<()> {
             );
         }
         start = at as usize;
-        println!("resumed from {} at step {start}", ckpt.display());
+        if lead {
+            println!("resumed from {} at step {start}", ckpt.display());
+        }
     }
-    println!(
+    if ranks > 1 && lead {
+        println!(
+            "data-parallel over {ranks} ranks ({}): {shard} of every {batch} images per rank",
+            a.dist
+        );
+    }
+    if lead {
+        println!(
         "training {} ({:?} stem, {} classes) on {:?}: batch {batch}, {size} (width x height), {epochs} epochs of {per_epoch} steps ({steps} steps), lr {} ({:?}), momentum {}, weight decay {}",
         config.depth.name(), config.stem, config.num_classes, device.location(),
         a.lr, a.lr_schedule, a.momentum, a.weight_decay
     );
+    }
 
     let mut evaluator = Session::inference_with_passes(config, batch, size, passes, &device)?;
-    common::log_passes(&evaluator);
+    if lead {
+        common::log_passes(&evaluator);
+    }
     let top5 = config.num_classes >= 100;
     let state = |step: usize, best: f64| resume::TrainingState {
         step: step as u64,
@@ -222,7 +268,10 @@ fn run() -> Result<()> {
         _ => String::new(),
     };
     for epoch in (start / per_epoch + 1)..=epochs {
-        let bar = ProgressBar::new(per_epoch.min(steps - step) as u64);
+        let bar = match lead {
+            true => ProgressBar::new(per_epoch.min(steps - step) as u64),
+            false => ProgressBar::hidden(),
+        };
         bar.set_style(ProgressStyle::with_template(
             "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
         )?);
@@ -236,6 +285,11 @@ fn run() -> Result<()> {
             }
             let waiting = Instant::now();
             let (images, labels) = batches.next_batch()?;
+            // This rank's shard of the batch (the whole batch on one process).
+            let (images, labels) = (
+                images.narrow(0, rank * shard, shard)?,
+                labels.narrow(0, rank * shard, shard)?,
+            );
             session.report_input_wait(waiting.elapsed());
             let started = Instant::now();
             let loss = session.step(&images, &labels).map_err(|e| {
@@ -255,12 +309,12 @@ fn run() -> Result<()> {
             let logits = session
                 .logits()
                 .ok_or_else(|| anyhow::anyhow!("the logits were not kept"))?;
-            train = add(train, score(logits, &labels, batch)?);
+            train = add(train, score(logits, &labels, shard)?);
             step += 1;
             bar.set_message(format!("loss {loss:.4}, lr {lr:.4}"));
             bar.inc(1);
             let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
-            if let Some(dir) = &checkpoints {
+            if let Some(dir) = checkpoints.as_ref().filter(|_| lead) {
                 if step % every == 0 || interrupted {
                     resume::save(&session, &state(step, best), dir, &format!("step-{step}"))?;
                     resume::prune(dir, a.keep)?;
@@ -280,6 +334,11 @@ fn run() -> Result<()> {
             }
         }
         bar.finish_and_clear();
+        if !lead {
+            // Rank 0 evaluates, logs and keeps the best checkpoint; the replicas hold the
+            // same weights.
+            continue;
+        }
         evaluator.copy_weights_from(&session)?;
         let test = match &data.test {
             Test::Cifar(c) => {
@@ -299,7 +358,8 @@ fn run() -> Result<()> {
                 resume::save(&session, &state(step, best), dir, "best")?;
             }
         }
-        let rate = train.images as f64 / epoch_train_secs.max(f64::MIN_POSITIVE);
+        // Every rank trains on as many images as rank 0 did.
+        let rate = (train.images * ranks) as f64 / epoch_train_secs.max(f64::MIN_POSITIVE);
         let top5_text = if top5 {
             format!(", top-5 {:.1}%", 100.0 * test.top5_accuracy())
         } else {
@@ -319,6 +379,23 @@ fn run() -> Result<()> {
             ));
             wick::graph::output::write_bytes_atomically(path, log.as_bytes())?;
         }
+    }
+    if ranks > 1 {
+        // Every rank's parameters summed in one fixed order: equal on all ranks when the
+        // replicas agree (batch-norm statistics are per rank, so they are left out).
+        let mut params: Vec<_> = session.state_dict()?.into_iter().collect();
+        params.sort_by(|x, y| x.0.cmp(&y.0));
+        let mut sum = 0f64;
+        for (name, t) in params {
+            if !name.ends_with("num_batches_tracked") && !name.contains("running_") {
+                let values = t.flatten_all()?.to_dtype(wick::candle_core::DType::F64)?;
+                sum += values.to_vec1::<f64>()?.iter().sum::<f64>();
+            }
+        }
+        println!("rank {rank} of {ranks}: parameter checksum {sum:.17e}");
+    }
+    if !lead {
+        return Ok(());
     }
     let warmup = warmup.max(start).min(steps - 1);
     let timed_images = (steps - warmup) * batch;

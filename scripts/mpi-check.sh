@@ -13,16 +13,42 @@ if ! command -v mpirun >/dev/null || ! ls /usr/lib/llvm-*/lib/libclang*.so >/dev
 fi
 mpirun --version | head -1
 cargo clippy --features mpi --all-targets -- -D warnings
-cargo build --release --features mpi --example dist_check
+cargo build --release --features mpi --example dist_check --example train_resnet
 MPIRUN=(mpirun --oversubscribe -np 2)
 if [ "$(id -u)" = 0 ]; then MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2); fi
 LOG=$(mktemp)
-trap 'rm -f "$LOG"' EXIT
+RUN=$(mktemp -d)
+trap 'rm -rf "$LOG" "$RUN"' EXIT
 
 echo "== 2 ranks against one process on the whole batch"
 timeout 120 "${MPIRUN[@]}" target/release/examples/dist_check | tee "$LOG"
 [ "$(grep -c '^rank [01] of 2 (mpi): .* weights within' "$LOG")" = 2 ] || {
     echo "mpi-check: expected a result line from each of the 2 ranks" >&2
+    exit 1
+}
+
+echo "== train_resnet --dist mpi: replicas in step, rank 0 writes, resume at the same size"
+TRAIN=(target/release/examples/train_resnet --dist mpi --stem cifar --image-size 16
+    --batch-size 8 --steps-per-epoch 2 --checkpoint-dir "$RUN/ck" --checkpoint-every 2
+    --save "$RUN/final.safetensors" --log "$RUN/metrics.jsonl")
+checksums_agree() {
+    local sums
+    sums=$(sed -n 's/^rank [01] of 2: parameter checksum //p' "$LOG" | sort -u)
+    [ "$(grep -c '^rank [01] of 2: parameter checksum' "$LOG")" = 2 ] && [ "$(echo "$sums" | wc -l)" = 1 ]
+}
+timeout 300 "${MPIRUN[@]}" "${TRAIN[@]}" --steps 4 | tee "$LOG"
+checksums_agree || { echo "mpi-check: the 2 replicas' weights differ" >&2; exit 1; }
+[ "$(grep -c '^epoch 1/2' "$LOG")" = 1 ] || { echo "mpi-check: epoch lines from more than rank 0" >&2; exit 1; }
+[ -f "$RUN/final.safetensors" ] && [ -d "$RUN/ck/step-4" ] && [ "$(wc -l <"$RUN/metrics.jsonl")" = 2 ]
+timeout 300 "${MPIRUN[@]}" "${TRAIN[@]}" --steps 6 --resume "$RUN/ck" | tee "$LOG"
+grep -q "resumed from .*step-4 at step 4" "$LOG"
+checksums_agree || { echo "mpi-check: the replicas differ after resuming" >&2; exit 1; }
+resumed=$(sed -n 's/^rank 0 of 2: parameter checksum //p' "$LOG")
+# The uninterrupted 6 steps end with the same weights (checksum printed to 17 digits).
+timeout 300 "${MPIRUN[@]}" target/release/examples/train_resnet --dist mpi --stem cifar \
+    --image-size 16 --batch-size 8 --steps-per-epoch 2 --steps 6 | tee "$LOG"
+[ "$(sed -n 's/^rank 0 of 2: parameter checksum //p' "$LOG")" = "$resumed" ] || {
+    echo "mpi-check: the resumed run ended with other weights than the uninterrupted one" >&2
     exit 1
 }
 

@@ -311,3 +311,26 @@ impl ProfileArgs {
         Ok(())
     }
 }
+
+/// The `--dist` engine: `none` (one process) or `mpi` (one process per rank under
+/// `mpirun`; a build with the `mpi` feature).
+pub fn communicator(
+    kind: &str,
+) -> Result<Option<std::sync::Arc<dyn wick::graph::dist::Communicator>>> {
+    match kind {
+        "none" => Ok(None),
+        "mpi" => {
+            #[cfg(feature = "mpi")]
+            {
+                let comm =
+                    wick::graph::dist::MpiCommunicator::init().map_err(anyhow::Error::msg)?;
+                Ok(Some(std::sync::Arc::new(comm)))
+            }
+            #[cfg(not(feature = "mpi"))]
+            anyhow::bail!(
+                "--dist mpi needs a build with the mpi feature (cargo build --release --features mpi)"
+            )
+        }
+        other => anyhow::bail!("--dist {other}: expected none or mpi"),
+    }
+}

@@ -137,6 +137,30 @@ impl Session {
         })
     }
 
+    /// A data-parallel training graph: [`training`](Session::training) for this rank's
+    /// shard of `batch` images, with every gradient averaged over `comm`'s ranks before the
+    /// optimizer applies it (`DistAllReduce` nodes, buckets of
+    /// [`DEFAULT_BUCKET_BYTES`](wick_graph::passes::data_parallel::DEFAULT_BUCKET_BYTES)).
+    /// Batch-norm statistics stay per rank, as in PyTorch DDP without SyncBatchNorm.
+    pub fn training_data_parallel(
+        config: ResNetConfig,
+        batch: usize,
+        image_size: impl Into<ImageSize>,
+        options: TrainOptions,
+        comm: std::sync::Arc<dyn wick_graph::dist::Communicator>,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut s = Self::training(config, batch, image_size, options, device)?;
+        // A new session: nothing is set on the executor yet, so it can be rebuilt.
+        let mut graph = s.exec.graph().clone();
+        graph.apply_data_parallel(
+            comm,
+            wick_graph::passes::data_parallel::DEFAULT_BUCKET_BYTES,
+        )?;
+        s.exec = Executor::new(graph, device);
+        Ok(s)
+    }
+
     /// An inference graph (batch norm with running statistics, no backward) for batches of
     /// `batch` images of `image_size` (a side, or an [`ImageSize`]), with the default
     /// passes: batch norms folded into the convolutions, residual adds and ReLUs fused

@@ -203,3 +203,43 @@ fn fused_training_steps_equal_the_unfused_ones_bit_for_bit() {
     }
     assert_eq!(compared, 62, "every parameter's gradient compared");
 }
+
+#[test]
+fn a_data_parallel_session_over_one_process_trains_like_the_plain_one() {
+    // The averaging over one rank is the identity: the same losses and weights, bit for
+    // bit, with a DistAllReduce node per bucket in the backward phase.
+    let (images, labels) = formula::batch(8, 32, 10).unwrap();
+    let sgd = wick_ops::SgdParams {
+        lr: 0.1,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let mut plain = Session::training(common::config(), 8, 32, sgd.into(), &Device::Cpu).unwrap();
+    let comm = std::sync::Arc::new(wick_graph::dist::SingleProcess);
+    let mut dp =
+        Session::training_data_parallel(common::config(), 8, 32, sgd.into(), comm, &Device::Cpu)
+            .unwrap();
+    let all_reduce = dp
+        .executor()
+        .graph()
+        .nodes()
+        .iter()
+        .filter(|n| n.op.kernel().name(wick_ops::DeviceKind::Cpu) == "DistAllReduce")
+        .count();
+    assert!(all_reduce >= 1, "no DistAllReduce node");
+    for s in [&mut plain, &mut dp] {
+        s.init_weights(WeightInit::Formula).unwrap();
+    }
+    for _ in 0..2 {
+        let (a, b) = (
+            plain.step(&images, &labels).unwrap(),
+            dp.step(&images, &labels).unwrap(),
+        );
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+    let (a, b) = (plain.state_dict().unwrap(), dp.state_dict().unwrap());
+    for (name, t) in &a {
+        let diff = max_rel_diff(t, &b[name]).unwrap();
+        assert_eq!(diff, 0.0, "{name}");
+    }
+}

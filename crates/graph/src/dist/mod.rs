@@ -20,6 +20,13 @@ pub trait Communicator: Send + Sync + Debug {
     /// Sums `data` element-wise over every rank, in place, on every rank. Every rank calls
     /// it with the same length, in the same order.
     fn all_reduce_sum(&self, data: &mut [f32]) -> Result<(), String>;
+
+    /// Ends this process with `code` after an error, and with it every rank of the job
+    /// where the engine can (the others would wait in a collective for this one). By
+    /// default, just this process.
+    fn abort(&self, code: i32) -> ! {
+        std::process::exit(code)
+    }
 }
 
 /// World size 1: the sum over one rank is the data itself.

@@ -57,18 +57,6 @@ impl MpiCommunicator {
     }
 }
 
-impl MpiCommunicator {
-    /// Ends every rank of the job with `code` (`MPI_Abort`). A rank that fails must call
-    /// this instead of returning: returning finalises MPI, which waits for the other
-    /// ranks, while they wait in a collective for this one.
-    pub fn abort(&self, code: i32) -> ! {
-        match self.world.lock() {
-            Ok(world) => world.abort(code),
-            Err(poisoned) => poisoned.into_inner().abort(code),
-        }
-    }
-}
-
 impl Communicator for MpiCommunicator {
     fn rank(&self) -> usize {
         self.rank
@@ -87,5 +75,14 @@ impl Communicator for MpiCommunicator {
         let send = data.to_vec();
         world.all_reduce_into(&send[..], data, SystemOperation::sum());
         Ok(())
+    }
+
+    /// `MPI_Abort` on the world: every rank ends. Returning instead would finalise MPI,
+    /// which waits for the other ranks while they wait in a collective for this one.
+    fn abort(&self, code: i32) -> ! {
+        match self.world.lock() {
+            Ok(world) => world.abort(code),
+            Err(poisoned) => poisoned.into_inner().abort(code),
+        }
     }
 }
