@@ -62,7 +62,7 @@ fn bad_numbers_are_refused_naming_the_flag() {
             1,
             "more than any allocation",
         ),
-        ("profile_resnet", vec!["--verbosity", "9"], 2, "0..=2"),
+        ("profile_resnet", vec!["--verbosity", "9"], 2, "0..=3"),
         (
             "ops_tour",
             vec!["--channels", "0"],

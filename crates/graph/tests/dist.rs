@@ -339,3 +339,41 @@ fn a_failed_all_reduce_is_an_error_naming_the_bucket_and_the_rank() {
         "{e}"
     );
 }
+
+#[test]
+fn verbosity_3_prints_only_the_communication_ops() {
+    let mut graph = training_graph(4);
+    let buckets = graph
+        .apply_data_parallel(Arc::new(SingleProcess), 1)
+        .unwrap();
+    let mut printed = Vec::new();
+    for verbosity in [2, 3] {
+        let mut exec = executor(graph.clone());
+        exec.add_hook(wick_graph::TimeProfiler::new(verbosity, 0))
+            .unwrap();
+        feed(&mut exec, 0, 0, 4);
+        exec.run().unwrap();
+        let text = exec
+            .hook::<wick_graph::TimeProfiler>()
+            .unwrap()
+            .profile()
+            .singa_lines();
+        let lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("OP_ID"))
+            .map(str::to_string)
+            .collect();
+        printed.push(lines);
+    }
+    let dist = |lines: &[String]| {
+        lines
+            .iter()
+            .filter(|l| l.contains(". DistAllReduce : "))
+            .count()
+    };
+    // Verbosity 2: every op, the 4 all-reduces among them; verbosity 3: those 4 only.
+    assert_eq!(dist(&printed[0]), buckets.len());
+    assert!(printed[0].len() > buckets.len());
+    assert_eq!(printed[1].len(), buckets.len(), "{:?}", printed[1]);
+    assert_eq!(dist(&printed[1]), buckets.len());
+}

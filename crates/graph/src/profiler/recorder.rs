@@ -87,12 +87,13 @@ impl std::fmt::Debug for TimeProfiler {
 }
 
 impl TimeProfiler {
-    /// A profiler at `verbosity` (0, 1 or 2; the library clamps higher values to 2) that
+    /// A profiler at `verbosity` (0, 1, 2, or 3: as 2, but SINGA's per-op lines only for the
+    /// communication ops `Dist*`; higher values are clamped to 3) that
     /// leaves the first `skip` iterations untimed (SINGA's default is 5). It picks the
     /// timer that fits the executor's device when attached.
     pub fn new(verbosity: u8, skip: usize) -> Self {
         TimeProfiler {
-            verbosity: verbosity.min(2),
+            verbosity: verbosity.min(3),
             schedule: Schedule::skip(skip),
             timer: None,
             nodes: Vec::new(),
@@ -159,10 +160,10 @@ impl TimeProfiler {
         self.verbosity
     }
 
-    /// Changes the verbosity for the iterations that follow (clamped to 2). Figures taken
+    /// Changes the verbosity for the iterations that follow (clamped to 3). Figures taken
     /// so far stay; each op's mean is over the iterations that timed it.
     pub fn set_verbosity(&mut self, verbosity: u8) {
-        self.verbosity = verbosity.min(2);
+        self.verbosity = verbosity.min(3);
     }
 
     /// The schedule.

@@ -10,14 +10,20 @@ use crate::float_format::cpp_float;
 
 impl Profile {
     /// SINGA's lines: `Time Profiling:`, then per-op lines (when the profile has per-op
-    /// timings, verbosity 2) or the forward and backward lines (verbosity 1), each time in
+    /// timings, verbosity 2; at verbosity 3 only the communication ops, `Dist*`, as SINGA
+    /// prints its `Dist` ops) or the forward and backward lines (verbosity 1), each time in
     /// seconds in C++ float formatting.
     pub fn singa_lines(&self) -> String {
         let mut s = String::from("Time Profiling:\n");
         if self.ops.is_empty() {
             s.push_str(&self.phase_lines());
         } else {
-            for op in &self.ops {
+            let dist_only = self.verbosity >= 3;
+            for op in self
+                .ops
+                .iter()
+                .filter(|o| !dist_only || o.name.starts_with("Dist"))
+            {
                 let _ = writeln!(
                     s,
                     "OP_ID{}. {} : {} sec",
