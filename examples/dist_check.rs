@@ -14,6 +14,7 @@ use candle_core::{DType, Device, Tensor};
 use wick::graph::dist::{Communicator, MpiCommunicator};
 use wick::graph::passes::data_parallel::DEFAULT_BUCKET_BYTES;
 use wick::graph::{Executor, Graph, GraphBuilder, Mode, TimeProfiler, ValueKind};
+use wick::models::init::formula::uniform;
 use wick::ops::{Conv2dParams, SgdParams};
 
 const BATCH: usize = 8;
@@ -44,28 +45,23 @@ fn graph(batch: usize) -> Result<Graph> {
     Ok(b.finish())
 }
 
-/// Deterministic values in [-1, 1) from `seed`.
-fn values(seed: u64, n: usize) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
+/// Values in [-1, 1) of the stream `name` (the fixture formula's generator).
+fn values(name: &str, n: usize) -> Vec<f32> {
+    uniform(name, n)
+        .iter()
+        .map(|u| (2.0 * u - 1.0) as f32)
         .collect()
 }
 
 fn executor(graph: Graph) -> Result<Executor> {
     let mut exec = Executor::new(graph, &Device::Cpu);
     let params: Vec<_> = exec.graph().values_of(ValueKind::Param).collect();
-    for (i, p) in params.into_iter().enumerate() {
+    for p in params {
         let info = exec.graph().value(p).clone();
         let n = info.shape.iter().product();
         exec.set(
             &info.name,
-            &Tensor::from_vec(values(i as u64 + 1, n), info.shape, &Device::Cpu)?,
+            &Tensor::from_vec(values(&info.name, n), info.shape, &Device::Cpu)?,
         )?;
     }
     Ok(exec)
@@ -74,7 +70,7 @@ fn executor(graph: Graph) -> Result<Executor> {
 /// Images `from..to` of step `step`'s whole batch, and their labels.
 fn feed(exec: &mut Executor, step: u64, from: usize, to: usize) -> Result<()> {
     let per = 3 * 16 * 16;
-    let all = values(1000 + step, BATCH * per);
+    let all = values(&format!("images {step}"), BATCH * per);
     let images = Tensor::from_vec(
         all[from * per..to * per].to_vec(),
         (to - from, 3, 16, 16),

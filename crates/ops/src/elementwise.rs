@@ -9,14 +9,18 @@ use crate::kernel::{route, Route};
 
 const OP: &str = "add";
 
+/// Whether wick's CPU kernel takes `a` and `b`: f32 or f64 CPU tensors of one dtype.
+fn on_cpu_kernel(a: &Tensor, b: &Tensor) -> bool {
+    route(a.device()) == Route::Cpu
+        && a.dtype() == b.dtype()
+        && matches!(a.dtype(), DType::F32 | DType::F64)
+}
+
 /// `a + b` for two tensors of the same shape (no broadcasting: a shape mismatch in a
 /// residual connection is a model bug, and gets an error naming both shapes).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
-    let cpu_float = route(a.device()) == Route::Cpu
-        && a.dtype() == b.dtype()
-        && matches!(a.dtype(), DType::F32 | DType::F64);
-    if cpu_float {
+    if on_cpu_kernel(a, b) {
         return dispatch_float!(OP, a.dtype(), add_cpu(a, b));
     }
     (a + b).ctx(OP)
@@ -30,10 +34,7 @@ fn add_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// [`relu`](crate::activation::relu) (0 where the sum is <= 0, NaN kept).
 pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
-    let cpu_float = route(a.device()) == Route::Cpu
-        && a.dtype() == b.dtype()
-        && matches!(a.dtype(), DType::F32 | DType::F64);
-    if cpu_float {
+    if on_cpu_kernel(a, b) {
         return dispatch_float!(OP, a.dtype(), add_relu_cpu(a, b));
     }
     crate::activation::relu(&(a + b).ctx(OP)?)

@@ -124,7 +124,19 @@ fn record_backward(
     Ok(())
 }
 
-fn grads(g: BatchNormGrads) -> Outputs {
+/// A training-mode forward's outputs in node order: y, mean, inv_std, running stats.
+pub(crate) fn train_outputs(o: batchnorm::BatchNormOutput) -> Outputs {
+    vec![
+        Some(o.y),
+        Some(o.mean),
+        Some(o.inv_std),
+        Some(o.running_mean),
+        Some(o.running_var),
+    ]
+}
+
+/// A backward's gradients in node order: x, weight, bias.
+pub(crate) fn grads(g: BatchNormGrads) -> Outputs {
     vec![Some(g.x), Some(g.weight), Some(g.bias)]
 }
 
@@ -136,13 +148,7 @@ impl NodeOp for BatchNormTrain {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = |i| arg(inputs, i, OP);
         let o = batchnorm::batch_norm_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
-        Ok(vec![
-            Some(o.y),
-            Some(o.mean),
-            Some(o.inv_std),
-            Some(o.running_mean),
-            Some(o.running_var),
-        ])
+        Ok(train_outputs(o))
     }
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {

@@ -6,6 +6,7 @@ use wick_ops::batchnorm::{self, BatchNorm2dParams};
 use wick_ops::{elementwise, Kernel};
 
 use crate::op::{arg, args, one, Inputs, KernelResult, NodeOp};
+use crate::ops::batchnorm::{grads, train_outputs};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
 /// running_mean, running_var; out: z = relu(bn(x)), mean, inv_std, and the running
@@ -34,13 +35,7 @@ impl NodeOp for BatchNormReluTrain {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = |i| arg(inputs, i, "batch_norm_relu");
         let o = batchnorm::batch_norm_relu_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
-        Ok(vec![
-            Some(o.y),
-            Some(o.mean),
-            Some(o.inv_std),
-            Some(o.running_mean),
-            Some(o.running_var),
-        ])
+        Ok(train_outputs(o))
     }
 }
 
@@ -52,7 +47,7 @@ impl NodeOp for BatchNormReluTrainBackward {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gz, z, x, w, mean, inv_std] = args(inputs, "batch_norm_relu")?;
         let g = batchnorm::batch_norm_relu_train_backward(gz, z, x, w, mean, inv_std)?;
-        Ok(vec![Some(g.x), Some(g.weight), Some(g.bias)])
+        Ok(grads(g))
     }
 }
 

@@ -284,6 +284,22 @@ pub fn batch_norm_train_backward(
     mean: &Tensor,
     inv_std: &Tensor,
 ) -> Result<BatchNormGrads> {
+    backward(
+        grad_y,
+        None,
+        x,
+        weight,
+        batch_stats(x, weight, mean, inv_std)?,
+    )
+}
+
+/// The saved batch statistics, checked against the input and the weight.
+fn batch_stats<'a>(
+    x: &Tensor,
+    weight: &Tensor,
+    mean: &'a Tensor,
+    inv_std: &'a Tensor,
+) -> Result<Stats<'a>> {
     check_per_channel(
         x.dims(),
         &[
@@ -292,7 +308,7 @@ pub fn batch_norm_train_backward(
             ("inv_std", inv_std.dims()),
         ],
     )?;
-    backward(grad_y, None, x, weight, Stats::Batch { mean, inv_std })
+    Ok(Stats::Batch { mean, inv_std })
 }
 
 /// The backward of [`batch_norm_relu_train`] (`BatchNormReLUBackward`): ReLU's mask
@@ -307,16 +323,9 @@ pub fn batch_norm_relu_train_backward(
     mean: &Tensor,
     inv_std: &Tensor,
 ) -> Result<BatchNormGrads> {
-    check_per_channel(
-        x.dims(),
-        &[
-            ("weight", weight.dims()),
-            ("mean", mean.dims()),
-            ("inv_std", inv_std.dims()),
-        ],
-    )?;
+    let stats = batch_stats(x, weight, mean, inv_std)?;
     crate::shape::same(OP, "ReLU output", z.dims(), "input", x.dims())?;
-    backward(grad_z, Some(z), x, weight, Stats::Batch { mean, inv_std })
+    backward(grad_z, Some(z), x, weight, stats)
 }
 
 /// Batch norm backward after an inference-mode forward (`BatchNormBackward`): the

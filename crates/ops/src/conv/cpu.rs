@@ -191,24 +191,17 @@ pub(super) fn forward<T: Float>(
         .bias
         .map(|b| cpu::with_slice::<T, _>(OP, b, |s| Ok(s.to_vec())))
         .transpose()?;
-    let relu = epilogue.relu;
+    let run = |residual: Option<&[T]>| {
+        let epi = CpuEpilogue {
+            bias,
+            residual,
+            relu: epilogue.relu,
+        };
+        forward_with::<T>(g, x, w, &epi)
+    };
     match epilogue.residual {
-        Some(r) => cpu::with_slice::<T, _>(OP, r, |rs| {
-            let epi = CpuEpilogue {
-                bias,
-                residual: Some(rs),
-                relu,
-            };
-            forward_with::<T>(g, x, w, &epi)
-        }),
-        None => {
-            let epi = CpuEpilogue {
-                bias,
-                residual: None,
-                relu,
-            };
-            forward_with::<T>(g, x, w, &epi)
-        }
+        Some(r) => cpu::with_slice::<T, _>(OP, r, |rs| run(Some(rs))),
+        None => run(None),
     }
 }
 
