@@ -14,6 +14,7 @@ use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::graph::dist::Communicator;
+use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::PassSet;
 use wick::models::data::{
     BatchFile, BatchSource, Cifar10, Prefetcher, SourceFactory, SyntheticImages,
@@ -117,6 +118,14 @@ struct Args {
     /// prints, logs and writes checkpoints.
     #[arg(long, default_value = "none")]
     dist: String,
+    /// With --dist: batch-norm statistics over every rank's shard (PyTorch's
+    /// SyncBatchNorm), so N ranks train as one process on the whole batch. Without it
+    /// they stay per rank, as in PyTorch DDP.
+    #[arg(long)]
+    sync_bn: bool,
+    /// With --dist: gradient bucket size in MiB (PyTorch DDP's default, 25).
+    #[arg(long, default_value_t = 25.0)]
+    bucket_mb: f64,
 }
 
 fn main() -> std::process::ExitCode {
@@ -130,7 +139,12 @@ fn start() -> Result<()> {
     let result = run(a, comm.clone());
     if let (Err(e), Some(comm)) = (&result, &comm) {
         if comm.size() > 1 {
-            eprintln!("error: rank {} of {}: {e:#}", comm.rank(), comm.size());
+            eprintln!(
+                "error: rank {} of {}: {}",
+                comm.rank(),
+                comm.size(),
+                wick::error_chain(e.as_ref())
+            );
             comm.abort(1);
         }
     }
@@ -153,6 +167,15 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         }
     }
     a.profile.check(0)?;
+    anyhow::ensure!(
+        a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
+        "--bucket-mb must be a positive number of MiB, got {}",
+        a.bucket_mb
+    );
+    anyhow::ensure!(
+        !a.sync_bn || comm.is_some(),
+        "--sync-bn synchronises batch norm over data-parallel ranks: it needs --dist mpi"
+    );
     a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
@@ -192,7 +215,11 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     };
     let mut session = match &comm {
         Some(c) => {
-            Session::training_data_parallel(config, shard, size, options, c.clone(), &device)?
+            let dp = DataParallelOptions {
+                bucket_bytes: (a.bucket_mb * (1 << 20) as f64) as u64,
+                sync_batch_norm: a.sync_bn,
+            };
+            Session::training_data_parallel(config, shard, size, options, c.clone(), &dp, &device)?
         }
         None => Session::training(config, batch, size, options, &device)?,
     };

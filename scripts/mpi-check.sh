@@ -26,6 +26,12 @@ timeout 120 "${MPIRUN[@]}" target/release/examples/dist_check | tee "$LOG"
     echo "mpi-check: expected a result line from each of the 2 ranks" >&2
     exit 1
 }
+# ResNet-18, 8 of 16 images per rank, synchronised batch norm: dist_check exits non-zero
+# unless every update is within float32's spread of one process on the whole batch.
+[ "$(grep -c '^  synchronised batch norm: weights median' "$LOG")" = 2 ] || {
+    echo "mpi-check: expected the ResNet-18 comparison from each of the 2 ranks" >&2
+    exit 1
+}
 
 echo "== train_resnet --dist mpi: replicas in step, rank 0 writes, resume at the same size"
 TRAIN=(target/release/examples/train_resnet --dist mpi --stem cifar --image-size 16
@@ -51,6 +57,23 @@ timeout 300 "${MPIRUN[@]}" target/release/examples/train_resnet --dist mpi --ste
     echo "mpi-check: the resumed run ended with other weights than the uninterrupted one" >&2
     exit 1
 }
+
+echo "== train_resnet --dist mpi --sync-bn: replicas in step"
+timeout 300 "${MPIRUN[@]}" target/release/examples/train_resnet --dist mpi --sync-bn --stem cifar \
+    --image-size 16 --batch-size 8 --steps-per-epoch 2 --steps 2 | tee "$LOG"
+checksums_agree || { echo "mpi-check: the replicas differ with --sync-bn" >&2; exit 1; }
+
+echo "== rank 1 hangs in its step: the collectives time out, every rank ends, non-zero"
+set +e
+WICK_DIST_TIMEOUT_S=5 timeout 60 "${MPIRUN[@]}" -x WICK_DIST_TIMEOUT_S \
+    target/release/examples/dist_check --stall-rank 1 >"$LOG" 2>&1
+rc=$?
+set -e
+grep -v '^OP_ID' "$LOG"
+if [ "$rc" = 124 ] || [ "$rc" = 0 ] || ! grep -q "did not finish within 5 s" "$LOG"; then
+    echo "mpi-check: expected rank 0's timeout error and a non-zero exit, got rc $rc" >&2
+    exit 1
+fi
 
 echo "== rank 1 fails its step: every rank ends, non-zero, no hang"
 set +e

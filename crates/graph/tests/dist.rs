@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use candle_core::{DType, Device, Tensor};
 use common::uniform;
 use wick_graph::dist::{Communicator, SingleProcess};
-use wick_graph::passes::data_parallel::Bucket;
+use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
 use wick_ops::{Conv2dParams, SgdParams};
 
@@ -236,7 +236,8 @@ fn buckets_follow_backward_order_and_each_all_reduce_runs_after_its_last_gradien
         let mut graph = training_graph(4);
         let buckets = graph
             .apply_data_parallel(Arc::new(SingleProcess), bucket_bytes)
-            .unwrap();
+            .unwrap()
+            .buckets;
         // Gradient bytes: conv1 432, conv2 576, fc.weight 48, fc.bias 12. In backward order
         // (fc first), 200-byte buckets close after conv2: [fc.*, conv2], [conv1].
         assert_eq!(buckets.len(), count, "bucket_bytes {bucket_bytes}");
@@ -249,6 +250,18 @@ fn buckets_follow_backward_order_and_each_all_reduce_runs_after_its_last_gradien
                 "DistAllReduce"
             );
             assert_eq!(node.inputs, b.gradients);
+            // Its wait reads the same gradients and comes at the end of backward, in
+            // bucket order, right before the optimizer.
+            let wait = &graph.nodes()[b.wait_op_id];
+            assert_eq!(wait.op.kernel().name(wick_ops::DeviceKind::Cpu), "DistWait");
+            assert_eq!(wait.inputs, b.gradients);
+            let first_optimizer = graph
+                .nodes()
+                .iter()
+                .position(|n| n.phase == wick_graph::Phase::Optimizer)
+                .unwrap();
+            let bucket = buckets.iter().position(|x| x == b).unwrap();
+            assert_eq!(b.wait_op_id, first_optimizer - buckets.len() + bucket);
             // Right after the node that makes its last gradient (or after another
             // all-reduce placed there first).
             let producers: Vec<usize> = b
@@ -333,6 +346,7 @@ fn a_failed_all_reduce_is_an_error_naming_the_bucket_and_the_rank() {
     let e = exec.run().unwrap_err().to_string();
     assert!(
         e.contains("DistAllReduce")
+            && e.contains("DistWait")
             && e.contains("bucket 0")
             && e.contains("rank 1 of 2")
             && e.contains("peer rank 0 is gone"),
@@ -345,7 +359,8 @@ fn verbosity_3_prints_only_the_communication_ops() {
     let mut graph = training_graph(4);
     let buckets = graph
         .apply_data_parallel(Arc::new(SingleProcess), 1)
-        .unwrap();
+        .unwrap()
+        .buckets;
     let mut printed = Vec::new();
     for verbosity in [2, 3] {
         let mut exec = executor(graph.clone());
@@ -365,15 +380,134 @@ fn verbosity_3_prints_only_the_communication_ops() {
             .collect();
         printed.push(lines);
     }
-    let dist = |lines: &[String]| {
+    let count = |lines: &[String], kernel: &str| {
         lines
             .iter()
-            .filter(|l| l.contains(". DistAllReduce : "))
+            .filter(|l| l.contains(&format!(". {kernel} : ")))
             .count()
     };
-    // Verbosity 2: every op, the 4 all-reduces among them; verbosity 3: those 4 only.
-    assert_eq!(dist(&printed[0]), buckets.len());
-    assert!(printed[0].len() > buckets.len());
-    assert_eq!(printed[1].len(), buckets.len(), "{:?}", printed[1]);
-    assert_eq!(dist(&printed[1]), buckets.len());
+    // Verbosity 2: every op, the 4 all-reduces and their 4 waits among them; verbosity 3:
+    // those 8 only.
+    for kernel in ["DistAllReduce", "DistWait"] {
+        assert_eq!(count(&printed[0], kernel), buckets.len());
+        assert_eq!(count(&printed[1], kernel), buckets.len());
+    }
+    assert!(printed[0].len() > 2 * buckets.len());
+    assert_eq!(printed[1].len(), 2 * buckets.len(), "{:?}", printed[1]);
+}
+
+/// The small conv net with batch norm (common::small_net) with SGD, optionally with the
+/// training fusions (batch norm + ReLU, add + ReLU).
+fn bn_training_graph(batch: usize, fused: bool) -> Graph {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let net = common::small_net(&mut b, DType::F32, batch, SIZE, CLASSES).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    let sgd = SgdParams {
+        lr: 0.5,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    b.sgd(&grads, sgd).unwrap();
+    let mut graph = b.finish();
+    if fused {
+        graph.apply_passes(wick_graph::PassSet::all());
+    }
+    graph
+}
+
+/// Every parameter and batch-norm statistic, by name.
+fn parameters_and_statistics(exec: &Executor) -> Vec<(String, Vec<f32>)> {
+    exec.graph()
+        .values()
+        .iter()
+        .filter(|v| matches!(v.kind, ValueKind::Param | ValueKind::State))
+        .map(|v| {
+            let t = exec.get(&v.name).unwrap().unwrap();
+            (v.name.clone(), t.flatten_all().unwrap().to_vec1().unwrap())
+        })
+        .collect()
+}
+
+/// The largest error of `got` against `want`, relative to each tensor's largest value.
+fn worst(got: &[(String, Vec<f32>)], want: &[(String, Vec<f32>)]) -> (f32, String) {
+    let mut out = (0f32, String::new());
+    for ((name, g), (wname, w)) in got.iter().zip(want) {
+        assert_eq!(name, wname);
+        let scale = w.iter().fold(1e-6f32, |m, v| m.max(v.abs()));
+        let e = g.iter().zip(w).fold(0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+        if e > out.0 {
+            out = (e, name.clone());
+        }
+    }
+    out
+}
+
+/// Two replicas of the batch-norm net on half batches, `sync` or not, for 2 steps.
+fn bn_replicas(fused: bool, sync: bool) -> Vec<Vec<(String, Vec<f32>)>> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ThreadComm::group(2)
+            .into_iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let rank = comm.rank;
+                    let mut graph = bn_training_graph(4, fused);
+                    let options = DataParallelOptions {
+                        bucket_bytes: 256,
+                        sync_batch_norm: sync,
+                    };
+                    let made = graph
+                        .apply_data_parallel_with(Arc::new(comm), &options)
+                        .unwrap();
+                    assert_eq!(made.sync_batch_norms, if sync { 3 } else { 0 });
+                    let synced = graph
+                        .nodes()
+                        .iter()
+                        .filter(|n| {
+                            n.op.kernel()
+                                .name(wick_ops::DeviceKind::Cpu)
+                                .starts_with("DistSyncBatchNorm")
+                        })
+                        .count();
+                    assert_eq!(
+                        synced,
+                        if sync { 6 } else { 0 },
+                        "forward and backward nodes"
+                    );
+                    let mut exec = Executor::new(graph, &Device::Cpu);
+                    common::init(&mut exec, DType::F32, 11);
+                    for step in 0..2 {
+                        feed(&mut exec, step, rank * 4, rank * 4 + 4);
+                        exec.run().unwrap();
+                    }
+                    parameters_and_statistics(&exec)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn synchronised_batch_norm_replicas_match_the_whole_batch_statistics_included() {
+    for fused in [false, true] {
+        let mut whole = Executor::new(bn_training_graph(8, fused), &Device::Cpu);
+        common::init(&mut whole, DType::F32, 11);
+        for step in 0..2 {
+            feed(&mut whole, step, 0, 8);
+            whole.run().unwrap();
+        }
+        let expected = parameters_and_statistics(&whole);
+        let synced = bn_replicas(fused, true);
+        assert_eq!(synced[0], synced[1], "the replicas diverged");
+        let (err, name) = worst(&synced[0], &expected);
+        println!(
+            "fused {fused}: synchronised batch norm within {err:.1e} of the whole batch ({name})"
+        );
+        assert!(err < 2e-5, "fused {fused}: {name} {err:.2e}");
+        // Per-replica statistics (DDP's default) do not match: the test can fail.
+        let own = bn_replicas(fused, false);
+        let (err, name) = worst(&own[0], &expected);
+        println!("fused {fused}: per-replica batch norm {err:.1e} from the whole batch ({name})");
+        assert!(err > 1e-3, "fused {fused}: {name} {err:.2e}");
+    }
 }

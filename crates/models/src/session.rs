@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
+use wick_graph::passes::data_parallel::{DataParallel, DataParallelOptions};
 use wick_graph::{Executor, GraphBuilder, Mode, PassSet, StepPart, ValueId};
 use wick_ops::SgdParams;
 
@@ -91,6 +92,7 @@ pub struct Session {
     /// Training steps run so far.
     steps: u64,
     check_parameters: bool,
+    data_parallel: Option<DataParallel>,
 }
 
 impl Session {
@@ -139,26 +141,32 @@ impl Session {
 
     /// A data-parallel training graph: [`training`](Session::training) for this rank's
     /// shard of `batch` images, with every gradient averaged over `comm`'s ranks before the
-    /// optimizer applies it (`DistAllReduce` nodes, buckets of
-    /// [`DEFAULT_BUCKET_BYTES`](wick_graph::passes::data_parallel::DEFAULT_BUCKET_BYTES)).
-    /// Batch-norm statistics stay per rank, as in PyTorch DDP without SyncBatchNorm.
+    /// optimizer applies it (`DistAllReduce` and `DistWait` nodes per bucket; see
+    /// [`DataParallelOptions`]). Batch-norm statistics stay per rank, as in PyTorch DDP,
+    /// unless `dp.sync_batch_norm` takes them over every rank's shard (PyTorch's
+    /// `SyncBatchNorm`).
     pub fn training_data_parallel(
         config: ResNetConfig,
         batch: usize,
         image_size: impl Into<ImageSize>,
         options: TrainOptions,
         comm: std::sync::Arc<dyn wick_graph::dist::Communicator>,
+        dp: &DataParallelOptions,
         device: &Device,
     ) -> Result<Self> {
         let mut s = Self::training(config, batch, image_size, options, device)?;
         // A new session: nothing is set on the executor yet, so it can be rebuilt.
         let mut graph = s.exec.graph().clone();
-        graph.apply_data_parallel(
-            comm,
-            wick_graph::passes::data_parallel::DEFAULT_BUCKET_BYTES,
-        )?;
+        let made = graph.apply_data_parallel_with(comm, dp)?;
         s.exec = Executor::new(graph, device);
+        s.data_parallel = Some(made);
         Ok(s)
+    }
+
+    /// What the data-parallel pass made (buckets, the collectives' queue and timings);
+    /// `None` for a single-process session.
+    pub fn data_parallel(&self) -> Option<&DataParallel> {
+        self.data_parallel.as_ref()
     }
 
     /// An inference graph (batch norm with running statistics, no backward) for batches of
@@ -244,6 +252,7 @@ impl Session {
             image_size,
             steps: 0,
             check_parameters: false,
+            data_parallel: None,
         })
     }
 

@@ -216,9 +216,16 @@ fn a_data_parallel_session_over_one_process_trains_like_the_plain_one() {
     };
     let mut plain = Session::training(common::config(), 8, 32, sgd.into(), &Device::Cpu).unwrap();
     let comm = std::sync::Arc::new(wick_graph::dist::SingleProcess);
-    let mut dp =
-        Session::training_data_parallel(common::config(), 8, 32, sgd.into(), comm, &Device::Cpu)
-            .unwrap();
+    let mut dp = Session::training_data_parallel(
+        common::config(),
+        8,
+        32,
+        sgd.into(),
+        comm,
+        &Default::default(),
+        &Device::Cpu,
+    )
+    .unwrap();
     let all_reduce = dp
         .executor()
         .graph()

@@ -58,8 +58,14 @@ pub enum Kernel {
     BatchNormReLUBackward,
     /// Element-wise addition then ReLU, one pass.
     AddReLU,
-    /// Communication: a bucket of gradients averaged over the data-parallel ranks.
+    /// Communication: a bucket of gradients' sum over the data-parallel ranks, started.
     DistAllReduce,
+    /// Communication: waiting for a bucket's all-reduce (the part backward did not hide).
+    DistWait,
+    /// Batch norm forward with statistics synchronised over the data-parallel ranks.
+    SyncBatchNormForwardTraining,
+    /// Batch norm backward with gradient sums synchronised over the data-parallel ranks.
+    SyncBatchNormBackward,
     /// ReLU forward.
     ReLU,
     /// ReLU backward.
@@ -108,6 +114,9 @@ impl Kernel {
                 BatchNormReLUBackward => "BatchNormReLUBackward",
                 AddReLU => "AddReLU",
                 DistAllReduce => "DistAllReduce",
+                DistWait => "DistWait",
+                SyncBatchNormForwardTraining => "DistSyncBatchNormForward",
+                SyncBatchNormBackward => "DistSyncBatchNormBackward",
                 ReLU => "ReLU",
                 ReLUBackward => "ReLUBackward",
                 Add => "Add",
@@ -143,6 +152,9 @@ impl Kernel {
                 BatchNormReLUBackward => "GpuBatchNormReLUBackward",
                 AddReLU => "AddReLU",
                 DistAllReduce => "DistAllReduce",
+                DistWait => "DistWait",
+                SyncBatchNormForwardTraining => "DistSyncBatchNormForward",
+                SyncBatchNormBackward => "DistSyncBatchNormBackward",
                 ReLU => "ReLU",
                 ReLUBackward => "ReLUBackward",
                 Add => "Add",

@@ -21,6 +21,24 @@ pub trait Communicator: Send + Sync + Debug {
     /// it with the same length, in the same order.
     fn all_reduce_sum(&self, data: &mut [f32]) -> Result<(), String>;
 
+    /// Every rank's `mine`, rank 0's first (every rank passes the same length): for
+    /// gathering profiles. By default through [`all_reduce_sum`](Communicator::all_reduce_sum),
+    /// each value split into two f32 (about 48 bits kept); engines may override it.
+    fn all_gather_f64(&self, mine: &[f64]) -> Result<Vec<f64>, String> {
+        let (n, size) = (mine.len(), self.size());
+        let mut buf = vec![0f32; 2 * n * size];
+        for (i, v) in mine.iter().enumerate() {
+            let hi = *v as f32;
+            buf[2 * (self.rank() * n + i)] = hi;
+            buf[2 * (self.rank() * n + i) + 1] = (*v - hi as f64) as f32;
+        }
+        self.all_reduce_sum(&mut buf)?;
+        Ok(buf
+            .chunks_exact(2)
+            .map(|p| p[0] as f64 + p[1] as f64)
+            .collect())
+    }
+
     /// Ends this process with `code` after an error, and with it every rank of the job
     /// where the engine can (the others would wait in a collective for this one). By
     /// default, just this process.
@@ -50,6 +68,9 @@ impl Communicator for SingleProcess {
         Ok(())
     }
 }
+
+mod queue;
+pub use queue::{BucketTiming, CommQueue, Pending, DEFAULT_TIMEOUT};
 
 #[cfg(feature = "mpi")]
 mod mpi;

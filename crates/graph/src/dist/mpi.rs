@@ -12,11 +12,17 @@ use mpi::Threading;
 use super::Communicator;
 
 /// `MPI_COMM_WORLD` of this process's MPI job. MPI is initialised with
-/// `MPI_THREAD_SERIALIZED`, and every call goes through one lock. MPI's default error
-/// handler aborts the whole job on a communication error, so a failed peer ends every
-/// rank rather than leaving them waiting.
+/// `MPI_THREAD_MULTIPLE` where the library has it (at least `MPI_THREAD_SERIALIZED`), and
+/// every collective goes through one lock (the graph's communication thread makes them).
+/// MPI's default error handler aborts the whole job on a communication error, and
+/// [`abort`](Communicator::abort) does not wait for the lock, so a failed or hung peer
+/// ends every rank rather than leaving them waiting.
 pub struct MpiCommunicator {
     world: Mutex<SimpleCommunicator>,
+    /// A second handle on the world, outside the lock, for `MPI_Abort` while a collective
+    /// may be blocked holding the lock.
+    abort_world: SimpleCommunicator,
+    threading: Threading,
     rank: usize,
     size: usize,
     // Finalises MPI when dropped; kept last so the communicator goes first.
@@ -31,7 +37,11 @@ unsafe impl Sync for MpiCommunicator {}
 
 impl std::fmt::Debug for MpiCommunicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "MpiCommunicator(rank {} of {})", self.rank, self.size)
+        write!(
+            f,
+            "MpiCommunicator(rank {} of {}, {:?})",
+            self.rank, self.size, self.threading
+        )
     }
 }
 
@@ -39,7 +49,7 @@ impl MpiCommunicator {
     /// Initialises MPI and joins `MPI_COMM_WORLD`. An error if MPI was initialised
     /// already, or cannot serialise calls from several threads.
     pub fn init() -> Result<Self, String> {
-        let (universe, threading) = mpi::initialize_with_threading(Threading::Serialized)
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
             .ok_or("MPI is initialised already in this process")?;
         if threading < Threading::Serialized {
             return Err(format!(
@@ -50,6 +60,8 @@ impl MpiCommunicator {
         let (rank, size) = (world.rank() as usize, world.size() as usize);
         Ok(MpiCommunicator {
             world: Mutex::new(world),
+            abort_world: universe.world(),
+            threading,
             rank,
             size,
             _universe: universe,
@@ -77,12 +89,23 @@ impl Communicator for MpiCommunicator {
         Ok(())
     }
 
+    /// `MPI_Allgather` of every rank's values.
+    fn all_gather_f64(&self, mine: &[f64]) -> Result<Vec<f64>, String> {
+        let world = self.world.lock().map_err(|_| "the MPI lock is poisoned")?;
+        let mut all = vec![0f64; mine.len() * self.size];
+        world.all_gather_into(mine, &mut all[..]);
+        Ok(all)
+    }
+
     /// `MPI_Abort` on the world: every rank ends. Returning instead would finalise MPI,
-    /// which waits for the other ranks while they wait in a collective for this one.
+    /// which waits for the other ranks while they wait in a collective for this one. It
+    /// takes the lock when it is free; when a collective holds it (blocked on a failed or
+    /// hung peer) it aborts through the second handle, which `MPI_THREAD_MULTIPLE` makes
+    /// legal and Open MPI honours at lower levels too.
     fn abort(&self, code: i32) -> ! {
-        match self.world.lock() {
+        match self.world.try_lock() {
             Ok(world) => world.abort(code),
-            Err(poisoned) => poisoned.into_inner().abort(code),
+            Err(_) => self.abort_world.abort(code),
         }
     }
 }

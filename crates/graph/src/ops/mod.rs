@@ -12,3 +12,4 @@ pub mod linear;
 pub mod loss;
 pub mod optim;
 pub mod pool;
+pub mod sync_batchnorm;

@@ -9,6 +9,7 @@
 
 mod cpu;
 mod generic;
+pub mod sync;
 
 use candle_core::{DType, Tensor};
 
