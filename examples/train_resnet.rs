@@ -421,6 +421,17 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         }
         println!("rank {rank} of {ranks}: parameter checksum {sum:.17e}");
     }
+    // Every rank's step times and all-reduce timings, gathered to rank 0 (a collective).
+    let distributed = match (
+        session.data_parallel(),
+        session.executor().hook::<wick::graph::TimeProfiler>(),
+    ) {
+        (Some(dp), Some(profiler)) => Some(
+            wick::graph::profiler::DistProfile::gather(&profiler.profile(), dp)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        _ => None,
+    };
     if !lead {
         return Ok(());
     }
@@ -432,7 +443,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         steps - warmup,
         timed_secs
     );
-    a.profile.report(&session)?;
+    a.profile.report_with(&session, distributed)?;
     if let Some(path) = &a.save {
         session.save_checkpoint(path)?;
         println!("saved {}", path.display());

@@ -42,8 +42,21 @@ checksums_agree() {
     sums=$(sed -n 's/^rank [01] of 2: parameter checksum //p' "$LOG" | sort -u)
     [ "$(grep -c '^rank [01] of 2: parameter checksum' "$LOG")" = 2 ] && [ "$(echo "$sums" | wc -l)" = 1 ]
 }
-timeout 300 "${MPIRUN[@]}" "${TRAIN[@]}" --steps 4 | tee "$LOG"
+timeout 300 "${MPIRUN[@]}" "${TRAIN[@]}" --steps 4 --verbosity 3 --skip 1 \
+    --json "$RUN/profile.json" --trace "$RUN/trace.json" | tee "$LOG"
 checksums_agree || { echo "mpi-check: the 2 replicas' weights differ" >&2; exit 1; }
+# Verbosity 3: SINGA's per-op lines for the communication ops only, and rank 0's report
+# of every rank (step times, buckets, overlap), in the JSON and as one trace track per rank.
+grep -q '^OP_ID[0-9]*\. DistAllReduce : ' "$LOG" && grep -q '^OP_ID[0-9]*\. DistWait : ' "$LOG"
+! grep '^OP_ID' "$LOG" | grep -qv ' Dist' || { echo "mpi-check: a non-Dist op line at verbosity 3" >&2; exit 1; }
+grep -q '^Data parallel: 2 ranks (mpi)' "$LOG" && grep -q '<- slowest' "$LOG" && grep -q '^  overlap: ' "$LOG"
+python3 - "$RUN/profile.json" "$RUN/trace.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["distributed"]
+assert d["world_size"] == 2 and len(d["ranks"]) == 2 and d["buckets"], d
+names = [e["args"]["name"] for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("name") == "process_name"]
+assert sum(n.startswith("rank ") for n in names) == 2, names
+PY
 [ "$(grep -c '^epoch 1/2' "$LOG")" = 1 ] || { echo "mpi-check: epoch lines from more than rank 0" >&2; exit 1; }
 [ -f "$RUN/final.safetensors" ] && [ -d "$RUN/ck/step-4" ] && [ "$(wc -l <"$RUN/metrics.jsonl")" = 2 ]
 timeout 300 "${MPIRUN[@]}" "${TRAIN[@]}" --steps 6 --resume "$RUN/ck" | tee "$LOG"

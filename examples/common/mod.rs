@@ -268,10 +268,21 @@ impl ProfileArgs {
 
     /// Prints the profile (if one was attached) and writes the trace and JSON asked for.
     pub fn report(&self, session: &wick::models::Session) -> Result<()> {
+        self.report_with(session, None)
+    }
+
+    /// [`report`](Self::report) with a data-parallel run's gathered figures (per rank,
+    /// per bucket, overlap) in the text, the JSON and the trace.
+    pub fn report_with(
+        &self,
+        session: &wick::models::Session,
+        distributed: Option<wick::graph::profiler::DistProfile>,
+    ) -> Result<()> {
         let Some(profiler) = session.executor().hook::<wick::graph::TimeProfiler>() else {
             return Ok(());
         };
         let mut profile = profiler.profile();
+        profile.distributed = distributed;
         if !profile.ops.is_empty() {
             // The roofline's machine peaks: a GEMM and a streaming copy, about a second.
             let device = session.executor().device();

@@ -14,6 +14,7 @@ use candle_core::{DType, Device, Tensor};
 use common::uniform;
 use wick_graph::dist::{Communicator, SingleProcess};
 use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
+use wick_graph::profiler::DistProfile;
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
 use wick_ops::{Conv2dParams, SgdParams};
 
@@ -510,4 +511,89 @@ fn synchronised_batch_norm_replicas_match_the_whole_batch_statistics_included() 
         println!("fused {fused}: per-replica batch norm {err:.1e} from the whole batch ({name})");
         assert!(err > 1e-3, "fused {fused}: {name} {err:.2e}");
     }
+}
+
+#[test]
+fn the_distributed_profile_gathers_every_rank_to_every_rank() {
+    let gathered: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = ThreadComm::group(2)
+            .into_iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let rank = comm.rank;
+                    let mut graph = training_graph(4);
+                    let dp = graph.apply_data_parallel(Arc::new(comm), 200).unwrap();
+                    let mut exec = executor(graph);
+                    exec.add_hook(wick_graph::TimeProfiler::new(2, 1)).unwrap();
+                    for step in 0..4 {
+                        feed(&mut exec, step, rank * 4, rank * 4 + 4);
+                        exec.run().unwrap();
+                    }
+                    let profile = exec.hook::<wick_graph::TimeProfiler>().unwrap().profile();
+                    let dist = DistProfile::gather(&profile, &dp).unwrap();
+                    (profile, dist, dp.buckets)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let (p0, d0, buckets) = &gathered[0];
+    let (p1, d1, _) = &gathered[1];
+    assert_eq!(d0, d1, "every rank gathers the same figures");
+    assert_eq!((d0.world_size, d0.ranks.len()), (2, 2));
+    // Each rank's own figures arrive intact (f64 through the f32 all-reduce: ~48 bits).
+    for (r, p) in [(0, p0), (1, p1)] {
+        let got = d0.ranks[r].iteration_median_sec;
+        assert!((got - p.iteration_median_sec).abs() <= 1e-12 * p.iteration_median_sec);
+        assert_eq!(d0.rank_ops[r].len(), p.ops.len());
+        let last = p.timeline.last().unwrap();
+        assert_eq!(d0.rank_ops[r][3].1, last.ops[3].1);
+    }
+    let slowest = if p0.iteration_median_sec >= p1.iteration_median_sec {
+        0
+    } else {
+        1
+    };
+    assert_eq!(d0.slowest_rank, slowest);
+    // Buckets as the pass made them, with their timings; busbw = algbw * 2(n-1)/n.
+    assert_eq!(d0.buckets.len(), buckets.len());
+    assert!(buckets.len() >= 2);
+    for (b, made) in d0.buckets.iter().zip(buckets) {
+        assert_eq!(
+            (b.op_id, b.wait_op_id, b.bytes),
+            (made.op_id, made.wait_op_id, made.bytes)
+        );
+        assert!(b.comm_sec > 0.0 && b.exposed_sec >= 0.0);
+        assert!((b.busbw_gbs(2) - b.algbw_gbs()).abs() <= 1e-12 * b.algbw_gbs());
+        assert!((b.busbw_gbs(8) - b.algbw_gbs() * 1.75).abs() <= 1e-9 * b.algbw_gbs());
+    }
+    let r0 = &d0.ranks[0];
+    let comm: f64 = d0.buckets.iter().map(|b| b.comm_sec).sum();
+    assert!((r0.comm_sec - comm).abs() <= 1e-9 * comm);
+    assert!((0.0..=1.0).contains(&d0.overlap()));
+    let text = d0.report();
+    assert!(
+        text.contains("Data parallel: 2 ranks (threads (test double))"),
+        "{text}"
+    );
+    assert!(
+        text.contains("<- slowest") && text.contains("busbw"),
+        "{text}"
+    );
+    // One process track per rank in the trace, each with every op.
+    let mut with = p0.clone();
+    with.distributed = Some(d0.clone());
+    let trace: serde_json::Value = serde_json::from_str(&with.chrome_trace().unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    for rank in 0..2u64 {
+        let pid = 1 + rank;
+        let ops = events
+            .iter()
+            .filter(|e| e["pid"] == pid && e["ph"] == "X")
+            .count();
+        assert_eq!(ops, p0.ops.len(), "rank {rank}'s track");
+    }
+    // And in the JSON.
+    let json: serde_json::Value = serde_json::from_str(&with.to_json()).unwrap();
+    assert_eq!(json["distributed"]["world_size"], 2);
 }

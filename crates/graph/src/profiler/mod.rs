@@ -13,7 +13,8 @@
 //! - [`step`]: the whole training step, input wait, copy and loss read-back included;
 //! - [`memory`]: the predicted memory peak and its split, beside the measured one;
 //! - [`roofline`]: each op type against this machine's measured peaks;
-//! - [`advice`]: recommendations, each fired by a measured figure.
+//! - [`advice`]: recommendations, each fired by a measured figure;
+//! - [`dist`]: a data-parallel run's ranks, buckets and overlap, gathered to rank 0.
 //!
 //! Verbosity 0 times nothing. 1: every phase (forward, backward, optimizer), the whole
 //! iteration, and the op time inside each phase (so the overhead inside phases is known).
@@ -23,6 +24,7 @@
 pub mod advice;
 pub mod compare;
 pub mod diff;
+pub mod dist;
 pub mod html;
 pub mod layers;
 pub mod memory;
@@ -39,6 +41,7 @@ pub mod trace;
 
 pub use advice::Recommendation;
 pub use diff::{diff, diff_runs, Diff, DiffOptions, DiffRow};
+pub use dist::{BucketProfile, DistProfile, RankProfile};
 pub use layers::{LayerLevel, LayerRow};
 pub use memory::{MemoryCounter, MemoryProfile};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};

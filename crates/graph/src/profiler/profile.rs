@@ -137,6 +137,10 @@ pub struct Profile {
     /// This machine's measured peaks, for the roofline (set by the caller:
     /// [`MachinePeaks::measure`](super::roofline::MachinePeaks::measure)).
     pub machine: Option<super::roofline::MachinePeaks>,
+    /// A data-parallel run's ranks, buckets and overlap (rank 0, after
+    /// [`DistProfile::gather`](super::dist::DistProfile::gather)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<super::dist::DistProfile>,
 }
 
 impl Profile {

@@ -291,6 +291,7 @@ impl TimeProfiler {
                 MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used)
             }),
             machine: None,
+            distributed: None,
         }
     }
 

@@ -124,6 +124,10 @@ impl fmt::Display for Profile {
             f.write_str(&memory.lines())?;
         }
         f.write_str(&self.placement_lines())?;
+        if let Some(dist) = &self.distributed {
+            writeln!(f)?;
+            f.write_str(&dist.report())?;
+        }
         if !self.ops.is_empty() {
             writeln!(f)?;
             f.write_str(&self.table())?;

@@ -32,6 +32,10 @@ pub struct Trace {
 /// The step track's thread id (the phases use 0, 1, 2).
 const STEP_TID: usize = 3;
 
+/// The first process id of the per-rank tracks of a data-parallel run (rank r is
+/// `RANK_PID + r`; process 0 is this process's own timeline).
+pub const RANK_PID: usize = 1;
+
 impl Profile {
     /// The trace of every timed iteration, capped at [`MAX_EVENTS`] events; `None` without
     /// per-op timings (below verbosity 2).
@@ -124,10 +128,42 @@ impl Profile {
             written += batch.len();
             events.extend(batch);
         }
+        if let Some(last) = self.timeline.last() {
+            events.extend(self.rank_tracks(us(last.start)));
+        }
         Some(Trace {
             events: events.len(),
             json: json!({"traceEvents": events, "displayTimeUnit": "ms"}).to_string(),
             note: None,
         })
+    }
+
+    /// A data-parallel run's per-rank tracks: one process per rank, each with its last
+    /// timed iteration's ops (one thread per phase), starting at `at` microseconds (rank
+    /// 0's last iteration). The ranks' clocks are their own, so each is aligned on its
+    /// iteration's start.
+    fn rank_tracks(&self, at: f64) -> Vec<Value> {
+        let Some(dist) = &self.distributed else {
+            return Vec::new();
+        };
+        let mut events = Vec::new();
+        for (rank, ops) in dist.rank_ops.iter().enumerate() {
+            let pid = RANK_PID + rank;
+            let step = dist.ranks.get(rank).map_or(0.0, |r| r.iteration_median_sec);
+            events.push(json!({"ph": "M", "name": "process_name", "pid": pid,
+                "args": {"name": format!("rank {rank} of {} ({}), iteration median {:.4} s", dist.world_size, dist.engine, step)}}));
+            events.push(json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}));
+            for p in Phase::ALL {
+                events.push(json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": p as usize, "args": {"name": p.as_str()}}));
+            }
+            for (op, (start, dur)) in self.ops.iter().zip(ops) {
+                events.push(json!({
+                    "ph": "X", "name": op.name, "cat": op.phase.as_str(), "pid": pid, "tid": op.phase as usize,
+                    "ts": at + (start * 1e9).round() / 1e3, "dur": (dur * 1e9).round() / 1e3,
+                    "args": {"op_id": op.op_id, "rank": rank, "layer": op.origin.layer}
+                }));
+            }
+        }
+        events
     }
 }
