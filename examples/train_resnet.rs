@@ -113,9 +113,11 @@ struct Args {
     /// Seed for the initialisation, the data order, the augmentation and synthetic data.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Data-parallel engine: none, or mpi (run under `mpirun -np N`, a build with
-    /// `--features mpi`). Each rank trains on its 1/N of every --batch-size batch; rank 0
-    /// prints, logs and writes checkpoints.
+    /// Data-parallel engine: none, mpi (run under `mpirun -np N`, a build with
+    /// `--features mpi`) or nccl (one process per GPU under torchrun or any launcher that
+    /// sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; `--features nccl`).
+    /// Each rank trains on its 1/N of every --batch-size batch; rank 0 prints, logs and
+    /// writes checkpoints.
     #[arg(long, default_value = "none")]
     dist: String,
     /// With --dist: batch-norm statistics over every rank's shard (PyTorch's
@@ -178,7 +180,11 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     );
     a.model.apply_threads()?;
     wick::prepare_process();
-    let device = a.model.device()?;
+    // An engine that fixes the device (NCCL: the GPU LOCAL_RANK names) chooses it.
+    let device = match comm.as_ref().and_then(|c| c.device()) {
+        Some(d) => d,
+        None => a.model.device()?,
+    };
     let config = a.model.config("resnet18")?;
     let data = open_data(&a, config.num_classes)?;
     let (batch, size) = (data.batch, data.size);

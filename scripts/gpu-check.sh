@@ -24,7 +24,11 @@
 #                                  checkpoint after one SGD step);
 #                               3. profile_resnet at SINGA's setting (resnet50, batch 32, 224x224,
 #                                  skip 5) at verbosity 1 and 2;
-#                               4. infer_resnet --bench.
+#                               4. infer_resnet --bench;
+#                               5. train_resnet --dist nccl on one GPU (RANK 0 of WORLD_SIZE 1):
+#                                  NCCL initialised through the launcher's environment, the
+#                                  gradient all-reduces in the profile (verbosity 3) and the
+#                                  data-parallel report.
 #   scripts/gpu-check.sh        pack, then run.
 # Without a GPU, `run` says so plainly and exits with status 2.
 set -euo pipefail
@@ -36,13 +40,13 @@ FIXTURES=${WICK_FIXTURES:-$SHARED/fixtures}
 LIMIT=$((64 * 1024 * 1024))
 PYTHON=${PYTHON:-python3} # a Python with PyTorch, on the GPU machine
 
-BINARIES="kernels resnet18_cifar10 profile_resnet infer_resnet"
+BINARIES="kernels resnet18_cifar10 profile_resnet infer_resnet train_resnet"
 
 pack() {
-    echo "== gpu-check pack: building with --features cudnn (CUDA 13.4 from PyPI, link stubs)"
+    echo "== gpu-check pack: building with --features cudnn,nccl (CUDA 13.4 from PyPI, link stubs)"
     export CARGO_TARGET_DIR=$ROOT/target/gpu
-    FEATURES=cudnn CARGO_CMD=build CARGO_ARGS="--release --workspace --tests --examples" \
-        WORK=$ROOT/target/cuda-ci bash "$SHARED/tools/cuda-build-check.sh"
+    CARGO_ARGS="--release --workspace --tests --examples" WORK=$ROOT/target/cuda-ci \
+        SHARED=$SHARED bash scripts/cuda-build-check.sh
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/fixtures/ops" "$BUNDLE/fixtures/resnet18-cifar10"
     newest() { ls -t $1 2>/dev/null | while read -r f; do [ -x "$f" ] && [ -f "$f" ] && echo "$f" && break; done; }
     for t in kernels resnet18_cifar10; do
@@ -50,7 +54,7 @@ pack() {
         [ -n "$bin" ] || { echo "gpu-check: test binary $t not built" >&2; exit 1; }
         cp "$bin" "$BUNDLE/$t"
     done
-    for e in profile_resnet infer_resnet; do cp "$CARGO_TARGET_DIR/release/examples/$e" "$BUNDLE/$e"; done
+    for e in profile_resnet infer_resnet train_resnet; do cp "$CARGO_TARGET_DIR/release/examples/$e" "$BUNDLE/$e"; done
     for b in $BINARIES; do
         strip "$BUNDLE/$b"
         xz -T0 -6 "$BUNDLE/$b" # -> $b.xz
@@ -129,6 +133,10 @@ PY
     "$BUNDLE/bin/profile_resnet" --device cuda --verbosity 2 || status=1
     echo "== 4. infer_resnet --bench"
     "$BUNDLE/bin/infer_resnet" --device cuda --bench || status=1
+    echo "== 5. train_resnet --dist nccl on one GPU (NCCL from the machine's nvidia-nccl wheel)"
+    RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 \
+        "$BUNDLE/bin/train_resnet" --dist nccl --stem cifar --batch-size 32 --steps 6 \
+        --steps-per-epoch 6 --verbosity 3 --skip 1 || status=1
     echo "gpu-check: $([ $status -eq 0 ] && echo all passed || echo FAILURES above)"
     exit $status
 }

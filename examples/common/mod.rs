@@ -324,8 +324,10 @@ impl ProfileArgs {
     }
 }
 
-/// The `--dist` engine: `none` (one process) or `mpi` (one process per rank under
-/// `mpirun`; a build with the `mpi` feature).
+/// The `--dist` engine: `none` (one process), `mpi` (one process per rank under
+/// `mpirun`; a build with the `mpi` feature) or `nccl` (one process per GPU, ranks from
+/// torchrun's RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; a build with the
+/// `nccl` feature).
 pub fn communicator(
     kind: &str,
 ) -> Result<Option<std::sync::Arc<dyn wick::graph::dist::Communicator>>> {
@@ -343,6 +345,18 @@ pub fn communicator(
                 "--dist mpi needs a build with the mpi feature (cargo build --release --features mpi)"
             )
         }
-        other => anyhow::bail!("--dist {other}: expected none or mpi"),
+        "nccl" => {
+            #[cfg(feature = "nccl")]
+            {
+                let comm =
+                    wick::graph::dist::NcclCommunicator::from_env().map_err(anyhow::Error::msg)?;
+                Ok(Some(std::sync::Arc::new(comm)))
+            }
+            #[cfg(not(feature = "nccl"))]
+            anyhow::bail!(
+                "--dist nccl needs a build with the nccl feature (cargo build --release --features nccl)"
+            )
+        }
+        other => anyhow::bail!("--dist {other}: expected none, mpi or nccl"),
     }
 }

@@ -39,6 +39,12 @@ pub trait Communicator: Send + Sync + Debug {
             .collect())
     }
 
+    /// The device this rank must compute on, where the engine fixes it (NCCL: the GPU
+    /// `LOCAL_RANK` names); `None` where any device will do.
+    fn device(&self) -> Option<candle_core::Device> {
+        None
+    }
+
     /// Ends this process with `code` after an error, and with it every rank of the job
     /// where the engine can (the others would wait in a collective for this one). By
     /// default, just this process.
@@ -69,8 +75,15 @@ impl Communicator for SingleProcess {
     }
 }
 
+mod launch;
 mod queue;
+pub use launch::LaunchEnv;
 pub use queue::{BucketTiming, CommQueue, Pending, DEFAULT_TIMEOUT};
+
+#[cfg(feature = "nccl")]
+mod nccl;
+#[cfg(feature = "nccl")]
+pub use self::nccl::NcclCommunicator;
 
 #[cfg(feature = "mpi")]
 mod mpi;
