@@ -4,6 +4,10 @@
 //! FLOP count (M = output channels, N = batch * output pixels, K = input channels * kernel
 //! area) through candle's matmul. Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
 //!
+//! 3x3 stride-1 layers also run their forward and input gradient with im2col + GEMM only
+//! (`forward_im2col`, `input_grad_im2col`), beside the automatic choice (Winograd's
+//! F(2x2, 3x3) there); FLOP/s are the direct convolution's FLOPs over the time.
+//!
 //! `cargo bench --bench conv_layers` (`-- 'resnet18'` or `-- '@8 '` to filter).
 
 use candle_core::{DType, Device, Tensor};
@@ -86,6 +90,22 @@ fn bench(c: &mut Criterion) {
         group.bench_function(BenchmarkId::from_parameter("weight_grad"), |bch| {
             bch.iter(|| conv::conv2d_backward_filter(&gy, &x, &w_shape, &p).expect("weight grad"))
         });
+        // The same passes with im2col + GEMM only, beside Winograd's F(2x2, 3x3) where the
+        // automatic choice takes it (3x3 stride 1, 16+ channels).
+        let winograd = k == 3 && p.stride == [1, 1] && cin.min(cout) >= 16;
+        if winograd {
+            let im2col = conv::ConvAlgorithm::Im2col;
+            group.bench_function(BenchmarkId::from_parameter("forward_im2col"), |bch| {
+                bch.iter(|| im2col.scope(|| conv::conv2d(&x, &w, None, &p).expect("forward")))
+            });
+            group.bench_function(BenchmarkId::from_parameter("input_grad_im2col"), |bch| {
+                bch.iter(|| {
+                    im2col.scope(|| {
+                        conv::conv2d_backward_data(&gy, &w, &x_shape, &p).expect("input grad")
+                    })
+                })
+            });
+        }
         group.bench_function(BenchmarkId::from_parameter("gemm_same_flops"), |bch| {
             bch.iter(|| a.matmul(&bm).expect("gemm"))
         });

@@ -23,7 +23,7 @@ use super::im2col::{
     batch_columns, col2im, col2im_pixels, col2im_plane, gather_outputs, im2col, scatter_outputs,
     transpose,
 };
-use super::{Geom, OP};
+use super::{winograd, Geom, OP};
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
@@ -205,12 +205,59 @@ pub(super) fn forward<T: Float>(
     }
 }
 
+/// The Winograd shape of `g` when Winograd's F(2x2, 3x3) runs it: 3x3, stride 1, no
+/// dilation, one group, padding up to 2, at least [`winograd::MIN_CHANNELS`] channels in
+/// and out, enough output tiles to pay for the weight transform, and
+/// [`ConvAlgorithm::Auto`](super::ConvAlgorithm) in force.
+fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
+    let per_image = g.oh.div_ceil(2) * g.ow.div_ceil(2);
+    let tiles = g.n * per_image;
+    let fits = g.groups == 1
+        && (g.kh, g.kw) == (3, 3)
+        && g.p.stride == [1, 1]
+        && g.p.dilation == [1, 1]
+        && g.p.padding[0] <= 2
+        && g.p.padding[1] <= 2
+        && g.c_in.min(g.c_out) >= winograd::MIN_CHANNELS
+        && tiles >= winograd::MIN_TILES
+        && per_image >= winograd::MIN_TILES_PER_IMAGE
+        && super::ConvAlgorithm::current() == super::ConvAlgorithm::Auto;
+    fits.then_some(winograd::Shape {
+        n: g.n,
+        c_in: g.c_in,
+        h: g.h,
+        w: g.w,
+        c_out: g.c_out,
+        pad: g.p.padding,
+    })
+}
+
 fn forward_with<T: Float>(
     g: &Geom,
     x: &Tensor,
     w: &Tensor,
     epi: &CpuEpilogue<'_, T>,
 ) -> Result<Tensor> {
+    if let Some(s) = winograd_shape(g) {
+        let out = cpu::with_slice::<T, _>(OP, x, |xs| {
+            cpu::with_slice::<T, _>(OP, w, |ws| {
+                let u = winograd::transform_weights(ws, g.c_out, g.c_in, false);
+                let len = g.n * g.c_out * g.pixels();
+                let mut out: Vec<T> = Vec::with_capacity(len);
+                let slots = &mut out.spare_capacity_mut()[..len];
+                winograd::convolve(&s, xs, &u, slots);
+                if !epi.is_empty() {
+                    for (n, image) in slots.chunks_mut(g.c_out * g.pixels()).enumerate() {
+                        epi.apply_columns(g, n, 0, image, (0, g.pixels()), true);
+                    }
+                }
+                // SAFETY: `convolve` writes every output slot.
+                unsafe { out.set_len(len) };
+                Ok(out)
+            })
+        })?;
+        return cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow));
+    }
     if spread(g) == Spread::WholeBatch {
         return forward_whole_batch::<T>(g, x, w, epi);
     }
@@ -241,6 +288,30 @@ fn forward_with<T: Float>(
 }
 
 pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if let Some(s) = winograd_shape(g) {
+        // The input gradient of a 3x3 stride-1 convolution: the output gradient convolved
+        // with the flipped, transposed weights, padded by 2 - padding.
+        let s = winograd::Shape {
+            n: g.n,
+            c_in: g.c_out,
+            h: g.oh,
+            w: g.ow,
+            c_out: g.c_in,
+            pad: [2 - s.pad[0], 2 - s.pad[1]],
+        };
+        let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+            cpu::with_slice::<T, _>(OP, w, |ws| {
+                let u = winograd::transform_weights(ws, g.c_out, g.c_in, true);
+                let len = g.n * g.c_in * g.h * g.w;
+                let mut dx: Vec<T> = Vec::with_capacity(len);
+                winograd::convolve(&s, gs, &u, &mut dx.spare_capacity_mut()[..len]);
+                // SAFETY: `convolve` writes every slot of the n x c_in x h x w gradient.
+                unsafe { dx.set_len(len) };
+                Ok(dx)
+            })
+        })?;
+        return cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w));
+    }
     if spread(g) == Spread::WholeBatch {
         return backward_data_whole_batch::<T>(g, grad_out, w);
     }

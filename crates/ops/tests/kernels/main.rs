@@ -14,3 +14,4 @@ mod loss;
 mod optim;
 mod pool;
 mod precision;
+mod winograd;

@@ -1,0 +1,108 @@
+//! Winograd F(2x2, 3x3) (the CPU's 3x3 stride-1 convolutions with 16+ channels) against
+//! im2col + GEMM and against float64: forward, input gradient, with bias/residual/ReLU,
+//! paddings 0 to 2, odd sizes (partial tiles), batches split into chunks; and the shapes
+//! where im2col stays.
+
+use candle_core::{DType, Device, Tensor};
+use wick_ops::conv::{conv2d_backward_data, conv2d_fused, ConvAlgorithm, Epilogue};
+use wick_ops::{max_rel_diff, Conv2dParams};
+
+fn randn(shape: &[usize], seed: u64) -> Tensor {
+    let n: usize = shape.iter().product();
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
+}
+
+/// (n, c_in, h, w, c_out, padding): whole-batch and per-image chunks, odd sizes, pads 0-2.
+const SHAPES: [(usize, usize, usize, usize, usize, usize); 6] = [
+    (2, 16, 16, 16, 16, 1),
+    (8, 32, 9, 7, 24, 1),
+    (32, 64, 8, 8, 64, 1),
+    (1, 16, 33, 31, 16, 0),
+    (3, 16, 12, 12, 32, 2),
+    (8, 24, 8, 8, 16, 1),
+];
+
+/// Forward and input gradient of one shape in `dtype` under `algo`.
+fn run(
+    shape: (usize, usize, usize, usize, usize, usize),
+    dtype: DType,
+    algo: ConvAlgorithm,
+) -> (Tensor, Tensor) {
+    let (n, ci, h, w, co, pad) = shape;
+    let p = Conv2dParams::new(1, pad);
+    let x = randn(&[n, ci, h, w], 1).to_dtype(dtype).unwrap();
+    let wt = (randn(&[co, ci, 3, 3], 2) * 0.2)
+        .unwrap()
+        .to_dtype(dtype)
+        .unwrap();
+    let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
+    let bias = randn(&[co], 3).to_dtype(dtype).unwrap();
+    let residual = randn(&[n, co, oh, ow], 4).to_dtype(dtype).unwrap();
+    let gy = randn(&[n, co, oh, ow], 5).to_dtype(dtype).unwrap();
+    algo.scope(|| {
+        let epi = Epilogue {
+            bias: Some(&bias),
+            residual: Some(&residual),
+            relu: true,
+        };
+        let y = conv2d_fused(&x, &wt, &epi, &p).unwrap();
+        let dx = conv2d_backward_data(&gy, &wt, &[n, ci, h, w], &p).unwrap();
+        (y, dx)
+    })
+}
+
+#[test]
+fn winograd_matches_im2col_and_float64_as_closely_as_im2col_does() {
+    for shape in SHAPES {
+        let (y64, dx64) = run(shape, DType::F64, ConvAlgorithm::Im2col);
+        let (yw64, dxw64) = run(shape, DType::F64, ConvAlgorithm::Auto);
+        // In float64 the two algorithms agree to float64 rounding.
+        assert!(max_rel_diff(&yw64, &y64).unwrap() < 1e-13, "{shape:?}");
+        assert!(max_rel_diff(&dxw64, &dx64).unwrap() < 1e-13, "{shape:?}");
+        let (yi, dxi) = run(shape, DType::F32, ConvAlgorithm::Im2col);
+        let (yw, dxw) = run(shape, DType::F32, ConvAlgorithm::Auto);
+        // Winograd ran: its float32 rounding differs from im2col's.
+        assert!(
+            max_rel_diff(&yw, &yi).unwrap() > 0.0,
+            "{shape:?}: Winograd did not run"
+        );
+        let err =
+            |a: &Tensor, b: &Tensor| max_rel_diff(&a.to_dtype(DType::F64).unwrap(), b).unwrap();
+        let (ey, eyi) = (err(&yw, &y64), err(&yi, &y64));
+        let (edx, edxi) = (err(&dxw, &dx64), err(&dxi, &dx64));
+        println!("{shape:?}: forward {ey:.1e} (im2col {eyi:.1e}), input gradient {edx:.1e} (im2col {edxi:.1e})");
+        assert!(
+            ey <= 4.0 * eyi.max(1e-7) && ey < 1e-5,
+            "{shape:?}: forward {ey:.2e} vs {eyi:.2e}"
+        );
+        assert!(
+            edx <= 4.0 * edxi.max(1e-7) && edx < 1e-5,
+            "{shape:?}: input gradient {edx:.2e} vs {edxi:.2e}"
+        );
+    }
+}
+
+#[test]
+fn small_images_and_few_channels_keep_im2col() {
+    // 4x4 outputs (4 tiles per image), 8 channels, or one 14x14 image (49 tiles): the
+    // transforms would cost more than they save, so both choices give the same bits.
+    for shape in [
+        (32, 64, 4, 4, 64, 1),
+        (8, 8, 16, 16, 8, 1),
+        (1, 64, 14, 14, 64, 1),
+    ] {
+        let (yi, dxi) = run(shape, DType::F32, ConvAlgorithm::Im2col);
+        let (ya, dxa) = run(shape, DType::F32, ConvAlgorithm::Auto);
+        assert_eq!(max_rel_diff(&ya, &yi).unwrap(), 0.0, "{shape:?}");
+        assert_eq!(max_rel_diff(&dxa, &dxi).unwrap(), 0.0, "{shape:?}");
+    }
+}
