@@ -76,6 +76,17 @@ impl Communicator for ThreadComm {
     }
 }
 
+/// Runs `replica` on 2 ranks, each in a thread with its [`ThreadComm`]; their results by rank.
+fn on_two_ranks<R: Send>(replica: impl Fn(ThreadComm) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = ThreadComm::group(2)
+            .into_iter()
+            .map(|comm| s.spawn(|| replica(comm)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
 /// A communicator whose all-reduce fails, as a rank whose peer died would.
 #[derive(Debug)]
 struct Broken;
@@ -190,24 +201,16 @@ fn two_replicas_on_half_batches_end_with_the_whole_batch_weights() {
         whole.run().unwrap();
     }
     let expected = weights(&whole);
-    let replicas: Vec<Vec<Vec<f32>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = ThreadComm::group(2)
-            .into_iter()
-            .map(|comm| {
-                s.spawn(move || {
-                    let rank = comm.rank;
-                    let mut graph = training_graph(4);
-                    graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
-                    let mut exec = executor(graph);
-                    for step in 0..3 {
-                        feed(&mut exec, step, rank * 4, rank * 4 + 4);
-                        exec.run().unwrap();
-                    }
-                    weights(&exec)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let replicas: Vec<Vec<Vec<f32>>> = on_two_ranks(|comm| {
+        let rank = comm.rank;
+        let mut graph = training_graph(4);
+        graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
+        let mut exec = executor(graph);
+        for step in 0..3 {
+            feed(&mut exec, step, rank * 4, rank * 4 + 4);
+            exec.run().unwrap();
+        }
+        weights(&exec)
     });
     // Both replicas applied the same averaged gradients: identical weights.
     assert_eq!(replicas[0], replicas[1], "the replicas diverged");
@@ -445,46 +448,38 @@ fn worst(got: &[(String, Vec<f32>)], want: &[(String, Vec<f32>)]) -> (f32, Strin
 
 /// Two replicas of the batch-norm net on half batches, `sync` or not, for 2 steps.
 fn bn_replicas(fused: bool, sync: bool) -> Vec<Vec<(String, Vec<f32>)>> {
-    std::thread::scope(|s| {
-        let handles: Vec<_> = ThreadComm::group(2)
-            .into_iter()
-            .map(|comm| {
-                s.spawn(move || {
-                    let rank = comm.rank;
-                    let mut graph = bn_training_graph(4, fused);
-                    let options = DataParallelOptions {
-                        bucket_bytes: 256,
-                        sync_batch_norm: sync,
-                    };
-                    let made = graph
-                        .apply_data_parallel_with(Arc::new(comm), &options)
-                        .unwrap();
-                    assert_eq!(made.sync_batch_norms, if sync { 3 } else { 0 });
-                    let synced = graph
-                        .nodes()
-                        .iter()
-                        .filter(|n| {
-                            n.op.kernel()
-                                .name(wick_ops::DeviceKind::Cpu)
-                                .starts_with("DistSyncBatchNorm")
-                        })
-                        .count();
-                    assert_eq!(
-                        synced,
-                        if sync { 6 } else { 0 },
-                        "forward and backward nodes"
-                    );
-                    let mut exec = Executor::new(graph, &Device::Cpu);
-                    common::init(&mut exec, DType::F32, 11);
-                    for step in 0..2 {
-                        feed(&mut exec, step, rank * 4, rank * 4 + 4);
-                        exec.run().unwrap();
-                    }
-                    parameters_and_statistics(&exec)
-                })
+    on_two_ranks(|comm| {
+        let rank = comm.rank;
+        let mut graph = bn_training_graph(4, fused);
+        let options = DataParallelOptions {
+            bucket_bytes: 256,
+            sync_batch_norm: sync,
+        };
+        let made = graph
+            .apply_data_parallel_with(Arc::new(comm), &options)
+            .unwrap();
+        assert_eq!(made.sync_batch_norms, if sync { 3 } else { 0 });
+        let synced = graph
+            .nodes()
+            .iter()
+            .filter(|n| {
+                n.op.kernel()
+                    .name(wick_ops::DeviceKind::Cpu)
+                    .starts_with("DistSyncBatchNorm")
             })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+            .count();
+        assert_eq!(
+            synced,
+            if sync { 6 } else { 0 },
+            "forward and backward nodes"
+        );
+        let mut exec = Executor::new(graph, &Device::Cpu);
+        common::init(&mut exec, DType::F32, 11);
+        for step in 0..2 {
+            feed(&mut exec, step, rank * 4, rank * 4 + 4);
+            exec.run().unwrap();
+        }
+        parameters_and_statistics(&exec)
     })
 }
 
@@ -515,27 +510,19 @@ fn synchronised_batch_norm_replicas_match_the_whole_batch_statistics_included() 
 
 #[test]
 fn the_distributed_profile_gathers_every_rank_to_every_rank() {
-    let gathered: Vec<_> = std::thread::scope(|s| {
-        let handles: Vec<_> = ThreadComm::group(2)
-            .into_iter()
-            .map(|comm| {
-                s.spawn(move || {
-                    let rank = comm.rank;
-                    let mut graph = training_graph(4);
-                    let dp = graph.apply_data_parallel(Arc::new(comm), 200).unwrap();
-                    let mut exec = executor(graph);
-                    exec.add_hook(wick_graph::TimeProfiler::new(2, 1)).unwrap();
-                    for step in 0..4 {
-                        feed(&mut exec, step, rank * 4, rank * 4 + 4);
-                        exec.run().unwrap();
-                    }
-                    let profile = exec.hook::<wick_graph::TimeProfiler>().unwrap().profile();
-                    let dist = DistProfile::gather(&profile, &dp).unwrap();
-                    (profile, dist, dp.buckets)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    let gathered: Vec<_> = on_two_ranks(|comm| {
+        let rank = comm.rank;
+        let mut graph = training_graph(4);
+        let dp = graph.apply_data_parallel(Arc::new(comm), 200).unwrap();
+        let mut exec = executor(graph);
+        exec.add_hook(wick_graph::TimeProfiler::new(2, 1)).unwrap();
+        for step in 0..4 {
+            feed(&mut exec, step, rank * 4, rank * 4 + 4);
+            exec.run().unwrap();
+        }
+        let profile = exec.hook::<wick_graph::TimeProfiler>().unwrap().profile();
+        let dist = DistProfile::gather(&profile, &dp).unwrap();
+        (profile, dist, dp.buckets)
     });
     let (p0, d0, buckets) = &gathered[0];
     let (p1, d1, _) = &gathered[1];

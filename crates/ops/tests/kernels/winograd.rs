@@ -3,23 +3,11 @@
 //! paddings 0 to 2, odd sizes (partial tiles), batches split into chunks; and the shapes
 //! where im2col stays.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Tensor};
+
+use crate::common::rand_tensor;
 use wick_ops::conv::{conv2d_backward_data, conv2d_fused, ConvAlgorithm, Epilogue};
 use wick_ops::{max_rel_diff, Conv2dParams};
-
-fn randn(shape: &[usize], seed: u64) -> Tensor {
-    let n: usize = shape.iter().product();
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let v: Vec<f64> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect();
-    Tensor::from_vec(v, shape, &Device::Cpu).unwrap()
-}
 
 /// (n, c_in, h, w, c_out, padding): whole-batch and per-image chunks, odd sizes, pads 0-2.
 const SHAPES: [(usize, usize, usize, usize, usize, usize); 6] = [
@@ -39,15 +27,15 @@ fn run(
 ) -> (Tensor, Tensor) {
     let (n, ci, h, w, co, pad) = shape;
     let p = Conv2dParams::new(1, pad);
-    let x = randn(&[n, ci, h, w], 1).to_dtype(dtype).unwrap();
-    let wt = (randn(&[co, ci, 3, 3], 2) * 0.2)
+    let x = rand_tensor(1, &[n, ci, h, w]).to_dtype(dtype).unwrap();
+    let wt = (rand_tensor(2, &[co, ci, 3, 3]) * 0.2)
         .unwrap()
         .to_dtype(dtype)
         .unwrap();
     let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
-    let bias = randn(&[co], 3).to_dtype(dtype).unwrap();
-    let residual = randn(&[n, co, oh, ow], 4).to_dtype(dtype).unwrap();
-    let gy = randn(&[n, co, oh, ow], 5).to_dtype(dtype).unwrap();
+    let bias = rand_tensor(3, &[co]).to_dtype(dtype).unwrap();
+    let residual = rand_tensor(4, &[n, co, oh, ow]).to_dtype(dtype).unwrap();
+    let gy = rand_tensor(5, &[n, co, oh, ow]).to_dtype(dtype).unwrap();
     algo.scope(|| {
         let epi = Epilogue {
             bias: Some(&bias),
