@@ -119,11 +119,15 @@ fn per_image_and_whole_batch_gemm_strategies_both_match_finite_differences() {
     fd_check([2, 2, 17, 16], [3, 2, 3, 3], Conv2dParams::new(1, 1), 70);
     fd_check([3, 2, 7, 6], [3, 2, 3, 3], Conv2dParams::new(1, 1), 80);
     fd_check([2, 3, 16, 16], [4, 3, 1, 1], Conv2dParams::new(1, 0), 90);
-    // Grouped, on both strategies: each group's weight gradient is accumulated transposed
-    // (k > cout per group) and the whole-batch input gradient is laid out pixel-major.
+    // Grouped, on both strategies: the per-image weight gradient is accumulated transposed
+    // (k > cout per group); the whole-batch one reads the pixel-major im2col matrix, and
+    // the whole-batch input gradient is laid out pixel-major.
     let grouped = Conv2dParams::new(1, 1).with_groups(2);
     fd_check([2, 4, 16, 16], [4, 2, 3, 3], grouped, 100);
     fd_check([2, 4, 6, 5], [6, 2, 3, 3], grouped, 110);
+    // The whole-batch pixel-major im2col with stride, padding and dilation together.
+    let dilated = Conv2dParams::new(2, 2).with_dilation(2).with_groups(2);
+    fd_check([3, 4, 9, 8], [6, 2, 3, 3], dilated, 120);
 }
 
 #[test]
