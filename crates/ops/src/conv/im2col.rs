@@ -116,15 +116,12 @@ fn im2col_row<T: Float>(
 fn im2row<T: Float>(g: &Geom, x: &[T], padded: &mut Vec<T>, rows: &mut [MaybeUninit<T>]) {
     let (k, kk, hw) = (g.k(), g.kh * g.kw, g.h * g.w);
     let [sh, sw] = g.p.stride;
-    let [ph, pw] = g.p.padding;
     let [dh, dw] = g.p.dilation;
-    let (hp, wp) = (g.h + 2 * ph, g.w + 2 * pw);
+    let (hp, wp) = padded_size(g);
     padded.clear();
     padded.resize(g.cin_g() * hp * wp, T::ZERO);
     for (dst, src) in padded.chunks_mut(hp * wp).zip(x.chunks(hw)) {
-        for (y, row) in src.chunks(g.w).enumerate() {
-            dst[(y + ph) * wp + pw..][..g.w].copy_from_slice(row);
-        }
+        pad_plane(g, src, dst);
     }
     // Each window position's offset from its window's top-left corner.
     let offsets: Vec<usize> = (0..kk)
@@ -148,6 +145,21 @@ fn im2row<T: Float>(g: &Geom, x: &[T], padded: &mut Vec<T>, rows: &mut [MaybeUni
                 }
             }
         }
+    }
+}
+
+/// The height and width of a plane with the convolution's zero padding around it.
+fn padded_size(g: &Geom) -> (usize, usize) {
+    (g.h + 2 * g.p.padding[0], g.w + 2 * g.p.padding[1])
+}
+
+/// Copies `plane` ([h, w]) into the interior of `dst` ([`padded_size`], its border
+/// already zero).
+fn pad_plane<T: Float>(g: &Geom, plane: &[T], dst: &mut [T]) {
+    let [ph, pw] = g.p.padding;
+    let wp = padded_size(g).1;
+    for (y, row) in plane.chunks(g.w).enumerate() {
+        dst[(y + ph) * wp + pw..][..g.w].copy_from_slice(row);
     }
 }
 
@@ -279,22 +291,40 @@ fn valid_range(ow: usize, stride: usize, offset: usize, pad: usize, w: usize) ->
 // Whole-batch GEMMs (small images): columns n*P + p over every image.
 
 /// The im2col matrix of group `grp` for every image: [k, n * pixels], filled in parallel
-/// (one task per input channel, each writing its own kh*kw rows once).
+/// (one task per input channel, each writing its own kh*kw rows once). Each plane is first
+/// copied into a zero-padded one, so that every output row is an unchecked strided copy
+/// (the small planes of whole-batch layers make per-row bounds work the larger cost).
 pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
     let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
     let np = g.n * p;
+    let [sh, sw] = g.p.stride;
+    let [dh, dw] = g.p.dilation;
+    let (hp, wp) = padded_size(g);
     let mut col: Vec<T> = Vec::with_capacity(k * np);
     col.spare_capacity_mut()[..k * np]
         .par_chunks_mut(g.kh * g.kw * np)
         .enumerate()
-        .for_each(|(c, rows)| {
-            let ch = grp * g.cin_g() + c;
-            for n in 0..g.n {
-                let plane = &xs[(n * g.c_in + ch) * hw..][..hw];
-                im2col_plane(g, plane, rows, np, n * p);
-            }
-        });
-    // SAFETY: cin_g row blocks, each of whose n column ranges im2col_plane wrote whole.
+        .for_each_init(
+            || vec![T::ZERO; hp * wp],
+            |padded, (c, rows)| {
+                let ch = grp * g.cin_g() + c;
+                for n in 0..g.n {
+                    pad_plane(g, &xs[(n * g.c_in + ch) * hw..][..hw], padded);
+                    for (t, row) in rows.chunks_mut(np).enumerate() {
+                        let corner = (t / g.kw) * dh * wp + (t % g.kw) * dw;
+                        let dst = &mut row[n * p..][..p];
+                        for (oy, out) in dst.chunks_mut(g.ow).enumerate() {
+                            let src = &padded[corner + oy * sh * wp..];
+                            for (o, v) in out.iter_mut().zip(src.iter().step_by(sw)) {
+                                o.write(*v);
+                            }
+                        }
+                    }
+                }
+            },
+        );
+    // SAFETY: cin_g blocks of kh*kw rows, each of whose n column ranges of p slots was
+    // written whole (oh rows of ow values; the padded plane holds every window).
     unsafe { col.set_len(k * np) };
     col
 }
