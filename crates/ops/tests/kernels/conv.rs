@@ -274,6 +274,9 @@ fn float32_forward_and_gradients_are_within_rounding_error_bounds_of_float64() {
             precision_check([2, 32, 8, 8], [64, 32, 1, 1], Conv2dParams::new(2, 0), 3);
             let grouped = Conv2dParams::new(1, 2).with_dilation(2).with_groups(2);
             precision_check([2, 8, 10, 9], [6, 4, 3, 3], grouped, 4);
+            // A batch of one with a narrow, deep product (64 x 36 x 288): on 2+ threads its
+            // forward GEMM runs as one single-threaded GEMM per block of output channels.
+            precision_check([1, 32, 6, 6], [64, 32, 3, 3], Conv2dParams::new(1, 1), 5);
         });
     }
 }
