@@ -278,9 +278,10 @@ fn split_rows_across_threads(m: usize, n: usize, k: usize, threads: usize) -> bo
     k >= 256 && m >= 32 * threads && (n < 1024 || m <= 128)
 }
 
-/// A destination pointer handed to the threads of a row-split product.
-struct SendPtr<T>(*mut T);
-// SAFETY: each thread writes only its own rows' slots (see `gemm_raw`).
+/// A destination pointer handed to threads that each write their own disjoint slots (the
+/// rows of a row-split product, the rows of the Winograd weight planes).
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: each thread writes only its own slots (see `gemm_raw`, `transform_weights`).
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above; the pointer itself is only read.
 unsafe impl<T> Sync for SendPtr<T> {}

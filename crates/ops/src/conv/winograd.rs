@@ -61,7 +61,8 @@ impl Shape {
 /// weight `[c_out][c_in][3][3]`. With
 /// `flip`, the weights of the input gradient: `o` ranges over the weight's input
 /// channels, `i` over its output channels, and `g[ky][kx] = w[i][o][2 - ky][2 - kx]`.
-/// Output rows in parallel, each as vector operations over `i`.
+/// Output rows in parallel, each as vector operations over `i`, written straight into
+/// the 16 planes `u[ξ]` (the layout the GEMMs pack fastest), with no zeroing first.
 pub(super) fn transform_weights<T: Float>(
     w: &[T],
     c_out: usize,
@@ -69,11 +70,15 @@ pub(super) fn transform_weights<T: Float>(
     flip: bool,
 ) -> Vec<T> {
     let (rows, cols) = if flip { (c_in, c_out) } else { (c_out, c_in) };
+    assert_eq!(w.len(), 9 * c_out * c_in, "3x3 weights expected");
     let half = T::ONE / (T::ONE + T::ONE);
-    let mut u = vec![T::ZERO; 16 * rows * cols];
-    u.par_chunks_mut(16 * cols).enumerate().for_each_init(
-        || vec![T::ZERO; 9 * cols],
-        |g, (o, out)| {
+    let len = 16 * rows * cols;
+    let mut planes: Vec<T> = Vec::with_capacity(len);
+    let dst = cpu::SendPtr(planes.as_mut_ptr());
+    (0..rows).into_par_iter().for_each_init(
+        || vec![T::ZERO; 21 * cols],
+        |buf, o| {
+            let (g, gg) = buf.split_at_mut(9 * cols);
             // g[k][i]: kernel tap k = 3 ky + kx of (o, i).
             for i in 0..cols {
                 for k in 0..9 {
@@ -86,7 +91,6 @@ pub(super) fn transform_weights<T: Float>(
             }
             let tap = |k: usize| &g[k * cols..][..cols];
             // G g: row r of 3 taps, as [c0, c1, c2] columns.
-            let mut gg = vec![T::ZERO; 12 * cols];
             for c in 0..3 {
                 let (t0, t1, t2) = (tap(c), tap(3 + c), tap(6 + c));
                 for i in 0..cols {
@@ -96,30 +100,33 @@ pub(super) fn transform_weights<T: Float>(
                     gg[(9 + c) * cols + i] = t2[i];
                 }
             }
-            // (G g) Gᵀ: ξ = 4 r + q.
+            // (G g) Gᵀ: ξ = 4 r + q, into row o of plane ξ.
+            let dst = &dst;
+            let plane_row = |xi: usize| {
+                // SAFETY: row o of plane ξ lies inside the `len` slots, and only this
+                // task (the one for row o) writes it.
+                unsafe {
+                    std::slice::from_raw_parts_mut(
+                        dst.0.add((xi * rows + o) * cols).cast::<MaybeUninit<T>>(),
+                        cols,
+                    )
+                }
+            };
             for r in 0..4 {
                 let row = |c: usize| &gg[(3 * r + c) * cols..][..cols];
                 let (c0, c1, c2) = (row(0), row(1), row(2));
-                let dst = &mut out[4 * r * cols..][..4 * cols];
+                let [d0, d1, d2, d3] = [0, 1, 2, 3].map(|q| plane_row(4 * r + q));
                 for i in 0..cols {
-                    dst[i] = c0[i];
-                    dst[cols + i] = (c0[i] + c1[i] + c2[i]) * half;
-                    dst[2 * cols + i] = (c0[i] - c1[i] + c2[i]) * half;
-                    dst[3 * cols + i] = c2[i];
+                    d0[i].write(c0[i]);
+                    d1[i].write((c0[i] + c1[i] + c2[i]) * half);
+                    d2[i].write((c0[i] - c1[i] + c2[i]) * half);
+                    d3[i].write(c2[i]);
                 }
             }
         },
     );
-    // As 16 contiguous planes u[ξ][o][i]: the GEMMs pack them fastest that way.
-    let mut planes = vec![T::ZERO; 16 * rows * cols];
-    planes
-        .par_chunks_mut(rows * cols)
-        .enumerate()
-        .for_each(|(xi, plane)| {
-            for (o, row) in plane.chunks_exact_mut(cols).enumerate() {
-                row.copy_from_slice(&u[(o * 16 + xi) * cols..][..cols]);
-            }
-        });
+    // SAFETY: every row o < rows of every plane ξ < 16 was written whole above.
+    unsafe { planes.set_len(len) };
     planes
 }
 
