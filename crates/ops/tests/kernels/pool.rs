@@ -293,14 +293,18 @@ fn max_pool_values_and_indices_equal_the_direct_scan_with_ties_and_nans() {
         (3, 3, 0),
         (4, 2, 2),
     ];
-    for ((k, s, pad), with_nan) in windows.into_iter().flat_map(|w| [(w, true), (w, false)]) {
+    for ((k, s, pad), values) in windows
+        .into_iter()
+        .flat_map(|w| [(w, "levels"), (w, "NaNs"), (w, "-infs")])
+    {
         for (h, w) in [(7, 9), (8, 8), (5, 12)] {
-            // Values from a handful of levels (many ties), some NaNs (the kernel takes
-            // another path for planes without NaN).
+            // Values from a handful of levels (many ties); then with some NaNs; then
+            // mostly -inf, so that whole windows hold nothing greater than the padding.
             let x: Vec<f64> = (0..h * w)
-                .map(|_| match next() % 23 {
-                    0 if with_nan => f64::NAN,
-                    r => (r % 4) as f64 - 2.0,
+                .map(|_| match (values, next() % 23) {
+                    ("NaNs", 0) => f64::NAN,
+                    ("-infs", r) if r % 3 != 0 => f64::NEG_INFINITY,
+                    (_, r) => (r % 4) as f64 - 2.0,
                 })
                 .collect();
             let p = Pool2dParams::new(k, s, pad);
@@ -311,7 +315,7 @@ fn max_pool_values_and_indices_equal_the_direct_scan_with_ties_and_nans() {
             let (ry, ridx) = scan_reference(&x, h, w, &p);
             assert_eq!(
                 idx, ridx,
-                "k{k} s{s} p{pad} {h}x{w} NaN {with_nan}: indices"
+                "k{k} s{s} p{pad} {h}x{w} {values}: indices"
             );
             for (a, b) in y.iter().zip(&ry) {
                 assert!(
@@ -322,5 +326,5 @@ fn max_pool_values_and_indices_equal_the_direct_scan_with_ties_and_nans() {
             cases += 1;
         }
     }
-    assert_eq!(cases, 36);
+    assert_eq!(cases, 54);
 }
