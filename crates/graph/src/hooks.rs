@@ -44,8 +44,9 @@ pub enum StepPart {
 
 /// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every
 /// method has an empty default. With no hook attached the executor makes none of these
-/// calls.
-pub trait Hook: Any {
+/// calls. A hook is `Send`: on the CPU the executor runs each iteration, and so calls its
+/// hooks, on a thread of rayon's pool (see [`Executor::run`](crate::Executor::run)).
+pub trait Hook: Any + Send {
     /// Once, when the hook is attached: the graph's nodes and the device they run on.
     fn on_attach(&mut self, _nodes: &[NodeInfo], _device: &Device) -> crate::Result<()> {
         Ok(())

@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 /// A set of numbered time marks, recorded during an iteration and read after it.
-pub trait Timer {
+pub trait Timer: Send {
     /// How this timer measures, for reports (`host clock (std::time::Instant)`, `CUDA events`).
     fn method(&self) -> &'static str;
     /// Prepares `slots` marks; called once before the first timed iteration. A CUDA timer
@@ -59,9 +59,9 @@ impl Timer for HostTimer {
 
 /// A source of device events: what an [`EventTimer`] needs from a device. CUDA's is
 /// `CudaEvents` (with the `cuda` feature); tests use a fake one.
-pub trait EventSource {
+pub trait EventSource: Send {
     /// One event.
-    type Event;
+    type Event: Send;
     /// The timing method's name for reports.
     fn method(&self) -> &'static str;
     /// Creates an event (once per mark, before the first timed iteration).

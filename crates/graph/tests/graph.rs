@@ -548,3 +548,55 @@ fn every_node_carries_its_layer_forward_node_or_parameter() {
     // Only `flatten`, which the small net records outside any layer.
     assert_eq!(forward_without_layer, 1);
 }
+
+/// A one-convolution eval graph (3x3, stride 1, 16 channels at 32x32: a Winograd shape)
+/// and its executor with the input and weight set.
+fn winograd_conv(x: &Tensor, w: &Tensor) -> (Executor, wick_graph::ValueId) {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let xi = b.input("x", x.dims(), DType::F32).unwrap();
+    let wi = b.param("w", w.dims()).unwrap();
+    let y = b.conv2d(xi, wi, None, Conv2dParams::new(1, 1)).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    exec.set("x", x).unwrap();
+    exec.set("w", w).unwrap();
+    (exec, y)
+}
+
+#[test]
+fn the_kernel_choices_in_force_on_the_calling_thread_hold_for_the_whole_run() {
+    use wick_ops::conv::ConvAlgorithm;
+    use wick_ops::KernelPath;
+    // The CPU executor runs its iterations on rayon's pool; the per-thread choices of the
+    // thread that calls `run` must still decide every kernel.
+    let dev = Device::Cpu;
+    let x = Tensor::randn(0f32, 1.0, (1, 16, 32, 32), &dev).unwrap();
+    let w = Tensor::randn(0f32, 0.1, (16, 16, 3, 3), &dev).unwrap();
+    let p = Conv2dParams::new(1, 1);
+    let direct = |alg: ConvAlgorithm| alg.scope(|| wick_ops::conv::conv2d(&x, &w, None, &p).unwrap());
+    let (im2col, winograd) = (direct(ConvAlgorithm::Im2col), direct(ConvAlgorithm::Auto));
+    assert!(
+        wick_ops::max_abs_diff(&im2col, &winograd).unwrap() > 0.0,
+        "the two algorithms must round differently for this test to tell them apart"
+    );
+    for (alg, expected) in [(ConvAlgorithm::Im2col, &im2col), (ConvAlgorithm::Auto, &winograd)] {
+        let (mut exec, y) = winograd_conv(&x, &w);
+        alg.scope(|| exec.run()).unwrap();
+        let got = exec.get_id(y).unwrap();
+        assert_eq!(
+            wick_ops::max_abs_diff(got, expected).unwrap(),
+            0.0,
+            "{alg:?} in force on the caller: the graph's convolution must be bit-identical"
+        );
+    }
+    // The device-generic path has no padded pooling: under it, the run must fail.
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let xi = b.input("x", x.dims(), DType::F32).unwrap();
+    let pooled = b.max_pool2d(xi, 3, 2, 1).unwrap();
+    b.output(pooled);
+    let mut exec = Executor::new(b.finish(), &dev);
+    exec.set("x", &x).unwrap();
+    exec.run().expect("wick's CPU pooling kernel");
+    let err = KernelPath::Generic.scope(|| exec.run()).unwrap_err();
+    assert!(err.to_string().contains("device-generic"), "{err}");
+}

@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::cell::Cell;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
@@ -13,12 +12,28 @@ use wick_graph::profiler::{Mark, SlotLayout};
 use wick_graph::{Executor, GraphBuilder, Mode, Phase, TimeProfiler, Timer};
 use wick_ops::SgdParams;
 
+/// A value the test shares with a hook (which the executor may call on another thread).
+#[derive(Clone, Default)]
+struct Shared<T>(Arc<Mutex<T>>);
+
+impl<T: Copy> Shared<T> {
+    fn new(value: T) -> Self {
+        Shared(Arc::new(Mutex::new(value)))
+    }
+    fn get(&self) -> T {
+        *self.0.lock().unwrap()
+    }
+    fn set(&self, value: T) {
+        *self.0.lock().unwrap() = value;
+    }
+}
+
 /// A fake clock: the time of each mark is a function of the iteration (set by the test
 /// before each run) and the mark's slot. It counts the marks it was asked for.
 struct FakeTimer {
-    iteration: Rc<Cell<usize>>,
-    marks: Rc<Cell<usize>>,
-    clock: Box<dyn Fn(usize, usize) -> f64>,
+    iteration: Shared<usize>,
+    marks: Shared<usize>,
+    clock: Box<dyn Fn(usize, usize) -> f64 + Send>,
     recorded: Vec<f64>,
 }
 
@@ -46,7 +61,7 @@ const SKIP_POISON: f64 = 1e6;
 
 /// Durations chosen per iteration: op i takes (i+1) ms * (1 + iteration); each phase is
 /// given a fixed length; skipped iterations would show huge times if they were timed.
-fn clock(skip: usize, phase_len: [f64; 3]) -> impl Fn(usize, usize) -> f64 {
+fn clock(skip: usize, phase_len: [f64; 3]) -> impl Fn(usize, usize) -> f64 + Send {
     let layout = SlotLayout::new(1_000_000);
     move |it, slot| {
         let base = 1000.0 * it as f64;
@@ -71,8 +86,8 @@ fn op_secs(op: usize, it: usize) -> f64 {
 
 struct Setup {
     exec: Executor,
-    iteration: Rc<Cell<usize>>,
-    marks: Rc<Cell<usize>>,
+    iteration: Shared<usize>,
+    marks: Shared<usize>,
 }
 
 fn setup(verbosity: u8, skip: usize, phase_len: [f64; 3]) -> Setup {
@@ -106,8 +121,8 @@ fn setup_with(
     .unwrap();
     exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
         .unwrap();
-    let iteration = Rc::new(Cell::new(0));
-    let marks = Rc::new(Cell::new(0));
+    let iteration = Shared::new(0);
+    let marks = Shared::new(0);
     let timer = FakeTimer {
         iteration: iteration.clone(),
         marks: marks.clone(),
@@ -409,20 +424,20 @@ impl wick_graph::EventSource for FakeEvents {
 }
 
 /// A timer that shares its event source with the test, to count calls after the run.
-struct SharedEventTimer(Rc<std::cell::RefCell<wick_graph::EventTimer<FakeEvents>>>);
+struct SharedEventTimer(Arc<Mutex<wick_graph::EventTimer<FakeEvents>>>);
 
 impl Timer for SharedEventTimer {
     fn method(&self) -> &'static str {
         "fake events"
     }
     fn prepare(&mut self, slots: usize) -> wick_graph::Result<()> {
-        self.0.borrow_mut().prepare(slots)
+        self.0.lock().unwrap().prepare(slots)
     }
     fn mark(&mut self, slot: usize) {
-        self.0.borrow_mut().mark(slot)
+        self.0.lock().unwrap().mark(slot)
     }
     fn read(&mut self, out: &mut [f64]) -> wick_graph::Result<()> {
-        self.0.borrow_mut().read(out)
+        self.0.lock().unwrap().read(out)
     }
 }
 
@@ -431,14 +446,14 @@ fn event_timer_creates_events_once_and_synchronises_once_per_iteration() {
     let mut s = setup(2, 2, [1.0, 1.0, 1.0]);
     let nodes = s.exec.node_infos().len();
     let _ = s.exec.remove_hook::<TimeProfiler>().unwrap();
-    let timer = Rc::new(std::cell::RefCell::new(wick_graph::EventTimer::new(
+    let timer = Arc::new(Mutex::new(wick_graph::EventTimer::new(
         FakeEvents::default(),
     )));
     s.exec
         .add_hook(TimeProfiler::new(2, 2).with_timer(Box::new(SharedEventTimer(timer.clone()))))
         .unwrap();
     run(&mut s, 6);
-    let t = timer.borrow();
+    let t = timer.lock().unwrap();
     let src = t.source();
     let slots = SlotLayout::new(nodes).len();
     assert_eq!(src.creates, slots, "one event per mark, created once");
@@ -609,8 +624,8 @@ fn without_reported_parts_there_is_no_whole_step_figure() {
 
 /// A memory counter whose peak the test scripts; it counts its resets.
 struct FakeCounter {
-    peak: Rc<Cell<u64>>,
-    resets: Rc<Cell<usize>>,
+    peak: Shared<u64>,
+    resets: Shared<usize>,
 }
 
 impl wick_graph::profiler::MemoryCounter for FakeCounter {
@@ -626,7 +641,7 @@ impl wick_graph::profiler::MemoryCounter for FakeCounter {
 /// beside the counting allocator's peak over the timed iterations.
 #[test]
 fn memory_prediction_and_measured_peak() {
-    let (peak, resets) = (Rc::new(Cell::new(0u64)), Rc::new(Cell::new(0usize)));
+    let (peak, resets) = (Shared::new(0u64), Shared::new(0usize));
     let counter = FakeCounter {
         peak: peak.clone(),
         resets: resets.clone(),

@@ -97,6 +97,18 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// Whether the kernel talks to other data-parallel ranks (through MPI or NCCL, whose
+    /// calls may be bound to the thread that set them up).
+    pub fn communicates(self) -> bool {
+        matches!(
+            self,
+            Kernel::DistAllReduce
+                | Kernel::DistWait
+                | Kernel::SyncBatchNormForwardTraining
+                | Kernel::SyncBatchNormBackward
+        )
+    }
+
     /// The kernel's name on a device of kind `device`.
     pub fn name(self, device: DeviceKind) -> &'static str {
         use Kernel::*;

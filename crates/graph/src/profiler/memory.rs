@@ -8,7 +8,7 @@ use crate::memory::{MemoryPlan, MemorySplit};
 
 /// A process-wide count of allocated bytes: the examples' counting global allocator
 /// (`wick::allocator::Counter`).
-pub trait MemoryCounter {
+pub trait MemoryCounter: Send {
     /// Starts a new peak from the bytes allocated now.
     fn reset_peak(&self);
     /// The most bytes allocated at once since the last reset.

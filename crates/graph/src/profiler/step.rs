@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::hooks::StepPart;
 
 /// A host clock: seconds since a fixed origin. Injected in tests.
-pub type WallClock = Box<dyn FnMut() -> f64>;
+pub type WallClock = Box<dyn FnMut() -> f64 + Send>;
 
 /// The real host clock.
 pub(crate) fn instant_clock() -> WallClock {
