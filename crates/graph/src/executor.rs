@@ -310,7 +310,11 @@ impl Executor {
     fn runs_on_pool(&self) -> bool {
         self.device.is_cpu()
             && rayon::current_thread_index().is_none()
-            && !self.graph.nodes.iter().any(|n| n.op.kernel().communicates())
+            && !self
+                .graph
+                .nodes
+                .iter()
+                .any(|n| n.op.kernel().communicates())
     }
 
     /// [`run`](Executor::run) on the calling thread.

@@ -573,13 +573,17 @@ fn the_kernel_choices_in_force_on_the_calling_thread_hold_for_the_whole_run() {
     let x = Tensor::randn(0f32, 1.0, (1, 16, 32, 32), &dev).unwrap();
     let w = Tensor::randn(0f32, 0.1, (16, 16, 3, 3), &dev).unwrap();
     let p = Conv2dParams::new(1, 1);
-    let direct = |alg: ConvAlgorithm| alg.scope(|| wick_ops::conv::conv2d(&x, &w, None, &p).unwrap());
+    let direct =
+        |alg: ConvAlgorithm| alg.scope(|| wick_ops::conv::conv2d(&x, &w, None, &p).unwrap());
     let (im2col, winograd) = (direct(ConvAlgorithm::Im2col), direct(ConvAlgorithm::Auto));
     assert!(
         wick_ops::max_abs_diff(&im2col, &winograd).unwrap() > 0.0,
         "the two algorithms must round differently for this test to tell them apart"
     );
-    for (alg, expected) in [(ConvAlgorithm::Im2col, &im2col), (ConvAlgorithm::Auto, &winograd)] {
+    for (alg, expected) in [
+        (ConvAlgorithm::Im2col, &im2col),
+        (ConvAlgorithm::Auto, &winograd),
+    ] {
         let (mut exec, y) = winograd_conv(&x, &w);
         alg.scope(|| exec.run()).unwrap();
         let got = exec.get_id(y).unwrap();

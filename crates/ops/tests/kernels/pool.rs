@@ -313,10 +313,7 @@ fn max_pool_values_and_indices_equal_the_direct_scan_with_ties_and_nans() {
             let y: Vec<f64> = out.y.flatten_all().unwrap().to_vec1().unwrap();
             let idx: Vec<u32> = out.indices.flatten_all().unwrap().to_vec1().unwrap();
             let (ry, ridx) = scan_reference(&x, h, w, &p);
-            assert_eq!(
-                idx, ridx,
-                "k{k} s{s} p{pad} {h}x{w} {values}: indices"
-            );
+            assert_eq!(idx, ridx, "k{k} s{s} p{pad} {h}x{w} {values}: indices");
             for (a, b) in y.iter().zip(&ry) {
                 assert!(
                     a == b || (a.is_nan() && b.is_nan()),
