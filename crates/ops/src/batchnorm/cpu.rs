@@ -1,6 +1,9 @@
 //! The CPU batch norm: one pass for the per-channel statistics (f64 accumulation in
 //! independent partial sums), one pass that writes the output, channels and planes in
-//! parallel.
+//! parallel. The backward pass runs channel by channel: its sums, then its input gradient
+//! while the channel's data is still in the core's cache.
+
+use std::mem::MaybeUninit;
 
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
@@ -74,7 +77,6 @@ fn affine(
     dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, c, relu))
 }
 
-/// The gradients for normalisation by the batch's or the running statistics.
 /// The gradients for normalisation by the batch's or the running statistics; with
 /// `relu_out`, `grad_y` is a fused ReLU's output gradient, passing only where `relu_out > 0`.
 pub(super) fn backward(
@@ -90,30 +92,20 @@ pub(super) fn backward(
     };
     let (mean, inv_std) = (&mean[..], &inv_std[..]);
     let dims = dims(x)?;
-    let [n, c, h, w] = dims;
+    let c = dims[1];
     let gamma = host(weight)?;
-    let (sum_dy, sum_dy_xc) =
-        dispatch_float!(OP, x.dtype(), grad_sums(grad_y, relu_out, x, dims, mean))?;
-    let m = (n * h * w) as f64;
-    // Centred, as PyTorch's kernel: dx = a * ((dy - mean(dy)) + c * (x - mean)) with
-    // a = gamma * inv_std and c = -inv_std * d_weight / m (batch statistics' gradient);
-    // with running statistics both corrections are 0 and dx = a * dy.
-    let mut coef = Coefficients {
+    let channel = ChannelConstants {
         mean,
-        a: vec![0.0; c],
-        dy_mean: vec![0.0; c],
-        c: vec![0.0; c],
+        inv_std,
+        gamma: &gamma,
+        batch_stats,
     };
-    let mut d_weight = vec![0.0; c];
-    for i in 0..c {
-        coef.a[i] = gamma[i] * inv_std[i];
-        d_weight[i] = sum_dy_xc[i] * inv_std[i];
-        if batch_stats {
-            coef.dy_mean[i] = sum_dy[i] / m;
-            coef.c[i] = -inv_std[i] * d_weight[i] / m;
-        }
-    }
-    let dx = dispatch_float!(OP, x.dtype(), dx_kernel(grad_y, relu_out, x, dims, &coef))?;
+    let (dx, sum_dy, sum_dy_xc) = dispatch_float!(
+        OP,
+        x.dtype(),
+        backward_per_channel(grad_y, relu_out, x, dims, &channel)
+    )?;
+    let d_weight: Vec<f64> = (0..c).map(|i| sum_dy_xc[i] * inv_std[i]).collect();
     Ok(BatchNormGrads {
         x: dx,
         weight: vector(d_weight, weight.dtype())?,
@@ -281,80 +273,99 @@ fn affine_per_channel<T: Float>(
     cpu::tensor(OP, y, (n, c, h, w))
 }
 
-/// Per channel: sum of dy and sum of dy * (x - center), dy masked by `relu_out` if given.
-fn grad_sums<T: Float>(
-    grad_y: &Tensor,
-    relu_out: Option<&Tensor>,
-    x: &Tensor,
+/// Each channel's `n` planes of `hw` slots in `slots` (NCHW), to hand one channel's
+/// output to one task.
+fn planes_by_channel<T>(
+    slots: &mut [MaybeUninit<T>],
     [n, c, h, w]: [usize; 4],
-    center: &[f64],
-) -> Result<(Vec<f64>, Vec<f64>)> {
-    let hw = h * w;
-    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        with_mask::<T, _>(relu_out, |zs| {
-            cpu::with_slice::<T, _>(OP, x, |xs| {
-                let sums: Vec<(f64, f64)> = (0..c)
-                    .into_par_iter()
-                    .map_init(Vec::new, |buf, ch| {
-                        let (mut s1, mut s2) = (0.0, 0.0);
-                        for b in 0..n {
-                            let r = (b * c + ch) * hw..(b * c + ch + 1) * hw;
-                            let g = plane_gradient(gs, zs, r.clone(), buf);
-                            let (a1, a2) = lane_grad_sums(g, &xs[r], center[ch]);
-                            s1 += a1;
-                            s2 += a2;
-                        }
-                        (s1, s2)
-                    })
-                    .collect();
-                Ok(sums.into_iter().unzip())
-            })
-        })
-    })
+) -> Vec<Vec<&mut [MaybeUninit<T>]>> {
+    let mut planes: Vec<Vec<&mut [MaybeUninit<T>]>> =
+        (0..c).map(|_| Vec::with_capacity(n)).collect();
+    for (plane, d) in slots[..n * c * h * w].chunks_mut(h * w).enumerate() {
+        planes[plane % c].push(d);
+    }
+    planes
 }
 
-/// The per-channel coefficients of the input gradient.
-struct Coefficients<'a> {
+/// What the input gradient needs per channel besides the data.
+struct ChannelConstants<'a> {
     mean: &'a [f64],
-    a: Vec<f64>,
-    dy_mean: Vec<f64>,
-    c: Vec<f64>,
+    inv_std: &'a [f64],
+    gamma: &'a [f64],
+    /// Normalised by the batch's statistics (their gradient adds two corrections).
+    batch_stats: bool,
 }
 
-/// `dx = a * ((dy - dy_mean) + c * (x - mean))` per channel, planes in parallel; `dy`
-/// masked by `relu_out` if given.
-fn dx_kernel<T: Float>(
+/// The input gradient and, per channel, `sum dy` and `sum dy * (x - mean)` (dy masked by
+/// `relu_out` if given), channels in parallel: each channel's sums, then its input
+/// gradient planes while its data is still in the core's cache (a 64-channel 32x32 layer
+/// at batch 32 holds 384 KiB per channel), instead of a second pass over the whole
+/// tensors from memory. Centred, as PyTorch's kernel: `dx = a * ((dy - mean(dy)) +
+/// c * (x - mean))` with `a = gamma * inv_std` and `c = -inv_std * d_weight / m` (the
+/// batch statistics' gradient); with running statistics both corrections are 0 and
+/// `dx = a * dy`.
+fn backward_per_channel<T: Float>(
     grad_y: &Tensor,
     relu_out: Option<&Tensor>,
     x: &Tensor,
     [n, c, h, w]: [usize; 4],
-    coef: &Coefficients<'_>,
-) -> Result<Tensor> {
+    k: &ChannelConstants<'_>,
+) -> Result<(Tensor, Vec<f64>, Vec<f64>)> {
     let (hw, len) = (h * w, n * c * h * w);
+    let m = (n * hw) as f64;
     let mut dx: Vec<T> = Vec::with_capacity(len);
-    cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+    let sums: Vec<(f64, f64)> = cpu::with_slice::<T, _>(OP, grad_y, |gs| {
         with_mask::<T, _>(relu_out, |zs| {
             cpu::with_slice::<T, _>(OP, x, |xs| {
-                dx.spare_capacity_mut()[..len]
-                    .par_chunks_mut(hw)
+                if gs.len() != len || xs.len() != len || zs.is_some_and(|z| z.len() != len) {
+                    return Err(OpError::invalid(
+                        OP,
+                        format!(
+                            "gradient, input and ReLU output must all be {:?}",
+                            [n, c, h, w]
+                        ),
+                    ));
+                }
+                let planes = planes_by_channel(dx.spare_capacity_mut(), [n, c, h, w]);
+                Ok(planes
+                    .into_par_iter()
                     .enumerate()
-                    .for_each_init(Vec::new, |buf, (plane, d)| {
-                        let ch = plane % c;
-                        let at = |v: &[f64]| T::from_f64(v[ch]);
-                        let (mu, a, dm, cx) =
-                            (at(coef.mean), at(&coef.a), at(&coef.dy_mean), at(&coef.c));
-                        let r = plane * hw..(plane + 1) * hw;
-                        let g = plane_gradient(gs, zs, r.clone(), buf);
-                        for ((o, g), v) in d.iter_mut().zip(g).zip(&xs[r]) {
-                            o.write(a * ((*g - dm) + cx * (*v - mu)));
+                    .map_init(Vec::new, |buf, (ch, out)| {
+                        let range = |b: usize| (b * c + ch) * hw..(b * c + ch + 1) * hw;
+                        let (mut sum_dy, mut sum_dy_xc) = (0.0, 0.0);
+                        for b in 0..n {
+                            let g = plane_gradient(gs, zs, range(b), buf);
+                            let (a1, a2) = lane_grad_sums(g, &xs[range(b)], k.mean[ch]);
+                            sum_dy += a1;
+                            sum_dy_xc += a2;
                         }
-                    });
-                Ok(())
+                        let inv_std = k.inv_std[ch];
+                        let (dy_mean, cx) = if k.batch_stats {
+                            (sum_dy / m, -inv_std * (sum_dy_xc * inv_std) / m)
+                        } else {
+                            (0.0, 0.0)
+                        };
+                        let (mu, a, dm, cx) = (
+                            T::from_f64(k.mean[ch]),
+                            T::from_f64(k.gamma[ch] * inv_std),
+                            T::from_f64(dy_mean),
+                            T::from_f64(cx),
+                        );
+                        for (b, d) in out.into_iter().enumerate() {
+                            let g = plane_gradient(gs, zs, range(b), buf);
+                            for ((o, g), v) in d.iter_mut().zip(g).zip(&xs[range(b)]) {
+                                o.write(a * ((*g - dm) + cx * (*v - mu)));
+                            }
+                        }
+                        (sum_dy, sum_dy_xc)
+                    })
+                    .collect())
             })
         })
     })?;
-    // SAFETY: `gs` and `xs` hold `len` elements each (both tensors have these dims, checked
-    // by the caller), so the planes above wrote every one of the `len` slots.
+    // SAFETY: the lengths were checked above, so the c channels' n planes of hw slots
+    // each, all written, are the `len` slots.
     unsafe { dx.set_len(len) };
-    cpu::tensor(OP, dx, (n, c, h, w))
+    let (sum_dy, sum_dy_xc) = sums.into_iter().unzip();
+    Ok((cpu::tensor(OP, dx, (n, c, h, w))?, sum_dy, sum_dy_xc))
 }
