@@ -15,8 +15,22 @@ use crate::cpu::Float;
 /// first. `parallel` splits it across threads (for a batch of one, where the images are
 /// not split across threads): one task per input channel, or per row when there are
 /// fewer channels than threads (a 3-channel stem has 147 rows).
+///
+/// With a column stride above 1 and windows that read each input value at least twice
+/// ([`phases_pay`]), each input row is first split into its stride phases
+/// ([`split_phases`]), so that every im2col row segment is one contiguous copy instead of
+/// a strided gather (the 7x7 stride-2 stem spent as long in a strided im2col as in its
+/// GEMM).
 pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bool) {
-    let (hw, p, kk) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let (p, kk) = (g.pixels(), g.kh * g.kw);
+    let phased;
+    let x = if phases_pay(g) {
+        phased = split_phases(g, x, parallel);
+        &phased[..]
+    } else {
+        x
+    };
+    let plane_len = g.h * source_row_len(g);
     let len = g.k() * p;
     col.clear();
     col.reserve(len);
@@ -24,18 +38,21 @@ pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bo
     if parallel && g.cin_g() < 2 * crate::cpu::threads() {
         slots.par_chunks_mut(p).enumerate().for_each(|(r, dst)| {
             let (c, kernel) = (r / kk, r % kk);
-            let plane = &x[c * hw..(c + 1) * hw];
+            let plane = &x[c * plane_len..(c + 1) * plane_len];
             im2col_row(g, plane, (kernel / g.kw, kernel % g.kw), dst);
         });
     } else {
-        let fill = |(dst, plane): (&mut [MaybeUninit<T>], &[T])| im2col_plane(g, plane, dst, p, 0);
+        let fill = |(dst, plane): (&mut [MaybeUninit<T>], &[T])| im2col_plane(g, plane, dst);
         if parallel {
             slots
                 .par_chunks_mut(kk * p)
-                .zip(x.par_chunks(hw))
+                .zip(x.par_chunks(plane_len))
                 .for_each(fill);
         } else {
-            slots.chunks_mut(kk * p).zip(x.chunks(hw)).for_each(fill);
+            slots
+                .chunks_mut(kk * p)
+                .zip(x.chunks(plane_len))
+                .for_each(fill);
         }
     }
     // SAFETY: `x` has cin_g planes, so each of the cin_g * kh * kw rows of `len` was
@@ -43,27 +60,85 @@ pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bo
     unsafe { col.set_len(len) };
 }
 
-/// Writes the kh*kw im2col rows of one input plane ([h, w]) into the columns
-/// `offset..offset + oh*ow` of `rows`, a matrix whose rows are `row_stride` long. Every
-/// slot of those columns is written (padding as zeros).
-pub(super) fn im2col_plane<T: Float>(
-    g: &Geom,
-    plane: &[T],
-    rows: &mut [MaybeUninit<T>],
-    row_stride: usize,
-    offset: usize,
-) {
+/// Whether [`im2col`] splits the input rows into their stride phases first: a column
+/// stride above 1, windows that read each input value twice or more (kh*kw >= 2*sh*sw:
+/// the split is one extra pass over the input, which a 1x1 stride-2 layer, reading every
+/// value at most once and half the rows never, would not earn back), and rows of 16+
+/// outputs (shorter rows leave too little to copy). Measured at batch 1, strided gather
+/// -> phases, alternating runs: the 7x7 stride-2 stem 1.02-1.06 -> 0.74-0.75 ms,
+/// 128->128 3x3 stride 2 @56 0.79-0.85 -> 0.76-0.79 ms.
+fn phases_pay(g: &Geom) -> bool {
+    let [sh, sw] = g.p.stride;
+    sw > 1 && g.kh * g.kw >= 2 * sh * sw && g.ow >= 16
+}
+
+/// Values per row of the planes [`im2col_row`] reads: `w`, or when [`phases_pay`], `s`
+/// phases of `ceil(w / s)` values each ([`split_phases`]) for the column stride `s`.
+fn source_row_len(g: &Geom) -> usize {
+    let s = g.p.stride[1];
+    if phases_pay(g) {
+        s * g.w.div_ceil(s)
+    } else {
+        g.w
+    }
+}
+
+/// `x` ([cin_g, h, w]) with each row split into its column-stride phases: value `j * s + r`
+/// of a row at `r * ceil(w / s) + j` of its [`source_row_len`] slots (the unused tail
+/// slots of the last phases are zeros, never read).
+fn split_phases<T: Float>(g: &Geom, x: &[T], parallel: bool) -> Vec<T> {
+    let (s, row_len) = (g.p.stride[1], source_row_len(g));
+    let phase = row_len / s;
+    let mut out = vec![T::ZERO; g.cin_g() * g.h * row_len];
+    let split = |(dst, src): (&mut [T], &[T])| {
+        if s == 2 {
+            let (even, odd) = dst.split_at_mut(phase);
+            for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(src.chunks_exact(2)) {
+                *e = pair[0];
+                *o = pair[1];
+            }
+            if src.len() % 2 == 1 {
+                even[phase - 1] = src[src.len() - 1];
+            }
+        } else {
+            for (j, values) in src.chunks(s).enumerate() {
+                for (r, v) in values.iter().enumerate() {
+                    dst[r * phase + j] = *v;
+                }
+            }
+        }
+    };
+    let rows = g.cin_g() * g.h;
+    if parallel {
+        out.par_chunks_mut(row_len)
+            .zip(x[..rows * g.w].par_chunks(g.w))
+            .with_min_len(64)
+            .for_each(split);
+    } else {
+        out.chunks_mut(row_len)
+            .zip(x[..rows * g.w].chunks(g.w))
+            .for_each(split);
+    }
+    out
+}
+
+/// Writes the kh*kw im2col rows of one input plane (as [`im2col_row`] reads it) into
+/// `rows`, a matrix of oh*ow-long rows. Every slot is written (padding as zeros).
+fn im2col_plane<T: Float>(g: &Geom, plane: &[T], rows: &mut [MaybeUninit<T>]) {
     let p = g.pixels();
     for ki in 0..g.kh {
         for kj in 0..g.kw {
-            let dst = &mut rows[(ki * g.kw + kj) * row_stride + offset..][..p];
+            let dst = &mut rows[(ki * g.kw + kj) * p..][..p];
             im2col_row(g, plane, (ki, kj), dst);
         }
     }
 }
 
-/// Writes the im2col row of kernel offset `(ki, kj)` of one input plane ([h, w]) into
-/// `dst` (oh*ow slots, every one written; padding as zeros).
+/// Writes the im2col row of kernel offset `(ki, kj)` of one input plane into `dst`
+/// (oh*ow slots, every one written; padding as zeros). The plane is `h` rows of
+/// [`source_row_len`] values: plain rows, or when [`phases_pay`], rows split into phases
+/// ([`split_phases`]), where a window column's values for consecutive outputs are
+/// consecutive.
 fn im2col_row<T: Float>(
     g: &Geom,
     plane: &[T],
@@ -73,6 +148,7 @@ fn im2col_row<T: Float>(
     let [sh, sw] = g.p.stride;
     let [ph, pw] = g.p.padding;
     let [dh, dw] = g.p.dilation;
+    let (row_len, split) = (source_row_len(g), phases_pay(g));
     let zero = |s: &mut [MaybeUninit<T>]| s.iter_mut().for_each(|o| _ = o.write(T::ZERO));
     let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
     for oy in 0..g.oh {
@@ -82,25 +158,26 @@ fn im2col_row<T: Float>(
             zero(out_row);
             continue;
         }
-        let src = &plane[iy as usize * g.w..(iy as usize + 1) * g.w];
+        let src = &plane[iy as usize * row_len..(iy as usize + 1) * row_len];
         zero(&mut out_row[..lo]);
         zero(&mut out_row[hi..]);
         let ix0 = lo * sw + kj * dw - pw;
         // valid_range keeps the last window column inside the row; checked anyway,
         // since every slot of out_row[lo..hi] must be written.
-        assert!(
-            ix0 + (hi - lo - 1) * sw < src.len(),
-            "im2col window past its row"
-        );
+        assert!(ix0 + (hi - lo - 1) * sw < g.w, "im2col window past its row");
+        let out_row = &mut out_row[lo..hi];
         if sw == 1 {
-            for (o, v) in out_row[lo..hi].iter_mut().zip(&src[ix0..ix0 + (hi - lo)]) {
+            for (o, v) in out_row.iter_mut().zip(&src[ix0..ix0 + (hi - lo)]) {
+                o.write(*v);
+            }
+        } else if split {
+            // Split rows: columns ix0 + t * sw are phase ix0 % sw, from ix0 / sw on.
+            let phase = &src[(ix0 % sw) * (row_len / sw)..][..row_len / sw];
+            for (o, v) in out_row.iter_mut().zip(&phase[ix0 / sw..][..hi - lo]) {
                 o.write(*v);
             }
         } else {
-            for (o, v) in out_row[lo..hi]
-                .iter_mut()
-                .zip(src[ix0..].iter().step_by(sw))
-            {
+            for (o, v) in out_row.iter_mut().zip(src[ix0..].iter().step_by(sw)) {
                 o.write(*v);
             }
         }

@@ -280,3 +280,48 @@ fn float32_forward_and_gradients_are_within_rounding_error_bounds_of_float64() {
         });
     }
 }
+
+#[test]
+fn strided_im2col_from_split_phases_matches_the_generic_path() {
+    // Column strides above 1 with overlapping windows and rows of 16+ outputs: im2col
+    // reads rows split into their stride phases. Odd and even widths, strides 2 and 3,
+    // dilation, a batch of one (threads inside the image) and of two (images across
+    // threads), forward and weight gradient (both read im2col), in float64 against
+    // candle's own convolution.
+    let cases = [
+        ([1, 3, 41, 37], [8, 3, 7, 7], Conv2dParams::new(2, 3)),
+        ([2, 4, 40, 34], [6, 4, 3, 3], Conv2dParams::new(2, 1)),
+        (
+            [1, 2, 19, 61],
+            [5, 2, 5, 5],
+            Conv2dParams::new(3, 2).with_dilation(2),
+        ),
+        ([2, 3, 60, 53], [4, 3, 5, 5], Conv2dParams::new(3, 0)),
+    ];
+    for (seed, (xs, ws, p)) in cases.into_iter().enumerate() {
+        let seed = seed as u64 * 3;
+        let x = rand_tensor(20 + seed, &xs);
+        let w = rand_tensor(21 + seed, &ws);
+        let ys = p.output_shape(&xs, &ws).unwrap();
+        assert!(ys[3] >= 16, "{xs:?} {ws:?}: rows of {} outputs", ys[3]);
+        // Batches of two with 256+ output pixels per image (below that, one GEMM over the
+        // whole batch reads its own column matrix).
+        assert!(xs[0] == 1 || ys[2] * ys[3] >= 256, "{xs:?}: per-image path");
+        let dy = rand_tensor(22 + seed, &ys);
+        let run = || {
+            (
+                conv2d(&x, &w, None, &p).unwrap(),
+                conv2d_backward_filter(&dy, &x, &ws, &p).unwrap(),
+            )
+        };
+        let (y, dw) = run();
+        let (y_ref, dw_ref) = KernelPath::Generic.scope(run);
+        assert_close(&format!("forward {xs:?} {ws:?} {p:?}"), &y, &y_ref, 1e-12);
+        assert_close(
+            &format!("weight gradient {xs:?} {ws:?} {p:?}"),
+            &dw,
+            &dw_ref,
+            1e-12,
+        );
+    }
+}
