@@ -121,7 +121,9 @@ fn passes_are_chosen_by_name_and_unknown_names_are_refused() {
     assert!(
         !bad.status.success()
             && err.contains("unknown pass `fold_bn`")
-            && err.contains("fold_batch_norm, conv_epilogue, batch_norm_relu, add_relu"),
+            && err.contains(
+                "fold_batch_norm, conv_epilogue, max_pool_values, batch_norm_relu, add_relu"
+            ),
         "{err}"
     );
 }

@@ -41,8 +41,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Graph passes: default, none, or a comma-separated list (fold_batch_norm,
-    /// conv_epilogue, batch_norm_relu, add_relu) [default: none for profile_resnet,
-    /// default otherwise].
+    /// conv_epilogue, max_pool_values, batch_norm_relu, add_relu) [default: none for
+    /// profile_resnet, default otherwise].
     #[arg(long)]
     pub passes: Option<wick::graph::PassSet>,
 }

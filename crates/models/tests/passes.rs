@@ -42,6 +42,7 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
             [
                 ("fold_batch_norm", folds),
                 ("conv_epilogue", epilogues),
+                ("max_pool_values", 1),
                 ("batch_norm_relu", 0),
                 ("add_relu", 0)
             ],
@@ -72,6 +73,16 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
             .map(|n| n.op.kernel().name(wick_ops::DeviceKind::Cpu))
             .collect();
         assert!(!kernels.contains(&"BatchNormForwardInference") && !kernels.contains(&"Add"));
+        // The stem's max pool keeps its node, without the argmax indices output.
+        let pools: Vec<_> = fused
+            .executor()
+            .graph()
+            .nodes()
+            .iter()
+            .filter(|n| n.op.kernel() == wick_ops::Kernel::PoolingForward)
+            .map(|n| n.outputs.len())
+            .collect();
+        assert_eq!(pools, [1], "{depth:?}");
         assert_eq!(
             kernels
                 .iter()
@@ -95,6 +106,7 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
             [
                 ("fold_batch_norm", 0),
                 ("conv_epilogue", 0),
+                ("max_pool_values", 0),
                 ("batch_norm_relu", bn_relu),
                 ("add_relu", residuals)
             ],

@@ -21,6 +21,7 @@ pub(crate) trait Float:
 {
     const ZERO: Self;
     const ONE: Self;
+    const NEG_INFINITY: Self;
     fn is_nan(self) -> bool;
 }
 
@@ -29,6 +30,7 @@ macro_rules! impl_float {
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
+            const NEG_INFINITY: Self = $t::NEG_INFINITY;
             fn is_nan(self) -> bool {
                 $t::is_nan(self)
             }

@@ -12,13 +12,17 @@ use crate::error::Result;
 use crate::ir::ValueId;
 use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
-/// Max or average pooling forward. in: x; out: y and, for max pooling, the argmax indices.
+/// Max or average pooling forward. in: x; out: y and, for max pooling with `indices`, the
+/// argmax indices.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pool2d {
     /// Max or average.
     pub kind: PoolKind,
     /// Kernel, stride, padding.
     pub params: Pool2dParams,
+    /// Max pooling also outputs the argmax indices its backward reads (as recorded); the
+    /// `max_pool_values` pass turns them off where nothing reads them.
+    pub indices: bool,
 }
 
 /// Max or average pooling backward. in: grad_y and, for max pooling, the indices; out:
@@ -76,7 +80,11 @@ impl GraphBuilder {
         if kind == PoolKind::Max {
             new.push(("pool.indices", out.to_vec(), DType::U32));
         }
-        let node = Arc::new(Pool2d { kind, params: p });
+        let node = Arc::new(Pool2d {
+            kind,
+            params: p,
+            indices: kind == PoolKind::Max,
+        });
         Ok(self.push(node, vec![x], new, vec![], p.flops(&xs))[0])
     }
 
@@ -113,10 +121,11 @@ impl NodeOp for Pool2d {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = arg(inputs, 0, self.kind.op_name())?;
         match self.kind {
-            PoolKind::Max => {
+            PoolKind::Max if self.indices => {
                 let o = pool::max_pool2d(x, &self.params)?;
                 Ok(vec![Some(o.y), Some(o.indices)])
             }
+            PoolKind::Max => one(pool::max_pool2d_values(x, &self.params)?),
             PoolKind::Avg => one(pool::avg_pool2d(x, &self.params)?),
         }
     }
@@ -126,6 +135,12 @@ impl NodeOp for Pool2d {
         let flops = self.params.flops(&xs);
         let mut inputs = vec![ctx.grad_y()?];
         if self.kind == PoolKind::Max {
+            if !self.indices {
+                return Err(crate::error::GraphError::Usage(format!(
+                    "backward: OP_ID{} (max pooling) was recorded without its argmax indices",
+                    ctx.op_id
+                )));
+            }
             inputs.push(ctx.output(1));
         }
         let op = Pool2dBackward {

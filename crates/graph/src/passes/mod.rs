@@ -11,7 +11,9 @@
 //!   bias-free convolution becomes that convolution's weights and bias (exact algebra,
 //!   rounded once);
 //! - [`conv_epilogue`](PassName::ConvEpilogue): the residual add and the ReLU after a
-//!   fused convolution are applied as it writes its output.
+//!   fused convolution are applied as it writes its output;
+//! - [`max_pool_values`](PassName::MaxPoolValues): a max pooling whose argmax indices
+//!   nothing reads computes its values alone.
 //!
 //! Training passes (the same arithmetic as the unfused graph, bit for bit):
 //! - [`batch_norm_relu`](PassName::BatchNormRelu): batch norm + ReLU forward in one
@@ -25,6 +27,7 @@ mod batch_norm_relu;
 mod conv_epilogue;
 pub mod data_parallel;
 mod fold_batch_norm;
+mod max_pool_values;
 
 use std::fmt;
 use std::str::FromStr;
@@ -38,6 +41,8 @@ pub enum PassName {
     FoldBatchNorm,
     /// Fuses the residual add and ReLU after a fused convolution into its output write.
     ConvEpilogue,
+    /// Runs max poolings whose argmax indices nothing reads without computing them.
+    MaxPoolValues,
     /// Fuses training batch norm + ReLU, forward and backward.
     BatchNormRelu,
     /// Fuses add + ReLU.
@@ -46,9 +51,10 @@ pub enum PassName {
 
 impl PassName {
     /// Every pass, in the order the pipeline runs them.
-    pub const ALL: [PassName; 4] = [
+    pub const ALL: [PassName; 5] = [
         PassName::FoldBatchNorm,
         PassName::ConvEpilogue,
+        PassName::MaxPoolValues,
         PassName::BatchNormRelu,
         PassName::AddRelu,
     ];
@@ -58,6 +64,7 @@ impl PassName {
         match self {
             PassName::FoldBatchNorm => "fold_batch_norm",
             PassName::ConvEpilogue => "conv_epilogue",
+            PassName::MaxPoolValues => "max_pool_values",
             PassName::BatchNormRelu => "batch_norm_relu",
             PassName::AddRelu => "add_relu",
         }
@@ -72,6 +79,7 @@ impl PassName {
         match self {
             PassName::FoldBatchNorm => fold_batch_norm::run(graph),
             PassName::ConvEpilogue => conv_epilogue::run(graph),
+            PassName::MaxPoolValues => max_pool_values::run(graph),
             PassName::BatchNormRelu => batch_norm_relu::run(graph),
             PassName::AddRelu => add_relu::run(graph),
         }

@@ -9,6 +9,7 @@
 
 use candle_core::{DType, Tensor};
 mod cpu;
+mod cpu_values;
 #[cfg(feature = "cuda")]
 mod cuda;
 
@@ -214,6 +215,19 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<MaxPoolOutput> {
             let (y, indices) = cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims())?;
             Ok(MaxPoolOutput { y, indices })
         }),
+        Route::Generic => Err(no_kernel(kind.op_name(), x)),
+    }
+}
+
+/// Max-pool forward values alone (`PoolingForward`), without the argmax indices: what a
+/// graph that never differentiates the pool needs (the `max_pool_values` pass). The
+/// values equal [`max_pool2d`]'s `y`.
+pub fn max_pool2d_values(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
+    let kind = PoolKind::Max;
+    let g = Geom::new(kind, p, x.dims())?;
+    match route(x.device()) {
+        Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), cpu_values::max_values(&g, x)),
+        Route::Cuda => Ok(max_pool2d(x, p)?.y),
         Route::Generic => Err(no_kernel(kind.op_name(), x)),
     }
 }
