@@ -293,10 +293,9 @@ impl Executor {
     /// calling thread to sleep until they are done (one futex round trip per parallel
     /// loop, several per node: ResNet-50 inference at batch 1 went 25.0/24.9/32.8 ->
     /// 22.8/23.5/30.4 ms on 2 cores, alternating runs). The calling thread waits; the
-    /// [`KernelPath`](wick_ops::KernelPath) and
-    /// [`ConvAlgorithm`](wick_ops::conv::ConvAlgorithm) in force on it carry over, and
-    /// the hooks are called on the pool's thread. CUDA graphs and graphs with
-    /// communication (MPI, NCCL) stay on the calling thread.
+    /// [`KernelPath`] and [`ConvAlgorithm`] in force on it carry over, and the hooks are
+    /// called on the pool's thread. CUDA graphs and graphs with communication (MPI, NCCL)
+    /// stay on the calling thread.
     pub fn run(&mut self) -> Result<()> {
         if !self.runs_on_pool() {
             return self.run_here();

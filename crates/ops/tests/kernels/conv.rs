@@ -287,7 +287,8 @@ fn strided_im2col_from_split_phases_matches_the_generic_path() {
     // reads rows split into their stride phases. Odd and even widths, strides 2 and 3,
     // dilation, a batch of one (threads inside the image) and of two (images across
     // threads), forward and weight gradient (both read im2col), in float64 against
-    // candle's own convolution.
+    // candle's own convolution. The last two are larger: a stride-1 layer beside them,
+    // and a 7x7 stride-2 stem-like layer on 3060 output pixels.
     let cases = [
         ([1, 3, 41, 37], [8, 3, 7, 7], Conv2dParams::new(2, 3)),
         ([2, 4, 40, 34], [6, 4, 3, 3], Conv2dParams::new(2, 1)),
@@ -297,6 +298,8 @@ fn strided_im2col_from_split_phases_matches_the_generic_path() {
             Conv2dParams::new(3, 2).with_dilation(2),
         ),
         ([2, 3, 60, 53], [4, 3, 5, 5], Conv2dParams::new(3, 0)),
+        ([2, 8, 66, 61], [4, 8, 3, 3], Conv2dParams::new(1, 1)),
+        ([2, 3, 120, 101], [8, 3, 7, 7], Conv2dParams::new(2, 3)),
     ];
     for (seed, (xs, ws, p)) in cases.into_iter().enumerate() {
         let seed = seed as u64 * 3;
