@@ -28,6 +28,9 @@ pub struct Executor {
     hooks: Vec<Box<dyn Hook>>,
     iteration: usize,
     detect_anomaly: bool,
+    /// Whether a node talks to other ranks (MPI, NCCL): then iterations stay on the
+    /// calling thread.
+    communicates: bool,
 }
 
 impl std::fmt::Debug for Executor {
@@ -84,6 +87,7 @@ impl Executor {
             })
             .collect();
         let frees = graph.last_uses();
+        let communicates = graph.nodes.iter().any(|n| n.op.kernel().communicates());
         Executor {
             slots: vec![None; graph.values.len()],
             graph,
@@ -93,6 +97,7 @@ impl Executor {
             hooks: Vec::new(),
             iteration: 0,
             detect_anomaly: false,
+            communicates,
         }
     }
 
@@ -307,13 +312,7 @@ impl Executor {
     /// Whether [`run`](Executor::run) moves the iteration onto rayon's pool: a CPU graph
     /// without communication, called from outside the pool.
     fn runs_on_pool(&self) -> bool {
-        self.device.is_cpu()
-            && rayon::current_thread_index().is_none()
-            && !self
-                .graph
-                .nodes
-                .iter()
-                .any(|n| n.op.kernel().communicates())
+        self.device.is_cpu() && rayon::current_thread_index().is_none() && !self.communicates
     }
 
     /// [`run`](Executor::run) on the calling thread.

@@ -86,3 +86,47 @@ pub fn window_out(
     }
     Ok((padded - effective) / stride + 1)
 }
+
+/// The outputs `o` in `0..outs` of a sliding window whose input position
+/// `o * stride + offset - pad` lies inside `0..len` (`offset`: the kernel tap's offset,
+/// dilation included). Empty (`lo..lo`) when none does.
+pub(crate) fn outputs_in_bounds(
+    outs: usize,
+    stride: usize,
+    offset: usize,
+    pad: usize,
+    len: usize,
+) -> std::ops::Range<usize> {
+    // o * stride + offset >= pad  <=>  o >= ceil((pad - offset) / stride)
+    let lo = pad.saturating_sub(offset).div_ceil(stride).min(outs);
+    // o * stride + offset - pad < len  <=>  o * stride < len + pad - offset
+    let hi = if len + pad > offset {
+        (len + pad - offset).div_ceil(stride).min(outs)
+    } else {
+        0
+    };
+    lo..hi.max(lo)
+}
+
+/// Copies `row` into `dst` split into its `stride` phases: value `j * stride + r` at
+/// `r * phase + j`, with `phase = dst.len() / stride` (at least `ceil(row.len() /
+/// stride)`). A strided window then reads consecutive values for consecutive outputs.
+pub(crate) fn split_phases<T: Copy>(row: &[T], stride: usize, dst: &mut [T]) {
+    let phase = dst.len() / stride;
+    if stride == 2 {
+        let (even, odd) = dst.split_at_mut(phase);
+        for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2)) {
+            *e = pair[0];
+            *o = pair[1];
+        }
+        if row.len() % 2 == 1 {
+            even[row.len() / 2] = row[row.len() - 1];
+        }
+    } else {
+        for (j, values) in row.chunks(stride).enumerate() {
+            for (r, v) in values.iter().enumerate() {
+                dst[r * phase + j] = *v;
+            }
+        }
+    }
+}

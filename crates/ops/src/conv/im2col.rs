@@ -9,6 +9,7 @@ use rayon::prelude::*;
 
 use super::Geom;
 use crate::cpu::Float;
+use crate::shape::{outputs_in_bounds, split_phases as split_row};
 
 /// Sets `col` to the im2col matrix ([cin_g*kh*kw, oh*ow]) of one image's group `x`
 /// ([cin_g, h, w]), reusing its allocation; every element is written once, none zeroed
@@ -88,26 +89,8 @@ fn source_row_len(g: &Geom) -> usize {
 /// slots of the last phases are zeros, never read).
 fn split_phases<T: Float>(g: &Geom, x: &[T], parallel: bool) -> Vec<T> {
     let (s, row_len) = (g.p.stride[1], source_row_len(g));
-    let phase = row_len / s;
     let mut out = vec![T::ZERO; g.cin_g() * g.h * row_len];
-    let split = |(dst, src): (&mut [T], &[T])| {
-        if s == 2 {
-            let (even, odd) = dst.split_at_mut(phase);
-            for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(src.chunks_exact(2)) {
-                *e = pair[0];
-                *o = pair[1];
-            }
-            if src.len() % 2 == 1 {
-                even[phase - 1] = src[src.len() - 1];
-            }
-        } else {
-            for (j, values) in src.chunks(s).enumerate() {
-                for (r, v) in values.iter().enumerate() {
-                    dst[r * phase + j] = *v;
-                }
-            }
-        }
-    };
+    let split = |(dst, src): (&mut [T], &[T])| split_row(src, s, dst);
     let rows = g.cin_g() * g.h;
     if parallel {
         out.par_chunks_mut(row_len)
@@ -150,7 +133,7 @@ fn im2col_row<T: Float>(
     let [dh, dw] = g.p.dilation;
     let (row_len, split) = (source_row_len(g), phases_pay(g));
     let zero = |s: &mut [MaybeUninit<T>]| s.iter_mut().for_each(|o| _ = o.write(T::ZERO));
-    let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+    let (lo, hi) = valid_range(g, kj);
     for oy in 0..g.oh {
         let out_row = &mut dst[oy * g.ow..(oy + 1) * g.ow];
         let iy = (oy * sh + ki * dh) as isize - ph as isize;
@@ -162,7 +145,7 @@ fn im2col_row<T: Float>(
         zero(&mut out_row[..lo]);
         zero(&mut out_row[hi..]);
         let ix0 = lo * sw + kj * dw - pw;
-        // valid_range keeps the last window column inside the row; checked anyway,
+        // outputs_in_bounds keeps the last window column inside the row; checked anyway,
         // since every slot of out_row[lo..hi] must be written.
         assert!(ix0 + (hi - lo - 1) * sw < g.w, "im2col window past its row");
         let out_row = &mut out_row[lo..hi];
@@ -293,7 +276,7 @@ pub(super) fn col2im_plane<T: Float>(
     for ki in 0..g.kh {
         for kj in 0..g.kw {
             let src = &rows[(ki * g.kw + kj) * row_stride + offset..][..p];
-            let (lo, hi) = valid_range(g.ow, sw, kj * dw, pw, g.w);
+            let (lo, hi) = valid_range(g, kj);
             if lo >= hi {
                 continue;
             }
@@ -348,21 +331,17 @@ pub(super) fn col2im_pixels<T: Float>(g: &Geom, cols: &[T], dx: &mut [T]) {
     }
 }
 
-/// The output columns `[lo, hi)` whose input column `ox*stride + offset - pad` lies in `[0, w)`.
-fn valid_range(ow: usize, stride: usize, offset: usize, pad: usize, w: usize) -> (usize, usize) {
-    // ox*stride + offset >= pad  <=>  ox >= ceil((pad - offset) / stride)
-    let lo = if offset >= pad {
-        0
-    } else {
-        (pad - offset).div_ceil(stride)
-    };
-    // ox*stride + offset - pad < w  <=>  ox*stride < w + pad - offset
-    let hi = if w + pad <= offset {
-        0
-    } else {
-        (w + pad - offset).div_ceil(stride)
-    };
-    (lo.min(ow), hi.min(ow))
+/// The output columns `(lo, hi)` whose input column for kernel column `kj` lies inside
+/// the row ([`outputs_in_bounds`]).
+fn valid_range(g: &Geom, kj: usize) -> (usize, usize) {
+    let r = outputs_in_bounds(
+        g.ow,
+        g.p.stride[1],
+        kj * g.p.dilation[1],
+        g.p.padding[1],
+        g.w,
+    );
+    (r.start, r.end)
 }
 
 // Whole-batch GEMMs (small images): columns n*P + p over every image.

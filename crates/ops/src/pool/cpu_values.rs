@@ -10,20 +10,9 @@ use rayon::prelude::*;
 use super::Geom;
 use crate::cpu::{self, Float};
 use crate::error::Result;
+use crate::shape::{outputs_in_bounds, split_phases};
 
 const MAX: &str = "max_pool2d";
-
-/// The outputs `o` in `0..outs` whose input position `o * s + offset - pad` lies inside
-/// `0..len`.
-fn valid_outputs(outs: usize, s: usize, offset: usize, pad: usize, len: usize) -> Range<usize> {
-    let lo = pad.saturating_sub(offset).div_ceil(s).min(outs);
-    let hi = if len + pad > offset {
-        (len + pad - offset).div_ceil(s).min(outs)
-    } else {
-        0
-    };
-    lo..hi.max(lo)
-}
 
 /// `best` after also seeing `v`: the greater, and a NaN once either is one (PyTorch's
 /// max pooling propagates NaN). Written as one select, so loops of it vectorize.
@@ -48,10 +37,10 @@ pub(super) fn max_values<T: Float>(g: &Geom, x: &Tensor) -> Result<Tensor> {
     let (sw, pw) = (p.stride[1], p.padding[1]);
     let phase_len = g.w.div_ceil(sw);
     let col_outputs: Vec<Range<usize>> = (0..p.kernel[1])
-        .map(|kj| valid_outputs(ow, sw, kj, pw, g.w))
+        .map(|kj| outputs_in_bounds(ow, sw, kj, pw, g.w))
         .collect();
     let row_outputs: Vec<Range<usize>> = (0..p.kernel[0])
-        .map(|ki| valid_outputs(g.oh, p.stride[0], ki, p.padding[0], g.h))
+        .map(|ki| outputs_in_bounds(g.oh, p.stride[0], ki, p.padding[0], g.h))
         .collect();
     let mut y = vec![T::NEG_INFINITY; g.planes * ohw];
     cpu::with_slice::<T, _>(MAX, x, |xs| {
@@ -64,24 +53,8 @@ pub(super) fn max_values<T: Float>(g: &Geom, x: &Tensor) -> Result<Tensor> {
                 for (row, best) in xs.chunks_exact(g.w).zip(row_max.chunks_exact_mut(ow)) {
                     let src: &[T] = if sw == 1 {
                         row
-                    } else if sw == 2 {
-                        let (even, odd) = phases.split_at_mut(phase_len);
-                        for ((e, o), pair) in
-                            even.iter_mut().zip(odd.iter_mut()).zip(row.chunks_exact(2))
-                        {
-                            *e = pair[0];
-                            *o = pair[1];
-                        }
-                        if g.w % 2 == 1 {
-                            even[phase_len - 1] = row[g.w - 1];
-                        }
-                        phases
                     } else {
-                        for (j, values) in row.chunks(sw).enumerate() {
-                            for (r, v) in values.iter().enumerate() {
-                                phases[r * phase_len + j] = *v;
-                            }
-                        }
+                        split_phases(row, sw, phases);
                         phases
                     };
                     for (kj, outs) in col_outputs.iter().enumerate() {
