@@ -39,6 +39,69 @@ macro_rules! impl_float {
 }
 impl_float!(f32, f64);
 
+/// Runs `f` compiled for the widest vector instructions this CPU has: AVX-512 (x86-64-v4),
+/// else AVX2 + FMA (v3), else the baseline wick is built for (SSE2). Wick is built for any
+/// x86-64, so its own loops otherwise only use 4-wide SSE; inlined into one of these
+/// wrappers they use 16- or 8-wide registers. The same operations run in the same order
+/// (Rust never fuses a multiply and an add on its own), so every path gives the same bits.
+/// `f` must be a closure whose loops can inline (no indirect calls in the hot part).
+#[inline(always)]
+pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2")]
+        fn v4<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        #[target_feature(enable = "avx2,fma,bmi1,bmi2")]
+        fn v3<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the CPU has every feature v4 enables (checked just above).
+            return unsafe { v4(f) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("bmi2")
+        {
+            // SAFETY: the CPU has every feature v3 enables (checked just above).
+            return unsafe { v3(f) };
+        }
+    }
+    f()
+}
+
+/// Asks the CPU to start loading every cache line of `data` into its caches (x86-64; a
+/// no-op elsewhere). For reads that jump between small blocks far apart (one channel's
+/// planes of an NCHW tensor), where the hardware prefetchers, which follow streams
+/// within a 4 KiB page, start cold at every block: issued one block ahead, the loads of
+/// the next block overlap the work on this one.
+#[inline(always)]
+pub(crate) fn prefetch<T>(data: &[T]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let bytes = std::mem::size_of_val(data);
+        let start = data.as_ptr().cast::<i8>();
+        for offset in (0..bytes).step_by(64) {
+            // SAFETY: `offset < bytes`, so the address lies inside `data`; a prefetch
+            // never faults and changes no program state.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    start.add(offset),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
+}
+
 /// Runs `f` on the contiguous data of a CPU tensor (copying only if it is not contiguous).
 pub(crate) fn with_slice<T: WithDType, R>(
     op: &'static str,

@@ -23,7 +23,7 @@ use super::im2col::{
     batch_columns, batch_rows, col2im, col2im_pixels, col2im_plane, gather_outputs, im2col,
     scatter_outputs, transpose,
 };
-use super::{winograd, Geom, OP};
+use super::{winograd, winograd_filter, Geom, OP};
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
@@ -357,6 +357,12 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
 }
 
 pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if let Some(s) = winograd_shape(g).filter(winograd_filter::pays) {
+        let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+            cpu::with_slice::<T, _>(OP, x, |xs| Ok(winograd_filter::weight_gradient(&s, xs, gs)))
+        })?;
+        return cpu::tensor(OP, dw, (g.c_out, g.c_in, 3, 3));
+    }
     if spread(g) == Spread::WholeBatch {
         return backward_filter_whole_batch::<T>(g, grad_out, x);
     }

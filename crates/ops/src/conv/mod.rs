@@ -10,6 +10,7 @@ mod cpu;
 mod generic;
 mod im2col;
 mod winograd;
+mod winograd_filter;
 
 /// Which algorithm the CPU convolution may use, per thread (as
 /// [`KernelPath`](crate::KernelPath)): a switch for tests and side-by-side measurements.

@@ -1,12 +1,14 @@
 //! Winograd F(2x2, 3x3) (the CPU's 3x3 stride-1 convolutions with 16+ channels) against
-//! im2col + GEMM and against float64: forward, input gradient, with bias/residual/ReLU,
-//! paddings 0 to 2, odd sizes (partial tiles), batches split into chunks; and the shapes
-//! where im2col stays.
+//! im2col + GEMM and against float64: forward, input gradient and weight gradient, with
+//! bias/residual/ReLU, paddings 0 to 2, odd sizes (partial tiles), batches split into
+//! chunks; and the shapes where im2col stays.
 
 use candle_core::{DType, Tensor};
 
 use crate::common::rand_tensor;
-use wick_ops::conv::{conv2d_backward_data, conv2d_fused, ConvAlgorithm, Epilogue};
+use wick_ops::conv::{
+    conv2d_backward_data, conv2d_backward_filter, conv2d_fused, ConvAlgorithm, Epilogue,
+};
 use wick_ops::{max_rel_diff, Conv2dParams};
 
 /// (n, c_in, h, w, c_out, padding): whole-batch and per-image chunks, odd sizes, pads 0-2.
@@ -92,5 +94,66 @@ fn small_images_and_few_channels_keep_im2col() {
         let (ya, dxa) = run(shape, DType::F32, ConvAlgorithm::Auto);
         assert_eq!(max_rel_diff(&ya, &yi).unwrap(), 0.0, "{shape:?}");
         assert_eq!(max_rel_diff(&dxa, &dxi).unwrap(), 0.0, "{shape:?}");
+    }
+}
+
+/// The weight gradient of one shape in `dtype` under `algo`.
+fn weight_gradient(
+    (n, ci, h, w, co, pad): (usize, usize, usize, usize, usize, usize),
+    dtype: DType,
+    algo: ConvAlgorithm,
+) -> Tensor {
+    let p = Conv2dParams::new(1, pad);
+    let x = rand_tensor(6, &[n, ci, h, w]).to_dtype(dtype).unwrap();
+    let (oh, ow) = (h + 2 * pad - 2, w + 2 * pad - 2);
+    let gy = rand_tensor(7, &[n, co, oh, ow]).to_dtype(dtype).unwrap();
+    algo.scope(|| conv2d_backward_filter(&gy, &x, &[co, ci, 3, 3], &p).unwrap())
+}
+
+#[test]
+fn winograd_weight_gradient_matches_im2col_and_float64() {
+    // Shapes where the Winograd weight gradient runs (16x16 to 32x32 outputs, 512+ tiles
+    // in the batch, up to 128 x 128 channels): whole and partial tiles (odd sizes),
+    // paddings 0 to 2, channel counts that are not multiples of the 16-channel blocks,
+    // several images per chunk and chunks split across threads.
+    for shape in [
+        (8, 16, 16, 16, 24, 1),
+        (2, 32, 32, 31, 16, 1),
+        (5, 16, 20, 18, 40, 2),
+        (3, 24, 34, 33, 16, 0),
+        (16, 64, 16, 16, 64, 1),
+    ] {
+        let dw64 = weight_gradient(shape, DType::F64, ConvAlgorithm::Im2col);
+        let dww64 = weight_gradient(shape, DType::F64, ConvAlgorithm::Auto);
+        assert!(max_rel_diff(&dww64, &dw64).unwrap() < 1e-13, "{shape:?}");
+        let dwi = weight_gradient(shape, DType::F32, ConvAlgorithm::Im2col);
+        let dww = weight_gradient(shape, DType::F32, ConvAlgorithm::Auto);
+        assert!(
+            max_rel_diff(&dww, &dwi).unwrap() > 0.0,
+            "{shape:?}: Winograd did not run"
+        );
+        let err = |a: &Tensor| max_rel_diff(&a.to_dtype(DType::F64).unwrap(), &dw64).unwrap();
+        let (e, ei) = (err(&dww), err(&dwi));
+        println!("{shape:?}: weight gradient {e:.1e} (im2col {ei:.1e})");
+        assert!(
+            e <= 4.0 * ei.max(1e-7) && e < 1e-5,
+            "{shape:?}: {e:.2e} vs {ei:.2e}"
+        );
+    }
+}
+
+#[test]
+fn weight_gradient_keeps_im2col_where_winograd_does_not_pay() {
+    // 8x8 outputs (16 tiles per image), 56x56 outputs (784), 256 channels, a batch of
+    // 256 tiles: the same bits as im2col + GEMM.
+    for shape in [
+        (8, 32, 8, 8, 32, 1),
+        (1, 16, 56, 56, 16, 1),
+        (8, 256, 16, 16, 128, 1),
+        (4, 16, 16, 16, 16, 1),
+    ] {
+        let dwi = weight_gradient(shape, DType::F32, ConvAlgorithm::Im2col);
+        let dwa = weight_gradient(shape, DType::F32, ConvAlgorithm::Auto);
+        assert_eq!(max_rel_diff(&dwa, &dwi).unwrap(), 0.0, "{shape:?}");
     }
 }
