@@ -220,10 +220,49 @@ fn lane_grad_sums<T: Float, const MASK: bool>(gs: &[T], zs: &[T], xs: &[T], mu: 
     (s1.iter().sum::<f64>() + r1, s2.iter().sum::<f64>() + r2)
 }
 
+/// One channel's input-gradient coefficients from its sums: `dx = a * ((dy - dm) + cx *
+/// (x - mu))` (see [`backward_per_channel`]), as `(a, dm, cx, mu)`.
+fn coefficients<T: Float>(
+    k: &ChannelConstants<'_>,
+    ch: usize,
+    m: f64,
+    (sum_dy, sum_dy_xc): (f64, f64),
+) -> [T; 4] {
+    let inv_std = k.inv_std[ch];
+    let (dy_mean, cx) = if k.batch_stats {
+        (sum_dy / m, -inv_std * (sum_dy_xc * inv_std) / m)
+    } else {
+        (0.0, 0.0)
+    };
+    [
+        T::from_f64(k.gamma[ch] * inv_std),
+        T::from_f64(dy_mean),
+        T::from_f64(cx),
+        T::from_f64(k.mean[ch]),
+    ]
+}
+
+/// One plane of the input gradient into `d` from its `g`, `z` (read only when `MASK`)
+/// and `x`, with its channel's [`coefficients`].
+#[inline(always)]
+fn plane_gradient<T: Float, const MASK: bool>(
+    (g, z, x): (&[T], &[T], &[T]),
+    d: &mut [MaybeUninit<T>],
+    [a, dm, cx, mu]: [T; 4],
+) {
+    let mut buf = [T::ZERO; BLOCK];
+    let blocks = g.chunks(BLOCK).zip(z.chunks(BLOCK));
+    for ((d, (g, z)), x) in d.chunks_mut(BLOCK).zip(blocks).zip(x.chunks(BLOCK)) {
+        let g = masked::<T, MASK>(g, z, &mut buf);
+        for ((o, g), x) in d.iter_mut().zip(g).zip(x) {
+            o.write(a * ((*g - dm) + cx * (*x - mu)));
+        }
+    }
+}
+
 /// One channel of the input gradient: its sums over the `n` planes of `gs`, `zs` (read
-/// only when `MASK`) and `xs` at `range(b)`, then `dx = a * ((dy - mean(dy)) + cx * (x -
-/// mean))` into `out`, the channel's planes (see [`backward_per_channel`]). Returns
-/// `(sum dy, sum dy * (x - mean))`.
+/// only when `MASK`) and `xs` at `range(b)`, then its planes of `dx` into `out` (see
+/// [`backward_per_channel`]). Returns `(sum dy, sum dy * (x - mean))`.
 #[inline(always)]
 fn channel_gradient<T: Float, const MASK: bool>(
     (gs, zs, xs): (&[T], &[T], &[T]),
@@ -233,7 +272,6 @@ fn channel_gradient<T: Float, const MASK: bool>(
     ch: usize,
     m: f64,
 ) -> (f64, f64) {
-    let (mean, mu) = (k.mean[ch], T::from_f64(k.mean[ch]));
     let (mut sum_dy, mut sum_dy_xc) = (0.0, 0.0);
     let n = out.len();
     for b in 0..n {
@@ -247,34 +285,71 @@ fn channel_gradient<T: Float, const MASK: bool>(
         }
         let r = range(b);
         let z = if MASK { &zs[r.clone()] } else { &gs[r.clone()] };
-        let (a1, a2) = lane_grad_sums::<T, MASK>(&gs[r.clone()], z, &xs[r], mean);
+        let (a1, a2) = lane_grad_sums::<T, MASK>(&gs[r.clone()], z, &xs[r], k.mean[ch]);
         sum_dy += a1;
         sum_dy_xc += a2;
     }
-    let inv_std = k.inv_std[ch];
-    let (dy_mean, cx) = if k.batch_stats {
-        (sum_dy / m, -inv_std * (sum_dy_xc * inv_std) / m)
-    } else {
-        (0.0, 0.0)
-    };
-    let (a, dm, cx) = (
-        T::from_f64(k.gamma[ch] * inv_std),
-        T::from_f64(dy_mean),
-        T::from_f64(cx),
-    );
-    let mut buf = [T::ZERO; BLOCK];
+    let coefs = coefficients(k, ch, m, (sum_dy, sum_dy_xc));
     for (b, d) in out.into_iter().enumerate() {
         let r = range(b);
         let z = if MASK { &zs[r.clone()] } else { &gs[r.clone()] };
-        let blocks = gs[r.clone()].chunks(BLOCK).zip(z.chunks(BLOCK));
-        for ((d, (g, z)), x) in d.chunks_mut(BLOCK).zip(blocks).zip(xs[r].chunks(BLOCK)) {
-            let g = masked::<T, MASK>(g, z, &mut buf);
-            for ((o, g), x) in d.iter_mut().zip(g).zip(x) {
-                o.write(a * ((*g - dm) + cx * (*x - mu)));
-            }
-        }
+        plane_gradient::<T, MASK>((&gs[r.clone()], z, &xs[r]), d, coefs);
     }
     (sum_dy, sum_dy_xc)
+}
+
+/// The input gradient plane by plane in memory order, for small planes (see
+/// [`PLANE_ORDER_BELOW`]): every plane's sums in one parallel pass, each channel's sums
+/// added over its planes in batch order (the same additions in the same order as
+/// [`channel_gradient`], so the same bits), then every plane's `dx` in a second pass.
+/// Returns each channel's `(sum dy, sum dy * (x - mean))`.
+fn gradient_by_plane<T: Float, const MASK: bool>(
+    (gs, zs, xs): (&[T], &[T], &[T]),
+    dx: &mut [MaybeUninit<T>],
+    [n, c, hw]: [usize; 3],
+    k: &ChannelConstants<'_>,
+    m: f64,
+) -> Vec<(f64, f64)> {
+    let min = (4096 / hw.max(1)).max(1);
+    let per_plane: Vec<(f64, f64)> = (0..n * c)
+        .into_par_iter()
+        .with_min_len(min)
+        .map(|i| {
+            let r = i * hw..(i + 1) * hw;
+            let z = if MASK { &zs[r.clone()] } else { &gs[r.clone()] };
+            let (g, x, mean) = (&gs[r.clone()], &xs[r], k.mean[i % c]);
+            cpu::vectorized(
+                #[inline(always)]
+                || lane_grad_sums::<T, MASK>(g, z, x, mean),
+            )
+        })
+        .collect();
+    let sums: Vec<(f64, f64)> = (0..c)
+        .map(|ch| {
+            let (mut s1, mut s2) = (0.0, 0.0);
+            for b in 0..n {
+                let (a1, a2) = per_plane[b * c + ch];
+                s1 += a1;
+                s2 += a2;
+            }
+            (s1, s2)
+        })
+        .collect();
+    let coefs: Vec<[T; 4]> = (0..c).map(|ch| coefficients(k, ch, m, sums[ch])).collect();
+    dx[..n * c * hw]
+        .par_chunks_mut(hw)
+        .enumerate()
+        .with_min_len(min)
+        .for_each(|(i, d)| {
+            let r = i * hw..(i + 1) * hw;
+            let z = if MASK { &zs[r.clone()] } else { &gs[r.clone()] };
+            let planes = (&gs[r.clone()], z, &xs[r]);
+            cpu::vectorized(
+                #[inline(always)]
+                || plane_gradient::<T, MASK>(planes, d, coefs[i % c]),
+            )
+        });
+    sums
 }
 
 /// Runs `f` on the ReLU output's data, if there is one.
@@ -386,6 +461,15 @@ fn planes_by_channel<T>(
     planes
 }
 
+/// Planes of fewer values than this (smaller than 16x16) take the input gradient plane by
+/// plane in memory order ([`gradient_by_plane`]) instead of channel by channel: a
+/// channel's planes of a few hundred bytes each, far apart, are read at a fraction of the
+/// memory's speed. Measured on Zen 5, 2 threads, alternating call by call (ReLU-fused
+/// backward): 0.57-0.94x at 4x4 to 14x14 planes; 16x16 and larger stay per channel
+/// (0.97-1.05x, within noise, and per channel keeps a channel's data in cache between its
+/// two passes).
+const PLANE_ORDER_BELOW: usize = 256;
+
 /// What the input gradient needs per channel besides the data.
 struct ChannelConstants<'a> {
     mean: &'a [f64],
@@ -424,6 +508,17 @@ fn backward_per_channel<T: Float>(
                             [n, c, h, w]
                         ),
                     ));
+                }
+                if hw < PLANE_ORDER_BELOW {
+                    let slots = dx.spare_capacity_mut();
+                    return Ok(match zs {
+                        Some(zs) => {
+                            gradient_by_plane::<T, true>((gs, zs, xs), slots, [n, c, hw], k, m)
+                        }
+                        None => {
+                            gradient_by_plane::<T, false>((gs, gs, xs), slots, [n, c, hw], k, m)
+                        }
+                    });
                 }
                 let planes = planes_by_channel(dx.spare_capacity_mut(), [n, c, h, w]);
                 Ok(planes

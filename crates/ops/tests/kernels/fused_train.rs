@@ -206,3 +206,35 @@ fn add_relu_equals_add_then_relu_with_zeros_and_nan() {
         .to_string();
     assert!(e.contains("[6]") && e.contains("[2, 3]"), "{e}");
 }
+
+#[test]
+fn batch_norm_backward_on_the_cpu_matches_the_generic_path_for_small_and_large_planes() {
+    // Planes under 256 values run plane by plane in memory order, larger ones channel by
+    // channel (two CPU schedules of the same sums): both against the device-generic path.
+    for shape in [[4, 3, 5, 7], [2, 3, 16, 17], [1, 2, 40, 40]] {
+        let c = shape[1];
+        let x = rand_tensor(21, &shape);
+        let w = (rand_tensor(22, &[c]).abs().unwrap() + 0.5).unwrap();
+        let z = rand_tensor(23, &shape);
+        let gz = rand_tensor(24, &shape);
+        let mean = rand_tensor(25, &[c]);
+        let inv_std = (rand_tensor(26, &[c]).abs().unwrap() + 0.5).unwrap();
+        let [cpu, generic] = PATHS.map(|path| {
+            path.scope(|| {
+                (
+                    batch_norm_relu_train_backward(&gz, &z, &x, &w, &mean, &inv_std).unwrap(),
+                    batch_norm_train_backward(&gz, &x, &w, &mean, &inv_std).unwrap(),
+                )
+            })
+        });
+        for (what, a, b) in [("fused", &cpu.0, &generic.0), ("plain", &cpu.1, &generic.1)] {
+            for (name, u, v) in [
+                ("dx", &a.x, &b.x),
+                ("dweight", &a.weight, &b.weight),
+                ("dbias", &a.bias, &b.bias),
+            ] {
+                assert_close(&format!("{shape:?} {what} {name}"), u, v, 1e-12);
+            }
+        }
+    }
+}
