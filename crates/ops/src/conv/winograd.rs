@@ -275,9 +275,16 @@ pub(super) fn input_transform<T: Float>(
     let (th, tw) = s.tiles();
     let [ph, pw] = s.pad;
     let width = 2 * tw + 2;
-    // Four padded input rows, then their four combinations (Bᵀ d).
-    let mut rows = vec![T::ZERO; 4 * width];
-    let mut comb = vec![T::ZERO; 4 * width];
+    let half = tw + 1;
+    // One zero-padded input row; four rows split into their even and odd columns
+    // (`[even | odd]`, `half` values each), then their four combinations (Bᵀ d), in the
+    // same split layout: the tiles' columns 2 tx .. 2 tx + 3 are then the contiguous
+    // slices even[tx], odd[tx], even[tx + 1], odd[tx + 1], so `(Bᵀ d) B` runs as vector
+    // operations over the tiles (the same arithmetic, in the same order, as on columns
+    // read at a stride of two).
+    let mut scratch = vec![T::ZERO; 9 * width];
+    let (padded, rest) = scratch.split_at_mut(width);
+    let (rows, comb) = rest.split_at_mut(4 * width);
     let (x_lo, x_hi) = (pw, (pw + s.w).min(width));
     let mut t = 0;
     for image in first..first + count {
@@ -290,9 +297,12 @@ pub(super) fn input_transform<T: Float>(
                     continue;
                 }
                 let line = &src[y as usize * s.w..][..s.w];
-                row[..x_lo].fill(T::ZERO);
-                row[x_lo..x_hi].copy_from_slice(&line[..x_hi - x_lo]);
-                row[x_hi..].fill(T::ZERO);
+                padded[x_lo..x_hi].copy_from_slice(&line[..x_hi - x_lo]);
+                let (even, odd) = row.split_at_mut(half);
+                for (i, pair) in padded.chunks_exact(2).enumerate() {
+                    even[i] = pair[0];
+                    odd[i] = pair[1];
+                }
             }
             {
                 let (d0, rest) = rows.split_at(width);
@@ -309,15 +319,18 @@ pub(super) fn input_transform<T: Float>(
                 }
             }
             for (r, b) in comb.chunks_exact(width).enumerate() {
+                let (even, odd) = b.split_at(half);
+                let (e0, e1, o0, o1) = (&even[..tw], &even[1..], &odd[..tw], &odd[1..]);
                 let plane = |q: usize| (r * 4 + q) * tiles + t;
-                let (p0, p1, p2, p3) = (plane(0), plane(1), plane(2), plane(3));
+                let [p0, p1, p2, p3] = [0, 1, 2, 3].map(plane);
+                let (v0, rest) = planes[p0..p3 + tw].split_at_mut(p1 - p0);
+                let (v1, rest) = rest.split_at_mut(p2 - p1);
+                let (v2, v3) = rest.split_at_mut(p3 - p2);
                 for tx in 0..tw {
-                    let j = 2 * tx;
-                    let (c0, c1, c2, c3) = (b[j], b[j + 1], b[j + 2], b[j + 3]);
-                    planes[p0 + tx].write(c0 - c2);
-                    planes[p1 + tx].write(c1 + c2);
-                    planes[p2 + tx].write(c2 - c1);
-                    planes[p3 + tx].write(c1 - c3);
+                    v0[tx].write(e0[tx] - e1[tx]);
+                    v1[tx].write(o0[tx] + e1[tx]);
+                    v2[tx].write(e1[tx] - o0[tx]);
+                    v3[tx].write(o0[tx] - o1[tx]);
                 }
             }
             t += tw;
