@@ -18,26 +18,25 @@ use crate::cpu::{self, Float};
 const CHANNEL_BLOCK: usize = 16;
 
 /// Whether the Winograd weight gradient runs the convolution `s` (already a Winograd
-/// shape, see `cpu::winograd_shape`) faster than im2col + GEMM: small images (64 to 256
-/// tiles each: 16x16 to 32x32 outputs), at least [`MIN_BATCH_TILES`] tiles in the batch,
-/// and at most [`MAX_PLANE_VALUES`] values per transformed-weight plane. Measured on
-/// Zen 5 (2 threads), alternating call by call against im2col: 0.86-0.97x at 64 and 128
-/// channels on 16x16 and 32x32 images at batches 8 and 32; 1.1-1.3x on ResNet-50's
-/// 56x56 and 28x28 layers (each chunk's operands outgrow the L2 cache) and up to 1.7x
-/// with 256 channels at 8x8 (the per-thread dU, 4 MiB, costs more than the GEMMs save).
+/// shape, see `cpu::winograd_shape`) faster than im2col + GEMM: small images (16 to 256
+/// tiles each: 8x8 to 32x32 outputs) and at least [`MIN_BATCH_TILES`] tiles in the
+/// batch. Measured on Zen 5 (2 threads), alternating call by call against im2col:
+/// 0.86-0.97x at 64 and 128 channels on 16x16 and 32x32 images at batches 8 and 32,
+/// 0.87-0.90x at 256 channels on 8x8 at batch 32; 1.1-1.3x on ResNet-50's 56x56 and
+/// 28x28 layers (each chunk's operands outgrow the L2 cache).
 pub(super) fn pays(s: &Shape) -> bool {
     let (th, tw) = s.tiles();
     let per_image = th * tw;
-    (64..=256).contains(&per_image)
-        && s.n * per_image >= MIN_BATCH_TILES
-        && s.c_in * s.c_out <= MAX_PLANE_VALUES
+    (16..=256).contains(&per_image) && s.n * per_image >= MIN_BATCH_TILES
 }
 
 /// Fewest tiles in the batch for the Winograd weight gradient (a batch of 8 16x16 images).
 const MIN_BATCH_TILES: usize = 512;
 
-/// Most values per transformed-weight plane (`c_in * c_out`) for the Winograd weight
-/// gradient: each thread accumulates 16 such planes, 1 MiB of f32 at 128 x 128.
+/// Most values per transformed-weight plane (`c_in * c_out`) for which each thread
+/// accumulates its own 16 planes of dU (1 MiB of f32 at 128 x 128), summed at the end;
+/// wider layers share one dU, each plane's GEMMs on one thread (per-thread copies of 4
+/// MiB and more measured up to 1.7x slower than im2col at 256 channels).
 const MAX_PLANE_VALUES: usize = 128 * 128;
 
 /// Fewest tiles per chunk: each chunk's two transformed operands (16 planes of its tiles,
@@ -67,7 +66,7 @@ pub(super) fn weight_gradient<T: Float>(s: &Shape, x: &[T], gy: &[T]) -> Vec<T> 
         du
     };
     let threads = cpu::threads();
-    let du = if chunks >= threads && threads > 1 {
+    let du = if chunks >= threads && threads > 1 && s.c_in * s.c_out <= MAX_PLANE_VALUES {
         // Each thread its own run of chunks and its own dU, summed at the end.
         let per = chunks.div_ceil(threads);
         let partials: Vec<Vec<T>> = (0..threads)

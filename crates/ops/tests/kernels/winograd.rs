@@ -112,16 +112,18 @@ fn weight_gradient(
 
 #[test]
 fn winograd_weight_gradient_matches_im2col_and_float64() {
-    // Shapes where the Winograd weight gradient runs (16x16 to 32x32 outputs, 512+ tiles
-    // in the batch, up to 128 x 128 channels): whole and partial tiles (odd sizes),
-    // paddings 0 to 2, channel counts that are not multiples of the 16-channel blocks,
-    // several images per chunk and chunks split across threads.
+    // Shapes where the Winograd weight gradient runs (8x8 to 32x32 outputs, 512+ tiles
+    // in the batch): whole and partial tiles (odd sizes), paddings 0 to 2, channel counts
+    // that are not multiples of the 16-channel blocks, several images per chunk, chunks
+    // split across threads (a dU per thread) and, past 128 x 128 channels, one shared dU.
     for shape in [
         (8, 16, 16, 16, 24, 1),
         (2, 32, 32, 31, 16, 1),
         (5, 16, 20, 18, 40, 2),
         (3, 24, 34, 33, 16, 0),
         (16, 64, 16, 16, 64, 1),
+        (32, 16, 8, 8, 24, 1),
+        (8, 160, 16, 16, 128, 1),
     ] {
         let dw64 = weight_gradient(shape, DType::F64, ConvAlgorithm::Im2col);
         let dww64 = weight_gradient(shape, DType::F64, ConvAlgorithm::Auto);
@@ -144,13 +146,13 @@ fn winograd_weight_gradient_matches_im2col_and_float64() {
 
 #[test]
 fn weight_gradient_keeps_im2col_where_winograd_does_not_pay() {
-    // 8x8 outputs (16 tiles per image), 56x56 outputs (784), 256 channels, a batch of
-    // 256 tiles: the same bits as im2col + GEMM.
+    // 4x4 outputs (4 tiles per image), 56x56 outputs (784), batches of 128 and 256
+    // tiles: the same bits as im2col + GEMM.
     for shape in [
-        (8, 32, 8, 8, 32, 1),
+        (32, 32, 4, 4, 32, 1),
         (1, 16, 56, 56, 16, 1),
-        (8, 256, 16, 16, 128, 1),
-        (4, 16, 16, 16, 16, 1),
+        (8, 32, 8, 8, 32, 1),
+        (4, 256, 16, 16, 128, 1),
     ] {
         let dwi = weight_gradient(shape, DType::F32, ConvAlgorithm::Im2col);
         let dwa = weight_gradient(shape, DType::F32, ConvAlgorithm::Auto);
