@@ -28,8 +28,8 @@ pub struct TrainOptions {
     /// checked. Without this check a diverging update is caught one step later, by the
     /// loss, and the last step's is caught only by [`Session::save_checkpoint`].
     pub check_parameters: bool,
-    /// The graph passes to run (see [`wick_graph::passes`]); none of today's passes
-    /// matches a training graph.
+    /// The graph passes to run (see [`wick_graph::passes`]): in a training graph
+    /// `batch_norm_relu` and `add_relu` match (the inference passes find nothing to fuse).
     pub passes: PassSet,
 }
 

@@ -1,5 +1,6 @@
 //! The CPU convolution: im2col + GEMM through the `gemm` crate, for the forward pass and
-//! both gradients.
+//! both gradients, or Winograd's F(2x2, 3x3) (`winograd.rs`, `winograd_filter.rs`) for the
+//! 3x3 stride-1 shapes where it pays.
 //!
 //! One driver decides how every pass spreads over threads ([`Spread`]):
 //! - small images (under [`WHOLE_BATCH_BELOW_PIXELS`] output pixels): one GEMM over the

@@ -17,7 +17,8 @@ mod winograd_filter;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvAlgorithm {
     /// Winograd's F(2x2, 3x3) for 3x3 stride-1 convolutions with at least 16 channels in
-    /// and out (forward and input gradient), im2col + GEMM otherwise.
+    /// and out where it pays (forward and input gradient on 7x7+ outputs, weight gradient
+    /// on 8x8 to 32x32 outputs), im2col + GEMM otherwise.
     #[default]
     Auto,
     /// im2col + GEMM (or a plain GEMM for 1x1 stride-1 convolutions) always.
