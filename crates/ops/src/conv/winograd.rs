@@ -156,7 +156,7 @@ pub(super) fn convolve<T: Float>(s: &Shape, x: &[T], u: &[T], out: &mut [MaybeUn
 
 /// How the batch of `s` splits into chunks transformed and multiplied together: (images
 /// per chunk, chunks).
-pub(super) fn chunking(s: &Shape) -> (usize, usize) {
+fn chunking(s: &Shape) -> (usize, usize) {
     let (th, tw) = s.tiles();
     let per_image = th * tw;
     let widest = s.c_in.max(s.c_out).max(1);
@@ -196,25 +196,10 @@ fn chunk_convolve<T: Float>(
     let (th, tw) = s.tiles();
     let tiles = count * th * tw;
     // V[c][ξ][t]: each channel's 16 transformed planes, contiguous per channel.
-    v.clear();
-    v.reserve(16 * s.c_in * tiles);
-    {
-        let slots = &mut v.spare_capacity_mut()[..16 * s.c_in * tiles];
-        let one = |(c, planes): (usize, &mut [MaybeUninit<T>])| {
-            input_transform(s, x, first, count, c, planes, tiles);
-        };
-        if parallel && cpu::threads() > 1 {
-            slots
-                .par_chunks_mut(16 * tiles)
-                .enumerate()
-                .with_min_len(16)
-                .for_each(one);
-        } else {
-            slots.chunks_mut(16 * tiles).enumerate().for_each(one);
-        }
-    }
-    // SAFETY: input_transform wrote all 16 * tiles slots of every channel.
-    unsafe { v.set_len(16 * s.c_in * tiles) };
+    let parallel_transform = parallel && cpu::threads() > 1;
+    fill(v, s.c_in, 16 * tiles, parallel_transform, |c, planes| {
+        input_transform(s, x, first, count, c, planes, tiles)
+    });
     // M[ξ][o][t] = U[ξ] (c_out x c_in) · V[·][ξ][·] (c_in x tiles, row stride 16 * tiles).
     m.clear();
     m.reserve(16 * s.c_out * tiles);
@@ -254,6 +239,34 @@ fn chunk_convolve<T: Float>(
             .enumerate()
             .for_each(|k| one(&mut a, k));
     }
+}
+
+/// Fills `buf` with `rows` blocks of `per_row` values, block `r` by `one(r, block)`, which
+/// writes every slot of it; over the threads when `parallel`.
+pub(super) fn fill<T: Float>(
+    buf: &mut Vec<T>,
+    rows: usize,
+    per_row: usize,
+    parallel: bool,
+    one: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
+) {
+    buf.clear();
+    buf.reserve(rows * per_row);
+    let slots = &mut buf.spare_capacity_mut()[..rows * per_row];
+    if parallel {
+        slots
+            .par_chunks_mut(per_row)
+            .enumerate()
+            .with_min_len(16)
+            .for_each(|(r, b)| one(r, b));
+    } else {
+        slots
+            .chunks_mut(per_row)
+            .enumerate()
+            .for_each(|(r, b)| one(r, b));
+    }
+    // SAFETY: `one` wrote every slot of each of the `rows` blocks.
+    unsafe { buf.set_len(rows * per_row) };
 }
 
 /// Channel `c`'s transformed input tiles for images `first..first + count`: 16 planes of

@@ -7,11 +7,9 @@
 //! `dU[ξ] (c_out x c_in) = Ĝ[ξ] (c_out x tiles) · V[ξ]ᵀ (tiles x c_in)`, 2.25x fewer FLOPs
 //! than im2col's `dy · colᵀ`. The transforms only add and halve.
 
-use std::mem::MaybeUninit;
-
 use rayon::prelude::*;
 
-use super::winograd::{input_transform, Shape};
+use super::winograd::{fill, input_transform, Shape};
 use crate::cpu::{self, Float};
 
 /// Output channels per task of the gradient transform (one 64-byte row of f32 per tile).
@@ -139,34 +137,6 @@ fn chunk_gradient<T: Float>(
     } else {
         planes.for_each(gemm);
     }
-}
-
-/// Fills `buf` with `rows` blocks of `per_row` values, block `r` by `one(r, block)`, which
-/// writes every slot of it; over the threads when `parallel`.
-fn fill<T: Float>(
-    buf: &mut Vec<T>,
-    rows: usize,
-    per_row: usize,
-    parallel: bool,
-    one: impl Fn(usize, &mut [MaybeUninit<T>]) + Sync,
-) {
-    buf.clear();
-    buf.reserve(rows * per_row);
-    let slots = &mut buf.spare_capacity_mut()[..rows * per_row];
-    if parallel {
-        slots
-            .par_chunks_mut(per_row)
-            .enumerate()
-            .with_min_len(16)
-            .for_each(|(r, b)| one(r, b));
-    } else {
-        slots
-            .chunks_mut(per_row)
-            .enumerate()
-            .for_each(|(r, b)| one(r, b));
-    }
-    // SAFETY: `one` wrote every slot of each of the `rows` blocks.
-    unsafe { buf.set_len(rows * per_row) };
 }
 
 /// Output channels `o0..o0 + width` (`width` ≤ [`CHANNEL_BLOCK`])'s transformed gradient
