@@ -18,6 +18,9 @@ awk '/extern "C" \{/{getline; if (match($0,/fn [A-Za-z_0-9]+\(/)) print "void " 
 cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$STUBS/libnccl.so" "$STUBS/libnccl.c"
 echo "cuda-build-check: NCCL link stub with $(wc -l <"$STUBS/libnccl.c") symbols in $STUBS"
 export RUSTFLAGS="${RUSTFLAGS:-} -L native=$STUBS"
+# A check that the code compiles and links needs no debug info and no incremental cache:
+# with them every test binary is ~280 MB and the build filled CI's disk (11 GB).
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0} CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda} WORK=${WORK:-$PWD/target/cuda-ci} \
   FEATURES="cudnn nccl" CARGO_CMD=build CARGO_ARGS="${CARGO_ARGS:---workspace --all-targets}" \
   bash "$SHARED/tools/cuda-build-check.sh"
