@@ -6,33 +6,20 @@ mod common;
 
 use std::collections::HashMap;
 
-use candle_core::{DType, Device, Tensor};
 use common::*;
 use serde_json::Value;
-use wick_graph::{Executor, GraphBuilder, Mode, StepPart, TimeProfiler};
+use wick_graph::{StepPart, TimeProfiler};
 use wick_ops::SgdParams;
 
 /// The small net trained for `iterations` with real timings, the first skipped, its
 /// steps' input wait, copy and read-back reported as a session would.
 fn profiled(iterations: usize) -> wick_graph::Profile {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let net = small_net(&mut b, DType::F32, 2, 8, 3).unwrap();
-    let grads = b.backward(net.loss).unwrap();
     let sgd = SgdParams {
         lr: 0.01,
         momentum: 0.9,
         ..Default::default()
     };
-    b.sgd(&grads, sgd).unwrap();
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
-    exec.set(
-        "images",
-        &Tensor::ones((2, 3, 8, 8), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
-    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
-        .unwrap();
+    let mut exec = small_train_executor(8, sgd, 1.0);
     exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
     for _ in 0..iterations {
         exec.report_step_part(StepPart::InputWait, 2e-4);

@@ -3,7 +3,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick_graph::{Executor, GraphBuilder, Mode, Result, ValueId, ValueKind};
-use wick_ops::{BatchNorm2dParams, Conv2dParams};
+use wick_ops::{BatchNorm2dParams, Conv2dParams, SgdParams};
 
 /// Handles to the interesting values of the small net.
 pub struct SmallNet {
@@ -122,4 +122,21 @@ pub fn build(
         None
     };
     (b.finish(), net, grads)
+}
+
+/// The small net (batch 2, `size`x`size` images, 3 classes) as an f32 training graph with
+/// `sgd` updates on the CPU, initialised by [`init`] (seed 1), its images all `pixel` and
+/// its labels `[0, 1]`.
+pub fn small_train_executor(size: usize, sgd: SgdParams, pixel: f64) -> Executor {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let net = small_net(&mut b, DType::F32, 2, size, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    b.sgd(&grads, sgd).unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    let images = Tensor::full(pixel as f32, (2, 3, size, size), &Device::Cpu).unwrap();
+    exec.set("images", &images).unwrap();
+    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
+        .unwrap();
+    exec
 }

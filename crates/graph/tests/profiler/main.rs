@@ -6,11 +6,10 @@ mod common;
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Device, Tensor};
 use common::*;
 use wick_graph::float_format::cpp_float;
 use wick_graph::profiler::{Mark, SlotLayout};
-use wick_graph::{Executor, GraphBuilder, Mode, Phase, TimeProfiler, Timer};
+use wick_graph::{Executor, Phase, TimeProfiler, Timer};
 use wick_ops::SgdParams;
 
 /// A value the test shares with a hook (which the executor may call on another thread).
@@ -101,27 +100,12 @@ fn setup_with(
     phase_len: [f64; 3],
     wall: Option<wick_graph::profiler::WallClock>,
 ) -> Setup {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
-    let grads = b.backward(net.loss).unwrap();
-    b.sgd(
-        &grads,
-        SgdParams {
-            lr: 0.01,
-            momentum: 0.9,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
-    exec.set(
-        "images",
-        &Tensor::zeros((2, 3, 6, 6), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
-    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
-        .unwrap();
+    let sgd = SgdParams {
+        lr: 0.01,
+        momentum: 0.9,
+        ..Default::default()
+    };
+    let mut exec = small_train_executor(6, sgd, 0.0);
     let iteration = Shared::new(0);
     let marks = Shared::new(0);
     let timer = FakeTimer {

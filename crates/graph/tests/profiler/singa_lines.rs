@@ -213,19 +213,7 @@ fn phases_come_from_the_nodes_not_from_kernel_names() {
 
 #[test]
 fn host_timer_measures_real_runs() {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
-    let grads = b.backward(net.loss).unwrap();
-    b.sgd(&grads, SgdParams::default()).unwrap();
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
-    exec.set(
-        "images",
-        &Tensor::ones((2, 3, 6, 6), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
-    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
-        .unwrap();
+    let mut exec = small_train_executor(6, SgdParams::default(), 1.0);
     exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
     for _ in 0..3 {
         exec.run().unwrap();

@@ -176,25 +176,12 @@ fn memory_prediction_and_measured_peak() {
         peak: peak.clone(),
         resets: resets.clone(),
     };
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let net = small_net(&mut b, DType::F32, 2, 6, 3).unwrap();
-    let grads = b.backward(net.loss).unwrap();
     let momentum = SgdParams {
         momentum: 0.9,
         ..Default::default()
     };
-    b.sgd(&grads, momentum).unwrap();
-    let graph = b.finish();
-    let plan = graph.memory_plan();
-    let mut exec = Executor::new(graph, &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
-    exec.set(
-        "images",
-        &Tensor::zeros((2, 3, 6, 6), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
-    exec.set("labels", &Tensor::new(&[0u32, 1], &Device::Cpu).unwrap())
-        .unwrap();
+    let mut exec = small_train_executor(6, momentum, 0.0);
+    let plan = exec.graph().memory_plan();
     let profiler = TimeProfiler::new(1, 1).with_memory_counter(Box::new(counter));
     exec.add_hook(profiler).unwrap();
     for measured in [900u64, 700, 1200, 800] {
