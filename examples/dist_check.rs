@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
-use wick::graph::dist::{Communicator, MpiCommunicator};
+use wick::graph::collective::{Communicator, MpiCommunicator};
 use wick::graph::passes::data_parallel::{DataParallelOptions, DEFAULT_BUCKET_BYTES};
 use wick::graph::{Executor, Graph, GraphBuilder, Mode, TimeProfiler, ValueKind};
 use wick::models::init::formula::{self, uniform};

@@ -13,6 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
+use wick::graph::profiler::Schedule;
 use wick::graph::PassSet;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
 use wick::models::{checkpoint, ImageSize, Session, WeightInit};
@@ -67,14 +68,15 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let a = Args::parse();
+    let mut a = Args::parse();
+    a.profile.default_verbosity(0);
     if let Some(path) = &a.output {
         common::check_output("--output", path)?;
     }
     if a.bench {
         common::at_least_one("--reps", a.reps)?;
     }
-    a.profile.check(0)?;
+    a.profile.check()?;
     a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
@@ -94,7 +96,7 @@ fn run() -> Result<()> {
     let passes = a.model.passes(PassSet::default());
     let mut session = Session::inference_with_passes(config, n, size, passes, &device)?;
     common::log_passes(&session);
-    a.profile.attach(&mut session, 0)?;
+    a.profile.attach(&mut session)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
         None => {
@@ -115,7 +117,7 @@ fn run() -> Result<()> {
             &mut plain,
             &mut session,
             a.warmup + a.reps,
-            a.warmup,
+            Schedule::skip(a.warmup),
             |s| s.forward(&images).map(|_| ()).map_err(Into::into),
         );
     }

@@ -50,22 +50,23 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    let a = Args::parse();
+    let mut a = Args::parse();
+    a.profile.default_verbosity(2);
     a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
     let gpu = !device.is_cpu();
     let config = a.model.config("resnet50")?;
-    a.profile.check(2)?;
+    a.profile.check()?;
     let batch = a.batch_size.unwrap_or(if gpu { 32 } else { 2 });
     let size = a
         .image_size
         .unwrap_or(ImageSize::square(if gpu { 224 } else { 64 }));
+    let schedule = a.profile.schedule();
     anyhow::ensure!(
-        a.iterations > a.profile.skip,
-        "--iterations ({}) must exceed --skip ({})",
-        a.iterations,
-        a.profile.skip
+        (0..a.iterations).any(|i| schedule.is_timed(i)),
+        "--iterations ({}) leaves no iteration timed by the schedule ({schedule})",
+        a.iterations
     );
 
     let sgd = SgdParams {
@@ -90,9 +91,13 @@ fn run() -> Result<()> {
             sessions.push(s);
         }
         let [mut plain, mut fused] = <[Session; 2]>::try_from(sessions).expect("two sessions");
-        return common::compare_passes(&mut plain, &mut fused, a.iterations, a.profile.skip, |s| {
-            s.step(&images, &labels).map(|_| ()).map_err(Into::into)
-        });
+        return common::compare_passes(
+            &mut plain,
+            &mut fused,
+            a.iterations,
+            a.profile.schedule(),
+            |s| s.step(&images, &labels).map(|_| ()).map_err(Into::into),
+        );
     }
     // SINGA's op list by default: no pass unless --passes asks for one.
     let options = TrainOptions {
@@ -102,10 +107,10 @@ fn run() -> Result<()> {
     let mut session = Session::training(config, batch, size, options, &device)?;
     common::log_passes(&session);
     session.init_weights(WeightInit::Torchvision(0))?;
-    a.profile.attach(&mut session, 2)?;
+    a.profile.attach(&mut session)?;
 
     println!(
-        "{} ({:?} stem, {} classes), batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {} skipped",
+        "{} ({:?} stem, {} classes), batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {}",
         config.depth.name(),
         config.stem,
         config.num_classes,
@@ -113,7 +118,10 @@ fn run() -> Result<()> {
         device.location(),
         common::threads(),
         a.iterations,
-        a.profile.skip
+        match a.profile.schedule {
+            Some(s) => format!("schedule {s}"),
+            None => format!("{} skipped", a.profile.skip),
+        }
     );
     for _ in 0..a.iterations {
         session.step(&images, &labels)?;

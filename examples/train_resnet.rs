@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use wick::graph::dist::Communicator;
+use wick::graph::collective::Communicator;
 use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::PassSet;
 use wick::models::data::{
@@ -136,7 +136,8 @@ fn main() -> std::process::ExitCode {
 
 /// Joins the data-parallel job if asked; a rank that fails ends the whole job.
 fn start() -> Result<()> {
-    let a = Args::parse();
+    let mut a = Args::parse();
+    a.profile.default_verbosity(0);
     let comm = common::communicator(&a.dist)?;
     let result = run(a, comm.clone());
     if let (Err(e), Some(comm)) = (&result, &comm) {
@@ -168,7 +169,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
             common::check_output(flag, path)?;
         }
     }
-    a.profile.check(0)?;
+    a.profile.check()?;
     anyhow::ensure!(
         a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
         "--bucket-mb must be a positive number of MiB, got {}",
@@ -235,7 +236,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     session
         .executor_mut()
         .set_anomaly_detection(a.detect_anomaly);
-    a.profile.attach(&mut session, 0)?;
+    a.profile.attach(&mut session)?;
     match &a.weights {
         Some(w) => session.load_checkpoint(w)?,
         None => session.init_weights(WeightInit::Torchvision(a.seed))?,

@@ -109,17 +109,19 @@ pub fn run_info(session: &wick::models::Session) -> wick::graph::profiler::RunIn
 }
 
 /// `--compare-passes`: runs `plain` (the graph as recorded) and `fused` (after the passes)
-/// alternately, `iterations` times each with a per-op profiler skipping the first `skip`,
-/// and prints the per-op-type, per-phase and step comparison.
+/// alternately, `iterations` times each with a per-op profiler timing the iterations
+/// `schedule` names, and prints the per-op-type, per-phase and step comparison.
 pub fn compare_passes(
     plain: &mut wick::models::Session,
     fused: &mut wick::models::Session,
     iterations: usize,
-    skip: usize,
+    schedule: wick::graph::profiler::Schedule,
     mut run: impl FnMut(&mut wick::models::Session) -> Result<()>,
 ) -> Result<()> {
     for s in [&mut *plain, &mut *fused] {
-        let profiler = wick::graph::TimeProfiler::new(2, skip).with_run_info(run_info(s));
+        let per_op = wick::graph::profiler::RecordLevel::PerOp;
+        let profiler =
+            wick::graph::TimeProfiler::with_schedule(schedule, per_op).with_run_info(run_info(s));
         s.executor_mut().add_hook(profiler)?;
     }
     for _ in 0..iterations {
@@ -135,7 +137,7 @@ pub fn compare_passes(
     let (before, after) = (profile(plain)?, profile(fused)?);
     print!(
         "{}",
-        wick::graph::profiler::compare::compare_passes(&before, &after)
+        wick::graph::profiler::pass_comparison::compare_passes(&before, &after)
     );
     Ok(())
 }
@@ -203,6 +205,11 @@ pub struct ProfileArgs {
     /// Untimed warm-up iterations at the start (SINGA's default is 5).
     #[arg(long, default_value_t = 5)]
     pub skip: usize,
+    /// Which iterations to time, as PyTorch's profiler schedule:
+    /// `wait=W,warmup=U,active=A,repeat=R` (missing keys are 0; active=0 times every
+    /// later iteration). Replaces --skip; recorded in the JSON.
+    #[arg(long, conflicts_with = "skip")]
+    pub schedule: Option<wick::graph::profiler::Schedule>,
     /// Write a Chrome/Perfetto trace of the last timed iteration here (needs verbosity 2).
     #[arg(long)]
     pub trace: Option<std::path::PathBuf>,
@@ -219,16 +226,28 @@ pub struct ProfileArgs {
 }
 
 impl ProfileArgs {
-    /// The verbosity, with this example's default.
-    pub fn level(&self, default: u8) -> u8 {
-        self.verbosity.unwrap_or(default)
+    /// Sets this example's default verbosity where `--verbosity` was not given: called
+    /// once, right after parsing, so the default lives in one place.
+    pub fn default_verbosity(&mut self, default: u8) {
+        self.verbosity.get_or_insert(default);
+    }
+
+    /// The verbosity (after [`default_verbosity`](Self::default_verbosity)).
+    pub fn level(&self) -> u8 {
+        self.verbosity.unwrap_or(0)
+    }
+
+    /// The schedule: `--schedule` if given, else SINGA's `--skip`.
+    pub fn schedule(&self) -> wick::graph::profiler::Schedule {
+        self.schedule
+            .unwrap_or(wick::graph::profiler::Schedule::skip(self.skip))
     }
 
     /// Refuses, before any work, output requests that cannot be honoured: a trace without
     /// per-op timings, a profile file without a profile, one path for both files, a path
     /// that cannot be written.
-    pub fn check(&self, default: u8) -> Result<()> {
-        let level = self.level(default);
+    pub fn check(&self) -> Result<()> {
+        let level = self.level();
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");
         }
@@ -255,10 +274,12 @@ impl ProfileArgs {
     }
 
     /// Attaches wick's time profiler to `session` unless the verbosity is 0.
-    pub fn attach(&self, session: &mut wick::models::Session, default: u8) -> Result<()> {
-        let level = self.level(default);
+    pub fn attach(&self, session: &mut wick::models::Session) -> Result<()> {
+        let level = self.level();
         if level > 0 {
-            let profiler = wick::graph::TimeProfiler::new(level, self.skip)
+            let record = wick::graph::profiler::RecordLevel::from_verbosity(level);
+            let profiler = wick::graph::TimeProfiler::with_schedule(self.schedule(), record)
+                .reporting_at(level)
                 .with_memory_counter(Box::new(wick::allocator::Counter))
                 .with_run_info(run_info(session));
             session.executor_mut().add_hook(profiler)?;
@@ -330,14 +351,14 @@ impl ProfileArgs {
 /// `nccl` feature).
 pub fn communicator(
     kind: &str,
-) -> Result<Option<std::sync::Arc<dyn wick::graph::dist::Communicator>>> {
+) -> Result<Option<std::sync::Arc<dyn wick::graph::collective::Communicator>>> {
     match kind {
         "none" => Ok(None),
         "mpi" => {
             #[cfg(feature = "mpi")]
             {
                 let comm =
-                    wick::graph::dist::MpiCommunicator::init().map_err(anyhow::Error::msg)?;
+                    wick::graph::collective::MpiCommunicator::init().map_err(anyhow::Error::msg)?;
                 Ok(Some(std::sync::Arc::new(comm)))
             }
             #[cfg(not(feature = "mpi"))]
@@ -348,8 +369,8 @@ pub fn communicator(
         "nccl" => {
             #[cfg(feature = "nccl")]
             {
-                let comm =
-                    wick::graph::dist::NcclCommunicator::from_env().map_err(anyhow::Error::msg)?;
+                let comm = wick::graph::collective::NcclCommunicator::from_env()
+                    .map_err(anyhow::Error::msg)?;
                 Ok(Some(std::sync::Arc::new(comm)))
             }
             #[cfg(not(feature = "nccl"))]

@@ -10,18 +10,33 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use wick_ops::Kernel;
+use wick_ops::{elementwise, Kernel};
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
-use crate::ir::{Origin, Phase, ValueId, ValueKind};
-use crate::op::BackwardCtx;
-use crate::ops::elementwise::AccumulateGrad;
+use crate::ir::{
+    args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind,
+};
 
 /// The layer of a parameter: its state-dict name without the last component
 /// (`layer1.0.conv1.weight` → `layer1.0.conv1`).
 pub(crate) fn param_layer(name: &str) -> Option<String> {
     name.rsplit_once('.').map(|(layer, _)| layer.to_string())
+}
+
+/// The sum of two gradients of one value. in: a, b; out: a + b.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccumulateGrad;
+
+impl NodeOp for AccumulateGrad {
+    fn kernel(&self) -> Kernel {
+        Kernel::AccumulateGrad
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [a, b] = args(inputs, "accumulate_grad")?;
+        one(elementwise::add(a, b)?)
+    }
 }
 
 /// The gradient value of each parameter, as recorded by [`GraphBuilder::backward`].
@@ -98,8 +113,9 @@ impl GraphBuilder {
             };
             let op = node.op.clone();
             let mut ctx = BackwardCtx {
-                builder: self,
-                node,
+                recorder: self,
+                inputs: node.inputs,
+                outputs: node.outputs,
                 op_id,
                 grad_y,
                 contributions: &mut contributions,

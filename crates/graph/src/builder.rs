@@ -6,8 +6,9 @@ use candle_core::DType;
 use wick_ops::OpError;
 
 use crate::error::{GraphError, Result};
-use crate::ir::{Graph, Node, Op, Origin, Phase, ValueId, ValueInfo, ValueKind};
-use crate::op::NewValue;
+use crate::ir::{
+    Graph, NewValue, Node, NodeRecorder, Op, Origin, Phase, ValueId, ValueInfo, ValueKind,
+};
 
 /// Whether a graph trains (batch statistics, backward and optimizer nodes) or only infers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,5 +186,25 @@ impl GraphBuilder {
     /// Finishes recording.
     pub fn finish(self) -> Graph {
         self.graph
+    }
+}
+
+impl NodeRecorder for GraphBuilder {
+    fn value_info(&self, v: ValueId) -> &ValueInfo {
+        &self.graph.values[v.0]
+    }
+
+    fn needs_grad(&self, v: ValueId) -> bool {
+        self.requires_grad[v.0]
+    }
+
+    fn record(
+        &mut self,
+        op: Op,
+        inputs: Vec<ValueId>,
+        outputs: Vec<NewValue>,
+        flops: u64,
+    ) -> Vec<ValueId> {
+        self.push(op, inputs, outputs, vec![], flops)
     }
 }

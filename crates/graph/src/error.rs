@@ -2,7 +2,7 @@
 
 use wick_ops::OpError;
 
-use crate::ir::Phase;
+use crate::phase::Phase;
 
 /// What went wrong while building or running a graph.
 #[derive(Debug, thiserror::Error)]

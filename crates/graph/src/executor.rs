@@ -14,8 +14,8 @@ use wick_ops::{DeviceKind, KernelPath, SgdParams};
 
 use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo};
+use crate::ir::Outputs;
 use crate::ir::{Graph, Phase, ValueId, ValueKind};
-use crate::op::Outputs;
 use crate::ops::optim::SgdUpdate;
 
 /// Runs a [`Graph`] on a device.
@@ -60,6 +60,7 @@ impl Executor {
             .enumerate()
             .map(|(op_id, n)| NodeInfo {
                 op_id,
+                kernel: n.op.kernel(),
                 name: n.op.kernel().name(kind),
                 phase: n.phase,
                 input_shapes: n

@@ -3,6 +3,7 @@
 use std::any::Any;
 
 use candle_core::Device;
+use wick_ops::Kernel;
 
 use crate::ir::Phase;
 
@@ -11,6 +12,9 @@ use crate::ir::Phase;
 pub struct NodeInfo {
     /// The node's OP_ID (its index in recording order).
     pub op_id: usize,
+    /// The kernel it runs: its class, phase and whether it communicates
+    /// ([`Kernel::class`], [`Kernel::phase`], [`Kernel::communicates`]).
+    pub kernel: Kernel,
     /// The kernel's name on the executor's device (`ConvForward`, `cudnnConvForward`, ...).
     pub name: &'static str,
     /// The node's phase.

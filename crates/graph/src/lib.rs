@@ -36,18 +36,18 @@
 
 pub mod autodiff;
 pub mod builder;
+pub mod collective;
 pub mod device;
-pub mod dist;
 pub mod error;
 pub mod executor;
 pub mod float_format;
 pub mod hooks;
 pub mod ir;
 pub mod memory;
-pub mod op;
 pub mod ops;
 pub mod output;
 pub mod passes;
+pub mod phase;
 pub mod profiler;
 pub mod timer;
 
@@ -56,9 +56,9 @@ pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
 pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo, StepPart};
+pub use ir::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
 pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use memory::{MemoryPlan, MemorySplit};
-pub use op::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
 pub use output::OutputError;
 pub use passes::{PassName, PassRecord, PassSet};
 pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};

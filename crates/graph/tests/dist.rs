@@ -12,7 +12,7 @@ use std::sync::{Arc, Barrier, Mutex};
 
 use candle_core::{DType, Device, Tensor};
 use common::uniform;
-use wick_graph::dist::{Communicator, SingleProcess};
+use wick_graph::collective::{Communicator, SingleProcess};
 use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
 use wick_graph::profiler::DistProfile;
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
@@ -587,7 +587,7 @@ fn the_distributed_profile_gathers_every_rank_to_every_rank() {
 
 #[test]
 fn the_launch_environment_is_torchruns_and_bad_values_are_named() {
-    use wick_graph::dist::LaunchEnv;
+    use wick_graph::collective::LaunchEnv;
     let env = |pairs: &'static [(&'static str, &'static str)]| {
         LaunchEnv::from_lookup(move |k| {
             pairs

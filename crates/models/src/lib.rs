@@ -16,15 +16,15 @@ pub mod evaluate;
 pub mod image;
 pub mod init;
 pub mod limits;
+pub mod lr_schedule;
 pub mod resnet;
 pub mod resume;
-pub mod schedule;
 pub mod session;
 
 pub use checkpoint::{StateDict, ValueChecks};
 pub use error::{ModelError, Result};
 pub use image::ImageSize;
 pub use init::WeightInit;
+pub use lr_schedule::{LrSchedule, ScheduleUnit};
 pub use resnet::{Depth, ResNetConfig, Stem};
-pub use schedule::{LrSchedule, ScheduleUnit};
 pub use session::{Session, TrainOptions};

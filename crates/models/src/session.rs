@@ -150,7 +150,7 @@ impl Session {
         batch: usize,
         image_size: impl Into<ImageSize>,
         options: TrainOptions,
-        comm: std::sync::Arc<dyn wick_graph::dist::Communicator>,
+        comm: std::sync::Arc<dyn wick_graph::collective::Communicator>,
         dp: &DataParallelOptions,
         device: &Device,
     ) -> Result<Self> {

@@ -227,7 +227,7 @@ fn a_data_parallel_session_over_one_process_trains_like_the_plain_one() {
         ..Default::default()
     };
     let mut plain = Session::training(common::config(), 8, 32, sgd.into(), &Device::Cpu).unwrap();
-    let comm = std::sync::Arc::new(wick_graph::dist::SingleProcess);
+    let comm = std::sync::Arc::new(wick_graph::collective::SingleProcess);
     let mut dp = Session::training_data_parallel(
         common::config(),
         8,

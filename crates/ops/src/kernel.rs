@@ -96,17 +96,120 @@ pub enum Kernel {
     SgdUpdate,
 }
 
+/// What kind of work a kernel does: how the profiler groups and advises on it, and how
+/// graph passes find it. Every [`Kernel`] has one, by an exhaustive match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelClass {
+    /// Convolutions and their gradients (compute-bound GEMMs).
+    Convolution,
+    /// Fully connected layers and their gradients.
+    Linear,
+    /// Batch norm, its gradients and its fusions (a few passes over an activation).
+    Normalization,
+    /// One pass over the data per element, no reduction: activations, additions and
+    /// their gradients (memory-bound; candidates for fusion).
+    Elementwise,
+    /// Pooling and global average pooling, forward and backward.
+    Pooling,
+    /// A view change: no data moves.
+    Reshape,
+    /// A loss and its gradient.
+    Loss,
+    /// An optimizer's parameter update.
+    Optimizer,
+    /// Talks to the other data-parallel ranks.
+    Communication,
+}
+
+/// Which part of a training step a kernel serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelPhase {
+    /// The forward pass (the loss included).
+    Forward,
+    /// The backward pass: gradients, their sums and their all-reduce.
+    Backward,
+    /// The optimizer's parameter updates.
+    Optimizer,
+}
+
 impl Kernel {
+    /// The kernel's class.
+    pub fn class(self) -> KernelClass {
+        use Kernel::*;
+        use KernelClass as C;
+        match self {
+            ConvForward
+            | ConvBiasActivationForward
+            | ConvBackwardData
+            | ConvBackwardFilter
+            | ConvBackwardBias => C::Convolution,
+            LinearForward | LinearBackward => C::Linear,
+            BatchNormForwardTraining
+            | BatchNormForwardInference
+            | BatchNormBackward
+            | BatchNormReLUForwardTraining
+            | BatchNormReLUBackward => C::Normalization,
+            // Synchronised batch norm waits for the other ranks' statistics.
+            SyncBatchNormForwardTraining | SyncBatchNormBackward => C::Communication,
+            DistAllReduce | DistWait => C::Communication,
+            ReLU | ReLUBackward | Add | AddReLU | AccumulateGrad => C::Elementwise,
+            PoolingForward | PoolingBackward | GlobalAvgPoolForward | GlobalAvgPoolBackward => {
+                C::Pooling
+            }
+            Reshape => C::Reshape,
+            SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
+            SgdUpdate => C::Optimizer,
+        }
+    }
+
+    /// The part of the training step the kernel serves; `None` for a view change
+    /// ([`Kernel::Reshape`]), which serves forward and backward alike.
+    pub fn phase(self) -> Option<KernelPhase> {
+        use Kernel::*;
+        Some(match self {
+            ConvForward
+            | ConvBiasActivationForward
+            | LinearForward
+            | BatchNormForwardTraining
+            | BatchNormForwardInference
+            | BatchNormReLUForwardTraining
+            | SyncBatchNormForwardTraining
+            | ReLU
+            | Add
+            | AddReLU
+            | PoolingForward
+            | GlobalAvgPoolForward
+            | SoftmaxCrossEntropyForward => KernelPhase::Forward,
+            ConvBackwardData
+            | ConvBackwardFilter
+            | ConvBackwardBias
+            | LinearBackward
+            | BatchNormBackward
+            | BatchNormReLUBackward
+            | SyncBatchNormBackward
+            | ReLUBackward
+            | PoolingBackward
+            | GlobalAvgPoolBackward
+            | SoftmaxCrossEntropyBackward
+            | AccumulateGrad
+            | DistAllReduce
+            | DistWait => KernelPhase::Backward,
+            SgdUpdate => KernelPhase::Optimizer,
+            Reshape => return None,
+        })
+    }
+
+    /// Whether the kernel is element-wise ([`KernelClass::Elementwise`]): memory-bound, one
+    /// pass per element, a fusion candidate.
+    pub fn is_elementwise(self) -> bool {
+        self.class() == KernelClass::Elementwise
+    }
+
     /// Whether the kernel talks to other data-parallel ranks (through MPI or NCCL, whose
     /// calls may be bound to the thread that set them up).
     pub fn communicates(self) -> bool {
-        matches!(
-            self,
-            Kernel::DistAllReduce
-                | Kernel::DistWait
-                | Kernel::SyncBatchNormForwardTraining
-                | Kernel::SyncBatchNormBackward
-        )
+        self.class() == KernelClass::Communication
     }
 
     /// The kernel's name on a device of kind `device`.
@@ -309,6 +412,43 @@ mod tests {
         }
         assert_eq!(DeviceKind::of(&Device::Cpu), DeviceKind::Cpu);
         assert_eq!(Kernel::SgdUpdate.name_on(&Device::Cpu), "SgdUpdate");
+    }
+
+    #[test]
+    fn classes_decide_what_the_profiler_and_passes_match() {
+        use Kernel::*;
+        for k in [ReLU, ReLUBackward, Add, AddReLU, AccumulateGrad] {
+            assert!(k.is_elementwise(), "{k:?}");
+            assert!(!k.communicates(), "{k:?}");
+        }
+        for k in [
+            ConvForward,
+            BatchNormBackward,
+            PoolingForward,
+            SgdUpdate,
+            Reshape,
+        ] {
+            assert!(!k.is_elementwise(), "{k:?}");
+        }
+        // SINGA's verbosity-3 view prints the communication ops, all named `Dist*`.
+        for k in [
+            DistAllReduce,
+            DistWait,
+            SyncBatchNormForwardTraining,
+            SyncBatchNormBackward,
+        ] {
+            assert!(k.communicates(), "{k:?}");
+            assert!(k.name(DeviceKind::Cpu).starts_with("Dist"), "{k:?}");
+            assert!(k.name(DeviceKind::Cudnn).starts_with("Dist"), "{k:?}");
+        }
+        assert_eq!(ConvBackwardFilter.phase(), Some(KernelPhase::Backward));
+        assert_eq!(
+            SoftmaxCrossEntropyForward.phase(),
+            Some(KernelPhase::Forward)
+        );
+        assert_eq!(DistWait.phase(), Some(KernelPhase::Backward));
+        assert_eq!(SgdUpdate.phase(), Some(KernelPhase::Optimizer));
+        assert_eq!(Reshape.phase(), None);
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub use compare::{max_abs_diff, max_rel_diff};
 pub use conv::Conv2dParams;
 pub use elementwise::add;
 pub use error::{OpError, Result};
-pub use kernel::{DeviceKind, Kernel, KernelPath, KernelPathGuard};
+pub use kernel::{DeviceKind, Kernel, KernelClass, KernelPath, KernelPathGuard, KernelPhase};
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
 pub use numeric::first_non_finite;

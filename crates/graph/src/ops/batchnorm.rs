@@ -8,8 +8,8 @@ use wick_ops::Kernel;
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
+use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, Outputs};
 use crate::ir::{ValueId, ValueKind};
-use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, Outputs};
 
 const OP: &str = "batch_norm";
 

@@ -8,7 +8,7 @@ use wick_ops::Kernel;
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 const OP: &str = "conv2d";
 

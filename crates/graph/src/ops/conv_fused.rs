@@ -10,7 +10,7 @@ use wick_ops::batchnorm::{self, BatchNorm2dParams};
 use wick_ops::conv::{self, Conv2dParams, Epilogue};
 use wick_ops::Kernel;
 
-use crate::op::{arg, one, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, one, Inputs, KernelResult, NodeOp};
 
 const OP: &str = "conv2d_fused";
 

@@ -1,4 +1,4 @@
-//! ReLU, the residual add and gradient accumulation: recording, backward rules,
+//! ReLU and the residual add: recording, backward rules,
 //! execution (kernels in `wick_ops::activation` and `wick_ops::elementwise`).
 
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use wick_ops::{activation, elementwise, Kernel};
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 /// ReLU forward. in: x; out: y.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,10 +21,6 @@ pub struct ReluBackward;
 /// Element-wise addition. in: a, b; out: a + b.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Add;
-
-/// The sum of two gradients of one value. in: a, b; out: a + b.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AccumulateGrad;
 
 impl GraphBuilder {
     /// ReLU.
@@ -88,7 +84,8 @@ impl NodeOp for Add {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        add_inputs(inputs)
+        let [a, b] = args(inputs, "add")?;
+        one(elementwise::add(a, b)?)
     }
 
     /// Both inputs receive the output gradient itself: no node is recorded.
@@ -97,20 +94,4 @@ impl NodeOp for Add {
         ctx.contribute_to_inputs(&[gy, gy]);
         Ok(())
     }
-}
-
-impl NodeOp for AccumulateGrad {
-    fn kernel(&self) -> Kernel {
-        Kernel::AccumulateGrad
-    }
-
-    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        add_inputs(inputs)
-    }
-}
-
-/// `inputs[0] + inputs[1]`: what `Add` and `AccumulateGrad` compute.
-fn add_inputs(inputs: &Inputs<'_>) -> KernelResult {
-    let [a, b] = args(inputs, "add")?;
-    one(elementwise::add(a, b)?)
 }

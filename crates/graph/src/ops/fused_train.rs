@@ -5,7 +5,7 @@
 use wick_ops::batchnorm::{self, BatchNorm2dParams};
 use wick_ops::{elementwise, Kernel};
 
-use crate::op::{arg, args, one, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp};
 use crate::ops::batchnorm::{grads, train_outputs};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,

@@ -9,7 +9,7 @@ use wick_ops::{Kernel, OpError};
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 /// Fully connected forward. in: x `[N, in]`, weight `[out, in]`, `[bias]`; out: y `[N, out]`.
 #[derive(Debug, Clone, PartialEq)]

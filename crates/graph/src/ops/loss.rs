@@ -9,7 +9,7 @@ use wick_ops::{loss, Kernel, OpError};
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 const OP: &str = "cross_entropy";
 

@@ -2,10 +2,10 @@
 //! ([`NodeOp`](crate::NodeOp) implementations) with their backward rules, and how each
 //! runs its `wick-ops` kernel.
 
+pub mod all_reduce;
 pub mod batchnorm;
 pub mod conv;
 pub mod conv_fused;
-pub mod dist;
 pub mod elementwise;
 pub mod fused_train;
 pub mod linear;

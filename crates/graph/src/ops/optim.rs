@@ -8,8 +8,8 @@ use wick_ops::{optim, Kernel, SgdParams};
 use crate::autodiff::Gradients;
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
+use crate::ir::{args, Inputs, KernelResult, NodeOp};
 use crate::ir::{Origin, Phase, ValueKind};
-use crate::op::{args, Inputs, KernelResult, NodeOp};
 
 /// One parameter's fused SGD update. in: param, grad, `[momentum_buf]`; out: the param
 /// and (with momentum) the momentum buffer, updated in place.

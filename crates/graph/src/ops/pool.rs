@@ -10,7 +10,7 @@ use wick_ops::Kernel;
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::ValueId;
-use crate::op::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp};
 
 /// Max or average pooling forward. in: x; out: y and, for max pooling with `indices`, the
 /// argmax indices.

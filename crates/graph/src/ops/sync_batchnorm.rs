@@ -13,8 +13,8 @@ use wick_ops::batchnorm::BatchNorm2dParams;
 use wick_ops::{Kernel, OpError};
 
 use super::batchnorm::{grads, train_outputs};
-use crate::dist::CommQueue;
-use crate::op::{arg, Inputs, KernelResult, NodeOp};
+use crate::collective::CommQueue;
+use crate::ir::{arg, Inputs, KernelResult, NodeOp};
 
 const OP: &str = "sync_batch_norm";
 

@@ -3,24 +3,24 @@
 //! graphs `conv_epilogue` takes these first).
 
 use std::sync::Arc;
+use wick_ops::Kernel;
 
 use super::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
-use crate::ops::elementwise::{Add, Relu};
 use crate::ops::fused_train::AddRelu;
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
     let mut fused_adds = Vec::new();
     for k in 0..graph.nodes.len() {
-        if graph.nodes[k].op_as::<Add>().is_none() {
+        if graph.nodes[k].kernel() != Kernel::Add {
             continue;
         }
         let s = graph.nodes[k].outputs[0];
         let Some(m) = uses.only_reader(graph, s) else {
             continue;
         };
-        if graph.nodes[m].op_as::<Relu>().is_none() {
+        if graph.nodes[m].kernel() != Kernel::ReLU {
             continue;
         }
         let fused = Node {

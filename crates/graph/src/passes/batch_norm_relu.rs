@@ -4,11 +4,11 @@
 //! [`BatchNormReluTrainBackward`] node (at the batch-norm backward's place).
 
 use std::sync::Arc;
+use wick_ops::Kernel;
 
 use super::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
 use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
-use crate::ops::elementwise::{Relu, ReluBackward};
 use crate::ops::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
@@ -24,7 +24,7 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         let Some(r) = uses.only_reader(graph, y) else {
             continue;
         };
-        if graph.nodes[r].op_as::<Relu>().is_none() {
+        if graph.nodes[r].kernel() != Kernel::ReLU {
             continue;
         }
         let z = graph.nodes[r].outputs[0];
@@ -35,7 +35,7 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         let relu_backward: Vec<usize> = uses.readers[z.0]
             .iter()
             .copied()
-            .filter(|&n| graph.nodes[n].op_as::<ReluBackward>().is_some())
+            .filter(|&n| graph.nodes[n].kernel() == Kernel::ReLUBackward)
             .collect();
         let [rb] = relu_backward[..] else { continue };
         let gy = graph.nodes[rb].outputs[0];

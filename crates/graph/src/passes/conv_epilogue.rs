@@ -4,13 +4,13 @@
 //! the place of the pattern's last node, where the residual `r` is ready.
 
 use std::sync::Arc;
+use wick_ops::Kernel;
 
 use wick_ops::conv::epilogue_flops;
 
 use super::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
 use crate::ops::conv_fused::{BiasSource, ConvBiasActivation};
-use crate::ops::elementwise::{Add, Relu};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
@@ -30,16 +30,15 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         let Some(k) = uses.only_reader(graph, y).filter(|k| !taken[*k]) else {
             continue;
         };
-        let is_relu = |n: usize| graph.nodes[n].op_as::<Relu>().is_some();
+        let is_relu = |n: usize| graph.nodes[n].kernel() == Kernel::ReLU;
         // The residual: the add's other input, when the add reads y once.
-        let residual =
-            graph.nodes[k]
-                .op_as::<Add>()
-                .and_then(|_| match graph.nodes[k].inputs.as_slice() {
-                    [a, r] if *a == y && *r != y => Some(*r),
-                    [r, b] if *b == y && *r != y => Some(*r),
-                    _ => None,
-                });
+        let residual = (graph.nodes[k].kernel() == Kernel::Add)
+            .then_some(())
+            .and_then(|_| match graph.nodes[k].inputs.as_slice() {
+                [a, r] if *a == y && *r != y => Some(*r),
+                [r, b] if *b == y && *r != y => Some(*r),
+                _ => None,
+            });
         let (last, relu) = match residual {
             Some(_) => {
                 let z = graph.nodes[k].outputs[0];

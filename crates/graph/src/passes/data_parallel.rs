@@ -11,16 +11,16 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use wick_ops::Kernel;
 
 use super::Uses;
-use crate::dist::{CommQueue, Communicator};
+use crate::collective::{CommQueue, Communicator};
 use crate::error::{GraphError, Result};
+use crate::ir::Op;
 use crate::ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
-use crate::op::Op;
+use crate::ops::all_reduce::{DistAllReduce, DistWait};
 use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
-use crate::ops::dist::{DistAllReduce, DistWait};
-use crate::ops::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
-use crate::ops::optim::SgdUpdate;
+use crate::ops::fused_train::BatchNormReluTrain;
 use crate::ops::sync_batchnorm::{SyncBatchNormTrain, SyncBatchNormTrainBackward};
 
 /// PyTorch DDP's default bucket size.
@@ -99,7 +99,7 @@ impl Graph {
         if self
             .nodes
             .iter()
-            .any(|n| n.op_as::<DistAllReduce>().is_some())
+            .any(|n| n.kernel() == Kernel::DistAllReduce)
         {
             return Err(GraphError::Usage(
                 "apply_data_parallel: the graph is data-parallel already".into(),
@@ -109,7 +109,7 @@ impl Graph {
         // (producer OP_ID, gradient), by producer.
         let mut grads: Vec<(usize, ValueId)> = Vec::new();
         for node in &self.nodes {
-            if node.op_as::<SgdUpdate>().is_some() {
+            if node.kernel() == Kernel::SgdUpdate {
                 let g = node.inputs[1];
                 let producer = uses.writer[g.0].ok_or_else(|| {
                     GraphError::Usage(format!(
@@ -195,7 +195,7 @@ impl Graph {
             ));
         }
         for node in &mut self.nodes {
-            if node.op_as::<SgdUpdate>().is_some() {
+            if node.kernel() == Kernel::SgdUpdate {
                 node.inputs[1] = mean_of[&node.inputs[1]];
             }
         }
@@ -261,7 +261,7 @@ impl Graph {
                 }))
             } else if node.op_as::<BatchNormTrainBackward>().is_some() {
                 Some(Arc::new(SyncBatchNormTrainBackward { relu: false, queue }))
-            } else if node.op_as::<BatchNormReluTrainBackward>().is_some() {
+            } else if node.kernel() == Kernel::BatchNormReLUBackward {
                 Some(Arc::new(SyncBatchNormTrainBackward { relu: true, queue }))
             } else {
                 None

@@ -2,9 +2,11 @@
 //! figure, no advice. The thresholds are constants here, each with its reason.
 
 use serde::Serialize;
+use wick_ops::KernelClass;
 
+use super::machine_peaks::MachinePeaks;
 use super::profile::Profile;
-use super::roofline::{Bound, MachinePeaks};
+use super::roofline::Bound;
 use super::step::PARTLY_INPUT_BOUND;
 
 /// One fired rule: what it looked at, the figure that fired it, and what to do.
@@ -32,11 +34,20 @@ pub const FAR_BELOW_ROOF: f64 = 0.20;
 /// ... and takes at least this share of op time (smaller ones do not move the step).
 pub const ROOF_MIN_SHARE: f64 = 0.05;
 
-/// Kernels that do a few FLOPs per element they read and write.
-fn elementwise(kernel: &str) -> bool {
-    ["ReLU", "Add", "AccumulateGrad", "BatchNorm"]
-        .iter()
-        .any(|k| kernel.contains(k))
+/// Kernels that do a few FLOPs per element they read and write: element-wise ones and
+/// batch norm, whose passes a fused kernel would save. Every class is decided here, so a
+/// new one must be.
+fn few_flops_per_element(class: KernelClass) -> bool {
+    match class {
+        KernelClass::Elementwise | KernelClass::Normalization => true,
+        KernelClass::Convolution
+        | KernelClass::Linear
+        | KernelClass::Pooling
+        | KernelClass::Reshape
+        | KernelClass::Loss
+        | KernelClass::Optimizer
+        | KernelClass::Communication => false,
+    }
 }
 
 impl Profile {
@@ -58,7 +69,7 @@ impl Profile {
             let elementwise_time: f64 = self
                 .ops
                 .iter()
-                .filter(|o| elementwise(&o.name))
+                .filter(|o| few_flops_per_element(o.class))
                 .map(|o| o.mean_sec)
                 .sum();
             let share = elementwise_time / op_time;
@@ -192,14 +203,17 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wick_ops::{DeviceKind, Kernel};
+
     use crate::ir::{Origin, Phase};
     use crate::profiler::profile::{OpProfile, PhaseProfile};
     use crate::profiler::step::StepProfile;
 
-    fn op(name: &str, sec: f64, flops: u64, bytes: u64) -> OpProfile {
+    fn op(kernel: Kernel, sec: f64, flops: u64, bytes: u64) -> OpProfile {
         OpProfile {
             op_id: 0,
-            name: name.into(),
+            name: kernel.name(DeviceKind::Cpu).into(),
+            class: kernel.class(),
             phase: Phase::Forward,
             mean_sec: sec,
             min_sec: sec,
@@ -226,8 +240,8 @@ mod tests {
                 ops_sec: 0.99,
             }],
             ops: vec![
-                op("ConvForward", 0.9, 90_000_000_000, 1_000_000_000),
-                op("ReLU", 0.1, 100_000_000, 800_000_000),
+                op(Kernel::ConvForward, 0.9, 90_000_000_000, 1_000_000_000),
+                op(Kernel::ReLU, 0.1, 100_000_000, 800_000_000),
             ],
             step: Some(StepProfile {
                 intervals: 3,

@@ -2,7 +2,9 @@
 //! rows, and its JSON form. The text formats live beside it (`singa`, `table`, `trace`).
 
 use serde::{Deserialize, Serialize};
+use wick_ops::KernelClass;
 
+use super::schedule::Schedule;
 use crate::ir::{Origin, Phase};
 
 /// The timing of one node, averaged over the iterations that timed it.
@@ -12,6 +14,8 @@ pub struct OpProfile {
     pub op_id: usize,
     /// The kernel's name.
     pub name: String,
+    /// The kernel's class ([`Kernel::class`](wick_ops::Kernel::class)).
+    pub class: KernelClass,
     /// The node's phase.
     pub phase: Phase,
     /// Mean seconds per execution.
@@ -88,8 +92,11 @@ pub struct OpTypeRow {
 /// `ops` is filled (verbosity 2), the phase lines otherwise.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Profile {
-    /// The verbosity the figures were taken at.
+    /// The SINGA verbosity the report prints at (1 phases, 2 every op, 3 only the
+    /// communication ops' lines); set it to change what [`singa_lines`](Profile::singa_lines) shows.
     pub verbosity: u8,
+    /// Which iterations were timed.
+    pub schedule: Schedule,
     /// Iterations run untimed at the start (`None` when nothing was timed).
     pub skipped: Option<usize>,
     /// Iterations every phase and iteration figure is averaged over.
@@ -135,12 +142,12 @@ pub struct Profile {
     /// Predicted and measured memory (after a timed iteration).
     pub memory: Option<super::memory::MemoryProfile>,
     /// This machine's measured peaks, for the roofline (set by the caller:
-    /// [`MachinePeaks::measure`](super::roofline::MachinePeaks::measure)).
-    pub machine: Option<super::roofline::MachinePeaks>,
+    /// [`MachinePeaks::measure`](super::machine_peaks::MachinePeaks::measure)).
+    pub machine: Option<super::machine_peaks::MachinePeaks>,
     /// A data-parallel run's ranks, buckets and overlap (rank 0, after
-    /// [`DistProfile::gather`](super::dist::DistProfile::gather)).
+    /// [`DistProfile::gather`](super::ranks::DistProfile::gather)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub distributed: Option<super::dist::DistProfile>,
+    pub distributed: Option<super::ranks::DistProfile>,
 }
 
 impl Profile {
@@ -210,71 +217,5 @@ impl Profile {
         }
         rows.sort_by(|a, b| b.total_sec.total_cmp(&a.total_sec));
         rows
-    }
-
-    /// A profile read back from [`to_json`](Profile::to_json)'s text. Refuses another
-    /// schema.
-    pub fn from_json(text: &str) -> Result<Profile, String> {
-        let p: Profile =
-            serde_json::from_str(text).map_err(|e| format!("not a wick profile: {e}"))?;
-        if p.schema != super::samples::SCHEMA {
-            return Err(format!(
-                "profile schema {:?}, this wick reads {:?}",
-                p.schema,
-                super::samples::SCHEMA
-            ));
-        }
-        Ok(p)
-    }
-
-    /// The whole profile as JSON, with the per-layer, per-block and per-stage views
-    /// (every row, not only the text report's top ones).
-    pub fn to_json(&self) -> String {
-        #[derive(Serialize)]
-        struct WithViews<'a> {
-            #[serde(flatten)]
-            profile: &'a Profile,
-            by_type_and_shape: Vec<OpTypeRow>,
-            layers: Vec<super::layers::LayerRow>,
-            blocks: Vec<super::layers::LayerRow>,
-            stages: Vec<super::layers::LayerRow>,
-        }
-        use super::layers::LayerLevel;
-        let views = WithViews {
-            profile: self,
-            by_type_and_shape: self.by_type_and_shape(),
-            layers: self.by_layer(LayerLevel::Layer),
-            blocks: self.by_layer(LayerLevel::Block),
-            stages: self.by_layer(LayerLevel::Stage),
-        };
-        serde_json::to_string_pretty(&views).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-    }
-}
-
-/// The median of `values` (the mean of the middle two for an even count; 0 when empty).
-pub(crate) fn median(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::median;
-
-    #[test]
-    fn median_of_odd_even_and_empty_sets() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[7.0]), 7.0);
-        assert_eq!(median(&[]), 0.0);
     }
 }

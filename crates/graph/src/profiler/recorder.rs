@@ -4,10 +4,11 @@
 use candle_core::Device;
 
 use super::memory::{MemoryCounter, MemoryProfile};
-use super::profile::{median, OpProfile, PhaseProfile, Profile};
+use super::profile::{OpProfile, PhaseProfile, Profile};
 use super::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
-use super::schedule::Schedule;
+use super::schedule::{RecordLevel, Schedule};
 use super::slots::{Mark, SlotLayout};
+use super::stats::median;
 use super::step::{instant_clock, StepRecorder, WallClock};
 use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo, StepPart};
@@ -38,7 +39,9 @@ impl Default for OpStats {
 /// SINGA-style time profiler. Attach it to an [`Executor`](crate::Executor), run, then
 /// [`print`](TimeProfiler::print) it or take its [`profile`](TimeProfiler::profile).
 pub struct TimeProfiler {
-    verbosity: u8,
+    level: RecordLevel,
+    /// The SINGA verbosity the report prints at (3: only the communication ops' lines).
+    report_verbosity: u8,
     schedule: Schedule,
     timer: Option<Box<dyn Timer>>,
     nodes: Vec<NodeInfo>,
@@ -78,7 +81,7 @@ pub struct TimeProfiler {
 impl std::fmt::Debug for TimeProfiler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TimeProfiler")
-            .field("verbosity", &self.verbosity)
+            .field("level", &self.level)
             .field("schedule", &self.schedule)
             .field("seen", &self.seen)
             .field("timed", &self.timed)
@@ -87,14 +90,23 @@ impl std::fmt::Debug for TimeProfiler {
 }
 
 impl TimeProfiler {
-    /// A profiler at `verbosity` (0, 1, 2, or 3: as 2, but SINGA's per-op lines only for the
-    /// communication ops `Dist*`; higher values are clamped to 3) that
-    /// leaves the first `skip` iterations untimed (SINGA's default is 5). It picks the
-    /// timer that fits the executor's device when attached.
+    /// SINGA's two settings: a profiler at `verbosity` (0 off, 1 phases, 2 every op, 3 as
+    /// 2 but the report prints SINGA's per-op lines only for the communication ops; higher
+    /// values are clamped to 3) that leaves the first `skip` iterations untimed (SINGA's
+    /// default is 5). It picks the timer that fits the executor's device when attached.
     pub fn new(verbosity: u8, skip: usize) -> Self {
+        let mut p =
+            Self::with_schedule(Schedule::skip(skip), RecordLevel::from_verbosity(verbosity));
+        p.report_verbosity = verbosity.min(3);
+        p
+    }
+
+    /// A profiler that records at `level` in the iterations `schedule` times.
+    pub fn with_schedule(schedule: Schedule, level: RecordLevel) -> Self {
         TimeProfiler {
-            verbosity: verbosity.min(3),
-            schedule: Schedule::skip(skip),
+            level,
+            report_verbosity: level.verbosity(),
+            schedule,
             timer: None,
             nodes: Vec::new(),
             device: String::new(),
@@ -155,15 +167,23 @@ impl TimeProfiler {
         self
     }
 
-    /// The verbosity level.
-    pub fn verbosity(&self) -> u8 {
-        self.verbosity
+    /// The SINGA verbosity its report prints at ([`Profile::verbosity`]); 3 keeps only the
+    /// communication ops' per-op lines. Recording is unchanged.
+    pub fn reporting_at(mut self, verbosity: u8) -> Self {
+        self.report_verbosity = verbosity.min(3);
+        self
     }
 
-    /// Changes the verbosity for the iterations that follow (clamped to 3). Figures taken
-    /// so far stay; each op's mean is over the iterations that timed it.
-    pub fn set_verbosity(&mut self, verbosity: u8) {
-        self.verbosity = verbosity.min(3);
+    /// What the profiler records.
+    pub fn level(&self) -> RecordLevel {
+        self.level
+    }
+
+    /// Changes what the iterations that follow record. Figures taken so far stay; each
+    /// op's mean is over the iterations that timed it.
+    pub fn set_level(&mut self, level: RecordLevel) {
+        self.level = level;
+        self.report_verbosity = level.verbosity();
     }
 
     /// The schedule.
@@ -206,7 +226,7 @@ impl TimeProfiler {
     /// The results so far.
     pub fn profile(&self) -> Profile {
         let n = self.timed.max(1) as f64;
-        let per_op = self.verbosity >= 2 && self.ops.iter().any(|s| s.count > 0);
+        let per_op = self.level == RecordLevel::PerOp && self.ops.iter().any(|s| s.count > 0);
         let ops = if per_op {
             self.nodes
                 .iter()
@@ -214,6 +234,7 @@ impl TimeProfiler {
                 .map(|(info, s)| OpProfile {
                     op_id: info.op_id,
                     name: info.name.to_string(),
+                    class: info.kernel.class(),
                     phase: info.phase,
                     mean_sec: s.sum / s.count.max(1) as f64,
                     min_sec: if s.count > 0 { s.min } else { 0.0 },
@@ -255,8 +276,9 @@ impl TimeProfiler {
             }
         };
         Profile {
-            verbosity: self.verbosity,
-            skipped: timed.then_some(self.seen.min(self.schedule.skip)),
+            verbosity: self.report_verbosity,
+            schedule: self.schedule,
+            skipped: timed.then_some(self.seen - self.timed),
             timed_iterations: self.timed,
             device: self.device.clone(),
             method: self
@@ -325,7 +347,7 @@ impl Hook for TimeProfiler {
     }
 
     fn on_iteration_start(&mut self, _iteration: usize) {
-        self.timing = self.verbosity > 0 && self.schedule.is_timed(self.seen);
+        self.timing = self.level > RecordLevel::Off && self.schedule.is_timed(self.seen);
         if self.timing && !self.prepared {
             let slots = self.layout.len();
             if let Some(t) = self.timer.as_mut() {
@@ -375,7 +397,7 @@ impl Hook for TimeProfiler {
     fn before_op(&mut self, node: &NodeInfo) {
         if self.timing {
             self.mark(Mark::OpStart(node.op_id));
-            if self.host_ops.is_some() && self.verbosity >= 2 {
+            if self.host_ops.is_some() && self.level == RecordLevel::PerOp {
                 self.host_started = Some(std::time::Instant::now());
             }
         }
@@ -426,7 +448,7 @@ impl Hook for TimeProfiler {
             }
         }
         self.samples.phases.push(phase_secs);
-        let per_op = self.verbosity >= 2;
+        let per_op = self.level == RecordLevel::PerOp;
         let mut op_secs = Vec::with_capacity(if per_op { self.nodes.len() } else { 0 });
         for (info, stats) in self.nodes.iter().zip(&mut self.ops) {
             let d = span(Mark::OpStart(info.op_id), Mark::OpEnd(info.op_id));

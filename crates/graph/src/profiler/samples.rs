@@ -9,7 +9,7 @@ use crate::hooks::NodeInfo;
 
 /// The profile file's schema. Bumped when a field changes meaning; readers refuse
 /// another major version.
-pub const SCHEMA: &str = "wick-profile/1";
+pub const SCHEMA: &str = "wick-profile/2";
 
 /// The run a profile comes from, as the caller knows it (the examples fill every field).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

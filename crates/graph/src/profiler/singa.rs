@@ -5,13 +5,15 @@
 
 use std::fmt::{self, Write as _};
 
+use wick_ops::KernelClass;
+
 use super::profile::Profile;
 use crate::float_format::cpp_float;
 
 impl Profile {
     /// SINGA's lines: `Time Profiling:`, then per-op lines (when the profile has per-op
-    /// timings, verbosity 2; at verbosity 3 only the communication ops, `Dist*`, as SINGA
-    /// prints its `Dist` ops) or the forward and backward lines (verbosity 1), each time in
+    /// timings, verbosity 2; at verbosity 3 only the communication ops
+    /// ([`KernelClass::Communication`], named `Dist*`), as SINGA prints its `Dist` ops) or the forward and backward lines (verbosity 1), each time in
     /// seconds in C++ float formatting.
     pub fn singa_lines(&self) -> String {
         let mut s = String::from("Time Profiling:\n");
@@ -22,7 +24,7 @@ impl Profile {
             for op in self
                 .ops
                 .iter()
-                .filter(|o| !dist_only || o.name.starts_with("Dist"))
+                .filter(|o| !dist_only || o.class == KernelClass::Communication)
             {
                 let _ = writeln!(
                     s,

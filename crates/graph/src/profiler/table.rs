@@ -78,13 +78,16 @@ impl Profile {
 
 #[cfg(test)]
 mod tests {
+    use wick_ops::{DeviceKind, Kernel};
+
     use crate::ir::{Origin, Phase};
     use crate::profiler::profile::{OpProfile, Profile};
 
-    fn op(name: &str, device_sec: f64, host_sec: Option<f64>, shape: usize) -> OpProfile {
+    fn op(kernel: Kernel, device_sec: f64, host_sec: Option<f64>, shape: usize) -> OpProfile {
         OpProfile {
             op_id: 0,
-            name: name.into(),
+            name: kernel.name(DeviceKind::Cpu).into(),
+            class: kernel.class(),
             phase: Phase::Forward,
             mean_sec: device_sec,
             min_sec: device_sec,
@@ -104,9 +107,9 @@ mod tests {
     fn rows_split_by_shape_and_launch_bound_types_are_flagged() {
         let p = Profile {
             ops: vec![
-                op("ReLU", 0.001, Some(0.004), 8),
-                op("ReLU", 0.001, Some(0.004), 16),
-                op("ConvForward", 0.010, Some(0.002), 8),
+                op(Kernel::ReLU, 0.001, Some(0.004), 8),
+                op(Kernel::ReLU, 0.001, Some(0.004), 16),
+                op(Kernel::ConvForward, 0.010, Some(0.002), 8),
             ],
             ..Default::default()
         };
@@ -123,7 +126,7 @@ mod tests {
         assert!(!conv.contains("launch-bound"), "{conv}");
         assert!(p.table_by_shape().contains("[[16, 4]]"));
         let cpu = Profile {
-            ops: vec![op("ReLU", 0.001, None, 8)],
+            ops: vec![op(Kernel::ReLU, 0.001, None, 8)],
             ..Default::default()
         };
         assert!(cpu.table().contains("Host and op time are one here"));

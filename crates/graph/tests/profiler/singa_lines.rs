@@ -104,7 +104,7 @@ fn changing_verbosity_mid_run_averages_each_op_over_the_iterations_that_timed_it
     s.exec
         .hook_mut::<TimeProfiler>()
         .expect("attached")
-        .set_verbosity(2);
+        .set_level(wick_graph::profiler::RecordLevel::PerOp);
     for it in 2..5 {
         s.iteration.set(it);
         s.exec.run().unwrap();

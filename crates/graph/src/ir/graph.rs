@@ -1,72 +1,16 @@
-//! The graph IR: values, ops, nodes and the graph that holds them.
+//! The graph: its nodes in OP_ID order and the values they read and write.
 //!
 //! A graph is recorded once and executed many times. Every op of a training iteration
 //! (forward ops, the loss, the backward ops and the optimizer's updates) is a [`Node`];
 //! a node's `OP_ID` is its index in recording order. Shapes are static: they are checked
 //! and inferred when a node is recorded.
 
-use candle_core::DType;
+use wick_ops::Kernel;
 
-pub use crate::op::Op;
-
-/// The index of a value in its graph.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ValueId(pub usize);
-
-/// Where a value's tensor comes from and how long it lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ValueKind {
-    /// Fed by the caller every iteration (images, labels).
-    Input,
-    /// A trainable parameter: set once, kept across iterations, updated by the optimizer.
-    Param,
-    /// Persistent non-trainable state (batch-norm running statistics, momentum buffers),
-    /// kept across iterations and updated by the nodes that own it.
-    State,
-    /// Produced by a node and freed right after its last consumer.
-    Intermediate,
-}
-
-/// Everything the graph knows about one value.
-#[derive(Debug, Clone)]
-pub struct ValueInfo {
-    /// A name: the parameter's state-dict name for params and state, a generated one otherwise.
-    pub name: String,
-    /// The static shape.
-    pub shape: Vec<usize>,
-    /// The dtype.
-    pub dtype: DType,
-    /// Its role.
-    pub kind: ValueKind,
-}
-
-/// Which part of the training iteration a node belongs to. Set when the node is recorded.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum Phase {
-    /// The forward pass, including the loss.
-    Forward,
-    /// The backward pass (gradients).
-    Backward,
-    /// The optimizer's parameter updates.
-    Optimizer,
-}
-
-impl Phase {
-    /// All phases in execution order.
-    pub const ALL: [Phase; 3] = [Phase::Forward, Phase::Backward, Phase::Optimizer];
-
-    /// A lowercase name (`forward`, `backward`, `optimizer`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Forward => "forward",
-            Phase::Backward => "backward",
-            Phase::Optimizer => "optimizer",
-        }
-    }
-}
+use super::node_op::Op;
+use super::pass_set::PassRecord;
+use super::value::{Origin, ValueId, ValueInfo, ValueKind};
+use crate::phase::Phase;
 
 /// One recorded op: what it runs, on which values, in which phase.
 #[derive(Debug, Clone)]
@@ -86,20 +30,12 @@ pub struct Node {
     pub origin: Origin,
 }
 
-/// Where a node comes from, so that profiles can be read per layer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Origin {
-    /// The module path of the layer that recorded it (`layer1.0.conv2`, the torchvision
-    /// state-dict prefix), set by the model through [`GraphBuilder::in_layer`](crate::GraphBuilder::in_layer).
-    /// Backward nodes take their forward node's; optimizer nodes their parameter's.
-    pub layer: Option<String>,
-    /// For a backward node: the OP_ID of the forward node it differentiates.
-    pub forward_op: Option<usize>,
-    /// For an optimizer node: the name of the parameter it updates.
-    pub parameter: Option<String>,
-}
-
 impl Node {
+    /// The kernel the node runs: what passes and hooks match on.
+    pub fn kernel(&self) -> Kernel {
+        self.op.kernel()
+    }
+
     /// The op's settings as node kind `T` (`node.op_as::<ops::conv::Conv2d>()`), if it is one.
     pub fn op_as<T: 'static>(&self) -> Option<&T> {
         self.op.as_any().downcast_ref::<T>()
@@ -115,7 +51,7 @@ pub struct Graph {
     /// Values the caller reads after an iteration (loss, logits): never freed early.
     pub(crate) outputs: Vec<ValueId>,
     /// The passes that rewrote it (see [`Graph::apply_passes`]).
-    pub(crate) passes: Vec<crate::passes::PassRecord>,
+    pub(crate) passes: Vec<PassRecord>,
 }
 
 impl Graph {

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use wick_ops::{Kernel, OpError};
 
-use crate::dist::CommQueue;
-use crate::op::{Inputs, KernelResult, NodeOp};
+use crate::collective::CommQueue;
+use crate::ir::{Inputs, KernelResult, NodeOp};
 
 const OP: &str = "dist_all_reduce";
 

@@ -1,9 +1,6 @@
 //! What a graph node runs: the [`NodeOp`] trait, which each op family implements in its
-//! own file under `ops/` (recording, backward rule, execution and FLOPs in one place).
-//!
-//! Adding an op family is one file in `crates/graph/src/ops/` (a builder method, a struct
-//! per node kind implementing [`NodeOp`], and its backward rule) plus its kernels in
-//! `wick-ops`. The executor, autodiff and profiler need no change.
+//! own file under `ops/` (recording, backward rule, execution and FLOPs in one place),
+//! and [`BackwardCtx`], what a backward rule reads and records into.
 
 use std::any::Any;
 use std::fmt::Debug;
@@ -12,9 +9,8 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use wick_ops::{Kernel, OpError};
 
-use crate::builder::GraphBuilder;
+use super::value::{ValueId, ValueInfo};
 use crate::error::{GraphError, Result};
-use crate::ir::{Node, ValueId};
 
 /// A node's op: shared, immutable settings behind the [`NodeOp`] trait.
 pub type Op = Arc<dyn NodeOp>;
@@ -102,11 +98,29 @@ pub(crate) fn args<'a, const N: usize>(
 /// A new value a recorded node creates: its name stem, shape and dtype.
 pub type NewValue = (&'static str, Vec<usize>, DType);
 
+/// Where backward rules record their nodes: the graph builder, seen only through what a
+/// rule needs, so that this file does not depend on it.
+pub(crate) trait NodeRecorder {
+    /// The value `v`.
+    fn value_info(&self, v: ValueId) -> &ValueInfo;
+    /// Whether a gradient must flow to `v`.
+    fn needs_grad(&self, v: ValueId) -> bool;
+    /// Appends a node in the current phase; returns its new outputs.
+    fn record(
+        &mut self,
+        op: Op,
+        inputs: Vec<ValueId>,
+        outputs: Vec<NewValue>,
+        flops: u64,
+    ) -> Vec<ValueId>;
+}
+
 /// What a forward node's backward rule sees and does: the node, the gradient of its first
 /// output, and the builder to record backward nodes into.
 pub struct BackwardCtx<'b> {
-    pub(crate) builder: &'b mut GraphBuilder,
-    pub(crate) node: Node,
+    pub(crate) recorder: &'b mut dyn NodeRecorder,
+    pub(crate) inputs: Vec<ValueId>,
+    pub(crate) outputs: Vec<ValueId>,
     pub(crate) op_id: usize,
     pub(crate) grad_y: Option<ValueId>,
     pub(crate) contributions: &'b mut Vec<Vec<ValueId>>,
@@ -120,12 +134,12 @@ impl BackwardCtx<'_> {
 
     /// Input `i` of the forward node.
     pub fn input(&self, i: usize) -> ValueId {
-        self.node.inputs[i]
+        self.inputs[i]
     }
 
     /// Output `i` of the forward node.
     pub fn output(&self, i: usize) -> ValueId {
-        self.node.outputs[i]
+        self.outputs[i]
     }
 
     /// The gradient of the forward node's first output (absent only for the loss, the root).
@@ -140,17 +154,17 @@ impl BackwardCtx<'_> {
 
     /// The static shape of `v`.
     pub fn shape(&self, v: ValueId) -> Vec<usize> {
-        self.builder.shape(v).to_vec()
+        self.recorder.value_info(v).shape.clone()
     }
 
     /// The dtype of the forward node's first output (the gradients' dtype).
     pub fn dtype(&self) -> DType {
-        self.builder.graph.values[self.node.outputs[0].0].dtype
+        self.recorder.value_info(self.outputs[0]).dtype
     }
 
     /// Whether a gradient must flow to `v`.
     pub fn needs_grad(&self, v: ValueId) -> bool {
-        self.builder.requires_grad[v.0]
+        self.recorder.needs_grad(v)
     }
 
     /// Records a backward node and returns its new outputs.
@@ -161,8 +175,7 @@ impl BackwardCtx<'_> {
         outputs: Vec<NewValue>,
         flops: u64,
     ) -> Vec<ValueId> {
-        self.builder
-            .push(Arc::new(op), inputs, outputs, vec![], flops)
+        self.recorder.record(Arc::new(op), inputs, outputs, flops)
     }
 
     /// Adds `grad` to the gradient of `v` (summed with the value's other contributions).

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::Communicator;
+use super::communicator::Communicator;
 
 /// How long a rank waits for a collective before it reports its peers as failed or hung
 /// (`WICK_DIST_TIMEOUT_S` overrides it).

@@ -1,11 +1,5 @@
-//! Data-parallel training's collective communication: the [`Communicator`] a graph's
-//! gradient all-reduce nodes call, and the single-process one for world size 1.
-//!
-//! Each replica runs the same step on its shard of the batch; after backward, gradients
-//! are summed over the replicas and divided by their number, so every replica applies the
-//! whole batch's mean gradient (PyTorch DDP's rule). Batch-norm statistics stay per
-//! replica, as in DDP without SyncBatchNorm. The engines themselves (MPI, NCCL) implement
-//! this trait; wick adds no network layer of its own.
+//! The [`Communicator`] trait a graph's gradient all-reduce nodes call, and the
+//! single-process one for world size 1.
 
 use std::fmt::Debug;
 
@@ -74,18 +68,3 @@ impl Communicator for SingleProcess {
         Ok(())
     }
 }
-
-mod launch;
-mod queue;
-pub use launch::LaunchEnv;
-pub use queue::{BucketTiming, CommQueue, Pending, DEFAULT_TIMEOUT};
-
-#[cfg(feature = "nccl")]
-mod nccl;
-#[cfg(feature = "nccl")]
-pub use self::nccl::NcclCommunicator;
-
-#[cfg(feature = "mpi")]
-mod mpi;
-#[cfg(feature = "mpi")]
-pub use self::mpi::MpiCommunicator;

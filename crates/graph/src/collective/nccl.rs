@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use cudarc::driver::CudaStream;
 use cudarc::nccl::safe::{Comm, Id, ReduceOp};
 
-use super::{Communicator, LaunchEnv};
+use super::communicator::Communicator;
+use super::launch::LaunchEnv;
 
 /// How long the bootstrap waits for rank 0 or for the other ranks.
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);

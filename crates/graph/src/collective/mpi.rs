@@ -9,7 +9,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _};
 use mpi::Threading;
 
-use super::Communicator;
+use super::communicator::Communicator;
 
 /// `MPI_COMM_WORLD` of this process's MPI job. MPI is initialised with
 /// `MPI_THREAD_MULTIPLE` where the library has it (at least `MPI_THREAD_SERIALIZED`), and

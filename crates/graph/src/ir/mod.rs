@@ -1,0 +1,18 @@
+//! The graph IR: values, the ops nodes run ([`NodeOp`]), nodes, the graph that holds them,
+//! and the log of the passes that rewrote it.
+//!
+//! The files form layers: `value` (ids, value info, origins) and `node_op` (the
+//! [`NodeOp`] trait a node runs, with the context its backward rule records into) sit
+//! below `graph`; `pass_set` names passes and records what they did.
+
+mod graph;
+mod node_op;
+mod pass_set;
+mod value;
+
+pub use crate::phase::Phase;
+pub use graph::{Graph, Node};
+pub(crate) use node_op::{arg, args, one, NodeRecorder};
+pub use node_op::{AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs};
+pub use pass_set::{PassName, PassRecord, PassSet};
+pub use value::{Origin, ValueId, ValueInfo, ValueKind};
