@@ -2,7 +2,7 @@
 //!
 //! [`GraphBuilder::backward`] walks the forward nodes from last to first and asks each
 //! node whose output has a gradient to record its backward nodes
-//! ([`NodeOp::backward`](crate::NodeOp::backward), beside the op in its family's file under
+//! ([`NodeOp::backward`], beside the op in its family's file under
 //! `ops/`) for the inputs that need one. A value read by several ops (the residual `add`'s
 //! input) collects one gradient per consumer; they are summed by `AccumulateGrad` nodes just before the value's own
 //! backward runs.

@@ -215,9 +215,7 @@ impl Crate {
                 // A child module named without `self::` (2018 paths).
                 let mut child = from.clone();
                 child.push(first.to_string());
-                if self.module_file(&child).is_none() {
-                    return None;
-                }
+                self.module_file(&child)?;
                 base = from.clone();
             }
             None => return None,

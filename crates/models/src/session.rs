@@ -95,6 +95,12 @@ pub struct Session {
     data_parallel: Option<DataParallel>,
 }
 
+/// What the data-parallel rewrite of a training graph needs: the ranks and the options.
+type DataParallelRewrite<'a> = (
+    std::sync::Arc<dyn wick_graph::collective::Communicator>,
+    &'a DataParallelOptions,
+);
+
 impl Session {
     /// A training graph (forward, loss, backward, SGD) for batches of `batch` images of
     /// `image_size` (a side, or an [`ImageSize`] for non-square images).
@@ -105,7 +111,19 @@ impl Session {
         options: TrainOptions,
         device: &Device,
     ) -> Result<Self> {
-        let image_size = image_size.into();
+        Self::training_with(config, batch, image_size.into(), options, None, device)
+    }
+
+    /// The training graph, rewritten for data parallelism when `data_parallel` is given,
+    /// before its one executor is built.
+    fn training_with(
+        config: ResNetConfig,
+        batch: usize,
+        image_size: ImageSize,
+        options: TrainOptions,
+        data_parallel: Option<DataParallelRewrite<'_>>,
+        device: &Device,
+    ) -> Result<Self> {
         let (mut b, images, logits) = forward_graph(&config, Mode::Train, batch, image_size)?;
         let labels = b.input("labels", &[batch], DType::I64)?;
         let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
@@ -131,6 +149,7 @@ impl Session {
             batch,
             image_size,
             options.passes,
+            data_parallel,
             device,
         )
         .map(|s| Session {
@@ -154,13 +173,8 @@ impl Session {
         dp: &DataParallelOptions,
         device: &Device,
     ) -> Result<Self> {
-        let mut s = Self::training(config, batch, image_size, options, device)?;
-        // A new session: nothing is set on the executor yet, so it can be rebuilt.
-        let mut graph = s.exec.graph().clone();
-        let made = graph.apply_data_parallel_with(comm, dp)?;
-        s.exec = Executor::new(graph, device);
-        s.data_parallel = Some(made);
-        Ok(s)
+        let rewrite = Some((comm, dp));
+        Self::training_with(config, batch, image_size.into(), options, rewrite, device)
     }
 
     /// What the data-parallel pass made (buckets, the collectives' queue and timings);
@@ -205,6 +219,7 @@ impl Session {
             batch,
             image_size,
             passes,
+            None,
             device,
         )
     }
@@ -221,10 +236,15 @@ impl Session {
         batch: usize,
         image_size: ImageSize,
         passes: PassSet,
+        data_parallel: Option<DataParallelRewrite<'_>>,
         device: &Device,
     ) -> Result<Self> {
         let mut graph = b.finish();
         graph.apply_passes(passes);
+        let data_parallel = match data_parallel {
+            Some((comm, options)) => Some(graph.apply_data_parallel_with(comm, options)?),
+            None => None,
+        };
         if device.is_cpu() {
             crate::limits::check_allocation(
                 &format!(
@@ -252,7 +272,7 @@ impl Session {
             image_size,
             steps: 0,
             check_parameters: false,
-            data_parallel: None,
+            data_parallel,
         })
     }
 

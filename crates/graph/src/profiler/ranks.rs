@@ -76,7 +76,7 @@ impl BucketProfile {
     }
 }
 
-/// A data-parallel run's profile (set on rank 0's [`Profile::distributed`]).
+/// A data-parallel run's profile (set on rank 0's [`Profile::distributed`](super::Profile::distributed)).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct DistProfile {
     /// The engine (`mpi`, `nccl`, `single`).

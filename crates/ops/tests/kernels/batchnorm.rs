@@ -86,16 +86,7 @@ fn assert_matches_finite_differences(
 fn training_gradients_match_finite_differences() {
     let p = BatchNorm2dParams::default();
     let shape = [3, 2, 4, 3];
-    let (x, w, b) = (
-        rand_tensor(1, &shape),
-        rand_tensor(2, &[2]),
-        rand_tensor(3, &[2]),
-    );
-    let (rm, rv) = (
-        rand_tensor(4, &[2]),
-        (rand_tensor(5, &[2]).abs().unwrap() + 0.5).unwrap(),
-    );
-    let g = rand_tensor(6, &shape);
+    let BatchNormCase { x, w, b, rm, rv, g } = batch_norm_case(1, &shape);
     let fwd =
         |x: &Tensor, w: &Tensor, b: &Tensor| batch_norm_train(x, w, b, &rm, &rv, &p).unwrap().y;
     let out = batch_norm_train(&x, &w, &b, &rm, &rv, &p).unwrap();
@@ -107,16 +98,7 @@ fn training_gradients_match_finite_differences() {
 fn inference_gradients_match_finite_differences() {
     let p = BatchNorm2dParams::default();
     let shape = [2, 3, 3, 4];
-    let (x, w, b) = (
-        rand_tensor(11, &shape),
-        rand_tensor(12, &[3]),
-        rand_tensor(13, &[3]),
-    );
-    let (rm, rv) = (
-        rand_tensor(14, &[3]),
-        (rand_tensor(15, &[3]).abs().unwrap() + 0.5).unwrap(),
-    );
-    let g = rand_tensor(16, &shape);
+    let BatchNormCase { x, w, b, rm, rv, g } = batch_norm_case(11, &shape);
     let grads = batch_norm_eval_backward(&g, &x, &w, &rm, &rv, &p).unwrap();
     let fwd = |x: &Tensor, w: &Tensor, b: &Tensor| batch_norm_eval(x, w, b, &rm, &rv, &p).unwrap();
     assert_matches_finite_differences(&grads, fwd, [&x, &w, &b], &g);

@@ -150,3 +150,27 @@ pub const FD_TOL: f64 = 1e-6;
 /// Both implementation paths: wick's own kernels, and candle's device-generic ops (the
 /// path CUDA takes for most families), forced on the CPU.
 pub const PATHS: [KernelPath; 2] = [KernelPath::Auto, KernelPath::Generic];
+
+/// A batch-norm case drawn from seeds `seed..seed + 6`: input `x` of `shape`, per-channel
+/// weight `w`, bias `b`, running mean `rm` and a positive running variance `rv`, and an
+/// output gradient `g` of `shape`.
+pub struct BatchNormCase {
+    pub x: Tensor,
+    pub w: Tensor,
+    pub b: Tensor,
+    pub rm: Tensor,
+    pub rv: Tensor,
+    pub g: Tensor,
+}
+
+pub fn batch_norm_case(seed: u64, shape: &[usize]) -> BatchNormCase {
+    let c = [shape[1]];
+    BatchNormCase {
+        x: rand_tensor(seed, shape),
+        w: rand_tensor(seed + 1, &c),
+        b: rand_tensor(seed + 2, &c),
+        rm: rand_tensor(seed + 3, &c),
+        rv: (rand_tensor(seed + 4, &c).abs().unwrap() + 0.5).unwrap(),
+        g: rand_tensor(seed + 5, shape),
+    }
+}

@@ -11,14 +11,7 @@ use wick_ops::KernelPath;
 
 use crate::common::*;
 
-fn values(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
-}
+use crate::precision::host as values;
 
 /// A batch whose channel 0 holds x = its mean exactly at some elements (values
 /// symmetric around 0), so that with bias 0 the normalised output is exactly 0 there.
@@ -106,16 +99,7 @@ fn batch_norm_relu_gradients_match_finite_differences() {
     // their truncation error.
     let p = BatchNorm2dParams::default();
     let shape = [3, 2, 4, 3];
-    let (x, w, b) = (
-        rand_tensor(1, &shape),
-        rand_tensor(2, &[2]),
-        rand_tensor(3, &[2]),
-    );
-    let (rm, rv) = (
-        rand_tensor(4, &[2]),
-        (rand_tensor(5, &[2]).abs().unwrap() + 0.5).unwrap(),
-    );
-    let g = rand_tensor(6, &shape);
+    let BatchNormCase { x, w, b, rm, rv, g } = batch_norm_case(1, &shape);
     let fwd = |x: &Tensor, w: &Tensor, b: &Tensor| {
         batch_norm_relu_train(x, w, b, &rm, &rv, &p).unwrap().y
     };
