@@ -25,10 +25,7 @@ fn fails(out: &Output, code: i32, needles: &[&str]) -> String {
 }
 
 fn dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("wick-cli-")
-        .tempdir()
-        .unwrap()
+    common::scratch("wick-cli-")
 }
 
 /// Small and fast: ResNet-18, CIFAR stem, 8x8 synthetic images.
@@ -37,47 +34,42 @@ const SMALL: [&str; 6] = ["--stem", "cifar", "--image-size", "8", "--batch-size"
 #[test]
 fn bad_numbers_are_refused_naming_the_flag() {
     let d = dir();
-    let cases: [(&str, Vec<&str>, i32, &str); 8] = [
+    let cases: [(&str, &[&str], i32, &str); 8] = [
         (
             "profile_resnet",
-            vec!["--threads", "0"],
+            &["--threads", "0"],
             1,
             "--threads must be at least 1",
         ),
         (
             "train_resnet",
-            vec!["--steps", "0"],
+            &["--steps", "0"],
             1,
             "--steps/--epochs must be at least 1",
         ),
         (
             "train_resnet",
-            vec!["--batch-size", "0"],
+            &["--batch-size", "0"],
             1,
             "--batch-size must be at least 1",
         ),
         (
             "train_resnet",
-            vec!["--image-size", "4294967296"],
+            &["--image-size", "4294967296"],
             1,
             "more than any allocation",
         ),
-        ("profile_resnet", vec!["--verbosity", "9"], 2, "0..=3"),
+        ("profile_resnet", &["--verbosity", "9"], 2, "0..=3"),
         (
             "ops_tour",
-            vec!["--channels", "0"],
+            &["--channels", "0"],
             1,
             "--channels must be at least 1",
         ),
-        (
-            "ops_tour",
-            vec!["--reps", "0"],
-            1,
-            "--reps must be at least 1",
-        ),
+        ("ops_tour", &["--reps", "0"], 1, "--reps must be at least 1"),
         (
             "infer_resnet",
-            vec!["--bench", "--reps", "0"],
+            &["--bench", "--reps", "0"],
             1,
             "--reps must be at least 1",
         ),

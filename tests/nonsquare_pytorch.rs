@@ -11,7 +11,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use wick::models::checkpoint::{read_safetensors, StateDict};
 use wick::models::{Depth, ResNetConfig, Session, Stem, WeightInit};
 
@@ -25,12 +25,7 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn f64s(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
+    wick::ops::compare::host_values(t).unwrap()
 }
 
 /// max |a - b| / max |b|.
@@ -57,6 +52,29 @@ fn assert_close(what: &str, wick: &[f64], expected: &StateDict, head: &str, tail
         ours <= K * torch,
         "{what}: wick's error {ours:.2e} exceeds {K} x PyTorch float32's {torch:.2e}"
     );
+}
+
+/// MODEL's flags, the formula `weights`, the fixture batch given as `batch_flag`, then
+/// `rest`.
+fn with_model(weights: &Path, batch_flag: &str, rest: &[&str]) -> Vec<String> {
+    let batch = fixture("batch.safetensors");
+    let paths = [weights.display().to_string(), batch.display().to_string()];
+    let [weights, batch] = paths;
+    let flags = [
+        "--weights".to_string(),
+        weights,
+        batch_flag.to_string(),
+        batch,
+    ];
+    let model = MODEL.iter().map(|s| s.to_string());
+    model
+        .chain(flags)
+        .chain(rest.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+fn as_strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
 
 fn run_ok(dir: &Path, name: &str, args: &[&str]) -> String {
@@ -92,17 +110,8 @@ fn formula_weights(dir: &Path) -> (PathBuf, StateDict) {
 fn infer_resnet_logits_match_pytorch_at_50x37() {
     let d = tempfile::tempdir().unwrap();
     let (weights, _) = formula_weights(d.path());
-    let batch = fixture("batch.safetensors");
-    let mut args = MODEL.to_vec();
-    args.extend([
-        "--weights",
-        weights.to_str().unwrap(),
-        "--input",
-        batch.to_str().unwrap(),
-        "--output",
-        "logits.safetensors",
-    ]);
-    let stdout = run_ok(d.path(), "infer_resnet", &args);
+    let args = with_model(&weights, "--input", &["--output", "logits.safetensors"]);
+    let stdout = run_ok(d.path(), "infer_resnet", &as_strs(&args));
     assert!(stdout.contains("[4, 10]"), "{stdout}");
     let logits = &read_safetensors(&d.path().join("logits.safetensors")).unwrap()["logits"];
     let expected = read_safetensors(&fixture("expected.safetensors")).unwrap();
@@ -113,13 +122,7 @@ fn infer_resnet_logits_match_pytorch_at_50x37() {
 fn one_train_resnet_step_matches_pytorch_at_50x37() {
     let d = tempfile::tempdir().unwrap();
     let (weights, before) = formula_weights(d.path());
-    let batch = fixture("batch.safetensors");
-    let mut args = MODEL.to_vec();
-    args.extend([
-        "--weights",
-        weights.to_str().unwrap(),
-        "--data",
-        batch.to_str().unwrap(),
+    let rest = [
         "--steps",
         "1",
         "--lr",
@@ -132,7 +135,9 @@ fn one_train_resnet_step_matches_pytorch_at_50x37() {
         "after.safetensors",
         "--log",
         "log.jsonl",
-    ]);
+    ];
+    let args = with_model(&weights, "--data", &rest);
+    let args = as_strs(&args);
     let stdout = run_ok(d.path(), "train_resnet", &args);
     assert!(stdout.contains("50x37"), "{stdout}");
     let expected = read_safetensors(&fixture("expected.safetensors")).unwrap();

@@ -4,6 +4,13 @@ mod common;
 
 use common::run;
 
+/// `stdout_of` example `name` on ResNet-18 at 32x32 with `rest` of the flags.
+fn resnet18_at_32(rest: &[&str], name: &str) -> String {
+    let model = ["--model", "resnet18", "--image-size", "32"];
+    let args: Vec<&str> = model.iter().chain(rest).copied().collect();
+    stdout_of(&args, name)
+}
+
 fn stdout_of(args: &[&str], name: &str) -> String {
     let d = tempfile::tempdir().unwrap();
     let out = run(d.path(), name, args, &[]);
@@ -72,45 +79,13 @@ fn infer_resnet_compares_the_graph_before_and_after_its_passes() {
 
 #[test]
 fn passes_are_chosen_by_name_and_unknown_names_are_refused() {
-    let out = stdout_of(
-        &[
-            "--model",
-            "resnet18",
-            "--image-size",
-            "32",
-            "--passes",
-            "fold_batch_norm",
-        ],
-        "infer_resnet",
-    );
+    let out = resnet18_at_32(&["--passes", "fold_batch_norm"], "infer_resnet");
     assert!(out.contains("[fold_batch_norm] --- detected 20"), "{out}");
     assert!(!out.contains("conv_epilogue"), "{out}");
-    let none = stdout_of(
-        &[
-            "--model",
-            "resnet18",
-            "--image-size",
-            "32",
-            "--passes",
-            "none",
-        ],
-        "infer_resnet",
-    );
+    let none = resnet18_at_32(&["--passes", "none"], "infer_resnet");
     assert!(!none.contains("Running IR pass"), "{none}");
     // profile_resnet keeps SINGA's op list unless asked.
-    let profile = stdout_of(
-        &[
-            "--model",
-            "resnet18",
-            "--image-size",
-            "32",
-            "--iterations",
-            "2",
-            "--skip",
-            "1",
-        ],
-        "profile_resnet",
-    );
+    let profile = resnet18_at_32(&["--iterations", "2", "--skip", "1"], "profile_resnet");
     assert!(
         !profile.contains("Running IR pass") && profile.contains("BatchNormForwardTraining"),
         "{profile}"

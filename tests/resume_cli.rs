@@ -23,6 +23,19 @@ const RUN: [&str; 10] = [
     "3",
 ];
 
+/// Checkpoints into `ck` every `every` steps, and the final weights into
+/// `final.safetensors`.
+fn checkpointed(every: &'static str) -> [&'static str; 6] {
+    [
+        "--checkpoint-dir",
+        "ck",
+        "--checkpoint-every",
+        every,
+        "--save",
+        "final.safetensors",
+    ]
+}
+
 fn train(dir: &Path, extra: &[&str]) -> std::process::Output {
     let args: Vec<&str> = RUN.iter().copied().chain(extra.iter().copied()).collect();
     let out = run(dir, "train_resnet", &args, &[]);
@@ -44,14 +57,7 @@ fn finish(dir: &Path) -> Vec<u8> {
     let resumable = !wick::models::resume::periodic(&dir.join("ck"))
         .unwrap()
         .is_empty();
-    let mut args = vec![
-        "--checkpoint-dir",
-        "ck",
-        "--checkpoint-every",
-        "2",
-        "--save",
-        "final.safetensors",
-    ];
+    let mut args = checkpointed("2").to_vec();
     if resumable {
         args.extend(["--resume", "ck"]);
     }
@@ -61,10 +67,7 @@ fn finish(dir: &Path) -> Vec<u8> {
 
 #[test]
 fn killed_runs_resume_to_the_uninterrupted_weights() {
-    let d = tempfile::Builder::new()
-        .prefix("wick-kill-")
-        .tempdir()
-        .unwrap();
+    let d = common::scratch("wick-kill-");
     let expected = reference(d.path());
     let mut rng = 0x9E37_79B9_7F4A_7C15u64;
     let trials = 4;
@@ -72,18 +75,7 @@ fn killed_runs_resume_to_the_uninterrupted_weights() {
     for trial in 0..trials {
         let dir = d.path().join(format!("trial{trial}"));
         std::fs::create_dir(&dir).unwrap();
-        let args: Vec<&str> = RUN
-            .iter()
-            .copied()
-            .chain([
-                "--checkpoint-dir",
-                "ck",
-                "--checkpoint-every",
-                "2",
-                "--save",
-                "final.safetensors",
-            ])
-            .collect();
+        let args: Vec<&str> = RUN.iter().copied().chain(checkpointed("2")).collect();
         let mut child = spawn(&dir, "train_resnet", &args);
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -110,10 +102,7 @@ fn killed_runs_resume_to_the_uninterrupted_weights() {
 
 #[test]
 fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
-    let d = tempfile::Builder::new()
-        .prefix("wick-sigint-")
-        .tempdir()
-        .unwrap();
+    let d = common::scratch("wick-sigint-");
     let long = |extra: &[&'static str]| -> Vec<&'static str> {
         let mut args: Vec<&str> = RUN.to_vec();
         args[7] = "60"; // --steps 60: long enough to interrupt
@@ -134,14 +123,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
     let expected = std::fs::read(d.path().join("reference.safetensors")).unwrap();
     let dir = d.path().join("run");
     std::fs::create_dir(&dir).unwrap();
-    let args = long(&[
-        "--checkpoint-dir",
-        "ck",
-        "--checkpoint-every",
-        "5",
-        "--save",
-        "final.safetensors",
-    ]);
+    let args = long(&checkpointed("5"));
     let child = spawn(&dir, "train_resnet", &args);
     // Interrupt once training is under way: its first periodic checkpoint exists.
     let first = dir.join("ck").join("step-5");
@@ -179,14 +161,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
         !dir.join("final.safetensors").exists(),
         "no final weights after an interrupt"
     );
-    let mut resume = long(&[
-        "--checkpoint-dir",
-        "ck",
-        "--checkpoint-every",
-        "5",
-        "--save",
-        "final.safetensors",
-    ]);
+    let mut resume = long(&checkpointed("5"));
     resume.extend(["--resume", "ck"]);
     let out = run(&dir, "train_resnet", &resume, &[]);
     assert!(
@@ -203,10 +178,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
 
 #[test]
 fn loader_threads_and_resume_with_them_give_the_same_weights() {
-    let d = tempfile::Builder::new()
-        .prefix("wick-loader-")
-        .tempdir()
-        .unwrap();
+    let d = common::scratch("wick-loader-");
     let expected = reference(d.path());
     // Three loader threads: the same batches in the same order.
     train(

@@ -51,3 +51,8 @@ pub fn spawn(dir: &Path, name: &str, args: &[&str]) -> Child {
         .spawn()
         .unwrap()
 }
+
+/// A scratch folder named `<prefix>...`, removed when dropped (also when a test fails).
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
+}

@@ -44,7 +44,9 @@ fn build_and_run(n: &Net) -> Result<(), String> {
     let h = b.batch_norm(h, g, beta, rm, rv, bn).map_err(e)?;
     let h = b.relu(h).map_err(e)?;
     let (k, s, p) = n.pool;
-    let h = b.max_pool2d(h, k, s, p).map_err(e)?;
+    let h = b
+        .max_pool2d(h, wick_ops::Pool2dParams::new(k, s, p))
+        .map_err(e)?;
     let h = b.global_avg_pool(h).map_err(e)?;
     let h = b.flatten(h).map_err(e)?;
     let fc = b.param("fc.weight", &[n.classes, n.filters]).map_err(e)?;

@@ -403,16 +403,12 @@ fn verbosity_3_prints_only_the_communication_ops() {
 /// The small conv net with batch norm (common::small_net) with SGD, optionally with the
 /// training fusions (batch norm + ReLU, add + ReLU).
 fn bn_training_graph(batch: usize, fused: bool) -> Graph {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let net = common::small_net(&mut b, DType::F32, batch, SIZE, CLASSES).unwrap();
-    let grads = b.backward(net.loss).unwrap();
     let sgd = SgdParams {
         lr: 0.5,
         momentum: 0.9,
         ..Default::default()
     };
-    b.sgd(&grads, sgd).unwrap();
-    let mut graph = b.finish();
+    let mut graph = common::small_training_graph(DType::F32, batch, SIZE, CLASSES, sgd);
     if fused {
         graph.apply_passes(wick_graph::PassSet::all());
     }

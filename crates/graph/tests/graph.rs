@@ -221,12 +221,11 @@ fn intermediates_are_freed_after_their_last_use_and_state_persists() {
     let mut exec = Executor::new(graph, &Device::Cpu);
     init(&mut exec, DType::F32, 1);
     feed(&mut exec, DType::F32, 2, 8, 3, 5);
-    let rm_before = exec
-        .get("stem.bn.running_mean")
-        .unwrap()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
+    let running_mean = |exec: &Executor| -> Vec<f32> {
+        let t = exec.get("stem.bn.running_mean").unwrap().unwrap();
+        t.to_vec1().unwrap()
+    };
+    let rm_before = running_mean(&exec);
     exec.run().unwrap();
     let g = exec.graph();
     for (i, v) in g.values().iter().enumerate() {
@@ -242,12 +241,7 @@ fn intermediates_are_freed_after_their_last_use_and_state_persists() {
             _ => assert!(held, "{} must persist", v.name),
         }
     }
-    let rm_after = exec
-        .get("stem.bn.running_mean")
-        .unwrap()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
+    let rm_after = running_mean(&exec);
     assert_ne!(
         rm_before, rm_after,
         "training-mode batch norm updates its running mean"
@@ -456,16 +450,12 @@ fn an_unset_value_is_a_missing_value_error_naming_it_and_its_reader() {
 
 #[test]
 fn set_learning_rate_changes_every_update_from_the_next_step() {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
-    let net = small_net(&mut b, DType::F64, 2, 8, 3).unwrap();
-    let grads = b.backward(net.loss).unwrap();
     let sgd = SgdParams {
         lr: 0.5,
         momentum: 0.9,
         ..Default::default()
     };
-    b.sgd(&grads, sgd).unwrap();
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let mut exec = Executor::new(small_training_graph(DType::F64, 2, 8, 3, sgd), &Device::Cpu);
     init(&mut exec, DType::F64, 1);
     feed(&mut exec, DType::F64, 2, 8, 3, 5);
     let before = exec.state_dict().unwrap();

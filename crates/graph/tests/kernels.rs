@@ -104,7 +104,9 @@ fn the_kernel_choices_in_force_on_the_calling_thread_hold_for_the_whole_run() {
     // The device-generic path has no padded pooling: under it, the run must fail.
     let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
     let xi = b.input("x", x.dims(), DType::F32).unwrap();
-    let pooled = b.max_pool2d(xi, 3, 2, 1).unwrap();
+    let pooled = b
+        .max_pool2d(xi, wick_ops::Pool2dParams::new(3, 2, 1))
+        .unwrap();
     b.output(pooled);
     let mut exec = Executor::new(b.finish(), &dev);
     exec.set("x", &x).unwrap();

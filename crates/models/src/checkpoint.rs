@@ -86,34 +86,26 @@ pub fn validate(
 ) -> Result<(StateDict, HashMap<String, i64>)> {
     let spec = config.state_spec()?;
     let bn_names = config.batch_norm_names()?;
-    let mut missing: Vec<String> = spec
+    let missing = spec
         .iter()
         .filter(|s| !tensors.contains_key(&s.name))
-        .map(|s| s.name.clone())
-        .collect();
-    missing.sort();
-    if !missing.is_empty() {
-        return Err(ModelError::MissingTensors {
-            path: path.to_path_buf(),
-            names: missing,
-        });
-    }
+        .map(|s| s.name.clone());
+    none_of(missing, |names| ModelError::MissingTensors {
+        path: path.to_path_buf(),
+        names,
+    })?;
     let tracked_names: HashMap<String, String> = bn_names
         .iter()
         .map(|bn| (format!("{bn}.num_batches_tracked"), bn.clone()))
         .collect();
-    let mut extra: Vec<String> = tensors
+    let extra = tensors
         .keys()
         .filter(|k| !tracked_names.contains_key(*k) && !spec.iter().any(|s| &s.name == *k))
-        .cloned()
-        .collect();
-    extra.sort();
-    if !extra.is_empty() {
-        return Err(ModelError::ExtraTensors {
-            path: path.to_path_buf(),
-            names: extra,
-        });
-    }
+        .cloned();
+    none_of(extra, |names| ModelError::ExtraTensors {
+        path: path.to_path_buf(),
+        names,
+    })?;
     let mut state = StateDict::new();
     let mut tracked = HashMap::new();
     for (name, t) in tensors {
@@ -179,4 +171,17 @@ pub fn write_safetensors(tensors: &StateDict, path: &Path) -> Result<()> {
     })?;
     wick_graph::output::write_bytes_atomically(path, &bytes)?;
     Ok(())
+}
+
+/// `Ok` when `names` is empty; otherwise the error `err` makes of them, sorted.
+fn none_of(
+    names: impl Iterator<Item = String>,
+    err: impl FnOnce(Vec<String>) -> ModelError,
+) -> Result<()> {
+    let mut names: Vec<String> = names.collect();
+    names.sort();
+    match names.is_empty() {
+        true => Ok(()),
+        false => Err(err(names)),
+    }
 }

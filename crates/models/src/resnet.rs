@@ -226,7 +226,9 @@ impl ResNetConfig {
                 let h = r.conv(images, "conv1", 3, 64, 7, 2, 3)?;
                 let h = r.bn(h, "bn1", 64)?;
                 let h = r.layer("relu", |b| b.relu(h))?;
-                r.layer("maxpool", |b| b.max_pool2d(h, 3, 2, 1))?
+                r.layer("maxpool", |b| {
+                    b.max_pool2d(h, wick_ops::Pool2dParams::new(3, 2, 1))
+                })?
             }
             Stem::Cifar => {
                 let h = r.conv(images, "conv1", 3, 64, 3, 1, 1)?;

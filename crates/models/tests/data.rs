@@ -1,16 +1,16 @@
 //! The data sources: CIFAR-10 binary files (a tiny hand-made set), batch files, synthetic
 //! images and the prefetching thread.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor};
 use wick_models::checkpoint::write_safetensors;
 use wick_models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
+use wick_ops::compare::host_values;
 
 /// A fresh directory, removed when the guard drops (even when the test fails).
 fn dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("wick-data-")
-        .tempdir()
-        .unwrap()
+    common::scratch("wick-data-")
 }
 
 /// One CIFAR-10 record: label, then 3072 bytes (all `value`).
@@ -126,10 +126,7 @@ fn synthetic_batches_are_learnable_shapes_and_prefetched_in_order() {
 /// A CIFAR-format folder of `n` test images and `n` training images per file, image `i`
 /// of a file filled with the value `i` in every pixel, labelled `i % 10`.
 fn cifar_folder(n: usize) -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("wick-cifar-")
-        .tempdir()
-        .unwrap();
+    let dir = common::scratch("wick-cifar-");
     let file = |name: &str| {
         let mut bytes = Vec::new();
         for i in 0..n {
@@ -258,33 +255,17 @@ fn a_source_seeked_to_batch_k_continues_the_uninterrupted_stream_exactly() {
 
 #[test]
 fn several_loader_threads_yield_the_one_thread_stream_in_order() {
-    let stream: Vec<Vec<f32>> = {
+    let images = |s: &mut dyn BatchSource| host_values(&s.next_batch().unwrap().0).unwrap();
+    let stream: Vec<Vec<f64>> = {
         let mut s = SyntheticImages::new(3, 2, 8, 11).unwrap();
         s.seek(5).unwrap();
-        (0..9)
-            .map(|_| {
-                s.next_batch()
-                    .unwrap()
-                    .0
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap()
-            })
-            .collect()
+        (0..9).map(|_| images(&mut s)).collect()
     };
     let make: wick_models::data::SourceFactory =
         Box::new(|| Ok(Box::new(SyntheticImages::new(3, 2, 8, 11)?) as Box<dyn BatchSource>));
     let p = Prefetcher::ordered(make, 3, 2, 5);
     for (k, expected) in stream.iter().enumerate() {
-        let got: Vec<f32> = p
-            .next_batch()
-            .unwrap()
-            .0
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let got = host_values(&p.next_batch().unwrap().0).unwrap();
         assert_eq!(&got, expected, "batch {}", 5 + k);
     }
 }

@@ -10,6 +10,7 @@ use wick_models::data::{BatchSource, SyntheticImages};
 use wick_models::init::formula;
 use wick_models::{Depth, ResNetConfig, Session, Stem, TrainOptions, WeightInit};
 use wick_ops::max_rel_diff;
+use wick_ops::Kernel;
 
 fn eval(config: ResNetConfig, batch: usize, size: usize, passes: PassSet) -> Session {
     Session::inference_with_passes(config, batch, size, passes, &Device::Cpu).unwrap()
@@ -65,14 +66,11 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
             fused.executor().graph().nodes().len(),
         );
         assert_eq!(before - after, folds + epilogues + residuals, "{depth:?}");
-        let kernels: Vec<&str> = fused
-            .executor()
-            .graph()
-            .nodes()
-            .iter()
-            .map(|n| n.op.kernel().name(wick_ops::DeviceKind::Cpu))
-            .collect();
-        assert!(!kernels.contains(&"BatchNormForwardInference") && !kernels.contains(&"Add"));
+        let kernels = common::kernels(&fused);
+        assert!(
+            !kernels.contains(&Kernel::BatchNormForwardInference)
+                && !kernels.contains(&Kernel::Add)
+        );
         // The stem's max pool keeps its node, without the argmax indices output.
         let pools: Vec<_> = fused
             .executor()
@@ -86,7 +84,7 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
         assert_eq!(
             kernels
                 .iter()
-                .filter(|k| **k == "ConvBiasActivationForward")
+                .filter(|k| **k == Kernel::ConvBiasActivationForward)
                 .count(),
             folds
         );
@@ -169,19 +167,13 @@ fn fused_training_steps_equal_the_unfused_ones_bit_for_bit() {
         s
     };
     let (mut plain, mut fused) = (session(PassSet::NONE), session(PassSet::default()));
-    let kernels: Vec<&str> = fused
-        .executor()
-        .graph()
-        .nodes()
-        .iter()
-        .map(|n| n.op.kernel().name(wick_ops::DeviceKind::Cpu))
-        .collect();
+    let kernels = common::kernels(&fused);
     for k in [
-        "BatchNormReLUForwardTraining",
-        "BatchNormReLUBackward",
-        "AddReLU",
+        Kernel::BatchNormReLUForwardTraining,
+        Kernel::BatchNormReLUBackward,
+        Kernel::AddReLU,
     ] {
-        assert!(kernels.contains(&k), "no {k} in the fused graph");
+        assert!(kernels.contains(&k), "no {k:?} in the fused graph");
     }
     for step in 1..=3 {
         let (a, b) = (

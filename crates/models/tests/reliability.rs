@@ -42,6 +42,12 @@ fn with_value(t: &Tensor, i: usize, v: f32) -> Tensor {
     Tensor::from_vec(values, t.dims(), &Device::Cpu).unwrap()
 }
 
+/// Sets element `i` of the session's value `name` to `v`.
+fn poison(s: &mut Session, name: &str, i: usize, v: f32) {
+    let t = s.executor().get(name).unwrap().unwrap().clone();
+    s.executor_mut().set(name, &with_value(&t, i, v)).unwrap();
+}
+
 #[test]
 fn poisoned_checkpoints_are_refused_naming_the_tensor_unless_unchecked() {
     let d = dir();
@@ -169,16 +175,7 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
     // A non-finite value the loss never sees (training normalises by the batch's own
     // statistics): only the parameter check catches it.
     let mut s = training(0.01, true);
-    let rm = s
-        .executor()
-        .get("layer1.0.bn1.running_mean")
-        .unwrap()
-        .unwrap()
-        .clone();
-    let poisoned = with_value(&rm, 2, f32::INFINITY);
-    s.executor_mut()
-        .set("layer1.0.bn1.running_mean", &poisoned)
-        .unwrap();
+    poison(&mut s, "layer1.0.bn1.running_mean", 2, f32::INFINITY);
     let e = s.step(&images, &labels).unwrap_err().to_string();
     assert!(
         e.contains("training step 1")
@@ -206,16 +203,7 @@ fn anomaly_detection_names_the_first_op_layer_and_element_that_went_non_finite()
     // An infinite weight deep in the net: the op that reads it, not the loss, is named.
     let mut s = training(0.01, true);
     s.executor_mut().set_anomaly_detection(true);
-    let w = s
-        .executor()
-        .get("layer3.0.conv2.weight")
-        .unwrap()
-        .unwrap()
-        .clone();
-    let poisoned = with_value(&w, 4, f32::INFINITY);
-    s.executor_mut()
-        .set("layer3.0.conv2.weight", &poisoned)
-        .unwrap();
+    poison(&mut s, "layer3.0.conv2.weight", 4, f32::INFINITY);
     let e = s.step(&images, &labels).unwrap_err().to_string();
     assert!(
         e.contains("layer layer3.0.conv2") && e.contains("ConvForward"),

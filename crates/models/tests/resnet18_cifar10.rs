@@ -99,10 +99,7 @@ fn training_step_matches_pytorch_logits_loss_and_gradients() {
 fn updated_checkpoint_after_one_sgd_step_matches_pytorch() {
     let (s, _) = stepped();
     // The whole checkpoint after the step, saved and read back as a user would.
-    let dir = tempfile::Builder::new()
-        .prefix("wick-test-")
-        .tempdir()
-        .unwrap();
+    let dir = common::scratch("wick-test-");
     let path = dir.path().join("after.safetensors");
     s.save_checkpoint(&path).unwrap();
     let ours = read_safetensors(&path).unwrap();

@@ -1,6 +1,8 @@
 //! Issue #16: a training run saved at step k and resumed in a new session gives the same
 //! losses and the same final weights, bit for bit on the CPU, as the uninterrupted run.
 
+mod common;
+
 use candle_core::{Device, Tensor};
 use wick_models::data::{BatchSource, SyntheticImages};
 use wick_models::resume::{self, TrainingState};
@@ -22,6 +24,18 @@ use wick_models::Stem;
 
 fn data() -> SyntheticImages {
     SyntheticImages::new(10, 2, 8, 7).unwrap()
+}
+
+/// Runs steps `from..to` of the synthetic data stream on `s`; returns their losses' bits.
+fn steps(s: &mut Session, from: u64, to: u64) -> Vec<u32> {
+    let mut source = data();
+    source.seek(from).unwrap();
+    (from..to)
+        .map(|_| {
+            let (x, y) = source.next_batch().unwrap();
+            s.step(&x, &y).unwrap().to_bits()
+        })
+        .collect()
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
@@ -54,29 +68,16 @@ fn a_run_resumed_from_a_checkpoint_matches_the_uninterrupted_run_bit_for_bit() {
     let (k, total) = (3, 7);
     let mut whole = session();
     whole.init_weights(WeightInit::Formula).unwrap();
-    let mut source = data();
-    let mut losses = Vec::new();
-    for _ in 0..total {
-        let (x, y) = source.next_batch().unwrap();
-        losses.push(whole.step(&x, &y).unwrap().to_bits());
-    }
+    let losses = steps(&mut whole, 0, total);
 
-    let dir = tempfile::Builder::new()
-        .prefix("wick-resume-")
-        .tempdir()
-        .unwrap();
+    let dir = common::scratch("wick-resume-");
     let mut first = session();
     first.init_weights(WeightInit::Formula).unwrap();
-    let mut source = data();
-    let mut resumed_losses = Vec::new();
-    for _ in 0..k {
-        let (x, y) = source.next_batch().unwrap();
-        resumed_losses.push(first.step(&x, &y).unwrap().to_bits());
-    }
+    let mut resumed_losses = steps(&mut first, 0, k);
     let mut fields = std::collections::BTreeMap::new();
     fields.insert("seed".to_string(), "7".to_string());
     let state = TrainingState {
-        step: k as u64,
+        step: k,
         epoch: 0,
         fields,
     };
@@ -87,13 +88,8 @@ fn a_run_resumed_from_a_checkpoint_matches_the_uninterrupted_run_bit_for_bit() {
     let mut second = session();
     let loaded = resume::load(&mut second, &ckpt).unwrap();
     assert_eq!(loaded, state);
-    assert_eq!(second.steps(), k as u64);
-    let mut source = data();
-    source.seek(loaded.step).unwrap();
-    for _ in k..total {
-        let (x, y) = source.next_batch().unwrap();
-        resumed_losses.push(second.step(&x, &y).unwrap().to_bits());
-    }
+    assert_eq!(second.steps(), k);
+    resumed_losses.extend(steps(&mut second, loaded.step, total));
     assert_eq!(resumed_losses, losses, "the same losses, bit for bit");
     same(&whole.state_dict().unwrap(), &second.state_dict().unwrap());
     let buffers = |s: &Session| s.momentum_buffers().unwrap();
@@ -105,10 +101,7 @@ fn a_run_resumed_from_a_checkpoint_matches_the_uninterrupted_run_bit_for_bit() {
 
 #[test]
 fn periodic_checkpoints_are_kept_to_the_newest_and_partial_folders_removed() {
-    let dir = tempfile::Builder::new()
-        .prefix("wick-keep-")
-        .tempdir()
-        .unwrap();
+    let dir = common::scratch("wick-keep-");
     let mut s = session();
     s.init_weights(WeightInit::Formula).unwrap();
     for step in [2u64, 4, 6, 8] {

@@ -17,6 +17,11 @@ pub(crate) fn host_f64(op: &'static str, t: &Tensor) -> Result<Vec<f64>> {
         .ctx(op)
 }
 
+/// The values of `t` as f64 on the host, in row-major order (for checks and tests).
+pub fn host_values(t: &Tensor) -> Result<Vec<f64>> {
+    host_f64(OP, t)
+}
+
 /// `max |a - b|` over all elements (NaN where either side has a NaN the other lacks);
 /// the shapes must agree.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f64> {

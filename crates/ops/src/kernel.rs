@@ -139,17 +139,13 @@ impl Kernel {
         use Kernel::*;
         use KernelClass as C;
         match self {
-            ConvForward
-            | ConvBiasActivationForward
-            | ConvBackwardData
-            | ConvBackwardFilter
-            | ConvBackwardBias => C::Convolution,
+            ConvForward | ConvBiasActivationForward => C::Convolution,
+            ConvBackwardData | ConvBackwardFilter | ConvBackwardBias => C::Convolution,
             LinearForward | LinearBackward => C::Linear,
-            BatchNormForwardTraining
-            | BatchNormForwardInference
-            | BatchNormBackward
-            | BatchNormReLUForwardTraining
-            | BatchNormReLUBackward => C::Normalization,
+            BatchNormForwardTraining | BatchNormForwardInference => C::Normalization,
+            BatchNormBackward | BatchNormReLUForwardTraining | BatchNormReLUBackward => {
+                C::Normalization
+            }
             // Synchronised batch norm waits for the other ranks' statistics.
             SyncBatchNormForwardTraining | SyncBatchNormBackward => C::Communication,
             DistAllReduce | DistWait => C::Communication,
@@ -409,29 +405,31 @@ mod tests {
     #[test]
     fn classes_decide_what_the_profiler_and_passes_match() {
         use Kernel::*;
-        for k in [ReLU, ReLUBackward, Add, AddReLU, AccumulateGrad] {
-            assert!(k.is_elementwise(), "{k:?}");
-            assert!(!k.communicates(), "{k:?}");
-        }
-        for k in [
-            ConvForward,
-            BatchNormBackward,
-            PoolingForward,
-            SgdUpdate,
-            Reshape,
-        ] {
-            assert!(!k.is_elementwise(), "{k:?}");
+        use KernelClass as C;
+        let classes = [
+            (ReLU, C::Elementwise),
+            (ReLUBackward, C::Elementwise),
+            (AddReLU, C::Elementwise),
+            (AccumulateGrad, C::Elementwise),
+            (ConvForward, C::Convolution),
+            (BatchNormBackward, C::Normalization),
+            (PoolingForward, C::Pooling),
+            (SgdUpdate, C::Optimizer),
+            (Reshape, C::Reshape),
+            (DistAllReduce, C::Communication),
+            (SyncBatchNormBackward, C::Communication),
+        ];
+        for (k, class) in classes {
+            assert_eq!(k.class(), class, "{k:?}");
+            assert_eq!(k.is_elementwise(), class == C::Elementwise, "{k:?}");
+            assert_eq!(k.communicates(), class == C::Communication, "{k:?}");
         }
         // SINGA's verbosity-3 view prints the communication ops, all named `Dist*`.
-        for k in [
-            DistAllReduce,
-            DistWait,
-            SyncBatchNormForwardTraining,
-            SyncBatchNormBackward,
-        ] {
+        let communication = [DistAllReduce, DistWait, SyncBatchNormForwardTraining];
+        for k in communication.into_iter().chain([SyncBatchNormBackward]) {
             assert!(k.communicates(), "{k:?}");
-            assert!(k.name(DeviceKind::Cpu).starts_with("Dist"), "{k:?}");
-            assert!(k.name(DeviceKind::Cudnn).starts_with("Dist"), "{k:?}");
+            let names = [k.name(DeviceKind::Cpu), k.name(DeviceKind::Cudnn)];
+            assert!(names.iter().all(|n| n.starts_with("Dist")), "{k:?}");
         }
         assert_eq!(ConvBackwardFilter.phase(), Some(KernelPhase::Backward));
         assert_eq!(

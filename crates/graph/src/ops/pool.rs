@@ -49,26 +49,14 @@ pub struct GlobalAvgPoolBackward {
 }
 
 impl GraphBuilder {
-    /// Max pooling with a square `kernel`, `stride` and `padding` (padding acts as -inf).
-    pub fn max_pool2d(
-        &mut self,
-        x: ValueId,
-        kernel: usize,
-        stride: usize,
-        padding: usize,
-    ) -> Result<ValueId> {
-        self.pool2d(x, PoolKind::Max, Pool2dParams::new(kernel, stride, padding))
+    /// Max pooling (padding acts as -inf).
+    pub fn max_pool2d(&mut self, x: ValueId, p: Pool2dParams) -> Result<ValueId> {
+        self.pool2d(x, PoolKind::Max, p)
     }
 
-    /// Average pooling with a square `kernel`, `stride` and `padding` (padding counted).
-    pub fn avg_pool2d(
-        &mut self,
-        x: ValueId,
-        kernel: usize,
-        stride: usize,
-        padding: usize,
-    ) -> Result<ValueId> {
-        self.pool2d(x, PoolKind::Avg, Pool2dParams::new(kernel, stride, padding))
+    /// Average pooling (padding counted).
+    pub fn avg_pool2d(&mut self, x: ValueId, p: Pool2dParams) -> Result<ValueId> {
+        self.pool2d(x, PoolKind::Avg, p)
     }
 
     fn pool2d(&mut self, x: ValueId, kind: PoolKind, p: Pool2dParams) -> Result<ValueId> {
@@ -107,10 +95,11 @@ fn record_backward(
     inputs: Vec<ValueId>,
     name: &'static str,
     flops: u64,
-) {
+) -> Result<()> {
     let xs = ctx.shape(ctx.input(0));
     let g = ctx.record(op, inputs, vec![(name, xs, ctx.dtype())], flops);
     ctx.contribute(ctx.input(0), g[0]);
+    Ok(())
 }
 
 impl NodeOp for Pool2d {
@@ -148,8 +137,7 @@ impl NodeOp for Pool2d {
             params: self.params,
             input_shape: xs,
         };
-        record_backward(ctx, op, inputs, "grad.pool", flops);
-        Ok(())
+        record_backward(ctx, op, inputs, "grad.pool", flops)
     }
 }
 
@@ -188,8 +176,7 @@ impl NodeOp for GlobalAvgPool {
         let flops = pool::global_avg_pool_flops(&xs);
         let op = GlobalAvgPoolBackward { input_shape: xs };
         let inputs = vec![ctx.grad_y()?];
-        record_backward(ctx, op, inputs, "grad.gap", flops);
-        Ok(())
+        record_backward(ctx, op, inputs, "grad.gap", flops)
     }
 }
 

@@ -105,8 +105,45 @@ impl Graph {
                 "apply_data_parallel: the graph is data-parallel already".into(),
             ));
         }
+        let grads = self.optimizer_gradients()?;
+        let sizes: HashMap<ValueId, u64> = grads
+            .iter()
+            .map(|(_, g)| {
+                let info = &self.values[g.0];
+                let bytes =
+                    info.shape.iter().product::<usize>() as u64 * info.dtype.size_in_bytes() as u64;
+                (*g, bytes)
+            })
+            .collect();
+        let buckets = plan_buckets(grads, &sizes, options.bucket_bytes);
+        let queue = Arc::new(CommQueue::new(comm, buckets.len()));
+        let sync_batch_norms = if options.sync_batch_norm {
+            self.synchronise_batch_norms(&queue)
+        } else {
+            0
+        };
+        let (starts, waits) = self.collective_nodes(&buckets, &sizes, &queue);
+        let (made, waited) = self.insert_collectives(starts, waits);
+        Ok(DataParallel {
+            buckets: buckets
+                .into_iter()
+                .zip(made.into_iter().zip(waited))
+                .map(|(b, (op_id, wait_op_id))| Bucket {
+                    op_id,
+                    wait_op_id,
+                    gradients: b.gradients,
+                    bytes: b.bytes,
+                })
+                .collect(),
+            queue,
+            sync_batch_norms,
+        })
+    }
+
+    /// Every gradient an optimizer node reads, with the OP_ID of the node that produces
+    /// it, in production order.
+    fn optimizer_gradients(&self) -> Result<Vec<(usize, ValueId)>> {
         let uses = Uses::of(self);
-        // (producer OP_ID, gradient), by producer.
         let mut grads: Vec<(usize, ValueId)> = Vec::new();
         for node in &self.nodes {
             if node.kernel() == Kernel::SgdUpdate {
@@ -128,39 +165,21 @@ impl Graph {
             ));
         }
         grads.sort();
-        let sizes: HashMap<ValueId, u64> = grads
-            .iter()
-            .map(|(_, g)| {
-                let info = &self.values[g.0];
-                let bytes =
-                    info.shape.iter().product::<usize>() as u64 * info.dtype.size_in_bytes() as u64;
-                (*g, bytes)
-            })
-            .collect();
-        // Greedy buckets in production order; each closes once it holds bucket_bytes.
-        let mut buckets: Vec<(usize, Vec<ValueId>, u64)> = Vec::new();
-        for (producer, g) in grads {
-            let open = buckets
-                .last()
-                .is_some_and(|b| b.2 < options.bucket_bytes.max(1));
-            if !open {
-                buckets.push((producer, Vec::new(), 0));
-            }
-            let b = buckets.last_mut().expect("a bucket was just opened");
-            b.0 = b.0.max(producer);
-            b.1.push(g);
-            b.2 += sizes[&g];
-        }
-        let queue = Arc::new(CommQueue::new(comm, buckets.len()));
-        let sync_batch_norms = if options.sync_batch_norm {
-            self.synchronise_batch_norms(&queue)
-        } else {
-            0
-        };
-        // The averaged gradients, and the optimizer's inputs rewired to them.
+        Ok(grads)
+    }
+
+    /// For each bucket, its all-reduce (with the OP_ID it must follow) and its wait, whose
+    /// outputs are the gradients' means; the optimizer's inputs are rewired to the means.
+    fn collective_nodes(
+        &mut self,
+        buckets: &[PlannedBucket],
+        sizes: &HashMap<ValueId, u64>,
+        queue: &Arc<CommQueue>,
+    ) -> (Vec<(usize, Node)>, Vec<Node>) {
         let mut mean_of = HashMap::new();
         let (mut starts, mut waits) = (Vec::new(), Vec::new());
-        for (i, (after, gs, _)) in buckets.iter().enumerate() {
+        for (bucket, b) in buckets.iter().enumerate() {
+            let gs = &b.gradients;
             let mut outputs = Vec::with_capacity(gs.len());
             for g in gs {
                 let info = self.values[g.0].clone();
@@ -182,29 +201,36 @@ impl Graph {
                 origin: Origin::default(),
             };
             let elements = gs.iter().map(|g| sizes[g] / 4).sum();
-            let (q, bucket) = (queue.clone(), i);
-            starts.push((
-                *after,
-                node(Arc::new(DistAllReduce { queue: q, bucket }), Vec::new(), 0),
-            ));
-            let q = queue.clone();
-            waits.push(node(
-                Arc::new(DistWait { queue: q, bucket }),
-                outputs,
-                elements,
-            ));
+            let start = DistAllReduce {
+                queue: queue.clone(),
+                bucket,
+            };
+            starts.push((b.after, node(Arc::new(start), Vec::new(), 0)));
+            let wait = DistWait {
+                queue: queue.clone(),
+                bucket,
+            };
+            waits.push(node(Arc::new(wait), outputs, elements));
         }
         for node in &mut self.nodes {
             if node.kernel() == Kernel::SgdUpdate {
                 node.inputs[1] = mean_of[&node.inputs[1]];
             }
         }
-        // Each all-reduce starts right after its bucket's last producer (a backward node,
-        // after every forward node, so forward OP_IDs do not move); the waits come at the
-        // end of backward, right before the optimizer.
+        (starts, waits)
+    }
+
+    /// Places each all-reduce right after its bucket's last producer (a backward node,
+    /// after every forward node, so forward OP_IDs do not move) and the waits at the end
+    /// of backward, right before the optimizer. Returns their OP_IDs.
+    fn insert_collectives(
+        &mut self,
+        starts: Vec<(usize, Node)>,
+        waits: Vec<Node>,
+    ) -> (Vec<usize>, Vec<usize>) {
         let old = std::mem::take(&mut self.nodes);
-        let mut made = Vec::with_capacity(buckets.len());
-        let mut waited = Vec::with_capacity(buckets.len());
+        let mut made = Vec::with_capacity(starts.len());
+        let mut waited = Vec::with_capacity(waits.len());
         let mut pending = starts.into_iter().peekable();
         let mut waits = Some(waits);
         for (i, node) in old.into_iter().enumerate() {
@@ -221,20 +247,7 @@ impl Graph {
                 self.nodes.push(n);
             }
         }
-        Ok(DataParallel {
-            buckets: buckets
-                .into_iter()
-                .zip(made.into_iter().zip(waited))
-                .map(|((_, gradients, bytes), (op_id, wait_op_id))| Bucket {
-                    op_id,
-                    wait_op_id,
-                    gradients,
-                    bytes,
-                })
-                .collect(),
-            queue,
-            sync_batch_norms,
-        })
+        (made, waited)
     }
 
     /// Replaces every training batch norm (fused with ReLU or not) and its backward by
@@ -243,28 +256,29 @@ impl Graph {
         let mut made = 0;
         for node in &mut self.nodes {
             let queue = queue.clone();
-            let op: Option<Op> = if let Some(bn) = node.op_as::<BatchNormTrain>() {
-                made += 1;
-                let params = bn.params;
-                Some(Arc::new(SyncBatchNormTrain {
-                    params,
-                    relu: false,
-                    queue,
-                }))
-            } else if let Some(bn) = node.op_as::<BatchNormReluTrain>() {
-                made += 1;
-                let params = bn.params;
-                Some(Arc::new(SyncBatchNormTrain {
-                    params,
-                    relu: true,
-                    queue,
-                }))
-            } else if node.op_as::<BatchNormTrainBackward>().is_some() {
-                Some(Arc::new(SyncBatchNormTrainBackward { relu: false, queue }))
-            } else if node.kernel() == Kernel::BatchNormReLUBackward {
-                Some(Arc::new(SyncBatchNormTrainBackward { relu: true, queue }))
+            // A training batch norm's settings and whether it has ReLU fused.
+            let forward = match node.op_as::<BatchNormTrain>() {
+                Some(bn) => Some((bn.params, false)),
+                None => node
+                    .op_as::<BatchNormReluTrain>()
+                    .map(|bn| (bn.params, true)),
+            };
+            let backward_relu = if node.op_as::<BatchNormTrainBackward>().is_some() {
+                Some(false)
             } else {
-                None
+                (node.kernel() == Kernel::BatchNormReLUBackward).then_some(true)
+            };
+            let op: Option<Op> = match (forward, backward_relu) {
+                (Some((params, relu)), _) => {
+                    made += 1;
+                    Some(Arc::new(SyncBatchNormTrain {
+                        params,
+                        relu,
+                        queue,
+                    }))
+                }
+                (None, Some(relu)) => Some(Arc::new(SyncBatchNormTrainBackward { relu, queue })),
+                (None, None) => None,
             };
             if let Some(op) = op {
                 node.op = op;
@@ -272,4 +286,38 @@ impl Graph {
         }
         made
     }
+}
+
+/// A bucket as planned: its gradients, their bytes, and the OP_ID of the last one's
+/// producer (its all-reduce follows that node).
+struct PlannedBucket {
+    after: usize,
+    gradients: Vec<ValueId>,
+    bytes: u64,
+}
+
+/// Greedy buckets in production order; each closes once it holds `bucket_bytes`.
+fn plan_buckets(
+    grads: Vec<(usize, ValueId)>,
+    sizes: &HashMap<ValueId, u64>,
+    bucket_bytes: u64,
+) -> Vec<PlannedBucket> {
+    let mut buckets: Vec<PlannedBucket> = Vec::new();
+    for (producer, g) in grads {
+        let open = buckets
+            .last()
+            .is_some_and(|b| b.bytes < bucket_bytes.max(1));
+        if !open {
+            buckets.push(PlannedBucket {
+                after: producer,
+                gradients: Vec::new(),
+                bytes: 0,
+            });
+        }
+        let b = buckets.last_mut().expect("a bucket was just opened");
+        b.after = b.after.max(producer);
+        b.gradients.push(g);
+        b.bytes += sizes[&g];
+    }
+    buckets
 }

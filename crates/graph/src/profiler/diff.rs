@@ -113,7 +113,10 @@ pub enum DiffError {
 /// Per-iteration totals by name, for one kind of row.
 type Series = BTreeMap<String, Vec<f64>>;
 
-fn series(p: &Profile) -> [(&'static str, Series); 4] {
+/// A run's samples per row, for each kind of row (iteration, phase, op type, layer).
+type RowSeries = [(&'static str, Series); 4];
+
+fn series(p: &Profile) -> RowSeries {
     let s = &p.samples;
     let mut iteration = Series::new();
     iteration.insert("iteration".into(), s.iterations.clone());
@@ -226,35 +229,7 @@ pub fn diff(a: &Profile, b: &Profile, opts: &DiffOptions) -> Result<Diff, DiffEr
 /// may be flagged gets `1 - (1 - confidence) / m` (Bonferroni), so a whole diff of an
 /// unchanged build stays unflagged with probability `confidence`.
 pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Diff, DiffError> {
-    let (Some(a0), Some(b0)) = (a.first(), b.first()) else {
-        return Err(DiffError::NoSamples(if a.is_empty() { "A" } else { "B" }));
-    };
-    if a.iter().any(|p| p.samples.iterations.is_empty()) {
-        return Err(DiffError::NoSamples("A"));
-    }
-    if b.iter().any(|p| p.samples.iterations.is_empty()) {
-        return Err(DiffError::NoSamples("B"));
-    }
-    let same_graph = a.iter().chain(b).all(|p| p.graph_hash == a0.graph_hash);
-    if !same_graph && !opts.allow_different_graphs {
-        let other = a
-            .iter()
-            .chain(b)
-            .find(|p| p.graph_hash != a0.graph_hash)
-            .unwrap_or(b0);
-        let run = |p: &Profile| {
-            format!(
-                "{}, batch {}, {}",
-                p.run.model, p.run.batch, p.run.image_size
-            )
-        };
-        return Err(DiffError::DifferentGraphs {
-            a: a0.graph_hash.clone(),
-            b: other.graph_hash.clone(),
-            a_run: run(a0),
-            b_run: run(other),
-        });
-    }
+    let same_graph = check_comparable(a, b, opts)?;
     let sa: Vec<_> = a.iter().map(series).collect();
     let sb: Vec<_> = b.iter().map(series).collect();
     let a_iteration = mean(
@@ -262,46 +237,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
             .flat_map(|p| p.samples.iterations.iter().copied())
             .collect::<Vec<_>>(),
     );
-    // Every row present in every run of both sides, with its runs' samples.
-    struct Candidate<'s> {
-        kind: &'static str,
-        name: String,
-        a: Vec<&'s Vec<f64>>,
-        b: Vec<&'s Vec<f64>>,
-        a_sec: f64,
-        b_sec: f64,
-    }
-    let mut candidates = Vec::new();
-    for k in 0..4 {
-        let kind = sa[0][k].0;
-        for name in sa[0][k].1.keys() {
-            let ra: Option<Vec<&Vec<f64>>> = sa
-                .iter()
-                .map(|s| s[k].1.get(name).filter(|v| !v.is_empty()))
-                .collect();
-            let rb: Option<Vec<&Vec<f64>>> = sb
-                .iter()
-                .map(|s| s[k].1.get(name).filter(|v| !v.is_empty()))
-                .collect();
-            let (Some(ra), Some(rb)) = (ra, rb) else {
-                continue;
-            };
-            let flat = |r: &[&Vec<f64>]| {
-                mean(&r.iter().flat_map(|v| v.iter().copied()).collect::<Vec<_>>())
-            };
-            let (a_sec, b_sec) = (flat(&ra), flat(&rb));
-            if a_sec > 0.0 {
-                candidates.push(Candidate {
-                    kind,
-                    name: name.clone(),
-                    a: ra,
-                    b: rb,
-                    a_sec,
-                    b_sec,
-                });
-            }
-        }
-    }
+    let candidates = candidates(&sa, &sb);
     let eligible = candidates
         .iter()
         .filter(|c| c.a_sec >= opts.min_share * a_iteration)
@@ -346,6 +282,85 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         confidence: opts.confidence,
         runs: (a.len(), b.len()),
     })
+}
+
+/// Refuses sides without samples, and profiles of different graphs unless the options
+/// allow them; returns whether every run has the same graph.
+fn check_comparable(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<bool, DiffError> {
+    let (Some(a0), Some(b0)) = (a.first(), b.first()) else {
+        return Err(DiffError::NoSamples(if a.is_empty() { "A" } else { "B" }));
+    };
+    if a.iter().any(|p| p.samples.iterations.is_empty()) {
+        return Err(DiffError::NoSamples("A"));
+    }
+    if b.iter().any(|p| p.samples.iterations.is_empty()) {
+        return Err(DiffError::NoSamples("B"));
+    }
+    let same_graph = a.iter().chain(b).all(|p| p.graph_hash == a0.graph_hash);
+    if !same_graph && !opts.allow_different_graphs {
+        let other = a
+            .iter()
+            .chain(b)
+            .find(|p| p.graph_hash != a0.graph_hash)
+            .unwrap_or(b0);
+        let run = |p: &Profile| {
+            format!(
+                "{}, batch {}, {}",
+                p.run.model, p.run.batch, p.run.image_size
+            )
+        };
+        return Err(DiffError::DifferentGraphs {
+            a: a0.graph_hash.clone(),
+            b: other.graph_hash.clone(),
+            a_run: run(a0),
+            b_run: run(other),
+        });
+    }
+    Ok(same_graph)
+}
+
+/// A row present in every run of both sides, with its runs' samples.
+struct Candidate<'s> {
+    kind: &'static str,
+    name: String,
+    a: Vec<&'s Vec<f64>>,
+    b: Vec<&'s Vec<f64>>,
+    a_sec: f64,
+    b_sec: f64,
+}
+
+/// Every row (iteration, phase, op type, layer) that every run of both sides has, with a
+/// time on side A.
+fn candidates<'s>(sa: &'s [RowSeries], sb: &'s [RowSeries]) -> Vec<Candidate<'s>> {
+    let mut out = Vec::new();
+    for k in 0..4 {
+        let kind = sa[0][k].0;
+        for name in sa[0][k].1.keys() {
+            let side = |s: &'s [RowSeries]| -> Option<Vec<&'s Vec<f64>>> {
+                s.iter()
+                    .map(|s| s[k].1.get(name).filter(|v| !v.is_empty()))
+                    .collect()
+            };
+            let (Some(ra), Some(rb)) = (side(sa), side(sb)) else {
+                continue;
+            };
+            let flat = |r: &[&Vec<f64>]| {
+                mean(&r.iter().flat_map(|v| v.iter().copied()).collect::<Vec<_>>())
+            };
+            let (a_sec, b_sec) = (flat(&ra), flat(&rb));
+            if a_sec > 0.0 {
+                out.push(Candidate {
+                    kind,
+                    name: name.clone(),
+                    a: ra,
+                    b: rb,
+                    a_sec,
+                    b_sec,
+                });
+            }
+        }
+    }
+    out
 }
 
 impl Diff {

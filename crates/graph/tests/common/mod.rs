@@ -45,7 +45,9 @@ pub fn small_net(
     // Layers as a model records them (module paths); `flatten` is left outside any layer.
     let h = conv_bn(b, images, "stem", 3, 1)?;
     let h = b.in_layer("stem.relu", |b| b.relu(h))?;
-    let h = b.in_layer("maxpool", |b| b.max_pool2d(h, 3, 2, 1))?;
+    let h = b.in_layer("maxpool", |b| {
+        b.max_pool2d(h, wick_ops::Pool2dParams::new(3, 2, 1))
+    })?;
     let r = conv_bn(b, h, "block.conv1", c, 1)?;
     let r = b.in_layer("block", |b| b.in_layer("relu", |b| b.relu(r)))?;
     let r = conv_bn(b, r, "block.conv2", c, 1)?;
@@ -124,15 +126,28 @@ pub fn build(
     (b.finish(), net, grads)
 }
 
+/// The small net (`batch` images of `size`x`size`, `classes` classes) as a training graph
+/// in `dtype` with `sgd` updates.
+pub fn small_training_graph(
+    dtype: DType,
+    batch: usize,
+    size: usize,
+    classes: usize,
+    sgd: SgdParams,
+) -> wick_graph::Graph {
+    let mut b = GraphBuilder::new(Mode::Train, dtype);
+    let net = small_net(&mut b, dtype, batch, size, classes).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    b.sgd(&grads, sgd).unwrap();
+    b.finish()
+}
+
 /// The small net (batch 2, `size`x`size` images, 3 classes) as an f32 training graph with
 /// `sgd` updates on the CPU, initialised by [`init`] (seed 1), its images all `pixel` and
 /// its labels `[0, 1]`.
 pub fn small_train_executor(size: usize, sgd: SgdParams, pixel: f64) -> Executor {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let net = small_net(&mut b, DType::F32, 2, size, 3).unwrap();
-    let grads = b.backward(net.loss).unwrap();
-    b.sgd(&grads, sgd).unwrap();
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let graph = small_training_graph(DType::F32, 2, size, 3, sgd);
+    let mut exec = Executor::new(graph, &Device::Cpu);
     init(&mut exec, DType::F32, 1);
     let images = Tensor::full(pixel as f32, (2, 3, size, size), &Device::Cpu).unwrap();
     exec.set("images", &images).unwrap();

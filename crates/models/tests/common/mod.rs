@@ -1,5 +1,5 @@
-//! What the two ResNet-18 fixture suites share: the model, the training step both fixtures
-//! were made with, and the L2 norm.
+//! What wick-models' tests share: the model and training step the ResNet-18 fixtures were
+//! made with, the L2 norm, graph kernels and scratch folders.
 #![allow(dead_code)]
 
 use candle_core::{DType, Device, Tensor};
@@ -45,4 +45,15 @@ pub fn norm(t: &Tensor) -> f64 {
         .to_scalar::<f64>()
         .unwrap()
         .sqrt()
+}
+
+/// The kernels of `session`'s graph, in OP_ID order.
+pub fn kernels(session: &Session) -> Vec<wick_ops::Kernel> {
+    let nodes = session.executor().graph().nodes();
+    nodes.iter().map(|n| n.kernel()).collect()
+}
+
+/// A scratch folder named `<prefix>...`, removed when dropped (also when a test fails).
+pub fn scratch(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
 }

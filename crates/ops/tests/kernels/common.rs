@@ -174,3 +174,13 @@ pub fn batch_norm_case(seed: u64, shape: &[usize]) -> BatchNormCase {
         g: rand_tensor(seed + 5, shape),
     }
 }
+
+/// Asserts that `result` is an error whose message contains every one of `needles` (the
+/// op, the tensor, the shapes it names).
+pub fn assert_error_names<T: std::fmt::Debug>(result: wick_ops::Result<T>, needles: &[&str]) {
+    let msg = result.unwrap_err().to_string();
+    assert!(
+        needles.iter().all(|n| msg.contains(n)),
+        "{msg}: expected {needles:?}"
+    );
+}

@@ -56,12 +56,7 @@ pub fn abs(t: &Tensor) -> Tensor {
 
 /// Every element of `t`, flattened, in float64.
 pub fn host(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
+    wick_ops::compare::host_values(t).unwrap()
 }
 
 /// Holds every element of `got` (the float32 run) within `bound` of `exact` (the float64

@@ -1,0 +1,109 @@
+//! train_resnet's command line.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use wick::models::{ImageSize, LrSchedule};
+
+use crate::common;
+
+#[derive(Parser)]
+#[command(about = "Train a ResNet with wick")]
+pub struct Args {
+    #[command(flatten)]
+    pub model: common::ModelArgs,
+    /// Start from this safetensors checkpoint (torchvision names) instead of a fresh init.
+    #[arg(long)]
+    pub weights: Option<PathBuf>,
+    /// Train on this batch file (`images` f32 NCHW, `labels` integers) every step.
+    #[arg(long, conflicts_with = "data_dir")]
+    pub data: Option<PathBuf>,
+    /// Train on CIFAR-10's binary files in this folder (data_batch_*.bin, test_batch.bin),
+    /// augmented, evaluated on the whole test set after every epoch.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Training steps [default: 150], or use --epochs.
+    #[arg(long, conflicts_with = "epochs")]
+    pub steps: Option<usize>,
+    /// Epochs: passes over the CIFAR training set, or of --steps-per-epoch steps otherwise.
+    #[arg(long)]
+    pub epochs: Option<usize>,
+    /// Steps per epoch for synthetic data and batch files (CIFAR's is its size / batch).
+    #[arg(long, default_value_t = 50)]
+    pub steps_per_epoch: usize,
+    /// Images per batch (a batch file sets its own).
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Synthetic images' size: 32 for 32x32, or WIDTHxHEIGHT such as 48x32 (CIFAR-10 is
+    /// 32x32; a batch file sets its own).
+    #[arg(long, default_value = "32")]
+    pub image_size: ImageSize,
+    /// Classes of the synthetic data (at most --num-classes).
+    #[arg(long, default_value_t = 10)]
+    pub synthetic_classes: usize,
+    /// Base learning rate.
+    #[arg(long, default_value_t = 0.05)]
+    pub lr: f64,
+    /// Schedule (PyTorch's definitions), counted in epochs, or in steps with a /step
+    /// suffix: constant, step:MILESTONES[:GAMMA] (step:30,60:0.1) or
+    /// cosine:TOTAL[:WARMUP[:MIN_LR]] (linear warm-up from lr/3, then cosine annealing).
+    #[arg(long, default_value = "constant")]
+    pub lr_schedule: LrSchedule,
+    /// SGD momentum.
+    #[arg(long, default_value_t = 0.9)]
+    pub momentum: f64,
+    /// Weight decay.
+    #[arg(long, default_value_t = 5e-4)]
+    pub weight_decay: f64,
+    /// Threads preparing training batches (each with its own copy of the data; the batches
+    /// come out in the same order whatever the count).
+    #[arg(long, default_value_t = 1)]
+    pub loader_threads: usize,
+    /// Turn CIFAR's training augmentation (4-pixel padded random crop, flip) off.
+    #[arg(long)]
+    pub no_augmentation: bool,
+    /// Write one JSON line of metrics per epoch here (rewritten atomically each epoch).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Save the trained weights here (safetensors, torchvision names).
+    #[arg(long)]
+    pub save: Option<PathBuf>,
+    /// Keep training checkpoints (model, momentum buffers, counters) in this folder:
+    /// `step-<N>` every --checkpoint-every steps and at SIGINT, and `best` by test accuracy.
+    #[arg(long)]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Steps between checkpoints [default: one epoch].
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// Periodic checkpoints to keep (the newest).
+    #[arg(long, default_value_t = 3)]
+    pub keep: usize,
+    /// Continue from the newest checkpoint in this folder toward the same --steps or
+    /// --epochs target (checkpoints keep going there unless --checkpoint-dir says else).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    /// Check every op's output for NaN and infinity and name the first op that made one
+    /// (PyTorch's detect_anomaly; slow, for debugging a diverging run).
+    #[arg(long)]
+    pub detect_anomaly: bool,
+    #[command(flatten)]
+    pub profile: common::ProfileArgs,
+    /// Seed for the initialisation, the data order, the augmentation and synthetic data.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Data-parallel engine: none, mpi (run under `mpirun -np N`, a build with
+    /// `--features mpi`) or nccl (one process per GPU under torchrun or any launcher that
+    /// sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; `--features nccl`).
+    /// Each rank trains on its 1/N of every --batch-size batch; rank 0 prints, logs and
+    /// writes checkpoints.
+    #[arg(long, default_value = "none")]
+    pub dist: String,
+    /// With --dist: batch-norm statistics over every rank's shard (PyTorch's
+    /// SyncBatchNorm), so N ranks train as one process on the whole batch. Without it
+    /// they stay per rank, as in PyTorch DDP.
+    #[arg(long)]
+    pub sync_bn: bool,
+    /// With --dist: gradient bucket size in MiB (PyTorch DDP's default, 25).
+    #[arg(long, default_value_t = 25.0)]
+    pub bucket_mb: f64,
+}

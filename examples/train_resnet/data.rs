@@ -1,0 +1,96 @@
+//! train_resnet's data: the training batches (a source per loader thread), the test data,
+//! and scoring on it.
+
+use anyhow::Result;
+use wick::models::data::{BatchFile, BatchSource, Cifar10, SourceFactory, SyntheticImages};
+use wick::models::evaluate::{evaluate, Scores};
+use wick::models::{ImageSize, Session};
+
+use crate::Args;
+
+/// The sum of two sets of scores.
+pub fn add(mut total: Scores, s: Scores) -> Scores {
+    total.images += s.images;
+    total.loss_sum += s.loss_sum;
+    total.top1 += s.top1;
+    total.top5 += s.top5;
+    total
+}
+
+/// What an epoch is evaluated on.
+pub enum Test {
+    /// CIFAR's whole test set, every image once.
+    Cifar(Box<Cifar10>),
+    /// Fixed held-out batches (synthetic data, a batch file).
+    Batches(Vec<(wick::candle_core::Tensor, wick::candle_core::Tensor)>),
+}
+
+/// The training batches (a source per loader thread), the test data, the batch shape,
+/// and CIFAR's steps per epoch.
+pub struct Data {
+    pub train: SourceFactory,
+    pub test: Test,
+    pub batch: usize,
+    pub size: ImageSize,
+    pub steps_per_epoch: Option<usize>,
+}
+
+/// Opens the data the flags name: a batch file, CIFAR-10 binaries, or synthetic images.
+pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
+    Ok(if let Some(path) = &a.data {
+        let file = BatchFile::open(path)?;
+        let (batch, size) = (
+            file.images.dim(0)?,
+            ImageSize::new(file.images.dim(3)?, file.images.dim(2)?),
+        );
+        let mut held_out = file.clone();
+        Data {
+            test: Test::Batches(vec![held_out.next_batch()?]),
+            train: Box::new(move || Ok(Box::new(file.clone()) as Box<dyn BatchSource>)),
+            batch,
+            size,
+            steps_per_epoch: None,
+        }
+    } else if let Some(dir) = &a.data_dir {
+        let train =
+            Cifar10::open(dir, true, a.batch_size, a.seed)?.with_augmentation(!a.no_augmentation);
+        let test = Cifar10::open(dir, false, a.batch_size, a.seed + 1)?;
+        Data {
+            steps_per_epoch: Some(train.len() / a.batch_size),
+            train: Box::new(move || Ok(Box::new(train.clone()) as Box<dyn BatchSource>)),
+            test: Test::Cifar(Box::new(test)),
+            batch: a.batch_size,
+            size: ImageSize::square(32),
+        }
+    } else {
+        let k = a.synthetic_classes.min(num_classes);
+        let train = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1)?;
+        let mut eval = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1_000_003)?;
+        let held_out = (0..4)
+            .map(|_| eval.next_batch())
+            .collect::<Result<_, _>>()?;
+        Data {
+            train: Box::new(move || Ok(Box::new(train.clone()) as Box<dyn BatchSource>)),
+            test: Test::Batches(held_out),
+            batch: a.batch_size,
+            size: a.image_size,
+            steps_per_epoch: None,
+        }
+    })
+}
+
+/// Scores on the test data: CIFAR's whole test set, or the held-out batches.
+pub fn evaluate_on(evaluator: &mut Session, test: &Test, batch: usize) -> Result<Scores> {
+    Ok(match test {
+        Test::Cifar(c) => {
+            let n = c.batches_in_order(batch);
+            evaluate(evaluator, (0..n).map(|i| c.batch_in_order(i, batch)))?
+        }
+        Test::Batches(held_out) => evaluate(
+            evaluator,
+            held_out
+                .iter()
+                .map(|(x, y)| Ok((x.clone(), y.clone(), batch))),
+        )?,
+    })
+}

@@ -1,0 +1,510 @@
+//! Trains a ResNet with SGD: epochs, a learning-rate schedule, CIFAR augmentation, an
+//! evaluation after every epoch, a metrics log and a checkpoint.
+//!
+//! Learnable synthetic data by default (loss and accuracy improve within minutes on a CPU):
+//!   cargo run --release --example train_resnet
+//! CIFAR-10 binaries:   ... -- --stem cifar --data-dir cifar-10-batches-bin --epochs 30 --lr-schedule cosine:30:2 --log metrics.jsonl
+//! One exact batch:     ... -- --weights W.safetensors --data B.safetensors --steps 1 --save O.safetensors
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use wick::graph::collective::Communicator;
+use wick::graph::passes::data_parallel::DataParallelOptions;
+use wick::graph::PassSet;
+use wick::models::data::Prefetcher;
+use wick::models::evaluate::{score, Scores};
+use wick::models::{resume, ImageSize, Session, TrainOptions, WeightInit};
+use wick::ops::SgdParams;
+
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
+mod args;
+#[path = "../common/mod.rs"]
+mod common;
+mod data;
+
+use args::Args;
+
+use data::{add, evaluate_on, open_data, Data};
+
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(start())
+}
+
+/// Joins the data-parallel job if asked; a rank that fails ends the whole job.
+fn start() -> Result<()> {
+    let mut a = Args::parse();
+    a.profile.default_verbosity(0);
+    let comm = common::communicator(&a.dist)?;
+    let result = run(a, comm.clone());
+    if let (Err(e), Some(comm)) = (&result, &comm) {
+        if comm.size() > 1 {
+            eprintln!(
+                "error: rank {} of {}: {}",
+                comm.rank(),
+                comm.size(),
+                wick::error_chain(e.as_ref())
+            );
+            comm.abort(1);
+        }
+    }
+    result
+}
+
+fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
+    check_args(&a, comm.is_some())?;
+    a.model.apply_threads()?;
+    wick::prepare_process();
+    // An engine that fixes the device (NCCL: the GPU LOCAL_RANK names) chooses it.
+    let device = match comm.as_ref().and_then(|c| c.device()) {
+        Some(d) => d,
+        None => a.model.device()?,
+    };
+    let config = a.model.config("resnet18")?;
+    let data = open_data(&a, config.num_classes)?;
+    let plan = Plan::new(&a, &data, comm.as_ref())?;
+    let passes = a.model.passes(PassSet::default());
+    let mut session = training_session(&a, &plan, passes, comm.as_ref(), &device)?;
+    let start = resume_from(&a, &mut session, plan.lead())?;
+    if plan.lead() {
+        if plan.ranks > 1 {
+            println!(
+                "data-parallel over {} ranks ({}): {} of every {} images per rank",
+                plan.ranks, a.dist, plan.shard, plan.batch
+            );
+        }
+        println!(
+            "training {} ({:?} stem, {} classes) on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), lr {} ({:?}), momentum {}, weight decay {}",
+            config.depth.name(), config.stem, config.num_classes, device.location(),
+            plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
+            a.lr, a.lr_schedule, a.momentum, a.weight_decay
+        );
+    }
+    let mut evaluator =
+        Session::inference_with_passes(config, plan.batch, plan.size, passes, &device)?;
+    if plan.lead() {
+        common::log_passes(&evaluator);
+    }
+    let batches = Prefetcher::ordered(data.train, a.loader_threads, 2, start as u64);
+    let mut run = TrainLoop::new(&a, &plan, start);
+    for epoch in (start / plan.per_epoch + 1)..=plan.epochs {
+        let epoch_start = Instant::now();
+        let (train, train_secs) = run.epoch(epoch, &mut session, &batches)?;
+        if plan.lead() {
+            // Rank 0 evaluates, logs and keeps the best checkpoint; the replicas hold the
+            // same weights.
+            evaluator.copy_weights_from(&session)?;
+            let test = evaluate_on(&mut evaluator, &data.test, plan.batch)?;
+            run.end_epoch(epoch, &session, train, train_secs, test, epoch_start)?;
+        }
+    }
+    if plan.ranks > 1 {
+        println!(
+            "rank {} of {}: parameter checksum {:.17e}",
+            plan.rank,
+            plan.ranks,
+            parameter_checksum(&session)?
+        );
+    }
+    // Every rank's step times and all-reduce timings, gathered to rank 0 (a collective).
+    let distributed = match (
+        session.data_parallel(),
+        session.executor().hook::<wick::graph::TimeProfiler>(),
+    ) {
+        (Some(dp), Some(profiler)) => Some(
+            wick::graph::profiler::DistProfile::gather(&profiler.profile(), dp)
+                .map_err(anyhow::Error::msg)?,
+        ),
+        _ => None,
+    };
+    if !plan.lead() {
+        return Ok(());
+    }
+    run.print_rate();
+    a.profile.report_with(&session, distributed)?;
+    if let Some(path) = &a.save {
+        session.save_checkpoint(path)?;
+        println!("saved {}", path.display());
+    }
+    Ok(())
+}
+
+/// Refuses, before any work, flags that cannot be honoured.
+fn check_args(a: &Args, distributed: bool) -> Result<()> {
+    for (flag, v) in [
+        ("--batch-size", a.batch_size),
+        ("--steps-per-epoch", a.steps_per_epoch),
+        ("--loader-threads", a.loader_threads),
+        ("--keep", a.keep),
+    ] {
+        common::at_least_one(flag, v)?;
+    }
+    for (flag, path) in [("--save", &a.save), ("--log", &a.log)] {
+        if let Some(path) = path {
+            common::check_output(flag, path)?;
+        }
+    }
+    a.profile.check()?;
+    anyhow::ensure!(
+        a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
+        "--bucket-mb must be a positive number of MiB, got {}",
+        a.bucket_mb
+    );
+    anyhow::ensure!(
+        !a.sync_bn || distributed,
+        "--sync-bn synchronises batch norm over data-parallel ranks: it needs --dist mpi"
+    );
+    Ok(())
+}
+
+/// The run's shape: batches, this rank's shard, epochs and steps, checkpoints.
+struct Plan {
+    rank: usize,
+    ranks: usize,
+    batch: usize,
+    shard: usize,
+    size: ImageSize,
+    per_epoch: usize,
+    epochs: usize,
+    steps: usize,
+    checkpoints: Option<PathBuf>,
+    checkpoint_every: usize,
+}
+
+impl Plan {
+    fn new(a: &Args, data: &Data, comm: Option<&Arc<dyn Communicator>>) -> Result<Plan> {
+        let (rank, ranks) = comm.map_or((0, 1), |c| (c.rank(), c.size()));
+        let batch = data.batch;
+        anyhow::ensure!(
+            batch.is_multiple_of(ranks),
+            "--batch-size {batch} does not split over {ranks} ranks"
+        );
+        let per_epoch = data.steps_per_epoch.unwrap_or(a.steps_per_epoch);
+        let (epochs, steps) = match (a.epochs, a.steps) {
+            (Some(e), _) => (e, e * per_epoch),
+            (None, s) => {
+                let s = s.unwrap_or(150);
+                (s.div_ceil(per_epoch), s)
+            }
+        };
+        common::at_least_one("--steps/--epochs", steps)?;
+        let checkpoint_every = a.checkpoint_every.unwrap_or(per_epoch);
+        common::at_least_one("--checkpoint-every", checkpoint_every)?;
+        Ok(Plan {
+            rank,
+            ranks,
+            batch,
+            shard: batch / ranks,
+            size: data.size,
+            per_epoch,
+            epochs,
+            steps,
+            checkpoints: a.checkpoint_dir.clone().or_else(|| a.resume.clone()),
+            checkpoint_every,
+        })
+    }
+
+    /// Rank 0 prints, logs, evaluates and writes checkpoints.
+    fn lead(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// The training session: this rank's shard of each batch, its gradients averaged over the
+/// ranks when there are several.
+fn training_session(
+    a: &Args,
+    plan: &Plan,
+    passes: PassSet,
+    comm: Option<&Arc<dyn Communicator>>,
+    device: &wick::candle_core::Device,
+) -> Result<Session> {
+    let config = a.model.config("resnet18")?;
+    let sgd = SgdParams {
+        lr: a.lr,
+        momentum: a.momentum,
+        weight_decay: a.weight_decay,
+        ..Default::default()
+    };
+    let options = TrainOptions {
+        passes,
+        ..sgd.into()
+    };
+    let mut session = match comm {
+        Some(c) => {
+            let dp = DataParallelOptions {
+                bucket_bytes: (a.bucket_mb * (1 << 20) as f64) as u64,
+                sync_batch_norm: a.sync_bn,
+            };
+            let (shard, size) = (plan.shard, plan.size);
+            Session::training_data_parallel(config, shard, size, options, c.clone(), &dp, device)?
+        }
+        None => Session::training(config, plan.batch, plan.size, options, device)?,
+    };
+    if plan.lead() {
+        common::log_passes(&session);
+    }
+    session
+        .executor_mut()
+        .set_anomaly_detection(a.detect_anomaly);
+    a.profile.attach(&mut session)?;
+    match &a.weights {
+        Some(w) => session.load_checkpoint(w)?,
+        None => session.init_weights(WeightInit::Torchvision(a.seed))?,
+    }
+    Ok(session)
+}
+
+/// With --resume: loads the newest checkpoint's weights, buffers and counters, and
+/// returns its step (the data stream continues at the same batch); 0 otherwise.
+fn resume_from(a: &Args, session: &mut Session, lead: bool) -> Result<usize> {
+    let Some(dir) = &a.resume else {
+        return Ok(0);
+    };
+    let (at, ckpt) = resume::periodic(dir)?
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("--resume {}: no checkpoint there", dir.display()))?;
+    let state = resume::load(session, &ckpt)?;
+    if state.fields.get("seed") != Some(&a.seed.to_string()) {
+        anyhow::bail!(
+            "--resume {}: the checkpoint was trained with --seed {}, not {}",
+            ckpt.display(),
+            state.fields.get("seed").map_or("?", |s| s.as_str()),
+            a.seed
+        );
+    }
+    if lead {
+        println!("resumed from {} at step {at}", ckpt.display());
+    }
+    Ok(at as usize)
+}
+
+/// The training loop's state across epochs.
+struct TrainLoop<'a> {
+    a: &'a Args,
+    plan: &'a Plan,
+    start: usize,
+    step: usize,
+    lr: f64,
+    /// Steps before this one are warm-up: images/s counts the steps after it (--skip, at
+    /// most all but one step).
+    warmup: usize,
+    timed_secs: f64,
+    best: f64,
+    /// The metrics log so far (kept when resuming).
+    log: String,
+    stop: &'static std::sync::atomic::AtomicBool,
+}
+
+impl<'a> TrainLoop<'a> {
+    fn new(a: &'a Args, plan: &'a Plan, start: usize) -> Self {
+        let log = match (&a.log, start) {
+            (Some(path), s) if s > 0 => std::fs::read_to_string(path).unwrap_or_default(),
+            _ => String::new(),
+        };
+        TrainLoop {
+            a,
+            plan,
+            start,
+            step: start,
+            lr: f64::NAN,
+            warmup: a.profile.skip.min(plan.steps - 1),
+            timed_secs: 0.0,
+            best: f64::NEG_INFINITY,
+            log,
+            stop: interrupted_flag(),
+        }
+    }
+
+    /// What a checkpoint records beside the weights.
+    fn state(&self) -> resume::TrainingState {
+        resume::TrainingState {
+            step: self.step as u64,
+            epoch: (self.step / self.plan.per_epoch) as u64,
+            fields: [
+                ("seed", self.a.seed.to_string()),
+                ("best_accuracy", self.best.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        }
+    }
+
+    /// Trains the steps of `epoch`; returns the training scores and seconds in steps.
+    fn epoch(
+        &mut self,
+        epoch: usize,
+        session: &mut Session,
+        batches: &Prefetcher,
+    ) -> Result<(Scores, f64)> {
+        let (plan, a) = (self.plan, self.a);
+        let bar = match plan.lead() {
+            true => ProgressBar::new(plan.per_epoch.min(plan.steps - self.step) as u64),
+            false => ProgressBar::hidden(),
+        };
+        bar.set_style(ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
+        )?);
+        let (mut train, mut train_secs) = (Scores::default(), 0.0);
+        while self.step < plan.steps && self.step < epoch * plan.per_epoch {
+            let next = a.lr_schedule.lr(a.lr, self.step, plan.per_epoch);
+            if next != self.lr {
+                self.lr = next;
+                session.executor_mut().set_learning_rate(next)?;
+            }
+            let waiting = Instant::now();
+            let (images, labels) = batches.next_batch()?;
+            // This rank's shard of the batch (the whole batch on one process).
+            let (images, labels) = (
+                images.narrow(0, plan.rank * plan.shard, plan.shard)?,
+                labels.narrow(0, plan.rank * plan.shard, plan.shard)?,
+            );
+            session.report_input_wait(waiting.elapsed());
+            let started = Instant::now();
+            let loss = session.step(&images, &labels).map_err(|e| {
+                bar.abandon();
+                match &a.save {
+                    Some(path) => {
+                        anyhow::anyhow!("{e}; nothing saved, {} is untouched", path.display())
+                    }
+                    None => e.into(),
+                }
+            })?;
+            let secs = started.elapsed().as_secs_f64();
+            train_secs += secs;
+            if self.step >= self.warmup {
+                self.timed_secs += secs;
+            }
+            let logits = session
+                .logits()
+                .ok_or_else(|| anyhow::anyhow!("the logits were not kept"))?;
+            train = add(train, score(logits, &labels, plan.shard)?);
+            self.step += 1;
+            bar.set_message(format!("loss {loss:.4}, lr {:.4}", self.lr));
+            bar.inc(1);
+            if let Err(e) = self.checkpoint(session) {
+                bar.abandon();
+                return Err(e);
+            }
+        }
+        bar.finish_and_clear();
+        Ok((train, train_secs))
+    }
+
+    /// Writes the periodic checkpoint when one is due, and after SIGINT stops the run
+    /// with an error saying where the checkpoint is.
+    fn checkpoint(&self, session: &Session) -> Result<()> {
+        let (plan, step) = (self.plan, self.step);
+        let interrupted = self.stop.load(std::sync::atomic::Ordering::Relaxed);
+        if let Some(dir) = plan.checkpoints.as_ref().filter(|_| plan.lead()) {
+            if step % plan.checkpoint_every == 0 || interrupted {
+                resume::save(session, &self.state(), dir, &format!("step-{step}"))?;
+                resume::prune(dir, self.a.keep)?;
+            }
+        }
+        if interrupted {
+            let saved = match &plan.checkpoints {
+                Some(dir) => format!(
+                    "checkpoint saved in {}; continue with --resume {}",
+                    dir.display(),
+                    dir.display()
+                ),
+                None => "no --checkpoint-dir, nothing saved".into(),
+            };
+            anyhow::bail!("interrupted at step {step}: {saved}");
+        }
+        Ok(())
+    }
+
+    /// Keeps the best checkpoint, prints the epoch's line and appends it to the log.
+    fn end_epoch(
+        &mut self,
+        epoch: usize,
+        session: &Session,
+        train: Scores,
+        train_secs: f64,
+        test: Scores,
+        epoch_start: Instant,
+    ) -> Result<()> {
+        let (a, plan, step, lr) = (self.a, self.plan, self.step, self.lr);
+        if let Some(dir) = &plan.checkpoints {
+            if test.top1_accuracy() > self.best {
+                self.best = test.top1_accuracy();
+                resume::save(session, &self.state(), dir, "best")?;
+            }
+        }
+        // Every rank trains on as many images as rank 0 did.
+        let rate = (train.images * plan.ranks) as f64 / train_secs.max(f64::MIN_POSITIVE);
+        let top5 = a.model.config("resnet18")?.num_classes >= 100;
+        let top5_text = if top5 {
+            format!(", top-5 {:.1}%", 100.0 * test.top5_accuracy())
+        } else {
+            String::new()
+        };
+        let seconds = epoch_start.elapsed().as_secs_f64();
+        println!(
+            "epoch {epoch}/{}  lr {lr:.5}  train loss {:.4} acc {:.1}%  test loss {:.4} acc {:.1}%{top5_text} ({} images)  {rate:.1} images/s  {seconds:.1} s",
+            plan.epochs, train.loss(), 100.0 * train.top1_accuracy(), test.loss(),
+            100.0 * test.top1_accuracy(), test.images
+        );
+        if let Some(path) = &a.log {
+            self.log.push_str(&format!(
+                "{{\"epoch\":{epoch},\"step\":{step},\"lr\":{lr},\"train_loss\":{},\"train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},\"test_top5\":{},\"test_images\":{},\"images_per_sec\":{rate},\"seconds\":{seconds}}}\n",
+                train.loss(), train.top1_accuracy(), test.loss(), test.top1_accuracy(),
+                if top5 { test.top5_accuracy().to_string() } else { "null".into() }, test.images,
+            ));
+            wick::graph::output::write_bytes_atomically(path, self.log.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Training images/s over the steps after the warm-up.
+    fn print_rate(&self) {
+        let steps = self.plan.steps;
+        let warmup = self.warmup.max(self.start).min(steps - 1);
+        let timed_images = (steps - warmup) * self.plan.batch;
+        println!(
+            "{:.1} images/s over {} training steps after {warmup} warm-up (training only: {:.2} s)",
+            timed_images as f64 / self.timed_secs.max(f64::MIN_POSITIVE),
+            steps - warmup,
+            self.timed_secs
+        );
+    }
+}
+
+/// Every parameter summed in one fixed order: equal on all ranks when the replicas agree
+/// (batch-norm statistics are per rank, so they are left out).
+fn parameter_checksum(session: &Session) -> Result<f64> {
+    let mut params: Vec<_> = session.state_dict()?.into_iter().collect();
+    params.sort_by(|x, y| x.0.cmp(&y.0));
+    let mut sum = 0f64;
+    for (name, t) in params {
+        if !name.ends_with("num_batches_tracked") && !name.contains("running_") {
+            let values = t.flatten_all()?.to_dtype(wick::candle_core::DType::F64)?;
+            sum += values.to_vec1::<f64>()?.iter().sum::<f64>();
+        }
+    }
+    Ok(sum)
+}
+
+/// Set when the process gets SIGINT (Ctrl-C): the loop then saves a checkpoint after
+/// the step in progress and exits, instead of dying mid-step.
+fn interrupted_flag() -> &'static std::sync::atomic::AtomicBool {
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    extern "C" fn on_sigint(_: libc::c_int) {
+        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
+    }
+    &STOP
+}
