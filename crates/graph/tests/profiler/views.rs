@@ -222,3 +222,31 @@ fn memory_prediction_and_measured_peak() {
     assert_eq!(exec.graph().nodes()[at].phase, Phase::Backward);
     assert!(p.to_string().contains(&m.lines()));
 }
+
+#[test]
+fn a_pytorch_schedule_times_its_active_iterations_and_is_recorded_in_the_json() {
+    use wick_graph::profiler::{RecordLevel, Schedule};
+    let sgd = SgdParams {
+        lr: 0.01,
+        ..Default::default()
+    };
+    let mut exec = small_train_executor(6, sgd, 0.0);
+    // Two cycles of: 1 waiting, 1 warm-up, 2 timed; the 9th and 10th iterations are past
+    // the last cycle.
+    let schedule = Schedule::new(1, 1, 2, 2);
+    exec.add_hook(TimeProfiler::with_schedule(schedule, RecordLevel::Phases))
+        .unwrap();
+    for _ in 0..10 {
+        exec.run().unwrap();
+    }
+    let p = exec.hook::<TimeProfiler>().unwrap().profile();
+    assert_eq!(p.timed_iterations, 4);
+    assert_eq!(p.skipped, Some(6));
+    assert!(p.ops.is_empty(), "RecordLevel::Phases times no op");
+    assert_eq!(p.verbosity, 1);
+    let back = wick_graph::Profile::from_json(&p.to_json()).unwrap();
+    assert_eq!(back.schedule, schedule);
+    let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
+    assert_eq!(json["schedule"]["active"], 2);
+    assert_eq!(json["schedule"]["repeat"], 2);
+}
