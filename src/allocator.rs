@@ -10,10 +10,8 @@
 //!   gradients and activations that are cold in the caches; with 4 KiB pages each of those
 //!   reads also misses the TLB, and inside a virtual machine every miss walks two sets of
 //!   page tables. Measured here: summing a cold 9.4 MB buffer took 4.8-9.4 ms on 4 KiB
-//!   pages and 2.3 ms on huge pages; a cold 512x128x4608 GEMM 8.5-14.6 ms vs 5.1-5.8 ms.
-//!   Whole training steps (alternating runs of the two builds): CIFAR ResNet-18
-//!   batch 32 1.00-1.05 s -> 0.73-0.75 s, ResNet-50 batch 2 at 224x224 0.61-0.68 s ->
-//!   0.49-0.51 s (with the convolution layout changes of the same day).
+//!   pages and 2.3 ms on huge pages; a cold 512x128x4608 GEMM 8.5-14.6 ms vs 5.1-5.8 ms
+//!   (whole training steps: see docs/performance.md).
 //!
 //! Both are opt-in and process-wide: the examples and benches turn both on.
 //!

@@ -297,8 +297,7 @@ impl Executor {
     /// CPU kernels split their work over: each kernel's parallel loop then starts from
     /// inside the pool, instead of waking its threads from outside and putting the
     /// calling thread to sleep until they are done (one futex round trip per parallel
-    /// loop, several per node: ResNet-50 inference at batch 1 went 25.0/24.9/32.8 ->
-    /// 22.8/23.5/30.4 ms on 2 cores, alternating runs). The calling thread waits; the
+    /// loop, several per node). The calling thread waits; the
     /// [`KernelPath`] and [`ConvAlgorithm`] in force on it carry over, and the hooks are
     /// called on the pool's thread. CUDA graphs and graphs with communication (MPI, NCCL)
     /// stay on the calling thread.

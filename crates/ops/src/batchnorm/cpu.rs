@@ -174,9 +174,8 @@ fn lane_sum<T: Float>(xs: &[T], f: impl Fn(T) -> f64) -> f64 {
 /// The output gradient masked by a fused ReLU's output (0 where `z <= 0`, as
 /// `relu_backward`) into the input gradient's slots, in one streaming pass in memory
 /// order over the threads; the two batch-norm passes then read it there and overwrite it
-/// in place. (Masking inside the per-channel passes read three cold tensors channel by
-/// channel instead of two in order, and was 1.1-1.35x slower than `relu_backward`
-/// followed by the unfused backward.)
+/// in place, so they read two tensors in order rather than three cold ones channel by
+/// channel.
 fn mask_gradient<T: Float>(gs: &[T], zs: &[T], slots: &mut [MaybeUninit<T>]) {
     const CHUNK: usize = 1 << 14;
     slots
@@ -383,11 +382,10 @@ fn with_mask<T: Float, R>(
 
 /// Per-channel mean and biased variance, channels in parallel, in two passes: the mean
 /// from f32 partial sums of at most 16 values each ([`block_sum`]: the first pass reads
-/// the data from memory, and converting every value to f64 made it compute-bound, 1.5x
-/// slower), the variance around it in f64 ([`lane_sum`], the data now in cache). Taking
-/// the variance in f32 too measured as accurate per kernel but moved which ReLU inputs
-/// near zero change sides in the CIFAR fixture's training step (its median update error
-/// rose from 1x to 2.2x PyTorch's), so it stays in f64.
+/// the data from memory, and converting every value to f64 would make it compute-bound),
+/// the variance around it in f64 ([`lane_sum`], the data now in cache). The variance stays
+/// in f64: in f32 it is accurate per kernel but moves which ReLU inputs near zero change
+/// sides, which shows in a training step's updates (the CIFAR fixture's test).
 fn channel_moments<T: Float>(x: &Tensor, [n, c, h, w]: [usize; 4]) -> Result<(Vec<f64>, Vec<f64>)> {
     let hw = h * w;
     let m = (n * hw) as f64;

@@ -65,9 +65,7 @@ pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bo
 /// stride above 1, windows that read each input value twice or more (kh*kw >= 2*sh*sw:
 /// the split is one extra pass over the input, which a 1x1 stride-2 layer, reading every
 /// value at most once and half the rows never, would not earn back), and rows of 16+
-/// outputs (shorter rows leave too little to copy). Measured at batch 1, strided gather
-/// -> phases, alternating runs: the 7x7 stride-2 stem 1.02-1.06 -> 0.74-0.75 ms,
-/// 128->128 3x3 stride 2 @56 0.79-0.85 -> 0.76-0.79 ms.
+/// outputs (shorter rows leave too little to copy).
 fn phases_pay(g: &Geom) -> bool {
     let [sh, sw] = g.p.stride;
     sw > 1 && g.kh * g.kw >= 2 * sh * sw && g.ow >= 16
