@@ -58,18 +58,13 @@ fn assert_close(what: &str, wick: &[f64], expected: &StateDict, head: &str, tail
 /// `rest`.
 fn with_model(weights: &Path, batch_flag: &str, rest: &[&str]) -> Vec<String> {
     let batch = fixture("batch.safetensors");
-    let paths = [weights.display().to_string(), batch.display().to_string()];
-    let [weights, batch] = paths;
-    let flags = [
-        "--weights".to_string(),
-        weights,
-        batch_flag.to_string(),
-        batch,
-    ];
-    let model = MODEL.iter().map(|s| s.to_string());
-    model
-        .chain(flags)
-        .chain(rest.iter().map(|s| s.to_string()))
+    let (weights, batch) = (weights.display().to_string(), batch.display().to_string());
+    let flags = ["--weights", &weights, batch_flag, &batch];
+    MODEL
+        .iter()
+        .chain(&flags)
+        .chain(rest)
+        .map(|s| s.to_string())
         .collect()
 }
 

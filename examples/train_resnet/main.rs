@@ -18,7 +18,7 @@ use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::PassSet;
 use wick::models::data::Prefetcher;
 use wick::models::evaluate::{score, Scores};
-use wick::models::{resume, ImageSize, Session, TrainOptions, WeightInit};
+use wick::models::{resume, ImageSize, ResNetConfig, Session, TrainOptions, WeightInit};
 use wick::ops::SgdParams;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -69,9 +69,9 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     };
     let config = a.model.config("resnet18")?;
     let data = open_data(&a, config.num_classes)?;
-    let plan = Plan::new(&a, &data, comm.as_ref())?;
+    let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
     let passes = a.model.passes(PassSet::default());
-    let mut session = training_session(&a, &plan, passes, comm.as_ref(), &device)?;
+    let mut session = training_session(&a, config, &plan, passes, comm.as_ref(), &device)?;
     let start = resume_from(&a, &mut session, plan.lead())?;
     if plan.lead() {
         if plan.ranks > 1 {
@@ -176,10 +176,17 @@ struct Plan {
     steps: usize,
     checkpoints: Option<PathBuf>,
     checkpoint_every: usize,
+    /// Whether evaluation reports top-5 accuracy (100+ classes).
+    top5: bool,
 }
 
 impl Plan {
-    fn new(a: &Args, data: &Data, comm: Option<&Arc<dyn Communicator>>) -> Result<Plan> {
+    fn new(
+        a: &Args,
+        config: &ResNetConfig,
+        data: &Data,
+        comm: Option<&Arc<dyn Communicator>>,
+    ) -> Result<Plan> {
         let (rank, ranks) = comm.map_or((0, 1), |c| (c.rank(), c.size()));
         let batch = data.batch;
         anyhow::ensure!(
@@ -208,6 +215,7 @@ impl Plan {
             steps,
             checkpoints: a.checkpoint_dir.clone().or_else(|| a.resume.clone()),
             checkpoint_every,
+            top5: config.num_classes >= 100,
         })
     }
 
@@ -221,12 +229,12 @@ impl Plan {
 /// ranks when there are several.
 fn training_session(
     a: &Args,
+    config: ResNetConfig,
     plan: &Plan,
     passes: PassSet,
     comm: Option<&Arc<dyn Communicator>>,
     device: &wick::candle_core::Device,
 ) -> Result<Session> {
-    let config = a.model.config("resnet18")?;
     let sgd = SgdParams {
         lr: a.lr,
         momentum: a.momentum,
@@ -443,7 +451,7 @@ impl<'a> TrainLoop<'a> {
         }
         // Every rank trains on as many images as rank 0 did.
         let rate = (train.images * plan.ranks) as f64 / train_secs.max(f64::MIN_POSITIVE);
-        let top5 = a.model.config("resnet18")?.num_classes >= 100;
+        let top5 = plan.top5;
         let top5_text = if top5 {
             format!(", top-5 {:.1}%", 100.0 * test.top5_accuracy())
         } else {

@@ -14,7 +14,6 @@ use std::path::{Path, PathBuf};
 type ModPath = Vec<String>;
 
 struct SourceFile {
-    module: ModPath,
     /// Every path the file names: each one absolute from the crate root.
     paths: Vec<ModPath>,
     /// `pub use` re-exports: the name they give, to the absolute path they name.
@@ -289,7 +288,6 @@ fn load(root: &Path) -> Crate {
     }
     for (module, code) in &raw {
         let mut file = SourceFile {
-            module: module.clone(),
             paths: Vec::new(),
             reexports: BTreeMap::new(),
         };
@@ -361,7 +359,7 @@ fn edges(krate: &Crate) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
             .map(|p| krate.resolve(p, 0))
             .filter(|m| m != module)
             .collect();
-        out.insert(file.module.clone(), deps);
+        out.insert(module.clone(), deps);
     }
     out
 }

@@ -180,8 +180,9 @@ fn none_of(
 ) -> Result<()> {
     let mut names: Vec<String> = names.collect();
     names.sort();
-    match names.is_empty() {
-        true => Ok(()),
-        false => Err(err(names)),
+    if names.is_empty() {
+        Ok(())
+    } else {
+        Err(err(names))
     }
 }
