@@ -10,12 +10,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use wick_ops::{elementwise, Kernel};
+use wick_ops::{elementwise, Kernel, OpError};
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
 use crate::ir::{
-    args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind,
+    arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind,
 };
 
 /// The layer of a parameter: its state-dict name without the last component
@@ -36,6 +36,24 @@ impl NodeOp for AccumulateGrad {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [a, b] = args(inputs, "accumulate_grad")?;
         one(elementwise::add(a, b)?)
+    }
+}
+
+/// The gradient of the backward pass's root, 1. in: the root (for its shape and
+/// device); out: ones like it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossGradSeed;
+
+impl NodeOp for LossGradSeed {
+    fn kernel(&self) -> Kernel {
+        Kernel::LossGradSeed
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let root = arg(inputs, 0, "backward")?;
+        one(root
+            .ones_like()
+            .map_err(|e| OpError::candle("backward", e))?)
     }
 }
 
@@ -69,8 +87,8 @@ impl Gradients {
 }
 
 impl GraphBuilder {
-    /// Appends the backward pass of the scalar `loss` (the output of
-    /// [`cross_entropy`](GraphBuilder::cross_entropy)) and returns each parameter's gradient.
+    /// Appends the backward pass of the scalar `loss` (any 1-element output of a forward
+    /// op: a loss, a sum or scaling of losses) and returns each parameter's gradient.
     pub fn backward(&mut self, loss: ValueId) -> Result<Gradients> {
         if self.mode != Mode::Train {
             return Err(GraphError::Usage(
@@ -82,18 +100,31 @@ impl GraphBuilder {
                 "backward was already added to this graph".into(),
             ));
         }
-        let n_forward = self.graph.nodes.len();
-        let root = self.graph.nodes[..n_forward]
-            .iter()
-            .position(|n| {
-                n.outputs.first() == Some(&loss)
-                    && n.op.kernel() == Kernel::SoftmaxCrossEntropyForward
-            })
-            .ok_or_else(|| {
-                GraphError::Usage("backward: the loss must be the output of cross_entropy".into())
-            })?;
+        let root = self.backward_root(loss)?;
         self.phase = Phase::Backward;
         let mut contributions: Vec<Vec<ValueId>> = vec![Vec::new(); self.graph.values.len()];
+        // Cross-entropy's backward seeds itself with 1 (one node less on the ResNet path);
+        // any other root's gradient is a `LossGradSeed` node's ones.
+        let root_grad = if self.graph.nodes[root].op.kernel() == Kernel::SoftmaxCrossEntropyForward
+        {
+            None
+        } else {
+            self.origin = Origin {
+                layer: self.graph.nodes[root].origin.layer.clone(),
+                forward_op: Some(root),
+                parameter: None,
+            };
+            let info = self.graph.values[loss.0].clone();
+            Some(
+                self.push(
+                    Arc::new(LossGradSeed),
+                    vec![loss],
+                    vec![("grad.loss", info.shape, info.dtype)],
+                    vec![],
+                    0,
+                )[0],
+            )
+        };
         for op_id in (0..=root).rev() {
             let node = self.graph.nodes[op_id].clone();
             // Backward nodes (and the gradient sums just before them) belong to the
@@ -104,7 +135,7 @@ impl GraphBuilder {
                 parameter: None,
             };
             let grad_y = if op_id == root {
-                None
+                root_grad
             } else {
                 match self.sum_grads(node.outputs[0], &mut contributions) {
                     Some(g) => Some(g),
@@ -138,6 +169,38 @@ impl GraphBuilder {
         }
         self.origin = Origin::default();
         Ok(grads)
+    }
+
+    /// The forward node whose first output is `loss`, a scalar that a parameter's value
+    /// flows into.
+    fn backward_root(&self, loss: ValueId) -> Result<usize> {
+        let info = self.graph.values.get(loss.0).ok_or_else(|| {
+            GraphError::Usage(format!("backward: {loss:?} is not a value of this graph"))
+        })?;
+        let root = self
+            .graph
+            .nodes
+            .iter()
+            .position(|n| n.outputs.first() == Some(&loss))
+            .ok_or_else(|| {
+                GraphError::Usage(format!(
+                    "backward: `{}` is not the output of a recorded op (an input or a parameter)",
+                    info.name
+                ))
+            })?;
+        if info.shape.iter().product::<usize>() != 1 {
+            return Err(GraphError::Usage(format!(
+                "backward: the loss `{}` (OP_ID{root}) must be a scalar, got shape {:?}",
+                info.name, info.shape
+            )));
+        }
+        if !self.requires_grad[loss.0] {
+            return Err(GraphError::Usage(format!(
+                "backward: no parameter flows into `{}` (OP_ID{root}), so nothing has a gradient",
+                info.name
+            )));
+        }
+        Ok(root)
     }
 
     /// The total gradient of `v`: its single contribution, or the sum of several through

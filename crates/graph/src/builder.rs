@@ -31,6 +31,8 @@ pub struct GraphBuilder {
     pub(crate) requires_grad: Vec<bool>,
     /// The origin the next recorded nodes get (see [`Origin`]).
     pub(crate) origin: Origin,
+    /// What dropout nodes derive their seeds from.
+    pub(crate) seed: u64,
 }
 
 impl GraphBuilder {
@@ -43,6 +45,7 @@ impl GraphBuilder {
             phase: Phase::Forward,
             requires_grad: Vec::new(),
             origin: Origin::default(),
+            seed: 0,
         }
     }
 

@@ -51,6 +51,10 @@ pub enum GraphError {
         /// That node's kernel name.
         kernel: &'static str,
     },
+    /// An intermediate value was read after the executor freed it (it is not a graph
+    /// output).
+    #[error("value `{0}` is an intermediate, freed after its last use in each run: mark it with GraphBuilder::output to keep it")]
+    Freed(String),
     /// No value of this name exists in the graph.
     #[error("the graph has no value named `{0}`")]
     UnknownValue(String),

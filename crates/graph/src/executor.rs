@@ -238,7 +238,15 @@ impl Executor {
                 found: describe(tensor.dims(), tensor.dtype()),
             });
         }
-        let on_device = tensor.to_device(&self.device)?;
+        // A 0-dim integer input (the step counter) stays on the host: only wick's kernels
+        // read it, and on the host they do so without a device synchronisation.
+        let host_scalar =
+            info.kind == ValueKind::Input && info.shape.is_empty() && info.dtype == DType::I64;
+        let on_device = if host_scalar {
+            tensor.to_device(&Device::Cpu)?
+        } else {
+            tensor.to_device(&self.device)?
+        };
         // Parameters and state are updated in place by later runs: take a private copy so
         // the caller's tensor never changes behind its back.
         let owned = match info.kind {
@@ -253,13 +261,27 @@ impl Executor {
     /// last iteration (intermediates are freed after their last use). Parameters and
     /// momentum buffers are updated in place by later runs on the CPU: `copy()` the
     /// tensor to keep its current values.
+    ///
+    /// `None` means not set yet (a parameter before its weights, an output before the first
+    /// run); reading an intermediate that is not a graph output is
+    /// [`GraphError::Freed`], naming it.
     pub fn get(&self, name: &str) -> Result<Option<&Tensor>> {
-        Ok(self.get_id(self.id(name)?))
+        self.get_id(self.id(name)?)
     }
 
     /// [`get`](Executor::get) by id.
-    pub fn get_id(&self, id: ValueId) -> Option<&Tensor> {
-        self.slots.get(id.0).and_then(|s| s.as_ref())
+    pub fn get_id(&self, id: ValueId) -> Result<Option<&Tensor>> {
+        let Some(info) = self.graph.values.get(id.0) else {
+            return Err(GraphError::UnknownValue(format!("{id:?}")));
+        };
+        let slot = self.slots.get(id.0).and_then(|s| s.as_ref());
+        if slot.is_none()
+            && info.kind == ValueKind::Intermediate
+            && !self.graph.outputs.contains(&id)
+        {
+            return Err(GraphError::Freed(info.name.clone()));
+        }
+        Ok(slot)
     }
 
     /// A snapshot of every parameter and state value that is set, by name (copies: later
@@ -344,6 +366,7 @@ impl Executor {
                 self.hooks.iter_mut().for_each(|h| h.before_op(info));
             }
             let outputs = self.execute(op_id)?;
+            self.check_declared(op_id, &outputs)?;
             if self.detect_anomaly {
                 self.check_outputs(op_id, &outputs)?;
             }
@@ -367,6 +390,46 @@ impl Executor {
             }
         }
         self.iteration += 1;
+        Ok(())
+    }
+
+    /// Checks that node `op_id` returned as many outputs as it declares, each of its
+    /// declared shape and dtype (a custom op's promise, or a kernel bug).
+    fn check_declared(&self, op_id: usize, outputs: &Outputs) -> Result<()> {
+        let node = &self.graph.nodes[op_id];
+        let name = self.infos[op_id].name;
+        let fail = |message: String| GraphError::Run {
+            op_id,
+            name,
+            phase: node.phase,
+            source: wick_ops::OpError::invalid(name, message),
+        };
+        // Trailing unset outputs beyond the declared ones are allowed (an absent bias's
+        // gradient).
+        let returned = outputs
+            .iter()
+            .rposition(Option::is_some)
+            .map_or(0, |i| i + 1);
+        if outputs.len() < node.outputs.len() || returned > node.outputs.len() {
+            return Err(fail(format!(
+                "returned {} outputs, the graph declares {}",
+                outputs.len(),
+                node.outputs.len()
+            )));
+        }
+        for (i, (v, t)) in node.outputs.iter().zip(outputs).enumerate() {
+            let info = &self.graph.values[v.0];
+            if let Some(t) = t {
+                if t.dims() != info.shape.as_slice() || t.dtype() != info.dtype {
+                    return Err(fail(format!(
+                        "output {i} (`{}`) is {}, the graph declares {}",
+                        info.name,
+                        describe(t.dims(), t.dtype()),
+                        describe(&info.shape, info.dtype)
+                    )));
+                }
+            }
+        }
         Ok(())
     }
 

@@ -56,7 +56,7 @@ pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
 pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo, StepPart};
-pub use ir::{BackwardCtx, Inputs, KernelResult, NodeOp, Op};
+pub use ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op};
 pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use memory::{MemoryPlan, MemorySplit};
 pub use output::OutputError;

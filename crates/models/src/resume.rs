@@ -1,7 +1,7 @@
 //! Training checkpoints that resume exactly. Each is a folder `step-<N>` holding
 //! `model.safetensors` (the torchvision-named state dict, loadable for inference as any
-//! checkpoint) and `training.safetensors`: every momentum buffer (`<param>.momentum_buffer`)
-//! and, in its metadata, the step and epoch counters and the caller's own fields (the
+//! checkpoint) and `training.safetensors`: the optimizer's state by PyTorch's names
+//! (`<param>.momentum_buffer`, `<param>.exp_avg`, `<param>.exp_avg_sq`) and, in its metadata, the step and epoch counters and the caller's own fields (the
 //! schedule, the seed). The data order and augmentation are functions of the seed and the
 //! batch index ([`BatchSource::seek`](crate::data::BatchSource::seek)), so the counters
 //! are all a resumed run needs of them.
@@ -33,7 +33,6 @@ pub struct TrainingState {
 
 const MODEL: &str = "model.safetensors";
 const TRAINING: &str = "training.safetensors";
-const BUFFER: &str = ".momentum_buffer";
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
     move |source| ModelError::Io {
@@ -52,10 +51,7 @@ pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) ->
     }
     fs::create_dir(&partial).map_err(io(&partial))?;
     session.save_checkpoint(&partial.join(MODEL))?;
-    let mut buffers = HashMap::new();
-    for (param, buffer) in session.momentum_buffers()? {
-        buffers.insert(format!("{param}{BUFFER}"), buffer);
-    }
+    let buffers: HashMap<String, Tensor> = session.optimizer_state()?.into_iter().collect();
     let mut meta: HashMap<String, String> = state
         .fields
         .iter()
@@ -152,13 +148,8 @@ pub fn load(session: &mut Session, ckpt: &Path) -> Result<TrainingState> {
             .collect(),
     };
     let tensors = read_safetensors(&path)?;
-    let mut buffers = HashMap::new();
-    for (name, t) in tensors {
-        let param = name
-            .strip_suffix(BUFFER)
-            .ok_or_else(|| bad(format!("unexpected tensor `{name}`")))?;
-        buffers.insert(param.to_string(), t);
-    }
-    session.set_momentum_buffers(&buffers, state.step)?;
+    session
+        .set_optimizer_state(&tensors, state.step)
+        .map_err(|e| bad(e.to_string()))?;
     Ok(state)
 }

@@ -6,6 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
+use wick_graph::ops::dropout::STEP_INPUT;
+use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig};
 use wick_graph::passes::data_parallel::{DataParallel, DataParallelOptions};
 use wick_graph::{Executor, GraphBuilder, Mode, PassSet, StepPart, ValueId};
 use wick_ops::SgdParams;
@@ -17,10 +19,10 @@ use crate::init::WeightInit;
 use crate::resnet::ResNetConfig;
 
 /// What a training session needs beyond the model.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct TrainOptions {
-    /// The optimizer's settings.
-    pub sgd: SgdParams,
+    /// The optimizer phase: SGD, Adam or AdamW, parameter groups, gradient clipping.
+    pub optimizer: OptimizerConfig,
     /// Keep every parameter's gradient after each step (for tests and inspection; costs memory).
     pub keep_gradients: bool,
     /// After each step, check every updated parameter for NaN and infinity (one parallel
@@ -37,8 +39,24 @@ impl From<SgdParams> for TrainOptions {
     /// Training with these SGD settings, without keeping the gradients, with the default
     /// passes.
     fn from(sgd: SgdParams) -> Self {
+        Optimizer::Sgd(sgd).into()
+    }
+}
+
+impl From<Optimizer> for TrainOptions {
+    /// Training with this optimizer for every parameter, without keeping the gradients,
+    /// with the default passes.
+    fn from(optimizer: Optimizer) -> Self {
+        OptimizerConfig::from(optimizer).into()
+    }
+}
+
+impl From<OptimizerConfig> for TrainOptions {
+    /// Training with this optimizer phase, without keeping the gradients, with the default
+    /// passes.
+    fn from(optimizer: OptimizerConfig) -> Self {
         TrainOptions {
-            sgd,
+            optimizer,
             keep_gradients: false,
             check_parameters: true,
             passes: PassSet::default(),
@@ -137,7 +155,7 @@ impl Session {
                 gradients.insert(b.graph().value(p).name.clone(), g);
             }
         }
-        b.sgd(&grads, options.sgd)?;
+        b.optimize(&grads, &options.optimizer)?;
         Self::finish(
             config,
             b,
@@ -413,6 +431,40 @@ impl Session {
         Ok(out)
     }
 
+    /// The optimizer's state that exists (after a first step), by its full name
+    /// (`<param>.momentum_buffer`, `<param>.exp_avg`, `<param>.exp_avg_sq`): copies.
+    pub fn optimizer_state(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for v in self.exec.graph().optimizer_state() {
+            let name = &self.exec.graph().value(v).name;
+            if let Some(t) = self.exec.get_id(v)? {
+                out.push((name.clone(), t.copy()?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Restores optimizer state (by full name, as [`optimizer_state`](Session::optimizer_state)
+    /// gives it) and the step counter, as a training checkpoint recorded them.
+    pub fn set_optimizer_state(
+        &mut self,
+        state: &HashMap<String, Tensor>,
+        steps: u64,
+    ) -> Result<()> {
+        let known = self.exec.graph().optimizer_state();
+        for (name, t) in state {
+            let id = self.exec.graph().find(name);
+            if !id.is_some_and(|id| known.contains(&id)) {
+                return Err(ModelError::State(format!(
+                    "`{name}` is not optimizer state of this training graph (was the checkpoint written with another optimizer?)"
+                )));
+            }
+            self.exec.set(name, t)?;
+        }
+        self.steps = steps;
+        Ok(())
+    }
+
     /// Restores momentum buffers (by parameter name) and the step counter, as a training
     /// checkpoint recorded them.
     pub fn set_momentum_buffers(
@@ -455,6 +507,10 @@ impl Session {
         wick_ops::loss::check_labels(labels, self.config.num_classes)
             .map_err(|e| ModelError::Config(format!("labels: {e}")))?;
         let copy = Instant::now();
+        if let Some(step) = self.exec.graph().find(STEP_INPUT) {
+            self.exec
+                .set_id(step, &Tensor::new(self.steps as i64, &Device::Cpu)?)?;
+        }
         self.feed_images(images)?;
         self.exec.set_id(label_id, &labels.to_dtype(DType::I64)?)?;
         let copy = copy.elapsed().as_secs_f64();
@@ -465,7 +521,7 @@ impl Session {
         let read_back = Instant::now();
         let loss = self
             .exec
-            .get_id(loss)
+            .get_id(loss)?
             .ok_or_else(|| ModelError::State("the loss was not kept".into()))?
             .to_dtype(DType::F32)?
             .to_scalar::<f32>()?;
@@ -504,11 +560,12 @@ impl Session {
 
     /// The logits of the last run.
     pub fn logits(&self) -> Option<&Tensor> {
-        self.exec.get_id(self.logits)
+        self.exec.get_id(self.logits).ok().flatten()
     }
 
     /// The gradient of parameter `name` from the last step (with `keep_gradients`).
     pub fn gradient(&self, name: &str) -> Option<&Tensor> {
-        self.gradients.get(name).and_then(|g| self.exec.get_id(*g))
+        let g = self.gradients.get(name)?;
+        self.exec.get_id(*g).ok().flatten()
     }
 }

@@ -6,6 +6,10 @@
 
 use candle_core::Device;
 
+use crate::broadcast::BinaryOp;
+use crate::pointwise::Activation;
+use crate::regression_loss::ElementwiseLoss;
+
 /// The kind of device a kernel runs on, as far as naming is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceKind {
@@ -94,6 +98,61 @@ pub enum Kernel {
     AccumulateGrad,
     /// Fused SGD update (weight decay, momentum, parameter step) of one parameter.
     SgdUpdate,
+    /// An activation beyond ReLU (sigmoid, GELU, hardswish...).
+    Activation(Activation),
+    /// An activation's gradient.
+    ActivationBackward(Activation),
+    /// Element-wise arithmetic with broadcasting.
+    Binary(BinaryOp),
+    /// One operand's gradient of a broadcasting binary op.
+    BinaryBackward(BinaryOp),
+    /// Multiplication by a constant (forward, and its own gradient).
+    Scale,
+    /// Dropout forward (mask drawn and applied).
+    Dropout,
+    /// Dropout backward (the mask applied to the gradient).
+    DropoutBackward,
+    /// Concatenation along a dimension.
+    Concat,
+    /// One input's slice of a concatenation's gradient.
+    ConcatBackward,
+    /// A permutation of the dimensions (a copy in the new order).
+    Permute,
+    /// Softmax along a dimension.
+    SoftmaxForward,
+    /// Softmax's gradient.
+    SoftmaxBackward,
+    /// Layer norm forward.
+    LayerNormForward,
+    /// Layer norm's input, weight and bias gradients.
+    LayerNormBackward,
+    /// Group norm forward.
+    GroupNormForward,
+    /// Group norm's input, weight and bias gradients.
+    GroupNormBackward,
+    /// A mean-reduced element-wise loss (MSE, BCE with logits).
+    Loss(ElementwiseLoss),
+    /// An element-wise loss's gradient.
+    LossBackward(ElementwiseLoss),
+    /// The gradient of the backward pass's root: ones of the loss's shape.
+    LossGradSeed,
+    /// Fused Adam or AdamW update of one parameter.
+    AdamUpdate,
+    /// Global-norm gradient clipping over every gradient.
+    ClipGradNorm,
+    /// A user's own op, recorded through the public API.
+    Custom(CustomKernel),
+}
+
+/// A user-defined kernel: its name (printed by profilers on every device), class and phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CustomKernel {
+    /// The name profilers print, such as `"MyAttentionForward"`.
+    pub name: &'static str,
+    /// How profilers group it and advise on it.
+    pub class: KernelClass,
+    /// The part of the step it serves.
+    pub phase: KernelPhase,
 }
 
 /// What kind of work a kernel does: how the profiler groups and advises on it, and how
@@ -155,7 +214,18 @@ impl Kernel {
             }
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
-            SgdUpdate => C::Optimizer,
+            SgdUpdate | AdamUpdate | ClipGradNorm => C::Optimizer,
+            Activation(_) | ActivationBackward(_) | Binary(_) | BinaryBackward(_) | Scale => {
+                C::Elementwise
+            }
+            Dropout | DropoutBackward => C::Elementwise,
+            Concat | ConcatBackward | Permute => C::Reshape,
+            SoftmaxForward | SoftmaxBackward => C::Normalization,
+            LayerNormForward | LayerNormBackward | GroupNormForward | GroupNormBackward => {
+                C::Normalization
+            }
+            Loss(_) | LossBackward(_) | LossGradSeed => C::Loss,
+            Custom(k) => k.class,
         }
     }
 
@@ -176,7 +246,15 @@ impl Kernel {
             | AddReLU
             | PoolingForward
             | GlobalAvgPoolForward
-            | SoftmaxCrossEntropyForward => KernelPhase::Forward,
+            | SoftmaxCrossEntropyForward
+            | Activation(_)
+            | Binary(_)
+            | Dropout
+            | Concat
+            | SoftmaxForward
+            | LayerNormForward
+            | GroupNormForward
+            | Loss(_) => KernelPhase::Forward,
             ConvBackwardData
             | ConvBackwardFilter
             | ConvBackwardBias
@@ -190,9 +268,20 @@ impl Kernel {
             | SoftmaxCrossEntropyBackward
             | AccumulateGrad
             | DistAllReduce
-            | DistWait => KernelPhase::Backward,
-            SgdUpdate => KernelPhase::Optimizer,
-            Reshape => return None,
+            | DistWait
+            | ActivationBackward(_)
+            | BinaryBackward(_)
+            | DropoutBackward
+            | ConcatBackward
+            | SoftmaxBackward
+            | LayerNormBackward
+            | GroupNormBackward
+            | LossBackward(_)
+            | LossGradSeed => KernelPhase::Backward,
+            SgdUpdate | AdamUpdate | ClipGradNorm => KernelPhase::Optimizer,
+            Custom(k) => k.phase,
+            // Serves forward and backward alike, like a reshape.
+            Reshape | Permute | Scale => return None,
         })
     }
 
@@ -242,6 +331,28 @@ impl Kernel {
                 SoftmaxCrossEntropyBackward => "SoftmaxCrossEntropyBackward",
                 AccumulateGrad => "AccumulateGrad",
                 SgdUpdate => "SgdUpdate",
+                Activation(a) => a.name(),
+                ActivationBackward(a) => a.backward_name(),
+                Binary(op) => op.name(),
+                BinaryBackward(op) => op.backward_name(),
+                Scale => "Scale",
+                Dropout => "DropoutForward",
+                DropoutBackward => "DropoutBackward",
+                Concat => "Concat",
+                ConcatBackward => "ConcatBackward",
+                Permute => "Permute",
+                SoftmaxForward => "SoftmaxForward",
+                SoftmaxBackward => "SoftmaxBackward",
+                LayerNormForward => "LayerNormForward",
+                LayerNormBackward => "LayerNormBackward",
+                GroupNormForward => "GroupNormForward",
+                GroupNormBackward => "GroupNormBackward",
+                Loss(l) => l.name(),
+                LossBackward(l) => l.backward_name(),
+                LossGradSeed => "LossGradSeed",
+                AdamUpdate => "AdamUpdate",
+                ClipGradNorm => "ClipGradNorm",
+                Custom(k) => k.name,
             },
             DeviceKind::Cuda | DeviceKind::Cudnn => match self {
                 ConvForward if device == DeviceKind::Cudnn => "cudnnConvForward",
@@ -270,6 +381,7 @@ impl Kernel {
                 SoftmaxCrossEntropyForward => "GpuSoftmaxCrossEntropyForward",
                 SoftmaxCrossEntropyBackward => "GpuSoftmaxCrossEntropyBackward",
                 SgdUpdate => "GpuSgdUpdate",
+                AdamUpdate => "GpuAdamUpdate",
                 // Element-wise ops, reshapes and communication keep their CPU names.
                 _ => self.name(DeviceKind::Cpu),
             },

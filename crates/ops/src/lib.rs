@@ -21,29 +21,42 @@
 //! This crate knows nothing about graphs: `wick-graph` records these kernels as nodes.
 
 pub mod activation;
+pub mod adam;
 pub mod batchnorm;
+pub mod broadcast;
 pub mod compare;
 pub mod conv;
 mod cpu;
+pub mod dropout;
 pub mod elementwise;
 pub mod error;
 pub mod kernel;
+pub mod layout;
 pub mod linear;
 pub mod loss;
+pub mod norm;
 pub mod numeric;
 pub mod optim;
+pub mod pointwise;
 pub mod pool;
+pub mod regression_loss;
 pub mod shape;
 
 pub use activation::{relu, relu_backward};
+pub use adam::AdamParams;
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
+pub use broadcast::{BinaryOp, Operand};
 pub use compare::{max_abs_diff, max_rel_diff};
 pub use conv::Conv2dParams;
 pub use elementwise::add;
 pub use error::{OpError, Result};
-pub use kernel::{DeviceKind, Kernel, KernelClass, KernelPath, KernelPathGuard, KernelPhase};
+pub use kernel::{
+    CustomKernel, DeviceKind, Kernel, KernelClass, KernelPath, KernelPathGuard, KernelPhase,
+};
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
 pub use numeric::first_non_finite;
 pub use optim::{sgd_step, SgdParams};
+pub use pointwise::Activation;
 pub use pool::{Pool2dParams, PoolKind};
+pub use regression_loss::ElementwiseLoss;

@@ -84,6 +84,21 @@ impl Graph {
             .map(|(i, _)| ValueId(i))
     }
 
+    /// The optimizer's state: the state values that optimizer-phase nodes update (momentum
+    /// buffers, Adam's moments), in the order the nodes run. A parameter's own value is
+    /// not included.
+    pub fn optimizer_state(&self) -> Vec<ValueId> {
+        let mut out = Vec::new();
+        for n in self.nodes.iter().filter(|n| n.phase == Phase::Optimizer) {
+            for v in &n.outputs {
+                if self.values[v.0].kind == ValueKind::State && !out.contains(v) {
+                    out.push(*v);
+                }
+            }
+        }
+        out
+    }
+
     /// The values kept for the caller after each iteration.
     pub fn outputs(&self) -> &[ValueId] {
         &self.outputs

@@ -12,7 +12,9 @@ mod value;
 
 pub use crate::phase::Phase;
 pub use graph::{Graph, Node};
-pub(crate) use node_op::{arg, args, one, NodeRecorder};
-pub use node_op::{AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs};
+pub(crate) use node_op::NodeRecorder;
+pub use node_op::{
+    arg, args, one, AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs,
+};
 pub use pass_set::{PassName, PassRecord, PassSet};
 pub use value::{Origin, ValueId, ValueInfo, ValueKind};

@@ -66,7 +66,7 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
 }
 
 /// Input `i` of a kernel call; the executor has checked that required inputs are set.
-pub(crate) fn arg<'a>(
+pub fn arg<'a>(
     inputs: &Inputs<'a>,
     i: usize,
     op: &'static str,
@@ -79,12 +79,12 @@ pub(crate) fn arg<'a>(
 }
 
 /// One output wrapped as [`Outputs`].
-pub(crate) fn one(t: Tensor) -> KernelResult {
+pub fn one(t: Tensor) -> KernelResult {
     Ok(vec![Some(t)])
 }
 
 /// Inputs `0..N` of a node, each required.
-pub(crate) fn args<'a, const N: usize>(
+pub fn args<'a, const N: usize>(
     inputs: &Inputs<'a>,
     op: &'static str,
 ) -> std::result::Result<[&'a Tensor; N], OpError> {
@@ -150,6 +150,17 @@ impl BackwardCtx<'_> {
                 self.op_id
             ))
         })
+    }
+
+    /// The gradient of the forward node's first output, or `None` when the node is the
+    /// root of the backward pass and seeds its own gradient (cross-entropy).
+    pub fn grad_y_if_any(&self) -> Option<ValueId> {
+        self.grad_y
+    }
+
+    /// How many inputs the forward node has.
+    pub fn num_inputs(&self) -> usize {
+        self.inputs.len()
     }
 
     /// The static shape of `v`.

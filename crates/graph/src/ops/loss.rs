@@ -17,8 +17,8 @@ const OP: &str = "cross_entropy";
 #[derive(Debug, Clone, PartialEq)]
 pub struct CrossEntropy;
 
-/// Its backward for a loss gradient of 1 (the loss is the root). in: logits, labels;
-/// out: grad_logits.
+/// Its backward. in: logits, labels, `[grad_loss]` (absent when the loss is the root of
+/// the backward pass: a gradient of 1); out: grad_logits.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CrossEntropyBackward;
 
@@ -66,7 +66,9 @@ impl NodeOp for CrossEntropy {
         let s = ctx.shape(logits);
         let flops = loss::cross_entropy_backward_flops(&s);
         let out = vec![("grad.logits", s, ctx.dtype())];
-        let g = ctx.record(CrossEntropyBackward, vec![logits, labels], out, flops);
+        let mut inputs = vec![logits, labels];
+        inputs.extend(ctx.grad_y_if_any());
+        let g = ctx.record(CrossEntropyBackward, inputs, out, flops);
         ctx.contribute(logits, g[0]);
         Ok(())
     }
@@ -79,8 +81,11 @@ impl NodeOp for CrossEntropyBackward {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let logits = arg(inputs, 0, OP)?;
-        let seed = Tensor::ones((), logits.dtype(), logits.device())
-            .map_err(|e| OpError::candle(OP, e))?;
+        let seed = match inputs.get(2).copied().flatten() {
+            Some(g) => g.clone(),
+            None => Tensor::ones((), logits.dtype(), logits.device())
+                .map_err(|e| OpError::candle(OP, e))?,
+        };
         one(loss::cross_entropy_backward(
             &seed,
             logits,

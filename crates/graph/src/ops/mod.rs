@@ -2,14 +2,22 @@
 //! ([`NodeOp`](crate::NodeOp) implementations) with their backward rules, and how each
 //! runs its `wick-ops` kernel.
 
+pub mod activation;
 pub mod all_reduce;
+pub mod arithmetic;
 pub mod batchnorm;
 pub mod conv;
 pub mod conv_fused;
+pub mod custom;
+pub mod dropout;
 pub mod elementwise;
 pub mod fused_train;
+pub mod layout;
 pub mod linear;
 pub mod loss;
+pub mod norm;
 pub mod optim;
+pub mod optimizer;
 pub mod pool;
+pub mod regression_loss;
 pub mod sync_batchnorm;

@@ -146,14 +146,18 @@ impl Graph {
         let uses = Uses::of(self);
         let mut grads: Vec<(usize, ValueId)> = Vec::new();
         for node in &self.nodes {
-            if node.kernel() == Kernel::SgdUpdate {
-                let g = node.inputs[1];
+            for &g in gradient_inputs(node) {
                 let producer = uses.writer[g.0].ok_or_else(|| {
                     GraphError::Usage(format!(
                         "apply_data_parallel: gradient `{}` has no producer",
                         self.values[g.0].name
                     ))
                 })?;
+                // Clipped gradients come from the clipping node, which reads the
+                // backward pass's own.
+                if self.nodes[producer].phase == Phase::Optimizer {
+                    continue;
+                }
                 if !grads.iter().any(|(_, v)| *v == g) {
                     grads.push((producer, g));
                 }
@@ -213,8 +217,12 @@ impl Graph {
             waits.push(node(Arc::new(wait), outputs, elements));
         }
         for node in &mut self.nodes {
-            if node.kernel() == Kernel::SgdUpdate {
-                node.inputs[1] = mean_of[&node.inputs[1]];
+            if !gradient_inputs(node).is_empty() {
+                for v in &mut node.inputs {
+                    if let Some(mean) = mean_of.get(v) {
+                        *v = *mean;
+                    }
+                }
             }
         }
         (starts, waits)
@@ -320,4 +328,14 @@ fn plan_buckets(
         b.bytes += sizes[&g];
     }
     buckets
+}
+
+/// The backward pass's gradients a node reads: an update's gradient (input 1) unless
+/// clipping produced it, or every input of the clipping node.
+fn gradient_inputs(node: &crate::ir::Node) -> &[ValueId] {
+    match node.kernel() {
+        Kernel::SgdUpdate | Kernel::AdamUpdate => &node.inputs[1..2],
+        Kernel::ClipGradNorm => &node.inputs,
+        _ => &[],
+    }
 }

@@ -37,8 +37,13 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn load(case: &str) -> Fixture {
+        Self::load_from("ops", case)
+    }
+
+    /// A case of the fixture folder `folder` (`ops`, `ops-tier`).
+    pub fn load_from(folder: &str, case: &str) -> Fixture {
         let path = fixtures_dir()
-            .join("ops")
+            .join(folder)
             .join(format!("{case}.safetensors"));
         let bytes = std::fs::read(&path)
             .unwrap_or_else(|e| panic!("cannot read fixture {}: {e}", path.display()));

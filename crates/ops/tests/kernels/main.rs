@@ -14,4 +14,6 @@ mod loss;
 mod optim;
 mod pool;
 mod precision;
+mod tier;
+mod tier_optim;
 mod winograd;

@@ -1,0 +1,144 @@
+//! The activations beyond ReLU (sigmoid, tanh, SiLU, GELU, ReLU6, hardswish, hardsigmoid,
+//! LeakyReLU): recording, backward rule, execution (kernels in `wick_ops::pointwise`).
+
+use std::sync::Arc;
+
+use wick_ops::pointwise::{self, Activation};
+use wick_ops::{Kernel, OpError};
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// An activation. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationOp {
+    /// Which function.
+    pub kind: Activation,
+    /// LeakyReLU's negative slope (0 for the others).
+    pub slope: f64,
+}
+
+/// Its gradient. in: grad_y, x (or y, when the kind's gradient reads its output); out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationBackward {
+    /// Which function.
+    pub kind: Activation,
+    /// LeakyReLU's negative slope.
+    pub slope: f64,
+}
+
+impl GraphBuilder {
+    /// The activation `kind` of `x` (LeakyReLU with PyTorch's default slope 0.01; see
+    /// [`leaky_relu`](GraphBuilder::leaky_relu) for another).
+    pub fn activation(&mut self, kind: Activation, x: ValueId) -> Result<ValueId> {
+        let slope = if kind == Activation::LeakyRelu {
+            0.01
+        } else {
+            0.0
+        };
+        self.record_activation(kind, slope, x)
+    }
+
+    fn record_activation(&mut self, kind: Activation, slope: f64, x: ValueId) -> Result<ValueId> {
+        let op = kind.name();
+        self.forward_only(op)?;
+        if !slope.is_finite() {
+            return Err(self.build_err(op)(OpError::invalid(
+                op,
+                format!("the negative slope must be finite, got {slope}"),
+            )));
+        }
+        let xs = self.shape(x).to_vec();
+        let flops = pointwise::flops(kind, &xs);
+        let new = vec![(op, xs, self.dtype_of(x))];
+        let node = Arc::new(ActivationOp { kind, slope });
+        Ok(self.push(node, vec![x], new, vec![], flops)[0])
+    }
+
+    /// `1 / (1 + e^-x)`.
+    pub fn sigmoid(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Sigmoid, x)
+    }
+
+    /// `tanh(x)`.
+    pub fn tanh(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Tanh, x)
+    }
+
+    /// SiLU (swish): `x · sigmoid(x)`.
+    pub fn silu(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Silu, x)
+    }
+
+    /// GELU, exact (`x · Φ(x)`).
+    pub fn gelu(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Gelu, x)
+    }
+
+    /// GELU's tanh approximation (PyTorch's `approximate="tanh"`).
+    pub fn gelu_tanh(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::GeluTanh, x)
+    }
+
+    /// `min(max(x, 0), 6)`.
+    pub fn relu6(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Relu6, x)
+    }
+
+    /// `x · relu6(x + 3) / 6`.
+    pub fn hardswish(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Hardswish, x)
+    }
+
+    /// `relu6(x + 3) / 6`.
+    pub fn hardsigmoid(&mut self, x: ValueId) -> Result<ValueId> {
+        self.activation(Activation::Hardsigmoid, x)
+    }
+
+    /// LeakyReLU with negative slope `slope`.
+    pub fn leaky_relu(&mut self, x: ValueId, slope: f64) -> Result<ValueId> {
+        self.record_activation(Activation::LeakyRelu, slope, x)
+    }
+}
+
+impl NodeOp for ActivationOp {
+    fn kernel(&self) -> Kernel {
+        Kernel::Activation(self.kind)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let x = arg(inputs, 0, self.kind.name())?;
+        one(pointwise::forward(self.kind, self.slope, x)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let saved = if self.kind.backward_reads_output() {
+            ctx.output(0)
+        } else {
+            ctx.input(0)
+        };
+        let xs = ctx.shape(ctx.input(0));
+        let flops = pointwise::backward_flops(self.kind, &xs);
+        let op = ActivationBackward {
+            kind: self.kind,
+            slope: self.slope,
+        };
+        let out = vec![("grad.activation", xs, ctx.dtype())];
+        let g = ctx.record(op, vec![gy, saved], out, flops);
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for ActivationBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::ActivationBackward(self.kind)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, saved] = args(inputs, self.kind.backward_name())?;
+        one(pointwise::backward(self.kind, self.slope, gy, saved)?)
+    }
+}

@@ -1,0 +1,274 @@
+//! Softmax (as an op), layer norm and group norm: recording, backward rules, execution
+//! (kernels in `wick_ops::norm`).
+
+use std::sync::Arc;
+
+use wick_ops::norm::{self, NormGrads};
+use wick_ops::Kernel;
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// Softmax along `dim`. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Softmax {
+    /// The dimension normalised.
+    pub dim: usize,
+}
+
+/// Its gradient. in: grad_y, y; out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoftmaxBackward {
+    /// The dimension normalised.
+    pub dim: usize,
+}
+
+/// Which normalisation a [`Norm`] node runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NormKind {
+    /// Over the last dimension.
+    Layer,
+    /// Over groups of channels of an `[N, C, ...]` input.
+    Group(usize),
+}
+
+/// Layer or group norm. in: x, `[weight]`, `[bias]`; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Norm {
+    /// Layer or group.
+    pub kind: NormKind,
+    /// Added to the variance.
+    pub eps: f64,
+    /// Whether a weight input follows x.
+    pub has_weight: bool,
+    /// Whether a bias input follows (x and the weight).
+    pub has_bias: bool,
+}
+
+/// Its gradients. in: grad_y, x, `[weight]`; out: grad_x, `[grad_weight]`, `[grad_bias]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NormBackward {
+    /// The forward node's settings.
+    pub forward: Norm,
+}
+
+impl GraphBuilder {
+    /// Softmax along `dim`.
+    pub fn softmax(&mut self, x: ValueId, dim: usize) -> Result<ValueId> {
+        self.forward_only("softmax")?;
+        let xs = self.shape(x).to_vec();
+        norm::check_dim("softmax", &xs, dim).map_err(self.build_err("softmax"))?;
+        let flops = norm::softmax_flops(&xs);
+        let new = vec![("softmax", xs, self.dtype_of(x))];
+        Ok(self.push(Arc::new(Softmax { dim }), vec![x], new, vec![], flops)[0])
+    }
+
+    /// Layer norm over the last dimension with an optional affine `weight` and `bias` of
+    /// that size (ConvNeXt's channel norm: permute to channels-last, then this).
+    pub fn layer_norm(
+        &mut self,
+        x: ValueId,
+        weight: Option<ValueId>,
+        bias: Option<ValueId>,
+        eps: f64,
+    ) -> Result<ValueId> {
+        self.forward_only("layer_norm")?;
+        let (w, b) = (
+            weight.map(|w| self.shape(w).to_vec()),
+            bias.map(|b| self.shape(b).to_vec()),
+        );
+        norm::check_layer_norm(self.shape(x), w.as_deref(), b.as_deref())
+            .map_err(self.build_err("layer_norm"))?;
+        self.record_norm(NormKind::Layer, x, weight, bias, eps)
+    }
+
+    /// Group norm of an `[N, C, ...]` input in `groups` groups, with an optional
+    /// per-channel `weight` and `bias`.
+    pub fn group_norm(
+        &mut self,
+        x: ValueId,
+        groups: usize,
+        weight: Option<ValueId>,
+        bias: Option<ValueId>,
+        eps: f64,
+    ) -> Result<ValueId> {
+        self.forward_only("group_norm")?;
+        let w = weight.map(|w| self.shape(w).to_vec());
+        norm::check_group_norm(self.shape(x), groups, w.as_deref())
+            .map_err(self.build_err("group_norm"))?;
+        if let Some(b) = bias {
+            let bs = self.shape(b).to_vec();
+            wick_ops::shape::same("group_norm", "bias", &bs, "channels", &[self.shape(x)[1]])
+                .map_err(self.build_err("group_norm"))?;
+        }
+        self.record_norm(NormKind::Group(groups), x, weight, bias, eps)
+    }
+
+    fn record_norm(
+        &mut self,
+        kind: NormKind,
+        x: ValueId,
+        weight: Option<ValueId>,
+        bias: Option<ValueId>,
+        eps: f64,
+    ) -> Result<ValueId> {
+        let op = Norm {
+            kind,
+            eps,
+            has_weight: weight.is_some(),
+            has_bias: bias.is_some(),
+        };
+        let xs = self.shape(x).to_vec();
+        let flops = norm::norm_flops(&xs);
+        let mut inputs = vec![x];
+        inputs.extend(weight);
+        inputs.extend(bias);
+        let new = vec![("norm", xs, self.dtype_of(x))];
+        Ok(self.push(Arc::new(op), inputs, new, vec![], flops)[0])
+    }
+}
+
+impl NodeOp for Softmax {
+    fn kernel(&self) -> Kernel {
+        Kernel::SoftmaxForward
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(norm::softmax(arg(inputs, 0, "softmax")?, self.dim)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let (gy, y) = (ctx.grad_y()?, ctx.output(0));
+        let xs = ctx.shape(y);
+        let flops = norm::softmax_flops(&xs);
+        let op = SoftmaxBackward { dim: self.dim };
+        let g = ctx.record(
+            op,
+            vec![gy, y],
+            vec![("grad.softmax", xs, ctx.dtype())],
+            flops,
+        );
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for SoftmaxBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::SoftmaxBackward
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, y] = args(inputs, "softmax")?;
+        one(norm::softmax_backward(gy, y, self.dim)?)
+    }
+}
+
+impl Norm {
+    fn op_name(&self) -> &'static str {
+        match self.kind {
+            NormKind::Layer => "layer_norm",
+            NormKind::Group(_) => "group_norm",
+        }
+    }
+}
+
+impl NodeOp for Norm {
+    fn kernel(&self) -> Kernel {
+        match self.kind {
+            NormKind::Layer => Kernel::LayerNormForward,
+            NormKind::Group(_) => Kernel::GroupNormForward,
+        }
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let name = self.op_name();
+        let x = arg(inputs, 0, name)?;
+        let w = if self.has_weight {
+            Some(arg(inputs, 1, name)?)
+        } else {
+            None
+        };
+        let b = if self.has_bias {
+            Some(arg(inputs, 1 + usize::from(self.has_weight), name)?)
+        } else {
+            None
+        };
+        one(match self.kind {
+            NormKind::Layer => norm::layer_norm(x, w, b, self.eps)?,
+            NormKind::Group(g) => norm::group_norm(x, g, w, b, self.eps)?,
+        })
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let x = ctx.input(0);
+        let (xs, dt) = (ctx.shape(x), ctx.dtype());
+        let mut inputs = vec![gy, x];
+        let mut outs = vec![("grad.norm.x", xs.clone(), dt)];
+        let mut targets = vec![x];
+        if self.has_weight {
+            let w = ctx.input(1);
+            inputs.push(w);
+            outs.push(("grad.norm.w", ctx.shape(w), dt));
+            targets.push(w);
+        }
+        if self.has_bias {
+            let b = ctx.input(1 + usize::from(self.has_weight));
+            outs.push(("grad.norm.b", ctx.shape(b), dt));
+            targets.push(b);
+        }
+        let flops = norm::norm_backward_flops(&xs);
+        let g = ctx.record(
+            NormBackward {
+                forward: self.clone(),
+            },
+            inputs,
+            outs,
+            flops,
+        );
+        for (v, grad) in targets.into_iter().zip(g) {
+            if ctx.needs_grad(v) {
+                ctx.contribute(v, grad);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NodeOp for NormBackward {
+    fn kernel(&self) -> Kernel {
+        match self.forward.kind {
+            NormKind::Layer => Kernel::LayerNormBackward,
+            NormKind::Group(_) => Kernel::GroupNormBackward,
+        }
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let f = &self.forward;
+        let name = f.op_name();
+        let [gy, x] = args(inputs, name)?;
+        let w = if f.has_weight {
+            Some(arg(inputs, 2, name)?)
+        } else {
+            None
+        };
+        let NormGrads {
+            input,
+            weight,
+            bias,
+        } = match f.kind {
+            NormKind::Layer => norm::layer_norm_backward(gy, x, w, f.has_bias, f.eps)?,
+            NormKind::Group(g) => norm::group_norm_backward(gy, x, g, w, f.has_bias, f.eps)?,
+        };
+        let mut out = vec![Some(input)];
+        if f.has_weight {
+            out.push(weight);
+        }
+        if f.has_bias {
+            out.push(bias);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,338 @@
+//! The optimizer phase: [`GraphBuilder::optimize`] appends one fused update node per
+//! parameter (SGD, Adam or AdamW, chosen per parameter group) after an optional
+//! global-norm gradient clipping node. Adam's node and the clipping node live here; SGD's
+//! in `optim.rs`.
+
+use std::sync::Arc;
+
+use candle_core::Tensor;
+use wick_ops::{adam, AdamParams, Kernel, OpError, SgdParams};
+
+use crate::autodiff::{param_layer, Gradients};
+use crate::builder::GraphBuilder;
+use crate::error::{GraphError, Result};
+use crate::ir::{arg, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind};
+use crate::ops::optim::SgdUpdate;
+
+/// An optimizer and its settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Optimizer {
+    /// `torch.optim.SGD`.
+    Sgd(SgdParams),
+    /// `torch.optim.Adam`, or `AdamW` when [`AdamParams::decoupled`].
+    Adam(AdamParams),
+}
+
+impl Optimizer {
+    /// The same optimizer without weight decay.
+    pub fn without_weight_decay(self) -> Self {
+        match self {
+            Optimizer::Sgd(p) => Optimizer::Sgd(SgdParams {
+                weight_decay: 0.0,
+                ..p
+            }),
+            Optimizer::Adam(p) => Optimizer::Adam(AdamParams {
+                weight_decay: 0.0,
+                ..p
+            }),
+        }
+    }
+
+    /// The learning rate.
+    pub fn lr(&self) -> f64 {
+        match self {
+            Optimizer::Sgd(p) => p.lr,
+            Optimizer::Adam(p) => p.lr,
+        }
+    }
+
+    fn validate(&self) -> std::result::Result<(), OpError> {
+        match self {
+            Optimizer::Sgd(p) => p.validate(),
+            Optimizer::Adam(p) => p.validate(),
+        }
+    }
+}
+
+/// Which parameters a [`ParamGroup`] holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParamSelector {
+    /// Every parameter with at most one dimension: biases and normalisation weights (the
+    /// usual "no weight decay" group).
+    OneDimensional,
+    /// Parameters whose name ends with this suffix (`".bias"`).
+    NameEndsWith(String),
+    /// Parameters in this layer or below it (`"features.0"`).
+    InLayer(String),
+}
+
+impl ParamSelector {
+    fn selects(&self, name: &str, shape: &[usize]) -> bool {
+        match self {
+            ParamSelector::OneDimensional => shape.len() <= 1,
+            ParamSelector::NameEndsWith(s) => name.ends_with(s.as_str()),
+            ParamSelector::InLayer(l) => name
+                .strip_prefix(l.as_str())
+                .is_some_and(|rest| rest.starts_with('.')),
+        }
+    }
+}
+
+/// Parameters optimised with their own settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParamGroup {
+    /// Which parameters.
+    pub select: ParamSelector,
+    /// Their optimizer.
+    pub optimizer: Optimizer,
+}
+
+/// The whole optimizer phase: a default optimizer, parameter groups (the first group that
+/// selects a parameter wins), and optional gradient clipping.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptimizerConfig {
+    /// The optimizer of every parameter no group selects.
+    pub default: Optimizer,
+    /// Groups with their own settings.
+    pub groups: Vec<ParamGroup>,
+    /// Clip the gradients to this global L2 norm first (`clip_grad_norm_`).
+    pub clip_grad_norm: Option<f64>,
+}
+
+impl From<Optimizer> for OptimizerConfig {
+    fn from(default: Optimizer) -> Self {
+        OptimizerConfig {
+            default,
+            groups: Vec::new(),
+            clip_grad_norm: None,
+        }
+    }
+}
+
+impl OptimizerConfig {
+    /// Adds a group of `select`ed parameters without weight decay (biases and norm
+    /// weights: [`ParamSelector::OneDimensional`]).
+    pub fn no_weight_decay_on(mut self, select: ParamSelector) -> Self {
+        let optimizer = self.default.without_weight_decay();
+        self.groups.push(ParamGroup { select, optimizer });
+        self
+    }
+
+    /// Clips the gradients to global norm `max_norm` before the updates.
+    pub fn clip_grad_norm(mut self, max_norm: f64) -> Self {
+        self.clip_grad_norm = Some(max_norm);
+        self
+    }
+
+    /// The optimizer of parameter `name` of `shape`.
+    pub fn for_param(&self, name: &str, shape: &[usize]) -> Optimizer {
+        self.groups
+            .iter()
+            .find(|g| g.select.selects(name, shape))
+            .map_or(self.default, |g| g.optimizer)
+    }
+}
+
+/// One parameter's fused Adam/AdamW update. in: param, grad, step (the 0-dim count of
+/// steps done before this one), `[exp_avg]`, `[exp_avg_sq]`; out: param, exp_avg,
+/// exp_avg_sq, updated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdamUpdate {
+    /// lr, betas, eps, weight decay and whether it is decoupled (AdamW).
+    pub params: AdamParams,
+}
+
+/// Global-norm gradient clipping. in: every gradient; out: every gradient times
+/// `min(1, max_norm / (‖g‖ + 1e-6))`, then the total norm `‖g‖` (0-dim).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClipGradNorm {
+    /// The largest global norm let through.
+    pub max_norm: f64,
+}
+
+impl GraphBuilder {
+    /// Appends one fused SGD update per parameter that has a gradient, in parameter
+    /// creation order: [`optimize`](GraphBuilder::optimize) with SGD for every parameter.
+    /// With momentum, each parameter gets a state value `<name>.momentum_buffer`, empty
+    /// until the first step.
+    pub fn sgd(&mut self, grads: &Gradients, p: SgdParams) -> Result<()> {
+        self.optimize(grads, &Optimizer::Sgd(p).into()).map(|_| ())
+    }
+
+    /// Appends the optimizer phase: gradient clipping if asked, then one fused update per
+    /// parameter that has a gradient, in parameter creation order, with its group's
+    /// optimizer. Optimizer state gets PyTorch's names: `<param>.momentum_buffer` (SGD with
+    /// momentum), `<param>.exp_avg` and `<param>.exp_avg_sq` (Adam), empty until the
+    /// first step. Adam reads the graph input `step` (see
+    /// [`step_counter`](GraphBuilder::step_counter)). Returns the clipped gradients' total
+    /// norm when clipping.
+    pub fn optimize(
+        &mut self,
+        grads: &Gradients,
+        config: &OptimizerConfig,
+    ) -> Result<Option<ValueId>> {
+        match self.phase {
+            Phase::Backward => {}
+            Phase::Optimizer => {
+                return Err(GraphError::Usage(
+                    "the optimizer was already added to this graph: record one optimize (or sgd) call covering every parameter group".into(),
+                ))
+            }
+            Phase::Forward => {
+                return Err(GraphError::Usage(
+                    "the optimizer must follow backward: call backward(loss) first".into(),
+                ))
+            }
+        }
+        for o in std::iter::once(&config.default).chain(config.groups.iter().map(|g| &g.optimizer))
+        {
+            o.validate().map_err(self.build_err("optimize"))?;
+        }
+        self.phase = Phase::Optimizer;
+        let mut pairs: Vec<(ValueId, ValueId)> = grads.iter().collect();
+        let norm = match config.clip_grad_norm {
+            Some(max_norm) => Some(self.record_clip(&mut pairs, max_norm)?),
+            None => None,
+        };
+        for (param, grad) in pairs {
+            let info = self.graph.values[param.0].clone();
+            self.origin = Origin {
+                layer: param_layer(&info.name),
+                forward_op: None,
+                parameter: Some(info.name.clone()),
+            };
+            match config.for_param(&info.name, &info.shape) {
+                Optimizer::Sgd(p) => self.record_sgd(param, grad, p),
+                Optimizer::Adam(p) => self.record_adam(param, grad, p)?,
+            }
+        }
+        self.origin = Origin::default();
+        Ok(norm)
+    }
+
+    fn optimizer_state(&mut self, param: ValueId, suffix: &str) -> ValueId {
+        let info = self.graph.values[param.0].clone();
+        self.value(
+            format!("{}.{suffix}", info.name),
+            info.shape,
+            info.dtype,
+            ValueKind::State,
+        )
+    }
+
+    fn record_sgd(&mut self, param: ValueId, grad: ValueId, p: SgdParams) {
+        let mut inputs = vec![param, grad];
+        let mut updated = vec![param];
+        if p.momentum != 0.0 {
+            let buf = self.optimizer_state(param, "momentum_buffer");
+            inputs.push(buf);
+            updated.push(buf);
+        }
+        let flops = p.flops(self.shape(param).iter().product());
+        self.push(
+            Arc::new(SgdUpdate { params: p }),
+            inputs,
+            vec![],
+            updated,
+            flops,
+        );
+    }
+
+    fn record_adam(&mut self, param: ValueId, grad: ValueId, p: AdamParams) -> Result<()> {
+        let step = self.step_counter()?;
+        let m = self.optimizer_state(param, "exp_avg");
+        let v = self.optimizer_state(param, "exp_avg_sq");
+        let flops = p.flops(self.shape(param).iter().product());
+        let inputs = vec![param, grad, step, m, v];
+        self.push(
+            Arc::new(AdamUpdate { params: p }),
+            inputs,
+            vec![],
+            vec![param, m, v],
+            flops,
+        );
+        Ok(())
+    }
+
+    fn record_clip(&mut self, pairs: &mut [(ValueId, ValueId)], max_norm: f64) -> Result<ValueId> {
+        if !(max_norm.is_finite() && max_norm > 0.0) {
+            return Err(self.build_err("clip_grad_norm")(OpError::invalid(
+                "clip_grad_norm",
+                format!("max_norm must be positive, got {max_norm}"),
+            )));
+        }
+        let inputs: Vec<ValueId> = pairs.iter().map(|(_, g)| *g).collect();
+        let mut new: Vec<crate::ir::NewValue> = inputs
+            .iter()
+            .map(|g| ("grad.clipped", self.shape(*g).to_vec(), self.dtype_of(*g)))
+            .collect();
+        new.push(("grad_norm", vec![], self.dtype));
+        let elements: usize = inputs
+            .iter()
+            .map(|g| self.shape(*g).iter().product::<usize>())
+            .sum();
+        let flops = wick_ops::shape::flop_count(3, &[elements]);
+        let out = self.push(
+            Arc::new(ClipGradNorm { max_norm }),
+            inputs,
+            new,
+            vec![],
+            flops,
+        );
+        for ((_, g), clipped) in pairs.iter_mut().zip(&out) {
+            *g = *clipped;
+        }
+        let norm = *out.last().expect("the clip node has a norm output");
+        self.output(norm);
+        Ok(norm)
+    }
+}
+
+impl NodeOp for AdamUpdate {
+    fn kernel(&self) -> Kernel {
+        Kernel::AdamUpdate
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let param = arg(inputs, 0, "adam")?;
+        let grad = arg(inputs, 1, "adam")?;
+        let done = wick_ops::dropout::read_step(arg(inputs, 2, "adam")?)
+            .map_err(|e| OpError::invalid("adam", format!("the step input: {e}")))?;
+        let state = |i: usize| inputs.get(i).copied().flatten();
+        let (p, m, v) = adam::adam_step(param, grad, state(3), state(4), done + 1, &self.params)?;
+        Ok(vec![Some(p), Some(m), Some(v)])
+    }
+
+    /// The moments are empty before the first step.
+    fn optional_input(&self, i: usize) -> bool {
+        i >= 3
+    }
+}
+
+impl NodeOp for ClipGradNorm {
+    fn kernel(&self) -> Kernel {
+        Kernel::ClipGradNorm
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let grads: Vec<&Tensor> = (0..inputs.len())
+            .map(|i| arg(inputs, i, "clip_grad_norm"))
+            .collect::<std::result::Result<_, _>>()?;
+        let (total, coef) = adam::clip_factor(&grads, self.max_norm)?;
+        let candle = |e| OpError::candle("clip_grad_norm", e);
+        let mut out = Vec::with_capacity(grads.len() + 1);
+        for g in &grads {
+            out.push(Some(wick_ops::broadcast::scale(g, coef)?));
+        }
+        let dtype = grads.first().map_or(candle_core::DType::F32, |g| g.dtype());
+        let device = grads
+            .first()
+            .map_or(candle_core::Device::Cpu, |g| g.device().clone());
+        let norm = Tensor::new(total, &device)
+            .map_err(candle)?
+            .to_dtype(dtype)
+            .map_err(candle)?;
+        out.push(Some(norm));
+        Ok(out)
+    }
+}

@@ -1,0 +1,423 @@
+//! The second op tier through the graph: every new op's backward rule checked by finite
+//! differences on a small f64 net whose loss is a sum of losses (cross-entropy, MSE and
+//! BCE); Adam/AdamW with parameter groups and clipping in the optimizer phase; dropout;
+//! a user's custom op; and the errors of misuse.
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
+use wick_graph::{Executor, GraphBuilder, GraphError, Mode, Result, ValueId, ValueKind};
+use wick_ops::{AdamParams, BinaryOp};
+
+const BATCH: usize = 2;
+
+/// A net touching every new op: linear → reshape to a feature map → group norm → SiLU →
+/// squeeze-excitation (channel mean as a 1x1 average, hardsigmoid, broadcasting mul) →
+/// concat with a GELU branch → permute to channels-last → layer norm → hardswish → permute
+/// back → sub/div by parameters → flatten → three heads: cross-entropy on softmax-free
+/// logits, MSE on tanh'd logits, BCE on LeakyReLU'd logits; the loss is CE + 0.5·MSE +
+/// BCE scaled.
+fn tier_net(b: &mut GraphBuilder, dtype: DType) -> Result<ValueId> {
+    let x = b.input("x", &[BATCH, 6], dtype)?;
+    let labels = b.input("labels", &[BATCH], DType::I64)?;
+    let target = b.input("target", &[BATCH, 3], dtype)?;
+    let w = b.param("lin.weight", &[4 * 3 * 3, 6])?;
+    let h = b.linear(x, w, None)?;
+    let h = b.reshape(h, &[BATCH, 4, 3, 3])?;
+    let gw = b.param("gn.weight", &[4])?;
+    let gb = b.param("gn.bias", &[4])?;
+    let h = b.group_norm(h, 2, Some(gw), Some(gb), 1e-5)?;
+    let h = b.silu(h)?;
+    let s = b.global_avg_pool(h)?;
+    let s = b.hardsigmoid(s)?;
+    let h = b.mul(h, s)?;
+    let branch = b.gelu(h)?;
+    let h = b.concat(&[h, branch], 1)?;
+    let h = b.permute(h, &[0, 2, 3, 1])?;
+    let lw = b.param("ln.weight", &[8])?;
+    let lb = b.param("ln.bias", &[8])?;
+    let h = b.layer_norm(h, Some(lw), Some(lb), 1e-6)?;
+    let h = b.hardswish(h)?;
+    let h = b.transpose(h, 1, 3)?;
+    let h = b.transpose(h, 2, 3)?;
+    let shift = b.param("shift", &[8, 1, 1])?;
+    let h = b.sub(h, shift)?;
+    let div = b.param("div", &[8, 1, 1])?;
+    let h = b.div(h, div)?;
+    let h = b.flatten(h)?;
+    let fw = b.param("fc.weight", &[3, 72])?;
+    let logits = b.linear(h, fw, None)?;
+    let ce = b.cross_entropy(logits, labels)?;
+    let t = b.tanh(logits)?;
+    let mse = b.mse_loss(t, target)?;
+    let mse = b.scale(mse, 0.5)?;
+    let lr = b.leaky_relu(logits, 0.1)?;
+    let sig = b.sigmoid(target)?;
+    let bce = b.bce_with_logits(lr, sig)?;
+    let sm = b.softmax(logits, 1)?;
+    let sm = b.sigmoid(sm)?;
+    let soft = b.mse_loss(sm, sig)?;
+    let total = b.add(ce, mse)?;
+    let total = b.add(total, bce)?;
+    let total = b.broadcast_add(total, soft)?;
+    b.output(total);
+    Ok(total)
+}
+
+fn feed(exec: &mut Executor, dtype: DType) {
+    let cpu = Device::Cpu;
+    let x = Tensor::from_vec(common::uniform(90, BATCH * 6), (BATCH, 6), &cpu).unwrap();
+    let t = Tensor::from_vec(common::uniform(91, BATCH * 3), (BATCH, 3), &cpu).unwrap();
+    exec.set("x", &x.to_dtype(dtype).unwrap()).unwrap();
+    exec.set("target", &t.to_dtype(dtype).unwrap()).unwrap();
+    exec.set("labels", &Tensor::new(&[2i64, 0], &cpu).unwrap())
+        .unwrap();
+}
+
+fn init_params(exec: &mut Executor, dtype: DType) {
+    let params: Vec<_> = exec.graph().values_of(ValueKind::Param).collect();
+    for (i, p) in params.into_iter().enumerate() {
+        let info = exec.graph().value(p).clone();
+        let n = info.shape.iter().product();
+        let mut v = common::uniform(100 + i as u64, n);
+        if info.name == "div" {
+            v.iter_mut().for_each(|x| *x = 1.5 + *x * 0.5);
+        }
+        let t = Tensor::from_vec(v, info.shape.as_slice(), &Device::Cpu).unwrap();
+        exec.set(&info.name, &t.to_dtype(dtype).unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn every_new_backward_rule_matches_finite_differences_from_a_sum_of_losses() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let loss = tier_net(&mut b, DType::F64).unwrap();
+    let grads = b.backward(loss).unwrap();
+    let pairs: Vec<_> = grads.iter().collect();
+    for (_, g) in &pairs {
+        b.output(*g);
+    }
+    let graph = b.finish();
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    init_params(&mut exec, DType::F64);
+    feed(&mut exec, DType::F64);
+    exec.run().unwrap();
+    assert_eq!(pairs.len(), 8, "every parameter has a gradient");
+
+    let mut fb = GraphBuilder::new(Mode::Train, DType::F64);
+    let floss = tier_net(&mut fb, DType::F64).unwrap();
+    let mut fwd = Executor::new(fb.finish(), &Device::Cpu);
+    init_params(&mut fwd, DType::F64);
+    feed(&mut fwd, DType::F64);
+    for (p, g) in pairs {
+        let name = exec.graph().value(p).name.clone();
+        let base: Vec<f64> = exec
+            .get(&name)
+            .unwrap()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let analytic: Vec<f64> = exec
+            .get_id(g)
+            .unwrap()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let shape = exec.graph().value(p).shape.clone();
+        let h = 1e-6;
+        let mut worst: f64 = 0.0;
+        let scale = analytic.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for i in 0..base.len() {
+            let mut at = |delta: f64| {
+                let mut v = base.clone();
+                v[i] += delta;
+                fwd.set(
+                    &name,
+                    &Tensor::from_vec(v, shape.as_slice(), &Device::Cpu).unwrap(),
+                )
+                .unwrap();
+                fwd.run().unwrap();
+                fwd.get_id(floss)
+                    .unwrap()
+                    .unwrap()
+                    .to_scalar::<f64>()
+                    .unwrap()
+            };
+            let numeric = (at(h) - at(-h)) / (2.0 * h);
+            worst = worst.max((numeric - analytic[i]).abs() / scale);
+        }
+        fwd.set(
+            &name,
+            &Tensor::from_vec(base, shape.as_slice(), &Device::Cpu).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            worst < 1e-6,
+            "{name}: finite differences differ by {worst:.2e} (relative)"
+        );
+    }
+}
+
+#[test]
+fn the_loss_of_backward_must_be_a_scalar_that_a_parameter_reaches() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", &[2, 3], DType::F32).unwrap();
+    let w = b.param("w", &[2, 3]).unwrap();
+    let y = b.mul(x, w).unwrap();
+    let err = b.backward(y).unwrap_err().to_string();
+    assert!(
+        err.contains("must be a scalar") && err.contains("[2, 3]"),
+        "{err}"
+    );
+    let t = b.input("t", &[2, 3], DType::F32).unwrap();
+    let no_param = b.mse_loss(x, t).unwrap();
+    let err = b.backward(no_param).unwrap_err().to_string();
+    assert!(err.contains("no parameter flows into"), "{err}");
+    let err = b.backward(x).unwrap_err().to_string();
+    assert!(err.contains("not the output of a recorded op"), "{err}");
+}
+
+/// A one-layer regression trained by `optimizer`: (graph executor, weight, bias, grads kept).
+fn regression(config: &OptimizerConfig) -> (Executor, Vec<ValueId>) {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", &[4, 3], DType::F32).unwrap();
+    let t = b.input("t", &[4, 2], DType::F32).unwrap();
+    let w = b.param("fc.weight", &[2, 3]).unwrap();
+    let bias = b.param("fc.bias", &[2]).unwrap();
+    let y = b.linear(x, w, Some(bias)).unwrap();
+    let loss = b.mse_loss(y, t).unwrap();
+    let grads = b.backward(loss).unwrap();
+    let gs: Vec<ValueId> = grads.iter().map(|(_, g)| g).collect();
+    gs.iter().for_each(|g| b.output(*g));
+    b.optimize(&grads, config).unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let cpu = Device::Cpu;
+    let data = |seed, shape: &[usize]| {
+        let n = shape.iter().product();
+        Tensor::from_vec(common::uniform(seed, n), shape, &cpu)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+    };
+    exec.set("fc.weight", &data(1, &[2, 3])).unwrap();
+    exec.set("fc.bias", &data(2, &[2])).unwrap();
+    exec.set("x", &(data(3, &[4, 3]) * 4.0).unwrap()).unwrap();
+    exec.set("t", &data(4, &[4, 2])).unwrap();
+    (exec, gs)
+}
+
+#[test]
+fn adamw_in_the_graph_follows_the_kernel_with_groups_and_clipping() {
+    let adamw = AdamParams {
+        weight_decay: 0.1,
+        ..AdamParams::adamw(0.05)
+    };
+    let config = OptimizerConfig::from(Optimizer::Adam(adamw))
+        .no_weight_decay_on(ParamSelector::OneDimensional)
+        .clip_grad_norm(0.5);
+    let (mut exec, grads) = regression(&config);
+    let names = ["fc.weight", "fc.bias"];
+    let mut expected: Vec<Tensor> = names
+        .iter()
+        .map(|n| exec.get(n).unwrap().unwrap().copy().unwrap())
+        .collect();
+    let mut moments: Vec<Option<(Tensor, Tensor)>> = vec![None, None];
+    for step in 0..3i64 {
+        exec.set("step", &Tensor::new(step, &Device::Cpu).unwrap())
+            .unwrap();
+        exec.run().unwrap();
+        let g: Vec<Tensor> = grads
+            .iter()
+            .map(|g| exec.get_id(*g).unwrap().unwrap().copy().unwrap())
+            .collect();
+        let (_, coef) = wick_ops::adam::clip_factor(&[&g[0], &g[1]], 0.5).unwrap();
+        assert!(coef < 1.0, "the test's gradients are clipped");
+        for i in 0..2 {
+            let p = if i == 1 {
+                AdamParams {
+                    weight_decay: 0.0,
+                    ..adamw
+                }
+            } else {
+                adamw
+            };
+            let gi = wick_ops::broadcast::scale(&g[i], coef).unwrap();
+            let m = moments[i].clone();
+            let (np, nm, nv) = wick_ops::adam::adam_step(
+                &expected[i],
+                &gi,
+                m.as_ref().map(|m| &m.0),
+                m.as_ref().map(|m| &m.1),
+                step as u64 + 1,
+                &p,
+            )
+            .unwrap();
+            let got = exec.get(names[i]).unwrap().unwrap();
+            assert_eq!(
+                wick_ops::max_abs_diff(got, &np).unwrap(),
+                0.0,
+                "{} at step {step}",
+                names[i]
+            );
+            let state = exec
+                .get(&format!("{}.exp_avg_sq", names[i]))
+                .unwrap()
+                .unwrap();
+            assert_eq!(wick_ops::max_abs_diff(state, &nv).unwrap(), 0.0);
+            expected[i] = np;
+            moments[i] = Some((nm, nv));
+        }
+    }
+    let norm = exec.graph().find("grad_norm#7");
+    let kernels: Vec<_> = exec
+        .graph()
+        .nodes()
+        .iter()
+        .map(|n| n.kernel().name(wick_ops::DeviceKind::Cpu))
+        .collect();
+    assert!(
+        kernels.contains(&"ClipGradNorm") && kernels.contains(&"AdamUpdate"),
+        "{kernels:?} {norm:?}"
+    );
+    assert_eq!(
+        exec.graph().optimizer_state().len(),
+        4,
+        "exp_avg and exp_avg_sq per parameter"
+    );
+}
+
+#[test]
+fn a_second_optimizer_call_says_what_is_wrong() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", &[1, 2], DType::F32).unwrap();
+    let w = b.param("w", &[1, 2]).unwrap();
+    let y = b.mul(x, w).unwrap();
+    let t = b.input("t", &[1, 2], DType::F32).unwrap();
+    let loss = b.mse_loss(y, t).unwrap();
+    let early = b.optimize(
+        &Default::default(),
+        &Optimizer::Adam(AdamParams::adam(0.1)).into(),
+    );
+    assert!(early
+        .unwrap_err()
+        .to_string()
+        .contains("call backward(loss) first"));
+    let grads = b.backward(loss).unwrap();
+    b.sgd(&grads, Default::default()).unwrap();
+    let err = b
+        .optimize(&grads, &Optimizer::Adam(AdamParams::adam(0.1)).into())
+        .unwrap_err();
+    assert!(err.to_string().contains("already added"), "{err}");
+}
+
+#[test]
+fn adam_without_the_step_input_is_an_error_naming_it() {
+    let (mut exec, _) = regression(&Optimizer::Adam(AdamParams::adam(0.1)).into());
+    let err = exec.run().unwrap_err().to_string();
+    assert!(
+        err.contains("`step`") && err.contains("AdamUpdate"),
+        "{err}"
+    );
+}
+
+#[test]
+fn reading_a_freed_intermediate_is_an_error_naming_it() {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[2], DType::F32).unwrap();
+    let y = b.sigmoid(x).unwrap();
+    let z = b.scale(y, 2.0).unwrap();
+    b.output(z);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    assert!(
+        exec.get_id(z).unwrap().is_none(),
+        "an output before the first run"
+    );
+    exec.set("x", &Tensor::new(&[0f32, 1.0], &Device::Cpu).unwrap())
+        .unwrap();
+    exec.run().unwrap();
+    assert!(exec.get_id(z).unwrap().is_some());
+    let err = exec.get_id(y).unwrap_err();
+    assert!(
+        matches!(&err, GraphError::Freed(n) if n.starts_with("Sigmoid#")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("GraphBuilder::output"), "{err}");
+}
+
+#[test]
+fn dropout_is_seeded_by_step_train_only_and_its_gradient_uses_the_mask() {
+    let build = |mode| {
+        let mut b = GraphBuilder::new(mode, DType::F32);
+        let x = b.param("x", &[64, 64]).unwrap();
+        let y = b.dropout(x, 0.25).unwrap();
+        let t = b.input("t", &[64, 64], DType::F32).unwrap();
+        let loss = b.mse_loss(y, t).unwrap();
+        b.output(y);
+        let grads = (mode == Mode::Train).then(|| b.backward(loss).unwrap());
+        if let Some(g) = &grads {
+            b.output(g.get(x).unwrap());
+        }
+        (b.finish(), y, grads.map(|g| g.get(x).unwrap()))
+    };
+    let (graph, y, gx) = build(Mode::Train);
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    let ones = Tensor::ones((64, 64), DType::F32, &Device::Cpu).unwrap();
+    exec.set("x", &ones).unwrap();
+    exec.set("t", &ones.zeros_like().unwrap()).unwrap();
+    let mut run_at = |step: i64| -> (Vec<f32>, Vec<f32>) {
+        exec.set("step", &Tensor::new(step, &Device::Cpu).unwrap())
+            .unwrap();
+        exec.run().unwrap();
+        let out = |v| {
+            exec.get_id(v)
+                .unwrap()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
+        (out(y), out(gx.unwrap()))
+    };
+    let (a, ga) = run_at(3);
+    let (b, _) = run_at(4);
+    let (again, _) = run_at(3);
+    assert_eq!(a, again, "the mask is a function of the step");
+    assert_ne!(a, b, "another step draws another mask");
+    let dropped = a.iter().filter(|v| **v == 0.0).count() as f64 / a.len() as f64;
+    assert!((dropped - 0.25).abs() < 0.03, "dropped {dropped}");
+    assert!(a.iter().all(|v| *v == 0.0 || *v == 1.0 / 0.75));
+    // d mse(y, 0) / dx = 2 y / n · mask, zero exactly where dropped.
+    for (y, g) in a.iter().zip(&ga) {
+        assert_eq!(*y == 0.0, *g == 0.0);
+    }
+    let (eval, y_eval, _) = build(Mode::Eval);
+    assert!(eval
+        .nodes()
+        .iter()
+        .all(|n| n.kernel() != wick_ops::Kernel::Dropout));
+    assert_eq!(
+        eval.value(y_eval).name,
+        "x",
+        "dropout is the identity in eval graphs"
+    );
+}
+
+#[test]
+fn broadcasting_errors_name_the_layer_and_shapes() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", &[2, 3, 4, 4], DType::F32).unwrap();
+    let s = b.param("s", &[2, 4, 1, 1]).unwrap();
+    let err = b
+        .in_layer("se", |b| b.binary(BinaryOp::Mul, x, s))
+        .unwrap_err()
+        .to_string();
+    for needle in ["Mul", "se", "[2, 3, 4, 4]", "[2, 4, 1, 1]"] {
+        assert!(err.contains(needle), "{needle} in {err}");
+    }
+}

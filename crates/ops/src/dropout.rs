@@ -1,0 +1,81 @@
+//! Dropout with a counter-based random mask: element `i` of step `s` in the node seeded
+//! `seed` is kept when `hash(seed, s, i)` (splitmix64) falls at or above `p`. The mask is a
+//! pure function of those three numbers, so a run resumed at step `s` draws the very masks
+//! the uninterrupted run would have drawn, and no generator state needs saving.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{CandleContext, OpError, Result};
+
+const OP: &str = "dropout";
+
+/// Checks a drop probability: in `[0, 1)`.
+pub fn check_probability(p: f64) -> Result<()> {
+    if !(0.0..1.0).contains(&p) {
+        return Err(OpError::invalid(
+            OP,
+            format!("the drop probability must be in [0, 1), got {p}"),
+        ));
+    }
+    Ok(())
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The scaled mask of `shape`: `1 / (1 - p)` where kept, 0 where dropped, in `dtype` on
+/// `device` (drawn on the host).
+pub fn mask(
+    shape: &[usize],
+    p: f64,
+    seed: u64,
+    step: u64,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
+    check_probability(p)?;
+    let len: usize = shape.iter().product();
+    let base = splitmix64(seed ^ splitmix64(step));
+    let keep = 1.0 / (1.0 - p);
+    let threshold = (p * (1u64 << 53) as f64) as u64;
+    let values: Vec<f32> = (0..len as u64)
+        .map(|i| {
+            let u = splitmix64(base ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93)) >> 11;
+            if u >= threshold {
+                keep as f32
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    Tensor::from_vec(values, shape, device)
+        .ctx(OP)?
+        .to_dtype(dtype)
+        .ctx(OP)
+}
+
+/// Dropout of `x` at `step`: `(x · mask, mask)`, the mask kept for backward.
+pub fn dropout(x: &Tensor, p: f64, seed: u64, step: u64) -> Result<(Tensor, Tensor)> {
+    let m = mask(x.dims(), p, seed, step, x.dtype(), x.device())?;
+    Ok(((x * &m).ctx(OP)?, m))
+}
+
+/// Dropout's input gradient: `grad_y · mask`.
+pub fn dropout_backward(grad_y: &Tensor, mask: &Tensor) -> Result<Tensor> {
+    crate::shape::same(OP, "output gradient", grad_y.dims(), "mask", mask.dims())?;
+    (grad_y * mask).ctx(OP)
+}
+
+/// Reads the step counter fed to a dropout node (a 0-dim integer tensor).
+pub fn read_step(step: &Tensor) -> Result<u64> {
+    let v = step
+        .to_dtype(DType::I64)
+        .ctx(OP)?
+        .to_scalar::<i64>()
+        .ctx(OP)?;
+    u64::try_from(v).map_err(|_| OpError::invalid(OP, format!("the step counter is negative: {v}")))
+}

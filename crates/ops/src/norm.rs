@@ -1,0 +1,270 @@
+//! Softmax, layer norm (over the last dimension; ConvNeXt's channel norm is a permute to
+//! channels-last around it) and group norm, forward and backward, on candle's tensor ops.
+//! Statistics are recomputed from the input in backward instead of being kept from
+//! forward: one more pass over the input, and one less tensor alive between the passes.
+
+use candle_core::{Tensor, D};
+
+use crate::error::{CandleContext, OpError, Result};
+
+const SOFTMAX: &str = "softmax";
+const LAYER_NORM: &str = "layer_norm";
+const GROUP_NORM: &str = "group_norm";
+
+/// Checks that `dim` is a dimension of `shape`.
+pub fn check_dim(op: &'static str, shape: &[usize], dim: usize) -> Result<()> {
+    if dim >= shape.len() {
+        return Err(OpError::invalid(
+            op,
+            format!("dimension {dim} is out of range for shape {shape:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Softmax of `x` along `dim`.
+pub fn softmax(x: &Tensor, dim: usize) -> Result<Tensor> {
+    check_dim(SOFTMAX, x.dims(), dim)?;
+    let shifted = x
+        .broadcast_sub(&x.max_keepdim(dim).ctx(SOFTMAX)?)
+        .ctx(SOFTMAX)?;
+    let e = shifted.exp().ctx(SOFTMAX)?;
+    e.broadcast_div(&e.sum_keepdim(dim).ctx(SOFTMAX)?)
+        .ctx(SOFTMAX)
+}
+
+/// Softmax's input gradient from its output `y`: `y · (g - Σ g·y)` along `dim`.
+pub fn softmax_backward(grad_y: &Tensor, y: &Tensor, dim: usize) -> Result<Tensor> {
+    crate::shape::same(
+        SOFTMAX,
+        "output gradient",
+        grad_y.dims(),
+        "output",
+        y.dims(),
+    )?;
+    let dot = (grad_y * y).ctx(SOFTMAX)?.sum_keepdim(dim).ctx(SOFTMAX)?;
+    (y * grad_y.broadcast_sub(&dot).ctx(SOFTMAX)?).ctx(SOFTMAX)
+}
+
+/// `(x̂, 1/σ)` of the rows of `x` (normalised along its last dimension).
+fn normalize_rows(op: &'static str, x: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    let centred = x
+        .broadcast_sub(&x.mean_keepdim(D::Minus1).ctx(op)?)
+        .ctx(op)?;
+    let var = centred.sqr().ctx(op)?.mean_keepdim(D::Minus1).ctx(op)?;
+    let rstd = (var + eps).ctx(op)?.sqrt().ctx(op)?.recip().ctx(op)?;
+    Ok((centred.broadcast_mul(&rstd).ctx(op)?, rstd))
+}
+
+/// The gradient through the row normalisation, from `g` = dL/dx̂:
+/// `(g - mean(g) - x̂·mean(g·x̂)) / σ` per row.
+fn normalize_rows_backward(
+    op: &'static str,
+    g: &Tensor,
+    xhat: &Tensor,
+    rstd: &Tensor,
+) -> Result<Tensor> {
+    let mean_g = g.mean_keepdim(D::Minus1).ctx(op)?;
+    let mean_gx = (g * xhat).ctx(op)?.mean_keepdim(D::Minus1).ctx(op)?;
+    let inner = g
+        .broadcast_sub(&mean_g)
+        .ctx(op)?
+        .sub(&xhat.broadcast_mul(&mean_gx).ctx(op)?)
+        .ctx(op)?;
+    inner.broadcast_mul(rstd).ctx(op)
+}
+
+/// Checks a layer norm's affine parameters against the input's last dimension.
+pub fn check_layer_norm(
+    x: &[usize],
+    weight: Option<&[usize]>,
+    bias: Option<&[usize]>,
+) -> Result<()> {
+    let Some(&d) = x.last() else {
+        return Err(OpError::invalid(LAYER_NORM, "the input is 0-dimensional"));
+    };
+    for (what, s) in [("weight", weight), ("bias", bias)] {
+        if let Some(s) = s {
+            crate::shape::same(LAYER_NORM, what, s, "the input's last dimension", &[d])?;
+        }
+    }
+    Ok(())
+}
+
+/// Layer norm over the last dimension, with an optional affine `weight` and `bias`.
+pub fn layer_norm(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    check_layer_norm(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
+    let (xhat, _) = normalize_rows(LAYER_NORM, x, eps)?;
+    affine(LAYER_NORM, xhat, weight, bias)
+}
+
+fn affine(
+    op: &'static str,
+    xhat: Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<Tensor> {
+    let y = match weight {
+        Some(w) => xhat.broadcast_mul(w).ctx(op)?,
+        None => xhat,
+    };
+    match bias {
+        Some(b) => y.broadcast_add(b).ctx(op),
+        None => Ok(y),
+    }
+}
+
+/// A normalisation's gradients: input, weight and bias.
+#[derive(Debug, Clone)]
+pub struct NormGrads {
+    /// dL/dx.
+    pub input: Tensor,
+    /// dL/dweight (when the norm has a weight).
+    pub weight: Option<Tensor>,
+    /// dL/dbias (when the norm has a bias).
+    pub bias: Option<Tensor>,
+}
+
+/// Layer norm's gradients, recomputing the statistics from `x`.
+pub fn layer_norm_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    has_bias: bool,
+    eps: f64,
+) -> Result<NormGrads> {
+    let op = LAYER_NORM;
+    crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let (xhat, rstd) = normalize_rows(op, x, eps)?;
+    let g = match weight {
+        Some(w) => grad_y.broadcast_mul(w).ctx(op)?,
+        None => grad_y.clone(),
+    };
+    let input = normalize_rows_backward(op, &g, &xhat, &rstd)?;
+    let d = *x.dims().last().unwrap_or(&1);
+    let rows = |t: Tensor| -> Result<Tensor> { t.reshape(((), d)).ctx(op)?.sum(0).ctx(op) };
+    Ok(NormGrads {
+        input,
+        weight: match weight {
+            Some(_) => Some(rows((grad_y * &xhat).ctx(op)?)?),
+            None => None,
+        },
+        bias: if has_bias {
+            Some(rows(grad_y.clone())?)
+        } else {
+            None
+        },
+    })
+}
+
+/// Checks a group norm's settings against an input `[N, C, ...]`.
+pub fn check_group_norm(x: &[usize], groups: usize, weight: Option<&[usize]>) -> Result<()> {
+    if x.len() < 2 {
+        return Err(OpError::invalid(
+            GROUP_NORM,
+            format!("the input must be [N, C, ...], got {x:?}"),
+        ));
+    }
+    if groups == 0 || !x[1].is_multiple_of(groups) {
+        return Err(OpError::invalid(
+            GROUP_NORM,
+            format!("{} channels do not split into {groups} groups", x[1]),
+        ));
+    }
+    if let Some(w) = weight {
+        crate::shape::same(GROUP_NORM, "weight", w, "channels", &[x[1]])?;
+    }
+    Ok(())
+}
+
+/// `[N, C, S]` view of `x` and the per-channel broadcast shape `[1, C, 1]`.
+fn grouped_views(x: &Tensor, groups: usize) -> Result<(Tensor, Tensor)> {
+    let (n, c) = (x.dim(0).ctx(GROUP_NORM)?, x.dim(1).ctx(GROUP_NORM)?);
+    let by_group = x.reshape((n, groups, ())).ctx(GROUP_NORM)?;
+    let by_channel = x.reshape((n, c, ())).ctx(GROUP_NORM)?;
+    Ok((by_group, by_channel))
+}
+
+/// Group norm of `x` `[N, C, ...]` with `groups` groups and an optional per-channel affine.
+pub fn group_norm(
+    x: &Tensor,
+    groups: usize,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    check_group_norm(x.dims(), groups, weight.map(|w| w.dims()))?;
+    let op = GROUP_NORM;
+    let (by_group, _) = grouped_views(x, groups)?;
+    let (xhat, _) = normalize_rows(op, &by_group, eps)?;
+    let c = x.dim(1).ctx(op)?;
+    let xhat = xhat.reshape((x.dim(0).ctx(op)?, c, ())).ctx(op)?;
+    let channel = |t: &Tensor| t.reshape((1, c, 1)).ctx(op);
+    let (w, b) = (
+        weight.map(channel).transpose()?,
+        bias.map(channel).transpose()?,
+    );
+    affine(op, xhat, w.as_ref(), b.as_ref())?
+        .reshape(x.dims())
+        .ctx(op)
+}
+
+/// Group norm's gradients, recomputing the statistics from `x`.
+pub fn group_norm_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    groups: usize,
+    weight: Option<&Tensor>,
+    has_bias: bool,
+    eps: f64,
+) -> Result<NormGrads> {
+    let op = GROUP_NORM;
+    check_group_norm(x.dims(), groups, weight.map(|w| w.dims()))?;
+    crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let (n, c) = (x.dim(0).ctx(op)?, x.dim(1).ctx(op)?);
+    let (by_group, _) = grouped_views(x, groups)?;
+    let (xhat, rstd) = normalize_rows(op, &by_group, eps)?;
+    let gy = grad_y.reshape((n, c, ())).ctx(op)?;
+    let g = match weight {
+        Some(w) => gy.broadcast_mul(&w.reshape((1, c, 1)).ctx(op)?).ctx(op)?,
+        None => gy.clone(),
+    };
+    let g = g.reshape((n, groups, ())).ctx(op)?;
+    let input = normalize_rows_backward(op, &g, &xhat, &rstd)?
+        .reshape(x.dims())
+        .ctx(op)?;
+    let per_channel = |t: Tensor| -> Result<Tensor> { t.sum(2).ctx(op)?.sum(0).ctx(op) };
+    let xhat = xhat.reshape((n, c, ())).ctx(op)?;
+    Ok(NormGrads {
+        input,
+        weight: match weight {
+            Some(_) => Some(per_channel((&gy * &xhat).ctx(op)?)?),
+            None => None,
+        },
+        bias: if has_bias {
+            Some(per_channel(gy)?)
+        } else {
+            None
+        },
+    })
+}
+
+/// FLOPs of a normalisation over `shape` (statistics, normalise, affine).
+pub fn norm_flops(shape: &[usize]) -> u64 {
+    crate::shape::flop_count(8, shape)
+}
+
+/// FLOPs of a normalisation's backward over `shape`.
+pub fn norm_backward_flops(shape: &[usize]) -> u64 {
+    crate::shape::flop_count(14, shape)
+}
+
+/// FLOPs of a softmax over `shape`.
+pub fn softmax_flops(shape: &[usize]) -> u64 {
+    crate::shape::flop_count(4, shape)
+}

@@ -1,0 +1,319 @@
+//! The smooth and piecewise activations beyond ReLU: sigmoid, tanh, SiLU, GELU (exact and
+//! tanh forms), ReLU6, hardswish, hardsigmoid and LeakyReLU, forward and backward, with
+//! PyTorch's definitions, including its choices at the kinks: ReLU6's and hardsigmoid's
+//! gradient is 0 at both ends of their linear range, hardswish's is 0 at -3 and 1 at 3.
+//!
+//! On the CPU each element is computed in f64 and rounded once to the tensor's dtype; the
+//! device-generic path uses candle's tensor ops in the tensor's dtype.
+
+use candle_core::{DType, Tensor};
+
+use crate::cpu::{self, dispatch_float, Float};
+use crate::error::{CandleContext, OpError, Result};
+use crate::kernel::{route, Route};
+
+/// An activation function. [`LeakyRelu`](Activation::LeakyRelu)'s negative slope is a
+/// setting of the graph node, not of the kernel's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Activation {
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `tanh(x)`.
+    Tanh,
+    /// `x * sigmoid(x)` (swish).
+    Silu,
+    /// `x * Φ(x)`, Φ the standard normal CDF (PyTorch's `approximate="none"`).
+    Gelu,
+    /// GELU's tanh approximation (PyTorch's `approximate="tanh"`).
+    GeluTanh,
+    /// `min(max(x, 0), 6)`.
+    Relu6,
+    /// `x * relu6(x + 3) / 6`.
+    Hardswish,
+    /// `relu6(x + 3) / 6`.
+    Hardsigmoid,
+    /// `x` for `x > 0`, else `slope * x`.
+    LeakyRelu,
+}
+
+impl Activation {
+    /// Every activation, in declaration order.
+    pub const ALL: [Activation; 9] = [
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Silu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Relu6,
+        Activation::Hardswish,
+        Activation::Hardsigmoid,
+        Activation::LeakyRelu,
+    ];
+
+    /// The forward kernel's name (`Sigmoid`, `GELU`, `Hardswish`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "Sigmoid",
+            Activation::Tanh => "Tanh",
+            Activation::Silu => "SiLU",
+            Activation::Gelu => "GELU",
+            Activation::GeluTanh => "GELUTanh",
+            Activation::Relu6 => "ReLU6",
+            Activation::Hardswish => "Hardswish",
+            Activation::Hardsigmoid => "Hardsigmoid",
+            Activation::LeakyRelu => "LeakyReLU",
+        }
+    }
+
+    /// The backward kernel's name (`SigmoidBackward`...).
+    pub fn backward_name(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "SigmoidBackward",
+            Activation::Tanh => "TanhBackward",
+            Activation::Silu => "SiLUBackward",
+            Activation::Gelu => "GELUBackward",
+            Activation::GeluTanh => "GELUTanhBackward",
+            Activation::Relu6 => "ReLU6Backward",
+            Activation::Hardswish => "HardswishBackward",
+            Activation::Hardsigmoid => "HardsigmoidBackward",
+            Activation::LeakyRelu => "LeakyReLUBackward",
+        }
+    }
+
+    /// Whether the gradient is computed from the forward output (sigmoid, tanh) rather
+    /// than the input: the backward node then keeps the output alive, not the input.
+    pub fn backward_reads_output(self) -> bool {
+        matches!(self, Activation::Sigmoid | Activation::Tanh)
+    }
+
+    /// FLOPs per element of the forward pass (a transcendental counts as one).
+    pub fn flops_per_element(self) -> u64 {
+        match self {
+            Activation::Relu6 | Activation::LeakyRelu => 1,
+            Activation::Hardsigmoid | Activation::Tanh => 3,
+            Activation::Sigmoid | Activation::Hardswish => 4,
+            Activation::Silu | Activation::Gelu => 5,
+            Activation::GeluTanh => 8,
+        }
+    }
+
+    /// FLOPs per element of the backward pass.
+    pub fn backward_flops_per_element(self) -> u64 {
+        match self {
+            Activation::Relu6 | Activation::LeakyRelu | Activation::Hardsigmoid => 1,
+            Activation::Hardswish | Activation::Tanh | Activation::Sigmoid => 3,
+            Activation::Silu => 7,
+            Activation::Gelu => 8,
+            Activation::GeluTanh => 12,
+        }
+    }
+}
+
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_TANH_C: f64 = 0.044715;
+
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `f(x)` in f64.
+fn forward64(kind: Activation, slope: f64, x: f64) -> f64 {
+    match kind {
+        Activation::Sigmoid => sigmoid64(x),
+        Activation::Tanh => x.tanh(),
+        Activation::Silu => x * sigmoid64(x),
+        Activation::Gelu => 0.5 * x * (1.0 + candle_core::cpu::erf::erf_f64(x / 2f64.sqrt())),
+        Activation::GeluTanh => {
+            0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)).tanh())
+        }
+        Activation::Relu6 => relu6(x),
+        Activation::Hardswish => x * relu6(x + 3.0) / 6.0,
+        Activation::Hardsigmoid => relu6(x + 3.0) / 6.0,
+        Activation::LeakyRelu => {
+            if x > 0.0 {
+                x
+            } else {
+                x * slope
+            }
+        }
+    }
+}
+
+/// `min(max(x, 0), 6)` with NaN passed through.
+fn relu6(x: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else {
+        x.clamp(0.0, 6.0)
+    }
+}
+
+/// `f'(x)` in f64, from the input `x` or (for sigmoid and tanh) the output `y`.
+fn derivative64(kind: Activation, slope: f64, x: f64) -> f64 {
+    match kind {
+        Activation::Sigmoid => x * (1.0 - x),
+        Activation::Tanh => 1.0 - x * x,
+        Activation::Silu => {
+            let s = sigmoid64(x);
+            s * (1.0 + x * (1.0 - s))
+        }
+        Activation::Gelu => {
+            let cdf = 0.5 * (1.0 + candle_core::cpu::erf::erf_f64(x / 2f64.sqrt()));
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            cdf + x * pdf
+        }
+        Activation::GeluTanh => {
+            let inner = SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x);
+            let t = inner.tanh();
+            let d_inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * x * x);
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner
+        }
+        Activation::Relu6 => f64::from(u8::from(x > 0.0 && x < 6.0)),
+        Activation::Hardswish => {
+            if x <= -3.0 {
+                0.0
+            } else if x < 3.0 {
+                x / 3.0 + 0.5
+            } else {
+                1.0
+            }
+        }
+        Activation::Hardsigmoid => {
+            if x > -3.0 && x < 3.0 {
+                1.0 / 6.0
+            } else {
+                0.0
+            }
+        }
+        Activation::LeakyRelu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                slope
+            }
+        }
+    }
+}
+
+fn op_name(kind: Activation) -> &'static str {
+    kind.name()
+}
+
+/// The activation `kind` of `x` (`slope` is LeakyReLU's negative slope; the others ignore it).
+pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
+    let op = op_name(kind);
+    if route(x.device()) == Route::Cpu && matches!(x.dtype(), DType::F32 | DType::F64) {
+        return dispatch_float!(op, x.dtype(), forward_cpu(kind, slope, x));
+    }
+    forward_generic(kind, slope, x).ctx(op)
+}
+
+fn forward_cpu<T: Float>(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
+    cpu::map::<T>(op_name(kind), x, |v| {
+        T::from_f64(forward64(kind, slope, v.to_f64()))
+    })
+}
+
+fn forward_generic(kind: Activation, slope: f64, x: &Tensor) -> candle_core::Result<Tensor> {
+    let sigmoid = |x: &Tensor| (x.neg()?.exp()? + 1.0)?.recip();
+    let relu6 = |x: &Tensor| x.clamp(0.0, 6.0);
+    match kind {
+        Activation::Sigmoid => sigmoid(x),
+        Activation::Tanh => x.tanh(),
+        Activation::Silu => x * sigmoid(x)?,
+        Activation::Gelu => x.gelu_erf(),
+        Activation::GeluTanh => x.gelu(),
+        Activation::Relu6 => relu6(x),
+        Activation::Hardswish => x * (relu6(&(x + 3.0)?)? / 6.0)?,
+        Activation::Hardsigmoid => relu6(&(x + 3.0)?)? / 6.0,
+        Activation::LeakyRelu => {
+            let neg = (x * slope)?;
+            x.gt(0.0)?.where_cond(x, &neg)
+        }
+    }
+}
+
+/// The gradient of activation `kind`: `grad_y * f'(x)`, where `saved` is the forward
+/// input `x`, or the forward output `y` when [`Activation::backward_reads_output`].
+pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -> Result<Tensor> {
+    let op = kind.backward_name();
+    crate::shape::same(op, "output gradient", grad_y.dims(), "saved", saved.dims())?;
+    if grad_y.dtype() != saved.dtype() {
+        return Err(OpError::invalid(
+            op,
+            format!(
+                "output gradient has dtype {:?} but the saved tensor {:?}",
+                grad_y.dtype(),
+                saved.dtype()
+            ),
+        ));
+    }
+    if route(saved.device()) == Route::Cpu && matches!(saved.dtype(), DType::F32 | DType::F64) {
+        return dispatch_float!(op, saved.dtype(), backward_cpu(kind, slope, grad_y, saved));
+    }
+    let d = derivative_generic(kind, slope, saved).ctx(op)?;
+    (grad_y * d).ctx(op)
+}
+
+fn backward_cpu<T: Float>(
+    kind: Activation,
+    slope: f64,
+    grad_y: &Tensor,
+    saved: &Tensor,
+) -> Result<Tensor> {
+    cpu::zip_map::<T>(kind.backward_name(), grad_y, saved, |g, s| {
+        T::from_f64(g.to_f64() * derivative64(kind, slope, s.to_f64()))
+    })
+}
+
+fn derivative_generic(kind: Activation, slope: f64, s: &Tensor) -> candle_core::Result<Tensor> {
+    let ones = s.ones_like()?;
+    let zeros = s.zeros_like()?;
+    let select = |mask: Tensor, a: &Tensor, b: &Tensor| mask.where_cond(a, b);
+    match kind {
+        Activation::Sigmoid => s * (1.0 - s)?,
+        Activation::Tanh => 1.0 - s.sqr()?,
+        Activation::Silu => {
+            let sig = (s.neg()?.exp()? + 1.0)?.recip()?;
+            let inner = ((s * (1.0 - &sig)?)? + 1.0)?;
+            sig * inner
+        }
+        Activation::Gelu => {
+            let cdf = (((s / 2f64.sqrt())?.erf()? + 1.0)? * 0.5)?;
+            let pdf = ((s.sqr()? * -0.5)?.exp()? / (2.0 * std::f64::consts::PI).sqrt())?;
+            cdf + (s * pdf)?
+        }
+        Activation::GeluTanh => {
+            let inner = ((s + (s.powf(3.0)? * GELU_TANH_C)?)? * SQRT_2_OVER_PI)?;
+            let t = inner.tanh()?;
+            let d_inner = (((s.sqr()? * (3.0 * GELU_TANH_C))? + 1.0)? * SQRT_2_OVER_PI)?;
+            let left = ((&t + 1.0)? * 0.5)?;
+            let right = (((s * 0.5)? * (1.0 - t.sqr()?)?)? * d_inner)?;
+            left + right
+        }
+        Activation::Relu6 => {
+            let inside = (s.gt(0.0)? * s.lt(6.0)?)?;
+            select(inside, &ones, &zeros)
+        }
+        Activation::Hardswish => {
+            let mid = ((s / 3.0)? + 0.5)?;
+            let upper = select(s.lt(3.0)?, &mid, &ones)?;
+            select(s.le(-3.0)?, &zeros, &upper)
+        }
+        Activation::Hardsigmoid => {
+            let inside = (s.gt(-3.0)? * s.lt(3.0)?)?;
+            select(inside, &(ones / 6.0)?, &zeros)
+        }
+        Activation::LeakyRelu => select(s.gt(0.0)?, &ones, &(ones.clone() * slope)?),
+    }
+}
+
+/// Forward FLOPs of `kind` over a tensor of `shape`.
+pub fn flops(kind: Activation, shape: &[usize]) -> u64 {
+    crate::shape::flop_count(kind.flops_per_element(), shape)
+}
+
+/// Backward FLOPs of `kind` over a tensor of `shape`.
+pub fn backward_flops(kind: Activation, shape: &[usize]) -> u64 {
+    crate::shape::flop_count(kind.backward_flops_per_element(), shape)
+}

@@ -1,0 +1,236 @@
+//! The second op tier against PyTorch (fixtures/ops-tier, float64): activations with
+//! their kinks, broadcasting arithmetic, softmax, layer and group norm, MSE and BCE; on
+//! wick's CPU kernels and on the device-generic path; and in float32 against float64.
+
+use candle_core::{DType, Tensor};
+use wick_ops::broadcast::{self, BinaryOp, Operand};
+use wick_ops::norm;
+use wick_ops::pointwise::{self, Activation};
+use wick_ops::regression_loss::{self, ElementwiseLoss};
+
+use crate::common::*;
+
+fn tier(case: &str) -> Fixture {
+    Fixture::load_from("ops-tier", case)
+}
+
+fn case_of(kind: Activation) -> &'static str {
+    match kind {
+        Activation::Sigmoid => "act_sigmoid",
+        Activation::Tanh => "act_tanh",
+        Activation::Silu => "act_silu",
+        Activation::Gelu => "act_gelu",
+        Activation::GeluTanh => "act_gelu_tanh",
+        Activation::Relu6 => "act_relu6",
+        Activation::Hardswish => "act_hardswish",
+        Activation::Hardsigmoid => "act_hardsigmoid",
+        Activation::LeakyRelu => "act_leaky_relu",
+    }
+}
+
+#[test]
+fn activations_match_pytorch_at_random_points_and_kinks() {
+    for path in PATHS {
+        let _on = path.enter();
+        for kind in Activation::ALL {
+            let f = tier(case_of(kind));
+            let slope = if kind == Activation::LeakyRelu {
+                f.f64("slope")
+            } else {
+                0.0
+            };
+            let x = f.t("x");
+            let y = pointwise::forward(kind, slope, x).unwrap();
+            // The generic path's erf is candle's approximation: 1e-7 where the CPU's is exact.
+            let tol = if path == wick_ops::KernelPath::Generic {
+                1e-6
+            } else {
+                1e-12
+            };
+            assert_close(&format!("{kind:?} out ({path:?})"), &y, f.t("out"), tol);
+            let saved = if kind.backward_reads_output() { &y } else { x };
+            let dx = pointwise::backward(kind, slope, f.t("grad_out"), saved).unwrap();
+            // PyTorch's hardsigmoid gradient is the f32 constant 1/6 in every dtype; wick's
+            // is 1/6 in the tensor's dtype.
+            let tol = if kind == Activation::Hardsigmoid {
+                tol.max(5e-8)
+            } else {
+                tol
+            };
+            assert_close(
+                &format!("{kind:?} grad ({path:?})"),
+                &dx,
+                f.t("grad_x"),
+                tol,
+            );
+        }
+    }
+}
+
+#[test]
+fn activations_in_f32_round_the_f64_result() {
+    for kind in Activation::ALL {
+        let f = tier(case_of(kind));
+        let slope = if kind == Activation::LeakyRelu {
+            0.2
+        } else {
+            0.0
+        };
+        let x32 = f.t("x").to_dtype(DType::F32).unwrap();
+        let y32 = pointwise::forward(kind, slope, &x32).unwrap();
+        let y64 = pointwise::forward(kind, slope, &x32.to_dtype(DType::F64).unwrap()).unwrap();
+        // Computed in f64 and rounded once: within half an f32 ulp of the f64 result.
+        assert_close(
+            &format!("{kind:?} f32"),
+            &y32.to_dtype(DType::F64).unwrap(),
+            &y64,
+            1.2e-7,
+        );
+    }
+}
+
+#[test]
+fn activation_gradients_match_finite_differences() {
+    // Away from the kinks, where the derivative is defined.
+    let x = (rand_tensor(7, &[3, 4, 5]) * 2.9).unwrap();
+    let g = rand_tensor(8, &[3, 4, 5]);
+    for kind in Activation::ALL {
+        let slope = 0.3;
+        let y = pointwise::forward(kind, slope, &x).unwrap();
+        let saved = if kind.backward_reads_output() { &y } else { &x };
+        let dx = pointwise::backward(kind, slope, &g, saved).unwrap();
+        let numeric = numeric_grad(|t| pointwise::forward(kind, slope, t).unwrap(), &x, &g);
+        assert_close(&format!("{kind:?}"), &dx, &numeric, FD_TOL);
+    }
+}
+
+fn binary_op(name: &str) -> BinaryOp {
+    match name {
+        "mul" => BinaryOp::Mul,
+        "sub" => BinaryOp::Sub,
+        "div" => BinaryOp::Div,
+        "add" => BinaryOp::Add,
+        other => panic!("unknown op {other}"),
+    }
+}
+
+#[test]
+fn broadcasting_arithmetic_matches_pytorch_with_gradients_summed_back() {
+    for path in PATHS {
+        let _on = path.enter();
+        for op in ["mul", "sub", "div", "add"] {
+            for shapes in ["same", "se", "layer_scale", "row"] {
+                let f = tier(&format!("binary_{op}_{shapes}"));
+                let (a, b, gy) = (f.t("a"), f.t("b"), f.t("grad_out"));
+                let kind = binary_op(op);
+                let what = format!("{op} {shapes} ({path:?})");
+                assert_close(
+                    &what,
+                    &broadcast::forward(kind, a, b).unwrap(),
+                    f.t("out"),
+                    1e-14,
+                );
+                let ga = broadcast::backward(kind, Operand::Lhs, gy, a, b).unwrap();
+                let gb = broadcast::backward(kind, Operand::Rhs, gy, a, b).unwrap();
+                assert_close(&format!("{what} grad a"), &ga, f.t("grad_a"), 1e-12);
+                assert_close(&format!("{what} grad b"), &gb, f.t("grad_b"), 1e-12);
+            }
+        }
+    }
+}
+
+#[test]
+fn shapes_that_do_not_broadcast_are_errors_naming_both() {
+    let a = Tensor::zeros((2, 3, 4), DType::F32, &candle_core::Device::Cpu).unwrap();
+    let b = Tensor::zeros((2, 1, 5), DType::F32, &candle_core::Device::Cpu).unwrap();
+    assert_error_names(
+        broadcast::forward(BinaryOp::Mul, &a, &b),
+        &["Mul", "[2, 3, 4]", "[2, 1, 5]"],
+    );
+}
+
+#[test]
+fn softmax_and_norms_match_pytorch() {
+    for path in PATHS {
+        let _on = path.enter();
+        let f = tier("softmax_dim1");
+        let y = norm::softmax(f.t("x"), 1).unwrap();
+        assert_close("softmax", &y, f.t("out"), 1e-14);
+        let dx = norm::softmax_backward(f.t("grad_out"), &y, 1).unwrap();
+        assert_close("softmax grad", &dx, f.t("grad_x"), 1e-12);
+
+        let f = tier("layer_norm");
+        let (x, w, b, eps) = (f.t("x"), f.t("weight"), f.t("bias"), f.f64("eps"));
+        let y = norm::layer_norm(x, Some(w), Some(b), eps).unwrap();
+        assert_close("layer_norm", &y, f.t("out"), 1e-12);
+        let g = norm::layer_norm_backward(f.t("grad_out"), x, Some(w), true, eps).unwrap();
+        assert_close("layer_norm grad x", &g.input, f.t("grad_x"), 1e-11);
+        assert_close(
+            "layer_norm grad w",
+            &g.weight.unwrap(),
+            f.t("grad_weight"),
+            1e-12,
+        );
+        assert_close(
+            "layer_norm grad b",
+            &g.bias.unwrap(),
+            f.t("grad_bias"),
+            1e-12,
+        );
+
+        let f = tier("group_norm");
+        let (x, w, b, eps) = (f.t("x"), f.t("weight"), f.t("bias"), f.f64("eps"));
+        let groups = f.usize("groups");
+        let y = norm::group_norm(x, groups, Some(w), Some(b), eps).unwrap();
+        assert_close("group_norm", &y, f.t("out"), 1e-12);
+        let g = norm::group_norm_backward(f.t("grad_out"), x, groups, Some(w), true, eps).unwrap();
+        assert_close("group_norm grad x", &g.input, f.t("grad_x"), 1e-11);
+        assert_close(
+            "group_norm grad w",
+            &g.weight.unwrap(),
+            f.t("grad_weight"),
+            1e-12,
+        );
+        assert_close(
+            "group_norm grad b",
+            &g.bias.unwrap(),
+            f.t("grad_bias"),
+            1e-12,
+        );
+    }
+}
+
+#[test]
+fn group_norm_rejects_channels_that_do_not_split() {
+    let x = Tensor::zeros((2, 6, 3, 3), DType::F32, &candle_core::Device::Cpu).unwrap();
+    assert_error_names(
+        norm::group_norm(&x, 4, None, None, 1e-5),
+        &["group_norm", "6 channels", "4 groups"],
+    );
+}
+
+#[test]
+fn mse_and_bce_match_pytorch_for_input_and_target() {
+    for (case, kind) in [
+        ("mse_loss", ElementwiseLoss::Mse),
+        ("bce_with_logits", ElementwiseLoss::BceWithLogits),
+    ] {
+        let f = tier(case);
+        let (x, t, g) = (f.t("input"), f.t("target"), f.t("grad_out"));
+        assert_close(
+            case,
+            &regression_loss::forward(kind, x, t).unwrap(),
+            f.t("out"),
+            1e-14,
+        );
+        let gx = regression_loss::backward(kind, Operand::Lhs, g, x, t).unwrap();
+        let gt = regression_loss::backward(kind, Operand::Rhs, g, x, t).unwrap();
+        assert_close(&format!("{case} grad input"), &gx, f.t("grad_input"), 1e-13);
+        assert_close(
+            &format!("{case} grad target"),
+            &gt,
+            f.t("grad_target"),
+            1e-13,
+        );
+    }
+}

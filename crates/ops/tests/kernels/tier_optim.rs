@@ -1,0 +1,108 @@
+//! Adam and AdamW after global-norm clipping, three float32 steps against
+//! `torch.optim.Adam`/`AdamW` (`foreach=False`) and `clip_grad_norm_` (fixtures/ops-tier).
+
+use wick_ops::adam::{self, AdamParams};
+use wick_ops::broadcast;
+
+use crate::common::*;
+
+#[test]
+fn adam_and_adamw_with_clipping_match_pytorch_over_three_steps() {
+    for (case, decoupled) in [("adam_clipped", false), ("adamw_clipped", true)] {
+        let f = Fixture::load_from("ops-tier", case);
+        let p = AdamParams {
+            lr: f.f64("lr"),
+            beta1: f.f64("beta1"),
+            beta2: f.f64("beta2"),
+            eps: f.f64("eps"),
+            weight_decay: f.f64("weight_decay"),
+            decoupled,
+        };
+        let (mut param, mut q) = (f.t("p_before").clone(), f.t("q_before").clone());
+        let (mut state_p, mut state_q) = (None, None);
+        for step in 0..3u64 {
+            let (gp, gq) = (
+                f.t(&format!("grad_p_step{step}")),
+                f.t(&format!("grad_q_step{step}")),
+            );
+            let (norm, coef) = adam::clip_factor(&[gp, gq], f.f64("max_norm")).unwrap();
+            let torch_norm = f.t(&format!("norm_step{step}")).to_scalar::<f32>().unwrap() as f64;
+            assert!(
+                (norm - torch_norm).abs() <= 1e-6 * torch_norm,
+                "{case} step {step}: norm {norm} vs {torch_norm}"
+            );
+            assert!(coef < 1.0, "{case}: the fixture's gradients are clipped");
+            let (gp, gq) = (
+                broadcast::scale(gp, coef).unwrap(),
+                broadcast::scale(gq, coef).unwrap(),
+            );
+            let moments = |s: &Option<(candle_core::Tensor, candle_core::Tensor)>| s.clone();
+            let sp = moments(&state_p);
+            let (np, mp, vp) = adam::adam_step(
+                &param,
+                &gp,
+                sp.as_ref().map(|s| &s.0),
+                sp.as_ref().map(|s| &s.1),
+                step + 1,
+                &p,
+            )
+            .unwrap();
+            let sq = moments(&state_q);
+            let (nq, mq, vq) = adam::adam_step(
+                &q,
+                &gq,
+                sq.as_ref().map(|s| &s.0),
+                sq.as_ref().map(|s| &s.1),
+                step + 1,
+                &p,
+            )
+            .unwrap();
+            let after = step + 1;
+            assert_close(
+                &format!("{case} p step {after}"),
+                &np,
+                f.t(&format!("p_after_step{after}")),
+                2e-6,
+            );
+            assert_close(
+                &format!("{case} q step {after}"),
+                &nq,
+                f.t(&format!("q_after_step{after}")),
+                2e-6,
+            );
+            assert_close(
+                &format!("{case} exp_avg {after}"),
+                &mp,
+                f.t(&format!("p_exp_avg_after_step{after}")),
+                1e-6,
+            );
+            assert_close(
+                &format!("{case} exp_avg_sq {after}"),
+                &vp,
+                f.t(&format!("p_exp_avg_sq_after_step{after}")),
+                1e-6,
+            );
+            (param, q) = (np, nq);
+            state_p = Some((mp, vp));
+            state_q = Some((mq, vq));
+        }
+    }
+}
+
+#[test]
+fn adam_settings_are_checked_as_pytorch_does() {
+    let bad = AdamParams {
+        beta1: 1.0,
+        ..AdamParams::adam(0.1)
+    };
+    assert_error_names(bad.validate(), &["adam", "betas"]);
+    let t = rand_tensor(1, &[3]);
+    assert_error_names(
+        adam::adam_step(&t, &t, None, None, 0, &AdamParams::adam(0.1)),
+        &["adam", "1-based"],
+    );
+    assert_error_names(
+        adam::clip_factor(&[&t], 0.0),
+        &["clip_grad_norm", "max_norm"],
+    );
+}
