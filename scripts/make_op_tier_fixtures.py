@@ -7,7 +7,8 @@ grad_out) / d input for each input listed in the metadata's `inputs`. float64 un
 case says otherwise; torch.manual_seed(k) for case k; one thread, deterministic algorithms.
 
 Usage: python3 scripts/make_op_tier_fixtures.py [OUT_DIR]  (needs torch, safetensors;
-default OUT_DIR fixtures/ops-tier). Re-running it reproduces the files bit for bit on a CPU.
+default OUT_DIR fixtures/ops-tier). Re-running it reproduces every tensor and metadata value bit for bit on a CPU (the
+header's key order may change).
 """
 import os
 import sys
