@@ -157,7 +157,7 @@ fn bench(session: &mut Session, images: &Tensor, device: &Device, a: &Args) -> R
     let pct = |p: f64| sorted[((p / 100.0) * (sorted.len() - 1) as f64).round() as usize];
     println!(
         "latency of {} on {:?}: batch {}, {} (width x height), f32, {} CPU threads, {} warm-up + {} timed runs; input already on the device",
-        session.config().depth.name(),
+        session.config().name(),
         device.location(),
         session.batch_size(),
         session.image_size(),

@@ -76,7 +76,7 @@ fn run() -> Result<()> {
         ..Default::default()
     };
     let (images, labels) =
-        SyntheticImages::new(config.num_classes.min(10), batch, size, 1)?.next_batch()?;
+        SyntheticImages::new(config.num_classes().min(10), batch, size, 1)?.next_batch()?;
     let images = images.to_device(&device)?;
     if a.compare_passes {
         let mut sessions = Vec::new();
@@ -110,10 +110,8 @@ fn run() -> Result<()> {
     a.profile.attach(&mut session)?;
 
     println!(
-        "{} ({:?} stem, {} classes), batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {}",
-        config.depth.name(),
-        config.stem,
-        config.num_classes,
+        "{}, batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {}",
+        config.describe(),
         session.executor().graph().nodes().len(),
         device.location(),
         common::threads(),

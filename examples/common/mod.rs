@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use candle_core::Device;
-use wick::models::{ResNetConfig, Stem};
+use wick::models::{ModelConfig, Stem};
 
 /// The device flag.
 #[derive(clap::Args, Debug, Clone)]
@@ -25,16 +25,25 @@ impl DeviceArgs {
 /// The model flags every ResNet example takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// resnet18, resnet34, resnet50, resnet101 or resnet152 [default: resnet18 for
-    /// train_resnet, resnet50 otherwise].
+    /// resnet18, resnet34, resnet50, resnet101, resnet152, mobilenet_v2,
+    /// mobilenet_v3_small, mobilenet_v3_large, efficientnet_b0, densenet121,
+    /// convnext_tiny, vgg11_bn or vgg16_bn [default: resnet18 for train_resnet, resnet50
+    /// otherwise].
     #[arg(long)]
     pub model: Option<String>,
-    /// imagenet or cifar.
+    /// imagenet or cifar (ResNets only).
     #[arg(long, default_value = "imagenet")]
     pub stem: String,
-    /// Output classes [default: 1000 for the imagenet stem, 10 for cifar].
+    /// Output classes [default: 1000; 10 for a ResNet with the cifar stem].
     #[arg(long)]
     pub num_classes: Option<usize>,
+    /// The classifier's dropout probability (zoo models) [default: torchvision's].
+    #[arg(long)]
+    pub dropout: Option<f64>,
+    /// Stochastic depth of the last block (efficientnet_b0, convnext_tiny) [default:
+    /// torchvision's]; 0 with --dropout 0 makes a training step deterministic.
+    #[arg(long)]
+    pub stochastic_depth: Option<f64>,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// CPU threads for wick's kernels [default: RAYON_NUM_THREADS, else every core].
@@ -48,14 +57,33 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The ResNet configuration, with `default_model` when `--model` is not given.
-    pub fn config(&self, default_model: &str) -> Result<ResNetConfig> {
+    /// The model's configuration, with `default_model` when `--model` is not given.
+    pub fn config(&self, default_model: &str) -> Result<ModelConfig> {
         let stem: Stem = self.stem.parse()?;
-        let depth = self.model.as_deref().unwrap_or(default_model).parse()?;
-        let classes = self
-            .num_classes
-            .unwrap_or(ResNetConfig::default_classes(stem));
-        Ok(ResNetConfig::new(depth, stem, classes)?)
+        let name = self.model.as_deref().unwrap_or(default_model);
+        let mut config = ModelConfig::by_name(name, stem, self.num_classes)?;
+        match &mut config {
+            ModelConfig::Zoo(zoo) => {
+                for (flag, value) in [
+                    ("--dropout", self.dropout),
+                    ("--stochastic-depth", self.stochastic_depth),
+                ] {
+                    if let Some(p) = value.filter(|p| !(0.0..1.0).contains(p)) {
+                        anyhow::bail!("{flag} {p}: a probability in [0, 1) is needed");
+                    }
+                }
+                zoo.dropout = self.dropout.unwrap_or(zoo.dropout);
+                zoo.stochastic_depth = self.stochastic_depth.unwrap_or(zoo.stochastic_depth);
+            }
+            ModelConfig::ResNet(_) => {
+                if self.dropout.is_some() || self.stochastic_depth.is_some() {
+                    anyhow::bail!(
+                        "--dropout and --stochastic-depth apply to zoo models; {name} has neither"
+                    );
+                }
+            }
+        }
+        Ok(config)
     }
 
     /// Sizes the CPU thread pool to --threads; call it first, before anything starts
@@ -86,12 +114,7 @@ impl ModelArgs {
 pub fn run_info(session: &wick::models::Session) -> wick::graph::profiler::RunInfo {
     wick::graph::profiler::RunInfo {
         wick_version: env!("CARGO_PKG_VERSION").to_string(),
-        model: format!(
-            "{} ({:?} stem, {} classes)",
-            session.config().depth.name(),
-            session.config().stem,
-            session.config().num_classes
-        ),
+        model: session.config().describe(),
         batch: session.batch_size(),
         image_size: session.image_size().to_string(),
         passes: session

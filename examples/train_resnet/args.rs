@@ -49,12 +49,23 @@ pub struct Args {
     /// cosine:TOTAL[:WARMUP[:MIN_LR]] (linear warm-up from lr/3, then cosine annealing).
     #[arg(long, default_value = "constant")]
     pub lr_schedule: LrSchedule,
+    /// The optimizer, with PyTorch's update rules: sgd (with --momentum), adam or adamw
+    /// (betas 0.9, 0.999, eps 1e-8).
+    #[arg(long, value_enum, default_value = "sgd")]
+    pub optimizer: OptimizerKind,
     /// SGD momentum.
     #[arg(long, default_value_t = 0.9)]
     pub momentum: f64,
-    /// Weight decay.
+    /// Weight decay (an L2 penalty for sgd and adam, decoupled for adamw).
     #[arg(long, default_value_t = 5e-4)]
     pub weight_decay: f64,
+    /// No weight decay on biases and normalisation weights (every parameter of at most one
+    /// dimension), as torchvision's recipes do with --norm-weight-decay 0.
+    #[arg(long)]
+    pub no_decay_1d: bool,
+    /// Clip the gradients to this global L2 norm before each update (clip_grad_norm_).
+    #[arg(long)]
+    pub clip_grad_norm: Option<f64>,
     /// Threads preparing training batches (each with its own copy of the data; the batches
     /// come out in the same order whatever the count).
     #[arg(long, default_value_t = 1)]
@@ -106,4 +117,15 @@ pub struct Args {
     /// With --dist: gradient bucket size in MiB (PyTorch DDP's default, 25).
     #[arg(long, default_value_t = 25.0)]
     pub bucket_mb: f64,
+}
+
+/// The optimizers `--optimizer` chooses from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptimizerKind {
+    /// torch.optim.SGD.
+    Sgd,
+    /// torch.optim.Adam.
+    Adam,
+    /// torch.optim.AdamW.
+    Adamw,
 }

@@ -14,12 +14,13 @@ use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::graph::collective::Communicator;
+use wick::graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::PassSet;
 use wick::models::data::Prefetcher;
 use wick::models::evaluate::{score, Scores};
-use wick::models::{resume, ImageSize, ResNetConfig, Session, TrainOptions, WeightInit};
-use wick::ops::SgdParams;
+use wick::models::{resume, ImageSize, ModelConfig, Session, TrainOptions, WeightInit};
+use wick::ops::{AdamParams, SgdParams};
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
@@ -30,7 +31,7 @@ mod args;
 mod common;
 mod data;
 
-use args::Args;
+use args::{Args, OptimizerKind};
 
 use data::{add, evaluate_on, open_data, Data};
 
@@ -68,7 +69,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         None => a.model.device()?,
     };
     let config = a.model.config("resnet18")?;
-    let data = open_data(&a, config.num_classes)?;
+    let data = open_data(&a, config.num_classes())?;
     let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
     let passes = a.model.passes(PassSet::default());
     let mut session = training_session(&a, config, &plan, passes, comm.as_ref(), &device)?;
@@ -81,10 +82,10 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
             );
         }
         println!(
-            "training {} ({:?} stem, {} classes) on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), lr {} ({:?}), momentum {}, weight decay {}",
-            config.depth.name(), config.stem, config.num_classes, device.location(),
+            "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), momentum {}, weight decay {}",
+            config.describe(), device.location(),
             plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
-            a.lr, a.lr_schedule, a.momentum, a.weight_decay
+            a.optimizer, a.lr, a.lr_schedule, a.momentum, a.weight_decay
         );
     }
     let mut evaluator =
@@ -183,7 +184,7 @@ struct Plan {
 impl Plan {
     fn new(
         a: &Args,
-        config: &ResNetConfig,
+        config: &ModelConfig,
         data: &Data,
         comm: Option<&Arc<dyn Communicator>>,
     ) -> Result<Plan> {
@@ -215,7 +216,7 @@ impl Plan {
             steps,
             checkpoints: a.checkpoint_dir.clone().or_else(|| a.resume.clone()),
             checkpoint_every,
-            top5: config.num_classes >= 100,
+            top5: config.num_classes() >= 100,
         })
     }
 
@@ -225,25 +226,42 @@ impl Plan {
     }
 }
 
+/// The optimizer phase the flags ask for.
+fn optimizer_config(a: &Args) -> OptimizerConfig {
+    let optimizer = match a.optimizer {
+        OptimizerKind::Sgd => Optimizer::Sgd(SgdParams {
+            lr: a.lr,
+            momentum: a.momentum,
+            weight_decay: a.weight_decay,
+            ..Default::default()
+        }),
+        OptimizerKind::Adam | OptimizerKind::Adamw => Optimizer::Adam(AdamParams {
+            weight_decay: a.weight_decay,
+            decoupled: a.optimizer == OptimizerKind::Adamw,
+            ..AdamParams::adam(a.lr)
+        }),
+    };
+    let mut config = OptimizerConfig::from(optimizer);
+    if a.no_decay_1d {
+        config = config.no_weight_decay_on(ParamSelector::OneDimensional);
+    }
+    config.clip_grad_norm = a.clip_grad_norm;
+    config
+}
+
 /// The training session: this rank's shard of each batch, its gradients averaged over the
 /// ranks when there are several.
 fn training_session(
     a: &Args,
-    config: ResNetConfig,
+    config: ModelConfig,
     plan: &Plan,
     passes: PassSet,
     comm: Option<&Arc<dyn Communicator>>,
     device: &wick::candle_core::Device,
 ) -> Result<Session> {
-    let sgd = SgdParams {
-        lr: a.lr,
-        momentum: a.momentum,
-        weight_decay: a.weight_decay,
-        ..Default::default()
-    };
     let options = TrainOptions {
         passes,
-        ..sgd.into()
+        ..optimizer_config(a).into()
     };
     let mut session = match comm {
         Some(c) => {

@@ -54,14 +54,33 @@ impl GraphBuilder {
     /// `in_layer("layer1.0", ...)`, `in_layer("conv1", ...)` is `layer1.0.conv1`. Profiles
     /// report time per layer, block and stage from these paths.
     pub fn in_layer<T>(&mut self, path: &str, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let outer = self.enter_layer(path);
+        let result = f(self);
+        self.leave_layer(outer);
+        result
+    }
+
+    /// Enters layer `path` below the current one (what [`in_layer`](GraphBuilder::in_layer)
+    /// does around its closure) and returns the layer to restore with
+    /// [`leave_layer`](GraphBuilder::leave_layer): for module layers that keep their own
+    /// state beside the builder.
+    pub fn enter_layer(&mut self, path: &str) -> Option<String> {
         let outer = self.origin.layer.clone();
         self.origin.layer = Some(match &outer {
             Some(o) => format!("{o}.{path}"),
             None => path.to_string(),
         });
-        let result = f(self);
+        outer
+    }
+
+    /// Restores the layer [`enter_layer`](GraphBuilder::enter_layer) returned.
+    pub fn leave_layer(&mut self, outer: Option<String>) {
         self.origin.layer = outer;
-        result
+    }
+
+    /// The current layer's full path (`features.3.block.1`), if any.
+    pub fn layer_path(&self) -> Option<&str> {
+        self.origin.layer.as_deref()
     }
 
     /// The builder's mode.

@@ -17,6 +17,7 @@ use crate::hooks::{Hook, NodeInfo};
 use crate::ir::Outputs;
 use crate::ir::{Graph, Phase, ValueId, ValueKind};
 use crate::ops::optim::SgdUpdate;
+use crate::ops::optimizer::AdamUpdate;
 
 /// Runs a [`Graph`] on a device.
 pub struct Executor {
@@ -296,18 +297,23 @@ impl Executor {
         Ok(out)
     }
 
-    /// Changes the learning rate of every SGD update node from the next iteration on
-    /// (for a learning-rate schedule); `lr` must be finite and non-negative.
+    /// Changes the learning rate of every SGD and Adam update node from the next iteration
+    /// on (for a learning-rate schedule); `lr` must be finite and non-negative.
     pub fn set_learning_rate(&mut self, lr: f64) -> Result<()> {
+        let invalid = |op, source| GraphError::Build {
+            op,
+            layer: None,
+            source,
+        };
         for node in &mut self.graph.nodes {
             if let Some(sgd) = node.op_as::<SgdUpdate>() {
                 let params = SgdParams { lr, ..sgd.params };
-                params.validate().map_err(|source| GraphError::Build {
-                    op: "sgd",
-                    layer: None,
-                    source,
-                })?;
+                params.validate().map_err(|e| invalid("sgd", e))?;
                 node.op = Arc::new(SgdUpdate { params });
+            } else if let Some(adam) = node.op_as::<AdamUpdate>() {
+                let params = wick_ops::AdamParams { lr, ..adam.params };
+                params.validate().map_err(|e| invalid("adam", e))?;
+                node.op = Arc::new(AdamUpdate { params });
             }
         }
         Ok(())

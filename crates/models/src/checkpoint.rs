@@ -10,7 +10,7 @@ use std::path::Path;
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{ModelError, Result};
-use crate::resnet::ResNetConfig;
+use crate::model::ModelConfig;
 
 /// A state dict: tensors by torchvision name.
 pub type StateDict = HashMap<String, Tensor>;
@@ -79,7 +79,7 @@ fn check_values(name: &str, t: &Tensor, path: &Path) -> Result<()> {
 /// converted to f32, `num_batches_tracked` (int64, optional, 0 when absent) returned apart,
 /// values checked as `checks` says.
 pub fn validate(
-    config: &ResNetConfig,
+    config: &ModelConfig,
     tensors: StateDict,
     path: &Path,
     checks: ValueChecks,

@@ -9,6 +9,7 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
 
 use crate::error::{ModelError, Result};
+use crate::model::ModelConfig;
 use crate::resnet::{ResNetConfig, TensorRole};
 
 /// How a session's weights are initialised.
@@ -22,10 +23,13 @@ pub enum WeightInit {
 
 impl WeightInit {
     /// The floating-point state dict of `config` under this initialiser (f32, CPU).
-    pub fn state_dict(self, config: &ResNetConfig) -> Result<HashMap<String, Tensor>> {
-        match self {
-            WeightInit::Torchvision(seed) => torchvision_init(config, seed),
-            WeightInit::Formula => formula::state_dict(config),
+    pub fn state_dict(self, config: &ModelConfig) -> Result<HashMap<String, Tensor>> {
+        match (self, config) {
+            (WeightInit::Torchvision(seed), ModelConfig::ResNet(c)) => torchvision_init(c, seed),
+            (WeightInit::Torchvision(seed), _) => {
+                crate::nn::initial_state(&config.state_spec()?, seed)
+            }
+            (WeightInit::Formula, _) => formula::from_specs(&config.state_spec()?),
         }
     }
 }
@@ -53,7 +57,13 @@ pub fn torchvision_init(config: &ResNetConfig, seed: u64) -> Result<HashMap<Stri
                 (0..n).map(|_| uniform.sample(&mut rng)).collect()
             }
             TensorRole::BnWeight | TensorRole::RunningVar => vec![1.0; n],
-            TensorRole::BnBias | TensorRole::RunningMean => vec![0.0; n],
+            // A ResNet has no convolution biases or layer scales.
+            TensorRole::BnBias
+            | TensorRole::RunningMean
+            | TensorRole::ConvBias
+            | TensorRole::LayerScale => {
+                vec![0.0; n]
+            }
         };
         out.insert(spec.name, Tensor::from_vec(data, spec.shape, &Device::Cpu)?);
     }
@@ -112,14 +122,22 @@ pub mod formula {
             TensorRole::ConvWeight | TensorRole::FcWeight => {
                 signed((3.0 / (n / shape[0]) as f64).sqrt(), 0.0)
             }
-            TensorRole::FcBias => signed((3.0 / shape[0] as f64).sqrt(), 0.0),
+            TensorRole::FcBias | TensorRole::ConvBias => {
+                signed((3.0 / shape[0] as f64).sqrt(), 0.0)
+            }
+            TensorRole::LayerScale => signed(0.1, 0.0),
         }
     }
 
     /// Every floating-point state-dict entry of `config` by the formula (f32, CPU).
     pub fn state_dict(config: &ResNetConfig) -> Result<HashMap<String, Tensor>> {
+        from_specs(&config.state_spec()?)
+    }
+
+    /// Every entry of `specs` by the formula (f32, CPU).
+    pub fn from_specs(specs: &[crate::nn::TensorSpec]) -> Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
-        for spec in config.state_spec()? {
+        for spec in specs.iter().cloned() {
             let data: Vec<f32> = values(&spec.name, &spec.shape, spec.role)
                 .into_iter()
                 .map(|v| v as f32)

@@ -116,35 +116,7 @@ pub struct ResNetConfig {
     pub num_classes: usize,
 }
 
-/// The role of a tensor in a ResNet's state dict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TensorRole {
-    /// Convolution weight (Kaiming normal, fan out).
-    ConvWeight,
-    /// Batch-norm scale (ones).
-    BnWeight,
-    /// Batch-norm shift (zeros).
-    BnBias,
-    /// Batch-norm running mean (zeros).
-    RunningMean,
-    /// Batch-norm running variance (ones).
-    RunningVar,
-    /// Fully connected weight (uniform ±1/sqrt(fan_in)).
-    FcWeight,
-    /// Fully connected bias (uniform ±1/sqrt(fan_in)).
-    FcBias,
-}
-
-/// One entry of the state dict: name, shape, role.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TensorSpec {
-    /// torchvision's name.
-    pub name: String,
-    /// Its shape.
-    pub shape: Vec<usize>,
-    /// Its role.
-    pub role: TensorRole,
-}
+pub use crate::nn::{TensorRole, TensorSpec};
 
 impl ResNetConfig {
     /// A configuration; `num_classes` must be at least 1.
@@ -176,7 +148,11 @@ impl ResNetConfig {
     /// Parameters and running statistics are created on the builder under their
     /// torchvision names. The op order is torchvision's (and SINGA's documented listing).
     pub fn forward(&self, b: &mut GraphBuilder, images: ValueId) -> Result<ValueId> {
-        let mut rec = Recorder { b, specs: None };
+        let mut rec = Recorder {
+            b,
+            specs: None,
+            fc_fan_in: 0,
+        };
         Ok(self.record(&mut rec, images)?)
     }
 
@@ -203,6 +179,7 @@ impl ResNetConfig {
         let mut rec = Recorder {
             b: &mut b,
             specs: Some(&mut specs),
+            fc_fan_in: 0,
         };
         // Parameter shapes do not depend on the image size; 224 survives every stem.
         let images = rec.b.input("images", &[1, 3, 224, 224], DType::F32)?;
@@ -297,15 +274,32 @@ impl ResNetConfig {
 struct Recorder<'a> {
     b: &'a mut GraphBuilder,
     specs: Option<&'a mut Vec<TensorSpec>>,
+    /// The fan-in of the last fully connected weight noted (for its bias).
+    fc_fan_in: usize,
 }
 
 impl Recorder<'_> {
     fn note(&mut self, name: &str, shape: &[usize], role: TensorRole) {
+        use crate::nn::Init;
+        let fan_in = shape.iter().skip(1).product();
+        let (init, fan_in) = match role {
+            TensorRole::ConvWeight => (Init::KaimingNormalFanOut, fan_in),
+            TensorRole::FcWeight => (Init::LinearDefault, fan_in),
+            // The bias's bound comes from the layer's fan-in, noted with it.
+            TensorRole::FcBias => (Init::LinearDefault, self.fc_fan_in),
+            TensorRole::BnWeight | TensorRole::RunningVar => (Init::Constant(1.0), 0),
+            _ => (Init::Constant(0.0), 0),
+        };
+        if role == TensorRole::FcWeight {
+            self.fc_fan_in = fan_in;
+        }
         if let Some(s) = self.specs.as_mut() {
             s.push(TensorSpec {
                 name: name.to_string(),
                 shape: shape.to_vec(),
                 role,
+                init,
+                fan_in,
             });
         }
     }

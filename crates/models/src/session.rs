@@ -16,7 +16,7 @@ use crate::checkpoint::{self, StateDict, ValueChecks};
 use crate::error::{ModelError, Result};
 use crate::image::ImageSize;
 use crate::init::WeightInit;
-use crate::resnet::ResNetConfig;
+use crate::model::ModelConfig;
 
 /// What a training session needs beyond the model.
 #[derive(Debug, Clone)]
@@ -68,7 +68,7 @@ impl From<OptimizerConfig> for TrainOptions {
 /// `size`, with the image input and the logits. Images the model cannot take get an
 /// error naming the smallest size it accepts.
 fn forward_graph(
-    config: &ResNetConfig,
+    config: &ModelConfig,
     mode: Mode,
     batch: usize,
     size: ImageSize,
@@ -84,9 +84,8 @@ fn forward_graph(
                     Mode::Eval => "inference",
                 };
                 ModelError::Config(format!(
-                    "images of {size} (width x height) are too small for {} ({:?} stem) {what} at batch {batch}: the smallest square size it accepts is {min}, and every larger size works ({e})",
-                    config.depth.name(),
-                    config.stem,
+                    "images of {size} (width x height) are too small for {} {what} at batch {batch}: the smallest square size it accepts is {min}, and every larger size works ({e})",
+                    config.describe(),
                 ))
             }
             _ => e,
@@ -97,7 +96,7 @@ fn forward_graph(
 /// A ResNet as a buffered graph on a device, with its weights.
 #[derive(Debug)]
 pub struct Session {
-    config: ResNetConfig,
+    config: ModelConfig,
     exec: Executor,
     images: ValueId,
     labels: Option<ValueId>,
@@ -123,19 +122,26 @@ impl Session {
     /// A training graph (forward, loss, backward, SGD) for batches of `batch` images of
     /// `image_size` (a side, or an [`ImageSize`] for non-square images).
     pub fn training(
-        config: ResNetConfig,
+        config: impl Into<ModelConfig>,
         batch: usize,
         image_size: impl Into<ImageSize>,
         options: TrainOptions,
         device: &Device,
     ) -> Result<Self> {
-        Self::training_with(config, batch, image_size.into(), options, None, device)
+        Self::training_with(
+            config.into(),
+            batch,
+            image_size.into(),
+            options,
+            None,
+            device,
+        )
     }
 
     /// The training graph, rewritten for data parallelism when `data_parallel` is given,
     /// before its one executor is built.
     fn training_with(
-        config: ResNetConfig,
+        config: ModelConfig,
         batch: usize,
         image_size: ImageSize,
         options: TrainOptions,
@@ -183,7 +189,7 @@ impl Session {
     /// unless `dp.sync_batch_norm` takes them over every rank's shard (PyTorch's
     /// `SyncBatchNorm`).
     pub fn training_data_parallel(
-        config: ResNetConfig,
+        config: impl Into<ModelConfig>,
         batch: usize,
         image_size: impl Into<ImageSize>,
         options: TrainOptions,
@@ -192,7 +198,14 @@ impl Session {
         device: &Device,
     ) -> Result<Self> {
         let rewrite = Some((comm, dp));
-        Self::training_with(config, batch, image_size.into(), options, rewrite, device)
+        Self::training_with(
+            config.into(),
+            batch,
+            image_size.into(),
+            options,
+            rewrite,
+            device,
+        )
     }
 
     /// What the data-parallel pass made (buckets, the collectives' queue and timings);
@@ -206,7 +219,7 @@ impl Session {
     /// passes: batch norms folded into the convolutions, residual adds and ReLUs fused
     /// into their output writes.
     pub fn inference(
-        config: ResNetConfig,
+        config: impl Into<ModelConfig>,
         batch: usize,
         image_size: impl Into<ImageSize>,
         device: &Device,
@@ -217,13 +230,13 @@ impl Session {
     /// [`inference`](Session::inference) with the given passes
     /// ([`PassSet::NONE`]: the graph as recorded, one node per op).
     pub fn inference_with_passes(
-        config: ResNetConfig,
+        config: impl Into<ModelConfig>,
         batch: usize,
         image_size: impl Into<ImageSize>,
         passes: PassSet,
         device: &Device,
     ) -> Result<Self> {
-        let image_size = image_size.into();
+        let (config, image_size) = (config.into(), image_size.into());
         let (mut b, images, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
         b.output(logits);
         Self::finish(
@@ -244,7 +257,7 @@ impl Session {
 
     #[allow(clippy::too_many_arguments)]
     fn finish(
-        config: ResNetConfig,
+        config: ModelConfig,
         b: GraphBuilder,
         images: ValueId,
         labels: Option<ValueId>,
@@ -265,10 +278,7 @@ impl Session {
         };
         if device.is_cpu() {
             crate::limits::check_allocation(
-                &format!(
-                    "{} for batches of {batch} at {image_size}",
-                    config.depth.name()
-                ),
+                &format!("{} for batches of {batch} at {image_size}", config.name()),
                 graph.peak_bytes(),
             )?;
         }
@@ -295,7 +305,7 @@ impl Session {
     }
 
     /// The model's configuration.
-    pub fn config(&self) -> &ResNetConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -504,7 +514,7 @@ impl Session {
         };
         // Checked here, once per batch and outside the timed graph: the loss kernel does
         // not read labels back from a device.
-        wick_ops::loss::check_labels(labels, self.config.num_classes)
+        wick_ops::loss::check_labels(labels, self.config.num_classes())
             .map_err(|e| ModelError::Config(format!("labels: {e}")))?;
         let copy = Instant::now();
         if let Some(step) = self.exec.graph().find(STEP_INPUT) {

@@ -58,16 +58,24 @@ pub fn mask(
         .ctx(OP)
 }
 
-/// Dropout of `x` at `step`: `(x · mask, mask)`, the mask kept for backward.
-pub fn dropout(x: &Tensor, p: f64, seed: u64, step: u64) -> Result<(Tensor, Tensor)> {
-    let m = mask(x.dims(), p, seed, step, x.dtype(), x.device())?;
-    Ok(((x * &m).ctx(OP)?, m))
+/// Dropout of `x` at `step` with a mask of `mask_shape` (`x`'s, or one value per sample
+/// broadcast over the rest: stochastic depth): `(x · mask, mask)`, the mask kept for
+/// backward.
+pub fn dropout(
+    x: &Tensor,
+    mask_shape: &[usize],
+    p: f64,
+    seed: u64,
+    step: u64,
+) -> Result<(Tensor, Tensor)> {
+    let m = mask(mask_shape, p, seed, step, x.dtype(), x.device())?;
+    Ok((x.broadcast_mul(&m).ctx(OP)?, m))
 }
 
-/// Dropout's input gradient: `grad_y · mask`.
+/// Dropout's input gradient: `grad_y · mask` (broadcast).
 pub fn dropout_backward(grad_y: &Tensor, mask: &Tensor) -> Result<Tensor> {
-    crate::shape::same(OP, "output gradient", grad_y.dims(), "mask", mask.dims())?;
-    (grad_y * mask).ctx(OP)
+    crate::broadcast::broadcast_shape(OP, grad_y.dims(), mask.dims())?;
+    grad_y.broadcast_mul(mask).ctx(OP)
 }
 
 /// Reads the step counter fed to a dropout node (a 0-dim integer tensor).

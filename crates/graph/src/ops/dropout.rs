@@ -15,13 +15,16 @@ use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Value
 /// one (0-dim, i64): dropout masks and Adam's bias corrections read it.
 pub const STEP_INPUT: &str = "step";
 
-/// Dropout. in: x, step; out: y, mask (the kept elements scaled by `1 / (1 - p)`).
+/// Dropout. in: x, step; out: y, mask (the kept elements scaled by `1 / (1 - p)`; one
+/// value per sample, broadcast, for stochastic depth).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Dropout {
-    /// The probability of dropping an element.
+    /// The probability of dropping an element (or a sample).
     pub p: f64,
     /// The node's seed (the builder's seed mixed with the OP_ID).
     pub seed: u64,
+    /// The mask's shape: the input's, or `[N, 1, ...]` for stochastic depth.
+    pub mask_shape: Vec<usize>,
 }
 
 /// Its gradient. in: grad_y, mask; out: grad_x.
@@ -51,6 +54,20 @@ impl GraphBuilder {
     /// probability `p` and the rest scaled by `1 / (1 - p)`; in an eval graph, and for
     /// `p = 0`, `x` itself (no node).
     pub fn dropout(&mut self, x: ValueId, p: f64) -> Result<ValueId> {
+        let shape = self.shape(x).to_vec();
+        self.record_dropout(x, p, shape)
+    }
+
+    /// Stochastic depth in torchvision's "row" mode: in a training graph each sample of
+    /// the batch is zeroed with probability `p` and the rest scaled by `1 / (1 - p)`; in an
+    /// eval graph, and for `p = 0`, `x` itself (no node).
+    pub fn stochastic_depth(&mut self, x: ValueId, p: f64) -> Result<ValueId> {
+        let mut shape = self.shape(x).to_vec();
+        shape.iter_mut().skip(1).for_each(|d| *d = 1);
+        self.record_dropout(x, p, shape)
+    }
+
+    fn record_dropout(&mut self, x: ValueId, p: f64, mask_shape: Vec<usize>) -> Result<ValueId> {
         self.forward_only("dropout")?;
         dropout::check_probability(p).map_err(self.build_err("dropout"))?;
         if self.mode == Mode::Eval || p == 0.0 {
@@ -61,14 +78,16 @@ impl GraphBuilder {
         let seed = self.seed ^ (self.graph.nodes.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let flops = wick_ops::shape::flop_count(1, &xs);
         let dt = self.dtype_of(x);
-        let new = vec![("dropout", xs.clone(), dt), ("dropout.mask", xs, dt)];
-        Ok(self.push(
-            Arc::new(Dropout { p, seed }),
-            vec![x, step],
-            new,
-            vec![],
-            flops,
-        )[0])
+        let new = vec![
+            ("dropout", xs, dt),
+            ("dropout.mask", mask_shape.clone(), dt),
+        ];
+        let op = Dropout {
+            p,
+            seed,
+            mask_shape,
+        };
+        Ok(self.push(Arc::new(op), vec![x, step], new, vec![], flops)[0])
     }
 }
 
@@ -79,7 +98,8 @@ impl NodeOp for Dropout {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [x, step] = args(inputs, "dropout")?;
-        let (y, mask) = dropout::dropout(x, self.p, self.seed, dropout::read_step(step)?)?;
+        let step = dropout::read_step(step)?;
+        let (y, mask) = dropout::dropout(x, &self.mask_shape, self.p, self.seed, step)?;
         Ok(vec![Some(y), Some(mask)])
     }
 

@@ -3,6 +3,7 @@
 //! runs its `wick-ops` kernel.
 
 pub mod activation;
+pub mod adaptive_pool;
 pub mod all_reduce;
 pub mod arithmetic;
 pub mod batchnorm;
