@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""PyTorch's reference for every zoo model: fixtures/zoo/<model>.safetensors.
+
+Each torchvision model is built with num_classes=10, dropout 0 and stochastic depth 0 (a
+deterministic step), and its weights are set by the fixture formula of
+fixtures/resnet18-formula/README.md, extended by module type: a convolution or linear
+weight is `s * sqrt(3 / fan_in)`, its bias `s * sqrt(3 / out)`; a normalisation weight
+`1 + 0.1 s` and bias `0.1 s`; running means `0.1 s`, variances `0.5 + u`; ConvNeXt's
+layer scale `0.1 s` (u from the tensor's name, s = 2u - 1). The batch is the formula's:
+4 images of 50x37 (width x height) from the "images" stream and labels from "labels".
+
+Stored (float64 values; `_f32` is PyTorch float32, `_f64` the same computation in float64
+from the same float32 weights and images):
+- logits_eval_*: eval() logits [4, 10];
+- loss_train_*: the train() forward's cross-entropy [1];
+- update1_norm_*.<name>: the L2 norm of each floating-point state entry's change after one
+  SGD step (lr 0.1, momentum 0.9, weight decay 5e-4; running statistics included);
+- images_sum [1]: the batch's sum, to check that both sides made the same batch.
+
+Usage: python3 scripts/make_zoo_fixtures.py [OUT_DIR] [MODEL...]  (needs torch,
+torchvision, safetensors, numpy; default OUT_DIR fixtures/zoo, every model).
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+import torchvision
+from safetensors.torch import save_file
+from torchvision.models.convnext import LayerNorm2d
+
+MASK = (1 << 64) - 1
+BATCH, HEIGHT, WIDTH, CLASSES = 4, 37, 50, 10
+SGD = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
+MODELS = {
+    "mobilenet_v2": dict(dropout=0.0),
+    "mobilenet_v3_small": dict(dropout=0.0),
+    "mobilenet_v3_large": dict(dropout=0.0),
+    "efficientnet_b0": dict(dropout=0.0, stochastic_depth_prob=0.0),
+    "densenet121": dict(),
+    "convnext_tiny": dict(stochastic_depth_prob=0.0),
+    "vgg11_bn": dict(dropout=0.0),
+    "vgg16_bn": dict(dropout=0.0),
+}
+NORMS = (torch.nn.BatchNorm2d, torch.nn.LayerNorm, LayerNorm2d, torch.nn.GroupNorm)
+
+
+def fnv1a(name):
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & MASK
+    return h
+
+
+def uniform(name, n):
+    with np.errstate(over="ignore"):
+        z = np.arange(n, dtype=np.uint64) + np.uint64(fnv1a(name))
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def formula(name, shape, kind):
+    n = int(np.prod(shape))
+    u = uniform(name, n)
+    s = 2 * u - 1
+    if name.endswith("running_var"):
+        v = 0.5 + u
+    elif name.endswith("running_mean"):
+        v = 0.1 * s
+    elif name.endswith("layer_scale"):
+        v = 0.1 * s
+    elif kind == "norm":
+        v = 1 + 0.1 * s if name.endswith("weight") else 0.1 * s
+    elif name.endswith("bias"):
+        v = s * np.sqrt(3 / shape[0])
+    else:
+        v = s * np.sqrt(3 / (n / shape[0]))
+    return torch.from_numpy(v.reshape(shape)).float()
+
+
+def model(name, dtype):
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(num_classes=CLASSES, **MODELS[name])
+    kinds = {}
+    for mname, mod in m.named_modules():
+        for pname, _ in list(mod.named_parameters(recurse=False)) + list(mod.named_buffers(recurse=False)):
+            kinds[f"{mname}.{pname}" if mname else pname] = "norm" if isinstance(mod, NORMS) else "other"
+    state = {}
+    for k, v in m.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            state[k] = torch.zeros_like(v)
+        else:
+            state[k] = formula(k, tuple(v.shape), kinds[k])
+    m.load_state_dict(state)
+    return m.to(dtype)
+
+
+def batch():
+    images = (2 * (2 * uniform("images", BATCH * 3 * HEIGHT * WIDTH) - 1)).astype(np.float32)
+    images = torch.from_numpy(images.reshape(BATCH, 3, HEIGHT, WIDTH))
+    labels = torch.from_numpy(np.floor(CLASSES * uniform("labels", BATCH)).astype(np.int64))
+    return images, labels
+
+
+def run(name, dtype):
+    images, labels = batch()
+    x = images.to(dtype)
+    out = {}
+    m = model(name, dtype).eval()
+    with torch.no_grad():
+        out["logits_eval"] = m(x)
+    m = model(name, dtype).train()
+    before = {k: v.clone() for k, v in m.state_dict().items() if v.is_floating_point()}
+    opt = torch.optim.SGD(m.parameters(), **SGD)
+    loss = torch.nn.functional.cross_entropy(m(x), labels)
+    loss.backward()
+    opt.step()
+    out["loss_train"] = loss.detach().reshape(1)
+    for k, v in m.state_dict().items():
+        if k in before:
+            out[f"update1_norm.{k}"] = (v.detach().double() - before[k].double()).norm().reshape(1)
+    return images, out
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else "fixtures/zoo"
+    names = sys.argv[2:] or list(MODELS)
+    os.makedirs(out_dir, exist_ok=True)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(2)
+    for name in names:
+        expected = {}
+        for dtype, tag in [(torch.float32, "f32"), (torch.float64, "f64")]:
+            images, out = run(name, dtype)
+            for k, v in out.items():
+                head, _, tail = k.partition(".")
+                expected[f"{head}_{tag}" + (f".{tail}" if tail else "")] = v.to(torch.float64).contiguous()
+        expected["images_sum"] = images.double().sum().reshape(1)
+        meta = dict(model=name, torch=torch.__version__, torchvision=torchvision.__version__,
+                    batch=str(BATCH), height=str(HEIGHT), width=str(WIDTH), classes=str(CLASSES))
+        save_file(expected, os.path.join(out_dir, f"{name}.safetensors"), metadata=meta)
+        rel = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()
+        print(f"{name}: {len(expected)} tensors; loss f32 {expected['loss_train_f32'].item():.6f}; "
+              f"PyTorch f32 vs f64: logits {rel(expected['logits_eval_f32'], expected['logits_eval_f64']):.1e}")
+
+
+if __name__ == "__main__":
+    main()
