@@ -124,3 +124,80 @@ fn periodic_checkpoints_are_kept_to_the_newest_and_partial_folders_removed() {
     std::fs::create_dir(dir.path().join("step-99")).unwrap();
     assert_eq!(resume::periodic(dir.path()).unwrap().last().unwrap().0, 8);
 }
+
+/// EfficientNet-B0 (dropout and stochastic depth on) at 16x16 trained by `optimizer`.
+fn zoo_session(optimizer: wick_graph::ops::optimizer::OptimizerConfig) -> Session {
+    use wick_models::{ZooArch, ZooConfig};
+    let config = ZooConfig {
+        dropout: 0.3,
+        stochastic_depth: 0.5,
+        ..ZooConfig::new(ZooArch::EfficientNetB0, 10).unwrap()
+    };
+    Session::training(config, 2, 16, optimizer.into(), &Device::Cpu).unwrap()
+}
+
+#[test]
+fn adam_adamw_and_dropout_resume_bit_for_bit() {
+    use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
+    use wick_ops::AdamParams;
+    let configs = [
+        OptimizerConfig::from(Optimizer::Adam(AdamParams::adam(1e-3))).clip_grad_norm(1.0),
+        OptimizerConfig::from(Optimizer::Adam(AdamParams::adamw(1e-3)))
+            .no_weight_decay_on(ParamSelector::OneDimensional),
+    ];
+    for config in configs {
+        let (k, total) = (2, 4);
+        let run = |s: &mut Session, from, to| {
+            let mut source = SyntheticImages::new(10, 2, 16, 7).unwrap();
+            source.seek(from).unwrap();
+            (from..to)
+                .map(|_| {
+                    let (x, y) = source.next_batch().unwrap();
+                    s.step(&x, &y).unwrap().to_bits()
+                })
+                .collect::<Vec<u32>>()
+        };
+        let mut whole = zoo_session(config.clone());
+        whole.init_weights(WeightInit::Torchvision(3)).unwrap();
+        let losses = run(&mut whole, 0, total);
+
+        let dir = common::scratch("wick-resume-adam-");
+        let mut first = zoo_session(config.clone());
+        first.init_weights(WeightInit::Torchvision(3)).unwrap();
+        let mut resumed = run(&mut first, 0, k);
+        let state = TrainingState {
+            step: k,
+            ..Default::default()
+        };
+        let ckpt = resume::save(&first, &state, dir.path(), "step-2").unwrap();
+        let moments = first.optimizer_state().unwrap();
+        assert!(moments.iter().any(|(n, _)| n.ends_with(".exp_avg_sq")), "Adam's state is saved");
+        drop(first);
+        let mut second = zoo_session(config.clone());
+        resume::load(&mut second, &ckpt).unwrap();
+        resumed.extend(run(&mut second, k, total));
+        assert_eq!(resumed, losses, "{config:?}: the same losses, bit for bit");
+        same(&whole.state_dict().unwrap(), &second.state_dict().unwrap());
+        let state = |s: &Session| s.optimizer_state().unwrap();
+        for ((n1, a), (n2, b)) in state(&whole).iter().zip(&state(&second)) {
+            assert_eq!(n1, n2);
+            assert_eq!(bits(a), bits(b), "{n1}");
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_of_another_optimizer_is_refused_naming_the_entry() {
+    use wick_graph::ops::optimizer::Optimizer;
+    use wick_ops::AdamParams;
+    let dir = common::scratch("wick-resume-mismatch-");
+    let mut sgd = session();
+    sgd.init_weights(WeightInit::Formula).unwrap();
+    steps(&mut sgd, 0, 1);
+    let ckpt = resume::save(&sgd, &TrainingState::default(), dir.path(), "step-1").unwrap();
+    let config = ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap();
+    let adam = Optimizer::Adam(AdamParams::adam(1e-3));
+    let mut other = Session::training(config, 2, 8, adam.into(), &Device::Cpu).unwrap();
+    let err = resume::load(&mut other, &ckpt).unwrap_err().to_string();
+    assert!(err.contains("momentum_buffer") && err.contains("another optimizer"), "{err}");
+}
