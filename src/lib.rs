@@ -12,6 +12,11 @@ pub use wick_graph as graph;
 pub use wick_models as models;
 pub use wick_ops as ops;
 
+/// The README's Rust blocks, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub mod allocator;
 pub use wick_graph::device;
 pub mod denormals;

@@ -21,6 +21,33 @@ pub enum Mode {
 
 /// Records a graph. Forward ops check their shapes as they are recorded and return an
 /// error naming the op and the shapes.
+///
+/// # Examples
+///
+/// A linear regression's whole training step: forward, loss, backward, optimizer.
+///
+/// ```
+/// use candle_core::DType;
+/// use wick_graph::{GraphBuilder, Mode, Phase};
+///
+/// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+/// let x = b.input("x", &[4, 3], DType::F32)?;
+/// let target = b.input("target", &[4, 2], DType::F32)?;
+/// let w = b.param("fc.weight", &[2, 3])?;
+/// let y = b.in_layer("fc", |b| b.linear(x, w, None))?;
+/// let loss = b.mse_loss(y, target)?;
+/// let grads = b.backward(loss)?;
+/// b.sgd(&grads, wick_ops::SgdParams { lr: 0.1, ..Default::default() })?;
+/// let graph = b.finish();
+/// assert_eq!(graph.nodes().last().unwrap().phase, Phase::Optimizer);
+/// // A shape error names the op, the layer and the shapes:
+/// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+/// let a = b.input("a", &[2, 3], DType::F32)?;
+/// let c = b.input("c", &[3, 2], DType::F32)?;
+/// let err = b.in_layer("head", |b| b.add(a, c)).unwrap_err().to_string();
+/// assert!(err.contains("add") && err.contains("head") && err.contains("[3, 2]"));
+/// # Ok::<(), wick_graph::GraphError>(())
+/// ```
 #[derive(Debug)]
 pub struct GraphBuilder {
     pub(crate) graph: Graph,

@@ -20,6 +20,25 @@ use crate::ops::optim::SgdUpdate;
 use crate::ops::optimizer::AdamUpdate;
 
 /// Runs a [`Graph`] on a device.
+///
+/// # Examples
+///
+/// ```
+/// use candle_core::{DType, Device, Tensor};
+/// use wick_graph::{Executor, GraphBuilder, Mode, TimeProfiler};
+///
+/// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+/// let x = b.input("x", &[2, 3], DType::F32)?;
+/// let y = b.gelu(x)?;
+/// b.output(y);
+/// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+/// exec.add_hook(TimeProfiler::new(2, 0))?; // hooks time each op
+/// exec.set("x", &Tensor::zeros((2, 3), DType::F32, &Device::Cpu)?)?;
+/// exec.run()?;
+/// let out = exec.get_id(y)?.expect("outputs are kept after a run");
+/// assert_eq!(out.to_vec2::<f32>()?, vec![vec![0.0; 3]; 2]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Executor {
     graph: Graph,
     device: Device,

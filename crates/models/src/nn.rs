@@ -2,6 +2,8 @@
 //! as candle-nn's `VarBuilder::pp` and PyTorch modules do, and record the model's state
 //! spec (name, shape, role, initialiser) as they go.
 //!
+//! # Examples
+//!
 //! ```
 //! use candle_core::DType;
 //! use wick_graph::{GraphBuilder, Mode};
@@ -164,6 +166,28 @@ impl Conv {
 
 /// Records layers on a [`GraphBuilder`], each creating its parameters under its module
 /// path (`features.3.conv.0.0.weight`), and collects the model's state spec.
+///
+/// # Examples
+///
+/// Layers nest with [`scope`](Layers::scope), as PyTorch modules do:
+///
+/// ```
+/// use candle_core::DType;
+/// use wick_graph::{GraphBuilder, Mode};
+/// use wick_models::nn::{Conv, Layers};
+///
+/// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+/// let x = b.input("x", &[1, 8, 4, 4], DType::F32)?;
+/// let mut nn = Layers::new(&mut b);
+/// let y = nn.scope("block.0", |nn| {
+///     let h = nn.conv2d("dw", x, Conv::new(8, 8, 3).padding(1).groups(8))?;
+///     nn.batch_norm("bn", h, 8)
+/// })?;
+/// let names: Vec<_> = nn.specs().iter().map(|s| s.name.as_str()).collect();
+/// assert_eq!(names[..2], ["block.0.dw.weight", "block.0.bn.weight"]);
+/// assert_eq!(nn.builder().shape(y), &[1, 8, 4, 4]);
+/// # Ok::<(), wick_graph::GraphError>(())
+/// ```
 pub struct Layers<'a> {
     b: &'a mut GraphBuilder,
     specs: Vec<TensorSpec>,

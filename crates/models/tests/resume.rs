@@ -171,7 +171,10 @@ fn adam_adamw_and_dropout_resume_bit_for_bit() {
         };
         let ckpt = resume::save(&first, &state, dir.path(), "step-2").unwrap();
         let moments = first.optimizer_state().unwrap();
-        assert!(moments.iter().any(|(n, _)| n.ends_with(".exp_avg_sq")), "Adam's state is saved");
+        assert!(
+            moments.iter().any(|(n, _)| n.ends_with(".exp_avg_sq")),
+            "Adam's state is saved"
+        );
         drop(first);
         let mut second = zoo_session(config.clone());
         resume::load(&mut second, &ckpt).unwrap();
@@ -199,5 +202,8 @@ fn a_checkpoint_of_another_optimizer_is_refused_naming_the_entry() {
     let adam = Optimizer::Adam(AdamParams::adam(1e-3));
     let mut other = Session::training(config, 2, 8, adam.into(), &Device::Cpu).unwrap();
     let err = resume::load(&mut other, &ckpt).unwrap_err().to_string();
-    assert!(err.contains("momentum_buffer") && err.contains("another optimizer"), "{err}");
+    assert!(
+        err.contains("momentum_buffer") && err.contains("another optimizer"),
+        "{err}"
+    );
 }

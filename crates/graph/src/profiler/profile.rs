@@ -90,6 +90,35 @@ pub struct OpTypeRow {
 
 /// Everything the profiler measured. The report prints what it holds: per-op lines when
 /// `ops` is filled (verbosity 2), the phase lines otherwise.
+///
+/// # Examples
+///
+/// ```
+/// use candle_core::{DType, Device, Tensor};
+/// use wick_graph::profiler::{RecordLevel, Schedule};
+/// use wick_graph::{Executor, GraphBuilder, Mode, Phase, TimeProfiler};
+///
+/// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+/// let x = b.input("x", &[64, 64], DType::F32)?;
+/// let y = b.in_layer("act", |b| b.silu(x))?;
+/// let y = b.softmax(y, 1)?;
+/// b.output(y);
+/// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+/// let schedule = Schedule { wait: 1, warmup: 0, active: 2, repeat: 1 };
+/// exec.add_hook(TimeProfiler::with_schedule(schedule, RecordLevel::PerOp))?;
+/// exec.set("x", &Tensor::ones((64, 64), DType::F32, &Device::Cpu)?)?;
+/// for _ in 0..3 {
+///     exec.run()?;
+/// }
+/// let profile = exec.hook::<TimeProfiler>().unwrap().profile();
+/// assert_eq!(profile.timed_iterations, 2);
+/// let silu = &profile.ops[0];
+/// assert_eq!((silu.name.as_str(), silu.phase), ("SiLU", Phase::Forward));
+/// assert_eq!(silu.origin.layer.as_deref(), Some("act"));
+/// let rows = profile.by_type(); // one row per kernel name, as PyTorch's key_averages
+/// assert!(rows.iter().any(|r| r.name == "SoftmaxForward"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Profile {
     /// The SINGA verbosity the report prints at (1 phases, 2 every op, 3 only the

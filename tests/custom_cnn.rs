@@ -1,0 +1,49 @@
+//! `examples/custom_cnn.rs` as a user runs it: a user-defined CNN with a custom op (Mish)
+//! and AdamW trains (the loss falls) and its profile times the custom op by name.
+
+mod common;
+
+#[test]
+fn the_custom_cnn_example_trains_and_profiles_its_custom_op() {
+    let dir = common::scratch("wick-custom-cnn-");
+    let out = common::run(
+        dir.path(),
+        "custom_cnn",
+        &["--steps", "16", "--batch-size", "8"],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let losses: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("step "))
+        .map(|l| {
+            l.split("loss ")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(losses.len() >= 3, "{stdout}");
+    assert!(
+        losses.last().unwrap() < &(losses[0] * 0.9),
+        "the loss falls: {losses:?}"
+    );
+    assert!(stdout.contains("6 Mish nodes timed"), "{stdout}");
+    assert!(
+        stdout.contains(". MishForward : ") && stdout.contains(". MishBackward : "),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(". AdamUpdate : ") && stdout.contains(". ClipGradNorm : "),
+        "{stdout}"
+    );
+}
