@@ -209,9 +209,26 @@ pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
 }
 
 fn forward_cpu<T: Float>(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
-    cpu::map::<T>(op_name(kind), x, |v| {
-        T::from_f64(forward64(kind, slope, v.to_f64()))
-    })
+    let op = op_name(kind);
+    // The piecewise-linear ones in the tensor's own dtype, as PyTorch computes them (and
+    // as fast as a copy); the smooth ones in f64, rounded once.
+    let (three, six, k) = (T::from_f64(3.0), T::from_f64(6.0), T::from_f64(slope));
+    let relu6 = move |v: T| {
+        if v <= T::ZERO {
+            T::ZERO
+        } else if v >= six {
+            six
+        } else {
+            v
+        }
+    };
+    match kind {
+        Activation::Relu6 => cpu::map::<T>(op, x, relu6),
+        Activation::Hardswish => cpu::map::<T>(op, x, move |v| v * relu6(v + three) / six),
+        Activation::Hardsigmoid => cpu::map::<T>(op, x, move |v| relu6(v + three) / six),
+        Activation::LeakyRelu => cpu::map::<T>(op, x, move |v| if v > T::ZERO { v } else { v * k }),
+        _ => cpu::map::<T>(op, x, |v| T::from_f64(forward64(kind, slope, v.to_f64()))),
+    }
 }
 
 fn forward_generic(kind: Activation, slope: f64, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -261,9 +278,38 @@ fn backward_cpu<T: Float>(
     grad_y: &Tensor,
     saved: &Tensor,
 ) -> Result<Tensor> {
-    cpu::zip_map::<T>(kind.backward_name(), grad_y, saved, |g, s| {
-        T::from_f64(g.to_f64() * derivative64(kind, slope, s.to_f64()))
-    })
+    let op = kind.backward_name();
+    let (three, six, half, k) = (T::from_f64(3.0), T::from_f64(6.0), T::from_f64(0.5), T::from_f64(slope));
+    let zero = T::ZERO;
+    match kind {
+        Activation::Relu6 => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| {
+            if x > zero && x < six {
+                g
+            } else {
+                zero
+            }
+        }),
+        Activation::Hardswish => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| {
+            if x <= zero - three {
+                zero
+            } else if x < three {
+                g * (x / three + half)
+            } else {
+                g
+            }
+        }),
+        Activation::Hardsigmoid => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| {
+            if x > zero - three && x < three {
+                g / six
+            } else {
+                zero
+            }
+        }),
+        Activation::LeakyRelu => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| if x > zero { g } else { g * k }),
+        _ => cpu::zip_map::<T>(op, grad_y, saved, |g, s| {
+            T::from_f64(g.to_f64() * derivative64(kind, slope, s.to_f64()))
+        }),
+    }
 }
 
 fn derivative_generic(kind: Activation, slope: f64, s: &Tensor) -> candle_core::Result<Tensor> {

@@ -24,7 +24,7 @@ use super::im2col::{
     batch_columns, batch_rows, col2im, col2im_pixels, col2im_plane, gather_outputs, im2col,
     scatter_outputs, transpose,
 };
-use super::{winograd, winograd_filter, Geom, OP};
+use super::{depthwise, winograd, winograd_filter, Geom, OP};
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
@@ -115,20 +115,20 @@ fn group_of<'a, T>(data: &'a [T], n: usize, grp: usize, g: &Geom, per_group: usi
 }
 
 /// An [`Epilogue`](super::Epilogue)'s data on the CPU.
-struct CpuEpilogue<'a, T> {
+pub(super) struct CpuEpilogue<'a, T> {
     bias: Option<Vec<T>>,
     residual: Option<&'a [T]>,
     relu: bool,
 }
 
 impl<T: Float> CpuEpilogue<'_, T> {
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.bias.is_none() && self.residual.is_none() && !self.relu
     }
 
     /// Applies the epilogue to `row`: pixels `p0..` of image `n`'s channel `c`.
     #[inline]
-    fn apply_row(&self, g: &Geom, n: usize, c: usize, p0: usize, row: &mut [T]) {
+    pub(super) fn apply_row(&self, g: &Geom, n: usize, c: usize, p0: usize, row: &mut [T]) {
         let relu = |v: T| {
             if self.relu && v <= T::ZERO {
                 T::ZERO
@@ -239,6 +239,12 @@ fn forward_with<T: Float>(
     w: &Tensor,
     epi: &CpuEpilogue<'_, T>,
 ) -> Result<Tensor> {
+    if depthwise::applies(g) {
+        let out = cpu::with_slice::<T, _>(OP, x, |xs| {
+            cpu::with_slice::<T, _>(OP, w, |ws| Ok(depthwise::forward(g, xs, ws, epi)))
+        })?;
+        return cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow));
+    }
     if let Some(s) = winograd_shape(g) {
         let out = cpu::with_slice::<T, _>(OP, x, |xs| {
             cpu::with_slice::<T, _>(OP, w, |ws| {
@@ -289,6 +295,12 @@ fn forward_with<T: Float>(
 }
 
 pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if depthwise::applies(g) {
+        let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+            cpu::with_slice::<T, _>(OP, w, |ws| Ok(depthwise::backward_data(g, gs, ws)))
+        })?;
+        return cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w));
+    }
     if let Some(s) = winograd_shape(g) {
         // The input gradient of a 3x3 stride-1 convolution: the output gradient convolved
         // with the flipped, transposed weights, padded by 2 - padding.
@@ -358,6 +370,12 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
 }
 
 pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
+    if depthwise::applies(g) {
+        let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+            cpu::with_slice::<T, _>(OP, x, |xs| Ok(depthwise::backward_filter(g, gs, xs)))
+        })?;
+        return cpu::tensor(OP, dw, (g.c_out, 1, g.kh, g.kw));
+    }
     if let Some(s) = winograd_shape(g).filter(winograd_filter::pays) {
         let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
             cpu::with_slice::<T, _>(OP, x, |xs| Ok(winograd_filter::weight_gradient(&s, xs, gs)))

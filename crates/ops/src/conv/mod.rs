@@ -7,6 +7,7 @@
 //!   the CPU under [`KernelPath::Generic`](crate::KernelPath)).
 
 mod cpu;
+mod depthwise;
 mod generic;
 mod im2col;
 mod winograd;

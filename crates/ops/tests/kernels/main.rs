@@ -7,6 +7,7 @@ mod common;
 mod batchnorm;
 mod conv;
 mod conv_fused;
+mod depthwise;
 mod elementwise;
 mod fused_train;
 mod linear;

@@ -1,0 +1,134 @@
+//! Depthwise convolution on the CPU (one group per channel, one filter per group:
+//! MobileNet's and EfficientNet's 3x3 and 5x5, ConvNeXt's 7x7): direct loops over each
+//! image plane, in parallel over planes, for the forward pass and both gradients. Each
+//! output reads k² inputs, so the work is memory-bound; im2col would first copy every
+//! input k² times and then run a GEMM of one row per group.
+//!
+//! Each output sums its k² products in the tap order (row by row), like a direct
+//! convolution; the weight gradient sums over batch and pixels in f64, then rounds once.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use super::cpu::CpuEpilogue;
+use super::Geom;
+use crate::cpu::Float;
+
+/// Whether `g` is a depthwise convolution with one filter per channel.
+pub(super) fn applies(g: &Geom) -> bool {
+    g.groups > 1 && g.groups == g.c_in && g.c_out == g.c_in
+}
+
+/// The output positions along one axis whose tap `k` reads an input inside `0..len`:
+/// `o * stride + k * dilation - pad` in range.
+fn valid(out: usize, len: usize, k: usize, stride: usize, dilation: usize, pad: usize) -> Range<usize> {
+    let offset = (k * dilation) as isize - pad as isize;
+    // o * stride + offset >= 0  and  o * stride + offset <= len - 1.
+    let lo = if offset >= 0 { 0 } else { (-offset as usize).div_ceil(stride) };
+    let hi_num = len as isize - 1 - offset;
+    let hi = if hi_num < 0 { 0 } else { (hi_num as usize / stride + 1).min(out) };
+    lo.min(hi)..hi
+}
+
+/// Calls `f(tap_y, tap_x, oy_range, ox_range, dy, dx)` for every tap, with the output
+/// positions it reaches and the input offset `iy = oy * sy + dy` (likewise x).
+fn for_each_tap(g: &Geom, mut f: impl FnMut(usize, Range<usize>, Range<usize>, isize, isize)) {
+    let [sy, sx] = g.p.stride;
+    let [dy, dx] = g.p.dilation;
+    let [py, px] = g.p.padding;
+    for ky in 0..g.kh {
+        let ys = valid(g.oh, g.h, ky, sy, dy, py);
+        for kx in 0..g.kw {
+            let xs = valid(g.ow, g.w, kx, sx, dx, px);
+            let offy = (ky * dy) as isize - py as isize;
+            let offx = (kx * dx) as isize - px as isize;
+            f(ky * g.kw + kx, ys.clone(), xs, offy, offx);
+        }
+    }
+}
+
+/// Forward: `out[n, c] = x[n, c] ⋆ w[c]`, then the epilogue.
+pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<'_, T>) -> Vec<T> {
+    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let [sy, sx] = g.p.stride;
+    let mut out = vec![T::ZERO; g.n * g.c_out * p];
+    out.par_chunks_mut(p).enumerate().for_each(|(plane, o)| {
+        let (n, c) = (plane / g.c_in, plane % g.c_in);
+        let x = &xs[plane * hw..][..hw];
+        let w = &ws[c * taps..][..taps];
+        for_each_tap(g, |t, ys, xr, offy, offx| {
+            let wt = w[t];
+            for oy in ys {
+                let iy = (oy * sy) as isize + offy;
+                let row = &x[iy as usize * g.w..][..g.w];
+                let orow = &mut o[oy * g.ow..][..g.ow];
+                for ox in xr.clone() {
+                    let ix = ((ox * sx) as isize + offx) as usize;
+                    orow[ox] += row[ix] * wt;
+                }
+            }
+        });
+        if !epi.is_empty() {
+            epi.apply_row(g, n, c, 0, o);
+        }
+    });
+    out
+}
+
+/// Input gradient: each output gradient scattered back through its plane's filter.
+pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
+    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let [sy, sx] = g.p.stride;
+    let mut dx = vec![T::ZERO; g.n * g.c_in * hw];
+    dx.par_chunks_mut(hw).enumerate().for_each(|(plane, d)| {
+        let c = plane % g.c_in;
+        let gy = &gs[plane * p..][..p];
+        let w = &ws[c * taps..][..taps];
+        for_each_tap(g, |t, ys, xr, offy, offx| {
+            let wt = w[t];
+            for oy in ys {
+                let iy = ((oy * sy) as isize + offy) as usize;
+                let grow = &gy[oy * g.ow..][..g.ow];
+                let drow = &mut d[iy * g.w..][..g.w];
+                for ox in xr.clone() {
+                    let ix = ((ox * sx) as isize + offx) as usize;
+                    drow[ix] += grow[ox] * wt;
+                }
+            }
+        });
+    });
+    dx
+}
+
+/// Weight gradient: `dw[c, tap] = Σ_n Σ_pixels gy[n, c] · x[n, c] at the tap`, in f64.
+pub(super) fn backward_filter<T: Float>(g: &Geom, gs: &[T], xs: &[T]) -> Vec<T> {
+    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let [sy, sx] = g.p.stride;
+    let mut dw = vec![T::ZERO; g.c_out * taps];
+    dw.par_chunks_mut(taps).enumerate().for_each(|(c, dwc)| {
+        let mut acc = vec![0f64; taps];
+        for n in 0..g.n {
+            let plane = n * g.c_in + c;
+            let x = &xs[plane * hw..][..hw];
+            let gy = &gs[plane * p..][..p];
+            for_each_tap(g, |t, ys, xr, offy, offx| {
+                let mut sum = T::ZERO;
+                for oy in ys {
+                    let iy = ((oy * sy) as isize + offy) as usize;
+                    let row = &x[iy * g.w..][..g.w];
+                    let grow = &gy[oy * g.ow..][..g.ow];
+                    for ox in xr.clone() {
+                        let ix = ((ox * sx) as isize + offx) as usize;
+                        sum += grow[ox] * row[ix];
+                    }
+                }
+                acc[t] += sum.to_f64();
+            });
+        }
+        for (d, a) in dwc.iter_mut().zip(acc) {
+            *d = T::from_f64(a);
+        }
+    });
+    dw
+}

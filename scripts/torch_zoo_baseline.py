@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""PyTorch's training step for a torchvision zoo model, timed as
+scripts/compare_pytorch.sh compares it with wick's: SGD (lr 0.1, momentum 0.9, weight
+decay 5e-4), cross-entropy, 10 classes, dropout and stochastic depth off; the median of
+`--reps` steps after `--warmup`. Prints one JSON line with "median_ms".
+
+Usage: python3 scripts/torch_zoo_baseline.py --model mobilenet_v2 [--batch 8] [--size 128]
+       [--threads 2] [--warmup 3] [--reps 10]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torchvision
+
+OFF = {
+    "mobilenet_v2": dict(dropout=0.0),
+    "mobilenet_v3_small": dict(dropout=0.0),
+    "mobilenet_v3_large": dict(dropout=0.0),
+    "efficientnet_b0": dict(dropout=0.0, stochastic_depth_prob=0.0),
+    "densenet121": dict(),
+    "convnext_tiny": dict(stochastic_depth_prob=0.0),
+    "vgg11_bn": dict(dropout=0.0),
+    "vgg16_bn": dict(dropout=0.0),
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True, choices=sorted(OFF))
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=10)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, a.model)(num_classes=10, **OFF[a.model]).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(a.batch, 3, a.size, a.size)
+    y = torch.randint(0, 10, (a.batch,))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    ms = []
+    for _ in range(a.reps):
+        t = time.perf_counter()
+        step()
+        ms.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({"model": a.model, "batch": a.batch, "size": a.size, "threads": a.threads,
+                      "median_ms": round(statistics.median(ms), 3), "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
