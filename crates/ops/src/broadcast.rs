@@ -4,6 +4,7 @@
 
 use candle_core::{DType, Tensor};
 
+use crate::broadcast_cpu;
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
 use crate::kernel::{route, Route};
@@ -89,7 +90,21 @@ pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if a.dims() == b.dims() && on_cpu_kernel(a) {
         return dispatch_float!(name, a.dtype(), same_shape_cpu(op, a, b));
     }
-    broadcast_shape(name, a.dims(), b.dims())?;
+    let out = broadcast_shape(name, a.dims(), b.dims())?;
+    if on_cpu_kernel(a) {
+        if let Some(p) = (a.dims() == out.as_slice())
+            .then(|| broadcast_cpu::planes(a.dims(), b.dims()))
+            .flatten()
+        {
+            return dispatch_float!(name, a.dtype(), broadcast_cpu::forward(op, a, b, false, &p));
+        }
+        if let Some(p) = (b.dims() == out.as_slice())
+            .then(|| broadcast_cpu::planes(b.dims(), a.dims()))
+            .flatten()
+        {
+            return dispatch_float!(name, a.dtype(), broadcast_cpu::forward(op, b, a, true, &p));
+        }
+    }
     match op {
         BinaryOp::Add => a.broadcast_add(b),
         BinaryOp::Sub => a.broadcast_sub(b),
@@ -166,6 +181,16 @@ pub fn backward(
 pub fn sum_to_shape(op: &'static str, t: &Tensor, shape: &[usize]) -> Result<Tensor> {
     if t.dims() == shape {
         return Ok(t.clone());
+    }
+    if on_cpu_kernel(t) {
+        if let Some(p) = broadcast_cpu::planes(t.dims(), shape) {
+            let len = shape.iter().product();
+            return dispatch_float!(
+                op,
+                t.dtype(),
+                broadcast_cpu::reduce_planes(op, t, None, len, &p, shape)
+            );
+        }
     }
     let lead = t.rank() - shape.len();
     let mut r = t.clone();

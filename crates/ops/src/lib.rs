@@ -24,6 +24,7 @@ pub mod activation;
 pub mod adam;
 pub mod batchnorm;
 pub mod broadcast;
+mod broadcast_cpu;
 pub mod compare;
 pub mod conv;
 mod cpu;

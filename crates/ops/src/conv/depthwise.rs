@@ -22,12 +22,27 @@ pub(super) fn applies(g: &Geom) -> bool {
 
 /// The output positions along one axis whose tap `k` reads an input inside `0..len`:
 /// `o * stride + k * dilation - pad` in range.
-fn valid(out: usize, len: usize, k: usize, stride: usize, dilation: usize, pad: usize) -> Range<usize> {
+fn valid(
+    out: usize,
+    len: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+) -> Range<usize> {
     let offset = (k * dilation) as isize - pad as isize;
     // o * stride + offset >= 0  and  o * stride + offset <= len - 1.
-    let lo = if offset >= 0 { 0 } else { (-offset as usize).div_ceil(stride) };
+    let lo = if offset >= 0 {
+        0
+    } else {
+        (-offset as usize).div_ceil(stride)
+    };
     let hi_num = len as isize - 1 - offset;
-    let hi = if hi_num < 0 { 0 } else { (hi_num as usize / stride + 1).min(out) };
+    let hi = if hi_num < 0 {
+        0
+    } else {
+        (hi_num as usize / stride + 1).min(out)
+    };
     lo.min(hi)..hi
 }
 

@@ -24,13 +24,55 @@ fn cases() -> Vec<Case> {
         groups: 1,
     };
     vec![
-        Case { c: 4, h: 7, w: 6, k: 3, p: p(1, 1, 1) },
-        Case { c: 3, h: 9, w: 8, k: 3, p: p(2, 1, 1) },
-        Case { c: 5, h: 11, w: 7, k: 5, p: p(2, 2, 1) },
-        Case { c: 2, h: 10, w: 10, k: 7, p: p(1, 3, 1) },
-        Case { c: 3, h: 9, w: 9, k: 3, p: p(1, 2, 2) },
-        Case { c: 2, h: 5, w: 6, k: 5, p: p(1, 0, 1) },
-        Case { c: 3, h: 3, w: 3, k: 3, p: p(3, 2, 1) },
+        Case {
+            c: 4,
+            h: 7,
+            w: 6,
+            k: 3,
+            p: p(1, 1, 1),
+        },
+        Case {
+            c: 3,
+            h: 9,
+            w: 8,
+            k: 3,
+            p: p(2, 1, 1),
+        },
+        Case {
+            c: 5,
+            h: 11,
+            w: 7,
+            k: 5,
+            p: p(2, 2, 1),
+        },
+        Case {
+            c: 2,
+            h: 10,
+            w: 10,
+            k: 7,
+            p: p(1, 3, 1),
+        },
+        Case {
+            c: 3,
+            h: 9,
+            w: 9,
+            k: 3,
+            p: p(1, 2, 2),
+        },
+        Case {
+            c: 2,
+            h: 5,
+            w: 6,
+            k: 5,
+            p: p(1, 0, 1),
+        },
+        Case {
+            c: 3,
+            h: 3,
+            w: 3,
+            k: 3,
+            p: p(3, 2, 1),
+        },
     ]
 }
 
@@ -55,9 +97,19 @@ fn depthwise_matches_the_generic_grouped_convolution_forward_and_backward() {
         assert_close(&format!("case {i} input gradient"), &dx, &generic.1, 1e-13);
         assert_close(&format!("case {i} weight gradient"), &dw, &generic.2, 1e-13);
         let numeric = numeric_grad(|t| conv::conv2d(t, &w, None, &p).unwrap(), &x, &gy);
-        assert_close(&format!("case {i} input gradient vs finite differences"), &dx, &numeric, FD_TOL);
+        assert_close(
+            &format!("case {i} input gradient vs finite differences"),
+            &dx,
+            &numeric,
+            FD_TOL,
+        );
         let numeric = numeric_grad(|t| conv::conv2d(&x, t, None, &p).unwrap(), &w, &gy);
-        assert_close(&format!("case {i} weight gradient vs finite differences"), &dw, &numeric, FD_TOL);
+        assert_close(
+            &format!("case {i} weight gradient vs finite differences"),
+            &dw,
+            &numeric,
+            FD_TOL,
+        );
     }
 }
 
@@ -68,13 +120,28 @@ fn depthwise_epilogue_matches_the_unfused_ops() {
     let w = rand_tensor(2, &[4, 1, 3, 3]);
     let b = rand_tensor(3, &[4]);
     let r = rand_tensor(4, &[2, 4, 6, 5]);
-    let epilogue = Epilogue { bias: Some(&b), residual: Some(&r), relu: true };
+    let epilogue = Epilogue {
+        bias: Some(&b),
+        residual: Some(&r),
+        relu: true,
+    };
     let fused = conv::conv2d_fused(&x, &w, &epilogue, &p).unwrap();
     let plain = conv::conv2d(&x, &w, Some(&b), &p).unwrap();
     let expected = wick_ops::relu(&(plain + &r).unwrap()).unwrap();
     assert_close("depthwise epilogue", &fused, &expected, 1e-15);
     // f32 agrees with f64 to float32 rounding.
-    let y32 = conv::conv2d(&x.to_dtype(candle_core::DType::F32).unwrap(), &w.to_dtype(candle_core::DType::F32).unwrap(), None, &p).unwrap();
+    let y32 = conv::conv2d(
+        &x.to_dtype(candle_core::DType::F32).unwrap(),
+        &w.to_dtype(candle_core::DType::F32).unwrap(),
+        None,
+        &p,
+    )
+    .unwrap();
     let y64 = conv::conv2d(&x, &w, None, &p).unwrap();
-    assert_close("f32", &y32.to_dtype(candle_core::DType::F64).unwrap(), &y64, 1e-6);
+    assert_close(
+        "f32",
+        &y32.to_dtype(candle_core::DType::F64).unwrap(),
+        &y64,
+        1e-6,
+    );
 }

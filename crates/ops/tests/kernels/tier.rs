@@ -234,3 +234,43 @@ fn mse_and_bce_match_pytorch_for_input_and_target() {
         );
     }
 }
+
+#[test]
+fn plane_broadcasts_on_the_cpu_match_the_generic_path_in_both_orders() {
+    let shapes: [(&[usize], &[usize]); 5] = [
+        (&[2, 3, 4, 5], &[3, 1, 1]),
+        (&[2, 3, 4, 5], &[2, 3, 1, 1]),
+        (&[2, 3, 4, 5], &[1, 3, 1, 1]),
+        (&[2, 3, 4, 5], &[5]),
+        (&[4, 6], &[4, 1]),
+    ];
+    for (i, (big, small)) in shapes.into_iter().enumerate() {
+        let x = rand_tensor(40 + i as u64, big);
+        let s = (rand_tensor(50 + i as u64, small) + 2.0).unwrap();
+        for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div] {
+            for (a, b) in [(&x, &s), (&s, &x)] {
+                let y = broadcast::forward(op, a, b).unwrap();
+                let gy = rand_tensor(60 + i as u64, y.dims());
+                let grads = |on_generic: bool| {
+                    let run = || {
+                        (
+                            broadcast::forward(op, a, b).unwrap(),
+                            broadcast::backward(op, Operand::Lhs, &gy, a, b).unwrap(),
+                            broadcast::backward(op, Operand::Rhs, &gy, a, b).unwrap(),
+                        )
+                    };
+                    if on_generic {
+                        wick_ops::KernelPath::Generic.scope(run)
+                    } else {
+                        run()
+                    }
+                };
+                let (cpu, generic) = (grads(false), grads(true));
+                let what = format!("{op:?} {:?} with {:?}", a.dims(), b.dims());
+                assert_close(&format!("{what} forward"), &cpu.0, &generic.0, 1e-15);
+                assert_close(&format!("{what} grad lhs"), &cpu.1, &generic.1, 1e-13);
+                assert_close(&format!("{what} grad rhs"), &cpu.2, &generic.2, 1e-13);
+            }
+        }
+    }
+}
