@@ -114,6 +114,53 @@ impl Activation {
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_TANH_C: f64 = 0.044715;
 
+/// `out[i] = f(x[i], g[i])` (`g[i]` = 0 without `g`) over f32 CPU tensors, each chunk
+/// compiled for the CPU's widest vectors ([`cpu::vectorized`]).
+fn wide_f32(
+    op: &'static str,
+    x: &Tensor,
+    g: Option<&Tensor>,
+    f: impl Fn(f32, f32) -> f32 + Sync + Copy,
+) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let mut out = vec![0f32; x.elem_count()];
+    cpu::with_slice::<f32, _>(op, x, |xs| {
+        let mut body = |gs: Option<&[f32]>| {
+            out.par_chunks_mut(cpu::CHUNK)
+                .enumerate()
+                .for_each(|(i, o)| {
+                    let a = &xs[i * cpu::CHUNK..][..o.len()];
+                    match gs {
+                        Some(gs) => {
+                            let b = &gs[i * cpu::CHUNK..][..o.len()];
+                            cpu::vectorized(|| {
+                                for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+                                    *o = f(*a, *b);
+                                }
+                            })
+                        }
+                        None => cpu::vectorized(|| {
+                            for (o, a) in o.iter_mut().zip(a) {
+                                *o = f(*a, 0.0);
+                            }
+                        }),
+                    }
+                });
+        };
+        match g {
+            Some(g) => cpu::with_slice::<f32, _>(op, g, |gs| {
+                body(Some(gs));
+                Ok(())
+            }),
+            None => {
+                body(None);
+                Ok(())
+            }
+        }
+    })?;
+    cpu::tensor(op, out, x.dims())
+}
+
 /// `e^x` in f32 by Cephes' `expf`: `2^n · p(r)` with `n = round(x / ln 2)`, `r` the
 /// remainder and a degree-6 polynomial, within 2 ulp; branch-free, so loops over it
 /// vectorise. NaN stays NaN; the input is clamped to where the result is finite.

@@ -9,6 +9,7 @@
 
 use candle_core::{DType, Tensor};
 mod cpu;
+mod cpu_global;
 mod cpu_values;
 #[cfg(feature = "cuda")]
 mod cuda;
@@ -331,7 +332,10 @@ pub fn global_avg_pool_flops(input: &[usize]) -> u64 {
 /// Global average pool forward: [N, C, H, W] -> [N, C, 1, 1] (PyTorch's
 /// `AdaptiveAvgPool2d(1)`).
 pub fn global_avg_pool(x: &Tensor) -> Result<Tensor> {
-    nchw(GAP, "input", x.dims())?;
+    let dims = nchw(GAP, "input", x.dims())?;
+    if route(x.device()) == Route::Cpu && matches!(x.dtype(), DType::F32 | DType::F64) {
+        return dispatch_float!(GAP, x.dtype(), cpu_global::forward(x, dims));
+    }
     x.mean_keepdim(3).ctx(GAP)?.mean_keepdim(2).ctx(GAP)
 }
 
@@ -345,6 +349,13 @@ pub fn global_avg_pool_backward(grad_y: &Tensor, input_shape: &[usize]) -> Resul
         "pooled output",
         &[n, c, 1, 1],
     )?;
+    if route(grad_y.device()) == Route::Cpu && matches!(grad_y.dtype(), DType::F32 | DType::F64) {
+        return dispatch_float!(
+            GAP,
+            grad_y.dtype(),
+            cpu_global::backward(grad_y, [n, c, h, w])
+        );
+    }
     (grad_y / (h * w) as f64)
         .ctx(GAP)?
         .broadcast_as((n, c, h, w))
