@@ -302,9 +302,11 @@ fn forward_cpu<T: Float>(kind: Activation, slope: f64, x: &Tensor) -> Result<Ten
         Activation::Hardswish => cpu::map::<T>(op, x, move |v| v * relu6(v + three) / six),
         Activation::Hardsigmoid => cpu::map::<T>(op, x, move |v| relu6(v + three) / six),
         Activation::LeakyRelu => cpu::map::<T>(op, x, move |v| if v > T::ZERO { v } else { v * k }),
-        Activation::Sigmoid if x.dtype() == DType::F32 => cpu::map::<f32>(op, x, sigmoid_f32),
+        Activation::Sigmoid if x.dtype() == DType::F32 => {
+            wide_f32(op, x, None, |v, _| sigmoid_f32(v))
+        }
         Activation::Silu if x.dtype() == DType::F32 => {
-            cpu::map::<f32>(op, x, |v| v * sigmoid_f32(v))
+            wide_f32(op, x, None, |v, _| v * sigmoid_f32(v))
         }
         _ => cpu::map::<T>(op, x, |v| T::from_f64(forward64(kind, slope, v.to_f64()))),
     }
@@ -399,7 +401,7 @@ fn backward_cpu<T: Float>(
         }
         Activation::Sigmoid => cpu::zip_map::<T>(op, grad_y, saved, |g, y| g * (y * (T::ONE - y))),
         Activation::Silu if saved.dtype() == DType::F32 => {
-            cpu::zip_map::<f32>(op, grad_y, saved, |g, x| {
+            wide_f32(op, saved, Some(grad_y), |x, g| {
                 let s = sigmoid_f32(x);
                 g * (s * (1.0 + x * (1.0 - s)))
             })
