@@ -49,6 +49,7 @@ pub mod output;
 pub mod passes;
 pub mod phase;
 pub mod profiler;
+pub mod state;
 pub mod timer;
 
 pub use autodiff::Gradients;
@@ -62,4 +63,5 @@ pub use memory::{MemoryPlan, MemorySplit};
 pub use output::OutputError;
 pub use passes::{PassName, PassRecord, PassSet};
 pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};
+pub use state::{LoadMode, LoadReport};
 pub use timer::{EventSource, EventTimer, HostTimer, Timer};

@@ -421,3 +421,68 @@ fn broadcasting_errors_name_the_layer_and_shapes() {
         assert!(err.contains(needle), "{needle} in {err}");
     }
 }
+
+#[test]
+fn a_training_graph_and_an_eval_graph_share_weights_in_one_call() {
+    use wick_graph::{LoadMode, LoadReport};
+    let (mut train, _) = regression(&Optimizer::Adam(AdamParams::adam(0.1)).into());
+    train
+        .set("step", &Tensor::new(0i64, &Device::Cpu).unwrap())
+        .unwrap();
+    train.run().unwrap();
+    let state: std::collections::HashMap<String, Tensor> =
+        train.state_dict().unwrap().into_iter().collect();
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[4, 3], DType::F32).unwrap();
+    let w = b.param("fc.weight", &[2, 3]).unwrap();
+    let bias = b.param("fc.bias", &[2]).unwrap();
+    let extra = b.param("head.weight", &[2]).unwrap();
+    let y = b.linear(x, w, Some(bias)).unwrap();
+    let y = b.mul(y, extra).unwrap();
+    b.output(y);
+    let mut eval = Executor::new(b.finish(), &Device::Cpu);
+    let err = eval
+        .load_state_dict(&state, LoadMode::Strict)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("head.weight") && err.contains("fc.weight.exp_avg"),
+        "{err}"
+    );
+    assert!(
+        eval.get("fc.weight").unwrap().is_none(),
+        "a refused strict load sets nothing"
+    );
+    let LoadReport {
+        loaded,
+        missing,
+        unexpected,
+    } = eval.load_state_dict(&state, LoadMode::NonStrict).unwrap();
+    assert_eq!(loaded.len(), 2);
+    assert_eq!(missing, ["head.weight"]);
+    assert_eq!(
+        unexpected,
+        [
+            "fc.bias.exp_avg",
+            "fc.bias.exp_avg_sq",
+            "fc.weight.exp_avg",
+            "fc.weight.exp_avg_sq"
+        ]
+    );
+    let same = wick_ops::max_abs_diff(eval.get("fc.weight").unwrap().unwrap(), &state["fc.weight"])
+        .unwrap();
+    assert_eq!(same, 0.0);
+    let wrong: std::collections::HashMap<String, Tensor> = [(
+        "fc.bias".to_string(),
+        Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap(),
+    )]
+    .into();
+    let err = eval
+        .load_state_dict(&wrong, LoadMode::NonStrict)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fc.bias") && err.contains("[2]") && err.contains("[3]"),
+        "{err}"
+    );
+}

@@ -97,7 +97,10 @@ fn scatter_axpy<T: Float>(d: &mut [T], stride: usize, g: &[T], w: T) {
 #[inline(always)]
 fn dot<T: Float>(g: &[T], x: &[T], stride: usize) -> T {
     if stride != 1 {
-        return g.iter().zip(x.iter().step_by(stride)).fold(T::ZERO, |s, (g, x)| s + *g * *x);
+        return g
+            .iter()
+            .zip(x.iter().step_by(stride))
+            .fold(T::ZERO, |s, (g, x)| s + *g * *x);
     }
     let x = &x[..g.len()];
     let mut lanes = [T::ZERO; 8];

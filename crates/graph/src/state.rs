@@ -1,0 +1,91 @@
+//! Loading a state dict into an executor by name, PyTorch's `load_state_dict`: strict, or
+//! reporting what it skipped, so that a training graph and an eval graph of one model
+//! share their weights in one call (the training graph's optimizer state is skipped).
+
+use candle_core::Tensor;
+
+use crate::error::{GraphError, Result};
+use crate::executor::Executor;
+use crate::ir::ValueKind;
+
+/// Whether [`Executor::load_state_dict`] insists on an exact match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadMode {
+    /// Every parameter and state value of the graph given, and nothing else: otherwise an
+    /// error naming the missing and unexpected entries, and nothing is loaded.
+    Strict,
+    /// Load what matches; report the rest.
+    NonStrict,
+}
+
+/// What [`Executor::load_state_dict`] did, by name (PyTorch's `missing_keys` and
+/// `unexpected_keys`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Entries loaded.
+    pub loaded: Vec<String>,
+    /// Parameters and state values of the graph that the state dict lacks.
+    pub missing: Vec<String>,
+    /// Entries of the state dict that are not parameters or state values of the graph
+    /// (an optimizer's state loaded into an eval graph, say).
+    pub unexpected: Vec<String>,
+}
+
+impl Executor {
+    /// Sets every parameter and state value named in `state`. A shape or dtype mismatch is
+    /// an error naming the value (nothing is loaded then); names the graph lacks, and
+    /// values it has that `state` lacks, are an error under [`LoadMode::Strict`] and
+    /// reported otherwise.
+    pub fn load_state_dict<'a>(
+        &mut self,
+        state: impl IntoIterator<Item = (&'a String, &'a Tensor)>,
+        mode: LoadMode,
+    ) -> Result<LoadReport> {
+        let mut report = LoadReport::default();
+        let mut to_load = Vec::new();
+        for (name, t) in state {
+            match self.graph().find(name) {
+                Some(id)
+                    if matches!(
+                        self.graph().value(id).kind,
+                        ValueKind::Param | ValueKind::State
+                    ) =>
+                {
+                    let info = self.graph().value(id);
+                    if info.shape != t.dims() || info.dtype != t.dtype() {
+                        return Err(GraphError::ValueMismatch {
+                            name: name.clone(),
+                            expected: format!("{:?} {:?}", info.shape, info.dtype),
+                            found: format!("{:?} {:?}", t.dims(), t.dtype()),
+                        });
+                    }
+                    to_load.push((id, name.clone(), t));
+                }
+                _ => report.unexpected.push(name.clone()),
+            }
+        }
+        for kind in [ValueKind::Param, ValueKind::State] {
+            for v in self.graph().values_of(kind) {
+                let name = &self.graph().value(v).name;
+                if !to_load.iter().any(|(id, _, _)| *id == v)
+                    && !self.graph().optimizer_state().contains(&v)
+                {
+                    report.missing.push(name.clone());
+                }
+            }
+        }
+        report.unexpected.sort();
+        if mode == LoadMode::Strict && !(report.missing.is_empty() && report.unexpected.is_empty())
+        {
+            return Err(GraphError::Usage(format!(
+                "load_state_dict (strict): missing {:?}, unexpected {:?}",
+                report.missing, report.unexpected
+            )));
+        }
+        for (id, name, t) in to_load {
+            self.set_id(id, t)?;
+            report.loaded.push(name);
+        }
+        Ok(report)
+    }
+}
