@@ -5,6 +5,7 @@
 # medians over rounds and the ratio wick / PyTorch.
 #
 #   PYTHON=/path/to/venv/bin/python bash scripts/compare_pytorch.sh [ROUNDS]
+#   CASES="mobilenet_v2_train_b8_128 efficientnet_b0_train_b8_128" ... (a subset)
 #
 # Needs a release build of the examples (cargo build --release --examples) and a Python
 # with torch and torchvision. Times: wick's median iteration (profile_resnet, training;
@@ -29,6 +30,8 @@ wick_case() {
         resnet18_cifar_train_b32) args="$EX/profile_resnet --model resnet18 --stem cifar --batch-size 32 --image-size 32 --iterations 13 --skip 3 --verbosity 1" ;;
         resnet50_train_b2) args="$EX/profile_resnet --model resnet50 --batch-size 2 --image-size 224 --iterations 13 --skip 3 --verbosity 1" ;;
         resnet50_infer_b1) args="$EX/infer_resnet --model resnet50 --bench --warmup 3 --reps 20" ;;
+        mobilenet_v2_train_b8_128 | efficientnet_b0_train_b8_128)
+            args="$EX/profile_resnet --model ${1%_train_b8_128} --num-classes 10 --dropout 0 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
     esac
     # Training: the graph passes train_resnet uses (profile_resnet defaults to none).
     case $1 in *train*) args="$args --passes default" ;; esac
@@ -43,11 +46,16 @@ wick_case() {
 # torch_case NAME: prints "ms rss_kib" for one PyTorch run of case NAME.
 torch_case() {
     local log
-    log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" "$BASELINE" --cases "$1" --threads "$THREADS"; } 2>&1 )
+    case $1 in
+        *_train_b8_128)
+            # The zoo's cases: scripts/torch_zoo_baseline.py, the same model and step.
+            log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_zoo_baseline.py --model "${1%_train_b8_128}" --batch 8 --size 128 --threads "$THREADS" --reps 10; } 2>&1 ) ;;
+        *) log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" "$BASELINE" --cases "$1" --threads "$THREADS"; } 2>&1 ) ;;
+    esac
     echo "$(echo "$log" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p' | head -1) $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
 }
 
-CASES="resnet18_cifar_train_b8 resnet18_cifar_train_b32 resnet50_train_b2 resnet50_infer_b1 resnet50_infer_b1_fused"
+CASES=${CASES:-"resnet18_cifar_train_b8 resnet18_cifar_train_b32 resnet50_train_b2 resnet50_infer_b1 resnet50_infer_b1_fused mobilenet_v2_train_b8_128 efficientnet_b0_train_b8_128"}
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $THREADS threads, AVX-512 flags: $(grep -c avx512 /proc/cpuinfo)"
 for r in $(seq "$ROUNDS"); do
     for c in $CASES; do
@@ -70,9 +78,13 @@ for line in open(sys.argv[1]):
 med = lambda k, i: statistics.median(v[i] for v in runs[k]) if k in runs else None
 print(f"| case | wick ms | PyTorch ms | wick / PyTorch | wick peak RSS MiB | PyTorch peak RSS MiB |")
 print("|---|---|---|---|---|---|")
-for case in ["resnet18_cifar_train_b8", "resnet18_cifar_train_b32", "resnet50_train_b2", "resnet50_infer_b1"]:
+for case in ["resnet18_cifar_train_b8", "resnet18_cifar_train_b32", "resnet50_train_b2", "resnet50_infer_b1",
+             "mobilenet_v2_train_b8_128", "efficientnet_b0_train_b8_128"]:
     w, t = med(("wick", case), 0), med(("torch", case), 0)
+    if w is None or t is None:
+        continue
     print(f"| {case} | {w:.1f} | {t:.1f} | {w / t:.2f}x | {med(('wick', case), 1):.0f} | {med(('torch', case), 1):.0f} |")
 w, t = med(("wick", "resnet50_infer_b1"), 0), med(("torch", "resnet50_infer_b1_fused"), 0)
-print(f"| resnet50_infer_b1 vs PyTorch fused (frozen TorchScript) | {w:.1f} | {t:.1f} | {w / t:.2f}x | - | {med(('torch', 'resnet50_infer_b1_fused'), 1):.0f} |")
+if w is not None and t is not None:
+    print(f"| resnet50_infer_b1 vs PyTorch fused (frozen TorchScript) | {w:.1f} | {t:.1f} | {w / t:.2f}x | - | {med(('torch', 'resnet50_infer_b1_fused'), 1):.0f} |")
 PY
