@@ -56,6 +56,10 @@ fn for_each_tap(g: &Geom, mut f: impl FnMut(usize, Range<usize>, Range<usize>, i
         let ys = valid(g.oh, g.h, ky, sy, dy, py);
         for kx in 0..g.kw {
             let xs = valid(g.ow, g.w, kx, sx, dx, px);
+            // A tap that reads only padding (small planes) contributes nothing.
+            if ys.is_empty() || xs.is_empty() {
+                continue;
+            }
             let offy = (ky * dy) as isize - py as isize;
             let offx = (kx * dx) as isize - px as isize;
             f(ky * g.kw + kx, ys.clone(), xs, offy, offx);

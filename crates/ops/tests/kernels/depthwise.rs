@@ -73,6 +73,35 @@ fn cases() -> Vec<Case> {
             k: 3,
             p: p(3, 2, 1),
         },
+        // Planes smaller than the kernel: taps that read only padding.
+        Case {
+            c: 2,
+            h: 1,
+            w: 1,
+            k: 3,
+            p: p(1, 1, 1),
+        },
+        Case {
+            c: 2,
+            h: 1,
+            w: 1,
+            k: 5,
+            p: p(1, 2, 1),
+        },
+        Case {
+            c: 2,
+            h: 2,
+            w: 1,
+            k: 5,
+            p: p(2, 2, 1),
+        },
+        Case {
+            c: 2,
+            h: 1,
+            w: 2,
+            k: 7,
+            p: p(1, 3, 1),
+        },
     ]
 }
 
