@@ -82,3 +82,39 @@ fn non_square_batches_train_and_infer_and_wrong_shapes_are_refused() {
         "{e}"
     );
 }
+
+/// Every zoo model at the smallest size it accepts (and a non-square one just above):
+/// a training step with a finite loss, and an inference run; one pixel less is an error
+/// naming the smallest size. Planes shrink below the kernels there (a 5x5 depthwise
+/// convolution on 1x1 planes), where only padding is read.
+#[test]
+fn every_zoo_model_runs_at_its_smallest_size_and_refuses_below() {
+    use wick_models::{ModelConfig, ZooArch, ZooConfig};
+    for arch in ZooArch::ALL {
+        let config: ModelConfig = ZooConfig::new(arch, 10).unwrap().into();
+        let min = config
+            .smallest_image_size(Mode::Train, 2)
+            .expect("some size trains");
+        let size = ImageSize {
+            width: min.width + 3,
+            height: min.height,
+        };
+        let mut s = Session::training(config, 2, size, SgdParams::default().into(), &Device::Cpu)
+            .unwrap_or_else(|e| panic!("{}: {e}", arch.name()));
+        s.init_weights(WeightInit::Torchvision(1)).unwrap();
+        let (x, y) = wick_models::init::formula::batch(2, size, 10).unwrap();
+        let loss = s.step(&x, &y).unwrap();
+        assert!(loss.is_finite(), "{}: loss {loss}", arch.name());
+        let mut eval = Session::inference(config, 2, size, &Device::Cpu).unwrap();
+        eval.init_weights(WeightInit::Torchvision(1)).unwrap();
+        assert_eq!(eval.forward(&x).unwrap().dims(), &[2, 10]);
+        if min.height > 1 {
+            let below = ImageSize::square(min.height - 1);
+            let err =
+                Session::training(config, 2, below, SgdParams::default().into(), &Device::Cpu)
+                    .unwrap_err()
+                    .to_string();
+            assert!(err.contains(&min.to_string()), "{}: {err}", arch.name());
+        }
+    }
+}
