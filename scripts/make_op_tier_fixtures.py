@@ -127,6 +127,26 @@ def losses(seed=4):
 
 
 @case
+def decoder(seed=6):
+    """Upsampling (nearest, bilinear with align_corners=False) to a non-integer scale, and a
+    transposed convolution with stride, padding, output padding, groups and a bias."""
+    torch.manual_seed(seed)
+    x = leaf(torch.randn(2, 3, 5, 7, dtype=torch.float64))
+    save("upsample_nearest", seed, {"x": x}, F.interpolate(x, size=(9, 12), mode="nearest"),
+         {"op": "upsample", "mode": "nearest", "out_h": 9, "out_w": 12})
+    x = leaf(torch.randn(2, 3, 5, 7, dtype=torch.float64))
+    save("upsample_bilinear", seed, {"x": x},
+         F.interpolate(x, size=(9, 12), mode="bilinear", align_corners=False),
+         {"op": "upsample", "mode": "bilinear", "out_h": 9, "out_w": 12})
+    x = leaf(torch.randn(2, 4, 5, 6, dtype=torch.float64))
+    w = leaf(torch.randn(4, 3, 3, 3, dtype=torch.float64))
+    b = leaf(torch.randn(6, dtype=torch.float64))
+    out = F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2)
+    save("conv_transpose2d", seed, {"x": x, "weight": w, "bias": b}, out,
+         {"op": "conv_transpose2d", "stride": 2, "padding": 1, "output_padding": 1, "groups": 2})
+
+
+@case
 def adam(seed=5):
     """torch.optim.Adam / AdamW (float32, single-tensor path), 3 steps, after clipping
     every step's gradients to a global norm of 1 (clip_grad_norm_)."""

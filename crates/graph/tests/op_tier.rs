@@ -486,3 +486,98 @@ fn a_training_graph_and_an_eval_graph_share_weights_in_one_call() {
         "{err}"
     );
 }
+
+/// A decoder: transposed convolution (stride 2, output padding, groups, bias), nearest
+/// and bilinear upsampling, MSE against a target.
+fn decoder(b: &mut GraphBuilder) -> ValueId {
+    use wick_ops::conv::Conv2dParams;
+    use wick_ops::resample::UpsampleMode;
+    let x = b.param("x", &[2, 4, 3, 4]).unwrap(); // a parameter, so its gradient is checked too
+    let t = b.input("t", &[2, 6, 11, 13], DType::F64).unwrap();
+    let w = b.param("up.weight", &[4, 3, 3, 3]).unwrap();
+    let bias = b.param("up.bias", &[6]).unwrap();
+    let p = Conv2dParams::new(2, 1).with_groups(2);
+    let h = b.conv_transpose2d(x, w, Some(bias), p, [1, 0]).unwrap();
+    let h = b.upsample(h, 8, 9, UpsampleMode::Nearest).unwrap();
+    let h = b.tanh(h).unwrap();
+    let h = b.upsample(h, 11, 13, UpsampleMode::Bilinear).unwrap();
+    let loss = b.mse_loss(h, t).unwrap();
+    b.output(loss);
+    loss
+}
+
+#[test]
+fn decoder_gradients_match_finite_differences() {
+    let cpu = Device::Cpu;
+    let feed = |e: &mut Executor| {
+        let data = |seed, shape: &[usize]| {
+            Tensor::from_vec(common::uniform(seed, shape.iter().product()), shape, &cpu).unwrap()
+        };
+        e.set("x", &data(1, &[2, 4, 3, 4])).unwrap();
+        e.set("t", &data(2, &[2, 6, 11, 13])).unwrap();
+        e.set("up.weight", &data(3, &[4, 3, 3, 3])).unwrap();
+        e.set("up.bias", &data(4, &[6])).unwrap();
+    };
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let loss = decoder(&mut b);
+    let grads = b.backward(loss).unwrap();
+    let pairs: Vec<_> = grads.iter().collect();
+    pairs.iter().for_each(|(_, g)| b.output(*g));
+    let mut exec = Executor::new(b.finish(), &cpu);
+    feed(&mut exec);
+    exec.run().unwrap();
+    let mut fb = GraphBuilder::new(Mode::Train, DType::F64);
+    let floss = decoder(&mut fb);
+    let mut fwd = Executor::new(fb.finish(), &cpu);
+    feed(&mut fwd);
+    for (p, g) in pairs {
+        let info = exec.graph().value(p).clone();
+        let base: Vec<f64> = exec
+            .get(&info.name)
+            .unwrap()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let analytic: Vec<f64> = exec
+            .get_id(g)
+            .unwrap()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let scale = analytic.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for i in (0..base.len()).step_by(5) {
+            let mut at = |d: f64| {
+                let mut v = base.clone();
+                v[i] += d;
+                fwd.set(
+                    &info.name,
+                    &Tensor::from_vec(v, info.shape.as_slice(), &cpu).unwrap(),
+                )
+                .unwrap();
+                fwd.run().unwrap();
+                fwd.get_id(floss)
+                    .unwrap()
+                    .unwrap()
+                    .to_scalar::<f64>()
+                    .unwrap()
+            };
+            let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
+            let err = (numeric - analytic[i]).abs() / scale;
+            assert!(
+                err < 1e-6,
+                "{}[{i}]: {numeric} vs {}",
+                info.name,
+                analytic[i]
+            );
+        }
+        fwd.set(
+            &info.name,
+            &Tensor::from_vec(base, info.shape.as_slice(), &cpu).unwrap(),
+        )
+        .unwrap();
+    }
+}

@@ -140,6 +140,16 @@ pub enum Kernel {
     AdamUpdate,
     /// Global-norm gradient clipping over every gradient.
     ClipGradNorm,
+    /// Transposed convolution forward.
+    ConvTransposeForward,
+    /// Transposed convolution input gradient (a convolution).
+    ConvTransposeBackwardData,
+    /// Transposed convolution weight gradient.
+    ConvTransposeBackwardFilter,
+    /// Upsampling (nearest or bilinear) forward.
+    UpsampleForward,
+    /// Upsampling backward.
+    UpsampleBackward,
     /// A user's own op, recorded through the public API.
     Custom(CustomKernel),
 }
@@ -169,7 +179,7 @@ pub enum KernelClass {
     /// One pass over the data per element, no reduction: activations, additions and
     /// their gradients (memory-bound; candidates for fusion).
     Elementwise,
-    /// Pooling and global average pooling, forward and backward.
+    /// Pooling, global average pooling and upsampling, forward and backward.
     Pooling,
     /// A view change: no data moves.
     Reshape,
@@ -225,6 +235,10 @@ impl Kernel {
                 C::Normalization
             }
             Loss(_) | LossBackward(_) | LossGradSeed => C::Loss,
+            ConvTransposeForward | ConvTransposeBackwardData | ConvTransposeBackwardFilter => {
+                C::Convolution
+            }
+            UpsampleForward | UpsampleBackward => C::Pooling,
             Custom(k) => k.class,
         }
     }
@@ -254,7 +268,9 @@ impl Kernel {
             | SoftmaxForward
             | LayerNormForward
             | GroupNormForward
-            | Loss(_) => KernelPhase::Forward,
+            | Loss(_)
+            | ConvTransposeForward
+            | UpsampleForward => KernelPhase::Forward,
             ConvBackwardData
             | ConvBackwardFilter
             | ConvBackwardBias
@@ -277,7 +293,10 @@ impl Kernel {
             | LayerNormBackward
             | GroupNormBackward
             | LossBackward(_)
-            | LossGradSeed => KernelPhase::Backward,
+            | LossGradSeed
+            | ConvTransposeBackwardData
+            | ConvTransposeBackwardFilter
+            | UpsampleBackward => KernelPhase::Backward,
             SgdUpdate | AdamUpdate | ClipGradNorm => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             // Serves forward and backward alike, like a reshape.
@@ -352,6 +371,11 @@ impl Kernel {
                 LossGradSeed => "LossGradSeed",
                 AdamUpdate => "AdamUpdate",
                 ClipGradNorm => "ClipGradNorm",
+                ConvTransposeForward => "ConvTransposeForward",
+                ConvTransposeBackwardData => "ConvTransposeBackwardData",
+                ConvTransposeBackwardFilter => "ConvTransposeBackwardFilter",
+                UpsampleForward => "UpsampleForward",
+                UpsampleBackward => "UpsampleBackward",
                 Custom(k) => k.name,
             },
             DeviceKind::Cuda | DeviceKind::Cudnn => match self {

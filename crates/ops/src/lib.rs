@@ -41,6 +41,7 @@ pub mod optim;
 pub mod pointwise;
 pub mod pool;
 pub mod regression_loss;
+pub mod resample;
 pub mod shape;
 
 pub use activation::{relu, relu_backward};

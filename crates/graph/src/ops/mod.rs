@@ -21,4 +21,5 @@ pub mod optim;
 pub mod optimizer;
 pub mod pool;
 pub mod regression_loss;
+pub mod resample;
 pub mod sync_batchnorm;

@@ -10,6 +10,7 @@ mod cpu;
 mod depthwise;
 mod generic;
 mod im2col;
+pub mod transpose;
 mod winograd;
 mod winograd_filter;
 

@@ -284,3 +284,65 @@ fn plane_broadcasts_on_the_cpu_match_the_generic_path_in_both_orders() {
         }
     }
 }
+
+#[test]
+fn upsampling_and_transposed_convolution_match_pytorch() {
+    use wick_ops::conv::{transpose, Conv2dParams};
+    use wick_ops::resample::{self, UpsampleMode};
+    for path in PATHS {
+        let _on = path.enter();
+        for (case, mode) in [
+            ("upsample_nearest", UpsampleMode::Nearest),
+            ("upsample_bilinear", UpsampleMode::Bilinear),
+        ] {
+            let f = tier(case);
+            let x = f.t("x");
+            let out = [f.usize("out_h"), f.usize("out_w")];
+            assert_close(
+                case,
+                &resample::forward(x, out, mode).unwrap(),
+                f.t("out"),
+                1e-14,
+            );
+            let input = [x.dims()[0], x.dims()[1], x.dims()[2], x.dims()[3]];
+            let dx = resample::backward(f.t("grad_out"), input, mode).unwrap();
+            assert_close(&format!("{case} grad"), &dx, f.t("grad_x"), 1e-14);
+        }
+        let f = tier("conv_transpose2d");
+        let p =
+            Conv2dParams::new(f.usize("stride"), f.usize("padding")).with_groups(f.usize("groups"));
+        let op = f.usize("output_padding");
+        let (x, w, b, gy) = (f.t("x"), f.t("weight"), f.t("bias"), f.t("grad_out"));
+        let y = transpose::forward(x, w, Some(b), &p, [op, op]).unwrap();
+        assert_close(
+            &format!("conv_transpose2d ({path:?})"),
+            &y,
+            f.t("out"),
+            1e-13,
+        );
+        let dx = transpose::backward_data(gy, w, &p).unwrap();
+        assert_close("conv_transpose2d grad x", &dx, f.t("grad_x"), 1e-13);
+        let dw = transpose::backward_filter(gy, x, w.dims(), &p).unwrap();
+        assert_close("conv_transpose2d grad w", &dw, f.t("grad_weight"), 1e-13);
+        let db = wick_ops::conv::conv2d_backward_bias(gy).unwrap();
+        assert_close("conv_transpose2d grad b", &db, f.t("grad_bias"), 1e-13);
+    }
+}
+
+#[test]
+fn transposed_convolution_settings_are_checked() {
+    use wick_ops::conv::{transpose, Conv2dParams};
+    let p = Conv2dParams::new(2, 1);
+    assert_error_names(
+        transpose::output_shape(&[1, 4, 5, 5], &[4, 3, 3, 3], &p, [2, 2]),
+        &["output padding 2", "stride 2"],
+    );
+    assert_error_names(
+        transpose::output_shape(&[1, 5, 5, 5], &[4, 3, 3, 3], &p, [0, 0]),
+        &["5 channels", "expects 4"],
+    );
+    assert_eq!(
+        transpose::output_shape(&[1, 4, 5, 6], &[4, 3, 3, 3], &p, [1, 1]).unwrap(),
+        [1, 3, 10, 12]
+    );
+}
