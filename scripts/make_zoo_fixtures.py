@@ -29,7 +29,8 @@ import torchvision
 from safetensors.torch import save_file
 from torchvision.models.convnext import LayerNorm2d
 
-MASK = (1 << 64) - 1
+from make_nonsquare_fixture import uniform  # the formula's stream (same folder)
+
 BATCH, HEIGHT, WIDTH, CLASSES = 4, 37, 50, 10
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
 MODELS = {
@@ -43,23 +44,6 @@ MODELS = {
     "vgg16_bn": dict(dropout=0.0),
 }
 NORMS = (torch.nn.BatchNorm2d, torch.nn.LayerNorm, LayerNorm2d, torch.nn.GroupNorm)
-
-
-def fnv1a(name):
-    h = 0xCBF29CE484222325
-    for b in name.encode():
-        h = ((h ^ b) * 0x100000001B3) & MASK
-    return h
-
-
-def uniform(name, n):
-    with np.errstate(over="ignore"):
-        z = np.arange(n, dtype=np.uint64) + np.uint64(fnv1a(name))
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 def formula(name, shape, kind):

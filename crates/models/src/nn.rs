@@ -237,11 +237,28 @@ impl<'a> Layers<'a> {
         result
     }
 
-    fn full_name(&self, name: &str) -> String {
-        match self.b.layer_path() {
+    /// Notes the spec of `name` in the current layer; returns its full name.
+    fn note(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        role: TensorRole,
+        init: Init,
+        fan_in: usize,
+    ) -> String {
+        let full = match self.b.layer_path() {
             Some(p) => format!("{p}.{name}"),
             None => name.to_string(),
-        }
+        };
+        let shape = shape.to_vec();
+        self.specs.push(TensorSpec {
+            name: full.clone(),
+            shape,
+            role,
+            init,
+            fan_in,
+        });
+        full
     }
 
     /// A trainable parameter `name` of the current layer.
@@ -253,14 +270,7 @@ impl<'a> Layers<'a> {
         init: Init,
         fan_in: usize,
     ) -> wick_graph::Result<ValueId> {
-        let full = self.full_name(name);
-        self.specs.push(TensorSpec {
-            name: full.clone(),
-            shape: shape.to_vec(),
-            role,
-            init,
-            fan_in,
-        });
+        let full = self.note(name, shape, role, init, fan_in);
         self.b.param(&full, shape)
     }
 
@@ -272,14 +282,7 @@ impl<'a> Layers<'a> {
         role: TensorRole,
         init: Init,
     ) -> wick_graph::Result<ValueId> {
-        let full = self.full_name(name);
-        self.specs.push(TensorSpec {
-            name: full.clone(),
-            shape: shape.to_vec(),
-            role,
-            init,
-            fan_in: 0,
-        });
+        let full = self.note(name, shape, role, init, 0);
         self.b.state(&full, shape)
     }
 
