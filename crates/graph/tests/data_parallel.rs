@@ -13,10 +13,11 @@ use std::sync::{Arc, Barrier, Mutex};
 use candle_core::{DType, Device, Tensor};
 use common::uniform;
 use wick_graph::collective::{Communicator, SingleProcess};
+use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
 use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
 use wick_graph::profiler::DistProfile;
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
-use wick_ops::{Conv2dParams, SgdParams};
+use wick_ops::{AdamParams, Conv2dParams, SgdParams};
 
 /// `size` ranks in threads, summing into shared memory between barriers.
 #[derive(Debug)]
@@ -113,6 +114,17 @@ const CLASSES: usize = 3;
 /// with momentum: no batch norm, whose per-replica statistics would differ from the
 /// whole batch's.
 fn training_graph(batch: usize) -> Graph {
+    let sgd = SgdParams {
+        lr: 0.5,
+        momentum: 0.9,
+        weight_decay: 1e-3,
+        ..Default::default()
+    };
+    training_graph_with(batch, &Optimizer::Sgd(sgd).into())
+}
+
+/// The small net with the given optimizer phase.
+fn training_graph_with(batch: usize, optimizer: &OptimizerConfig) -> Graph {
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
     let images = b
         .input("images", &[batch, 3, SIZE, SIZE], DType::F32)
@@ -133,13 +145,7 @@ fn training_graph(batch: usize) -> Graph {
     let loss = b.cross_entropy(logits, labels).unwrap();
     b.output(loss);
     let grads = b.backward(loss).unwrap();
-    let sgd = SgdParams {
-        lr: 0.5,
-        momentum: 0.9,
-        weight_decay: 1e-3,
-        ..Default::default()
-    };
-    b.sgd(&grads, sgd).unwrap();
+    b.optimize(&grads, optimizer).unwrap();
     b.finish()
 }
 
@@ -229,6 +235,59 @@ fn two_replicas_on_half_batches_end_with_the_whole_batch_weights() {
     let mut alone = executor(training_graph(4));
     for step in 0..3 {
         feed(&mut alone, step, 0, 4);
+        alone.run().unwrap();
+    }
+    assert_ne!(weights(&alone), expected);
+}
+
+#[test]
+fn adamw_with_clipping_on_two_replicas_ends_with_the_whole_batch_weights() {
+    // The all-reduce must average the backward pass's gradients before the clipping node
+    // reads them (clipping each rank's half would change the result).
+    let adamw = AdamParams {
+        weight_decay: 0.01,
+        ..AdamParams::adamw(0.05)
+    };
+    let config = OptimizerConfig::from(Optimizer::Adam(adamw))
+        .no_weight_decay_on(ParamSelector::OneDimensional)
+        .clip_grad_norm(0.05);
+    let step_input = |exec: &mut Executor, step: u64| {
+        let t = Tensor::new(step as i64, &Device::Cpu).unwrap();
+        exec.set("step", &t).unwrap();
+    };
+    let mut whole = executor(training_graph_with(8, &config));
+    for step in 0..3 {
+        feed(&mut whole, step, 0, 8);
+        step_input(&mut whole, step);
+        whole.run().unwrap();
+    }
+    let expected = weights(&whole);
+    let replicas: Vec<Vec<Vec<f32>>> = on_two_ranks(|comm| {
+        let rank = comm.rank;
+        let mut graph = training_graph_with(4, &config);
+        graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
+        let mut exec = executor(graph);
+        for step in 0..3 {
+            feed(&mut exec, step, rank * 4, rank * 4 + 4);
+            step_input(&mut exec, step);
+            exec.run().unwrap();
+        }
+        weights(&exec)
+    });
+    assert_eq!(replicas[0], replicas[1], "the replicas diverged");
+    for (name, (got, want)) in PARAMS.iter().zip(replicas[0].iter().zip(&expected)) {
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got
+            .iter()
+            .zip(want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
+            / scale;
+        assert!(err < 1e-5, "{name}: {err:.2e}");
+    }
+    let mut alone = executor(training_graph_with(4, &config));
+    for step in 0..3 {
+        feed(&mut alone, step, 0, 4);
+        step_input(&mut alone, step);
         alone.run().unwrap();
     }
     assert_ne!(weights(&alone), expected);
