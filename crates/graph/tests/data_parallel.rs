@@ -8,9 +8,10 @@
 
 mod common;
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
+use common::ranks::on_two_ranks;
 use common::uniform;
 use wick_graph::collective::{Communicator, SingleProcess};
 use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
@@ -18,75 +19,6 @@ use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
 use wick_graph::profiler::DistProfile;
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
 use wick_ops::{AdamParams, Conv2dParams, SgdParams};
-
-/// `size` ranks in threads, summing into shared memory between barriers.
-#[derive(Debug)]
-struct ThreadComm {
-    rank: usize,
-    shared: Arc<Shared>,
-}
-
-#[derive(Debug)]
-struct Shared {
-    size: usize,
-    sum: Mutex<Vec<f32>>,
-    barrier: Barrier,
-}
-
-impl ThreadComm {
-    fn group(size: usize) -> Vec<ThreadComm> {
-        let shared = Arc::new(Shared {
-            size,
-            sum: Mutex::new(Vec::new()),
-            barrier: Barrier::new(size),
-        });
-        (0..size)
-            .map(|rank| ThreadComm {
-                rank,
-                shared: shared.clone(),
-            })
-            .collect()
-    }
-}
-
-impl Communicator for ThreadComm {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn size(&self) -> usize {
-        self.shared.size
-    }
-    fn engine(&self) -> &'static str {
-        "threads (test double)"
-    }
-    fn all_reduce_sum(&self, data: &mut [f32]) -> Result<(), String> {
-        {
-            let mut sum = self.shared.sum.lock().unwrap();
-            if sum.is_empty() {
-                sum.resize(data.len(), 0.0);
-            }
-            sum.iter_mut().zip(data.iter()).for_each(|(s, v)| *s += v);
-        }
-        self.shared.barrier.wait();
-        data.copy_from_slice(&self.shared.sum.lock().unwrap());
-        if self.shared.barrier.wait().is_leader() {
-            self.shared.sum.lock().unwrap().clear();
-        }
-        self.shared.barrier.wait();
-        Ok(())
-    }
-}
-
-/// Runs `replica` on 2 ranks, each in a thread with its [`ThreadComm`]; their results by rank.
-fn on_two_ranks<R: Send>(replica: impl Fn(ThreadComm) -> R + Sync) -> Vec<R> {
-    std::thread::scope(|s| {
-        let handles: Vec<_> = ThreadComm::group(2)
-            .into_iter()
-            .map(|comm| s.spawn(|| replica(comm)))
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
-}
 
 /// A communicator whose all-reduce fails, as a rank whose peer died would.
 #[derive(Debug)]
@@ -114,13 +46,18 @@ const CLASSES: usize = 3;
 /// with momentum: no batch norm, whose per-replica statistics would differ from the
 /// whole batch's.
 fn training_graph(batch: usize) -> Graph {
-    let sgd = SgdParams {
+    training_graph_with(batch, &sgd())
+}
+
+/// SGD with momentum and weight decay, for every parameter.
+fn sgd() -> OptimizerConfig {
+    let p = SgdParams {
         lr: 0.5,
         momentum: 0.9,
         weight_decay: 1e-3,
         ..Default::default()
     };
-    training_graph_with(batch, &Optimizer::Sgd(sgd).into())
+    Optimizer::Sgd(p).into()
 }
 
 /// The small net with the given optimizer phase.
@@ -199,45 +136,53 @@ fn weights(exec: &Executor) -> Vec<Vec<f32>> {
         .collect()
 }
 
-#[test]
-fn two_replicas_on_half_batches_end_with_the_whole_batch_weights() {
-    let mut whole = executor(training_graph(8));
-    for step in 0..3 {
-        feed(&mut whole, step, 0, 8);
-        whole.run().unwrap();
-    }
-    let expected = weights(&whole);
-    let replicas: Vec<Vec<Vec<f32>>> = on_two_ranks(|comm| {
-        let rank = comm.rank;
-        let mut graph = training_graph(4);
-        graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
-        let mut exec = executor(graph);
+/// Weights after 3 steps trained by `optimizer`: (the two replicas on half batches, the
+/// whole batch in one process, one replica alone on its half without averaging).
+type Runs = (Vec<Vec<Vec<f32>>>, Vec<Vec<f32>>, Vec<Vec<f32>>);
+
+fn three_steps(optimizer: &OptimizerConfig) -> Runs {
+    let run = |exec: &mut Executor, from: usize, to: usize| {
         for step in 0..3 {
-            feed(&mut exec, step, rank * 4, rank * 4 + 4);
+            feed(exec, step, from, to);
+            if exec.graph().find("step").is_some() {
+                exec.set("step", &Tensor::new(step as i64, &Device::Cpu).unwrap())
+                    .unwrap();
+            }
             exec.run().unwrap();
         }
-        weights(&exec)
+        weights(exec)
+    };
+    let whole = run(&mut executor(training_graph_with(8, optimizer)), 0, 8);
+    let replicas = on_two_ranks(|comm| {
+        let rank = comm.rank;
+        let mut graph = training_graph_with(4, optimizer);
+        graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
+        run(&mut executor(graph), rank * 4, rank * 4 + 4)
     });
-    // Both replicas applied the same averaged gradients: identical weights.
+    let alone = run(&mut executor(training_graph_with(4, optimizer)), 0, 4);
+    (replicas, whole, alone)
+}
+
+/// Both replicas applied the same averaged gradients, within `tol` of the whole batch's
+/// weights, and a replica that did not average differs (the check can fail).
+fn assert_replicas_match_the_whole_batch((replicas, expected, alone): Runs, tol: f32) {
     assert_eq!(replicas[0], replicas[1], "the replicas diverged");
-    // The mean of the two half-batch mean gradients is the whole batch's, to rounding.
     for (name, (got, want)) in PARAMS.iter().zip(replicas[0].iter().zip(&expected)) {
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let err = got
-            .iter()
-            .zip(want)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
-            / scale;
-        println!("{name}: replicas within {err:.1e} of the whole batch after 3 steps");
-        assert!(err < 1e-5, "{name}: {err:.2e}");
+        let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs());
+        let err = diff.fold(0f32, f32::max) / scale;
+        assert!(
+            err < tol,
+            "{name}: replicas {err:.2e} from the whole batch after 3 steps"
+        );
     }
-    // And differ from a replica that did not average: the test can fail.
-    let mut alone = executor(training_graph(4));
-    for step in 0..3 {
-        feed(&mut alone, step, 0, 4);
-        alone.run().unwrap();
-    }
-    assert_ne!(weights(&alone), expected);
+    assert_ne!(alone, expected);
+}
+
+#[test]
+fn two_replicas_on_half_batches_end_with_the_whole_batch_weights() {
+    // The mean of the two half-batch mean gradients is the whole batch's, to rounding.
+    assert_replicas_match_the_whole_batch(three_steps(&sgd()), 1e-5);
 }
 
 #[test]
@@ -251,46 +196,7 @@ fn adamw_with_clipping_on_two_replicas_ends_with_the_whole_batch_weights() {
     let config = OptimizerConfig::from(Optimizer::Adam(adamw))
         .no_weight_decay_on(ParamSelector::OneDimensional)
         .clip_grad_norm(0.05);
-    let step_input = |exec: &mut Executor, step: u64| {
-        let t = Tensor::new(step as i64, &Device::Cpu).unwrap();
-        exec.set("step", &t).unwrap();
-    };
-    let mut whole = executor(training_graph_with(8, &config));
-    for step in 0..3 {
-        feed(&mut whole, step, 0, 8);
-        step_input(&mut whole, step);
-        whole.run().unwrap();
-    }
-    let expected = weights(&whole);
-    let replicas: Vec<Vec<Vec<f32>>> = on_two_ranks(|comm| {
-        let rank = comm.rank;
-        let mut graph = training_graph_with(4, &config);
-        graph.apply_data_parallel(Arc::new(comm), 1024).unwrap();
-        let mut exec = executor(graph);
-        for step in 0..3 {
-            feed(&mut exec, step, rank * 4, rank * 4 + 4);
-            step_input(&mut exec, step);
-            exec.run().unwrap();
-        }
-        weights(&exec)
-    });
-    assert_eq!(replicas[0], replicas[1], "the replicas diverged");
-    for (name, (got, want)) in PARAMS.iter().zip(replicas[0].iter().zip(&expected)) {
-        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let err = got
-            .iter()
-            .zip(want)
-            .fold(0f32, |m, (a, b)| m.max((a - b).abs()))
-            / scale;
-        assert!(err < 1e-5, "{name}: {err:.2e}");
-    }
-    let mut alone = executor(training_graph_with(4, &config));
-    for step in 0..3 {
-        feed(&mut alone, step, 0, 4);
-        step_input(&mut alone, step);
-        alone.run().unwrap();
-    }
-    assert_ne!(weights(&alone), expected);
+    assert_replicas_match_the_whole_batch(three_steps(&config), 1e-5);
 }
 
 #[test]

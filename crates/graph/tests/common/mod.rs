@@ -1,6 +1,8 @@
 //! A small residual conv net written once against the builder, used by the graph tests.
 #![allow(dead_code)]
 
+pub mod ranks;
+
 use candle_core::{DType, Device, Tensor};
 use wick_graph::{Executor, GraphBuilder, Mode, Result, ValueId, ValueKind};
 use wick_ops::{BatchNorm2dParams, Conv2dParams, SgdParams};
