@@ -75,6 +75,13 @@ fn run() -> Result<()> {
     }
     if a.bench {
         common::at_least_one("--reps", a.reps)?;
+        // The profile times exactly the bench's repetitions: the first run (the logits)
+        // and the warm-up runs are skipped.
+        anyhow::ensure!(
+            a.profile.skip.is_none() && a.profile.schedule.is_none(),
+            "--bench times its --reps after --warmup: leave --skip and --schedule out"
+        );
+        a.profile.skip = Some(1 + a.warmup);
     }
     a.profile.check()?;
     a.model.apply_threads()?;

@@ -118,7 +118,7 @@ fn run() -> Result<()> {
         a.iterations,
         match a.profile.schedule {
             Some(s) => format!("schedule {s}"),
-            None => format!("{} skipped", a.profile.skip),
+            None => format!("{} skipped", a.profile.skip()),
         }
     );
     for _ in 0..a.iterations {

@@ -55,6 +55,10 @@ impl wick_graph::profiler::MemoryCounter for Counter {
     fn peak_bytes(&self) -> u64 {
         PEAK.load(Ordering::Relaxed)
     }
+
+    fn live_bytes(&self) -> u64 {
+        LIVE.load(Ordering::Relaxed)
+    }
 }
 
 /// Raises glibc's mmap and trim thresholds to 1 GiB, so freed activation buffers stay in

@@ -225,9 +225,10 @@ pub struct ProfileArgs {
     /// for train_resnet].
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=3))]
     pub verbosity: Option<u8>,
-    /// Untimed warm-up iterations at the start (SINGA's default is 5).
-    #[arg(long, default_value_t = 5)]
-    pub skip: usize,
+    /// Untimed warm-up iterations at the start (SINGA's default is 5) [default: 5;
+    /// infer_resnet --bench: its own warm-up, so that exactly --reps are timed].
+    #[arg(long)]
+    pub skip: Option<usize>,
     /// Which iterations to time, as PyTorch's profiler schedule:
     /// `wait=W,warmup=U,active=A,repeat=R` (missing keys are 0; active=0 times every
     /// later iteration). Replaces --skip; recorded in the JSON.
@@ -263,7 +264,12 @@ impl ProfileArgs {
     /// The schedule: `--schedule` if given, else SINGA's `--skip`.
     pub fn schedule(&self) -> wick::graph::profiler::Schedule {
         self.schedule
-            .unwrap_or(wick::graph::profiler::Schedule::skip(self.skip))
+            .unwrap_or(wick::graph::profiler::Schedule::skip(self.skip()))
+    }
+
+    /// `--skip`, or SINGA's 5.
+    pub fn skip(&self) -> usize {
+        self.skip.unwrap_or(5)
     }
 
     /// Refuses, before any work, output requests that cannot be honoured: a trace without
@@ -273,6 +279,9 @@ impl ProfileArgs {
         let level = self.level();
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");
+        }
+        if self.by_shape && level < 2 {
+            anyhow::bail!("--by-shape needs per-op timings: use --verbosity 2 (got {level})");
         }
         if (self.json.is_some() || self.report.is_some()) && level == 0 {
             anyhow::bail!("--json and --report need a profile: use --verbosity 1 or 2");
@@ -331,6 +340,10 @@ impl ProfileArgs {
             // The roofline's machine peaks: a GEMM and a streaming copy, about a second.
             let device = session.executor().device();
             profile.machine = Some(wick::graph::profiler::MachinePeaks::measure(device)?);
+            // The probe's copy buffers raised the process's peak: the report gives both.
+            if let Some(memory) = profile.memory.as_mut() {
+                memory.refresh_process_peak();
+            }
         }
         print!("{profile}");
         if self.by_shape && !profile.ops.is_empty() {

@@ -95,11 +95,15 @@ impl Executor {
                     .collect(),
                 flops: n.flops,
                 origin: n.origin.clone(),
-                bytes: n
-                    .inputs
-                    .iter()
-                    .chain(&n.outputs)
-                    .fold(0u64, |a, v| a.saturating_add(plan.value_bytes[v.0])),
+                // A reshape is a view of its input: it reads and writes nothing.
+                bytes: if n.op.kernel() == wick_ops::Kernel::Reshape {
+                    0
+                } else {
+                    n.inputs
+                        .iter()
+                        .chain(&n.outputs)
+                        .fold(0u64, |a, v| a.saturating_add(plan.value_bytes[v.0]))
+                },
                 dtype: n
                     .outputs
                     .first()

@@ -44,6 +44,12 @@ pub enum StepPart {
     HostToDevice,
     /// Reading the loss back to the host (after the iteration).
     LossReadBack,
+    /// Checking every parameter for NaN and infinity (after the iteration).
+    NonFiniteCheck,
+    /// The training loop scoring the batch: reading the logits back, accuracy.
+    Metrics,
+    /// Writing a periodic checkpoint.
+    Checkpoint,
 }
 
 /// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every

@@ -25,6 +25,10 @@ pub struct MemorySplit {
     pub saved_for_backward: u64,
     /// Other forward values: made and freed within the forward pass (or kept as outputs).
     pub transient: u64,
+    /// What graph passes' ops keep beside the graph's values: a folded batch norm's
+    /// weights and bias, per fused convolution.
+    #[serde(default)]
+    pub pass_products: u64,
 }
 
 impl MemorySplit {
@@ -38,6 +42,7 @@ impl MemorySplit {
             self.gradients,
             self.saved_for_backward,
             self.transient,
+            self.pass_products,
         ]
         .iter()
         .fold(0u64, |a, b| a.saturating_add(*b))
@@ -84,6 +89,12 @@ impl Graph {
                 ValueKind::Intermediate => continue,
             };
             *part = part.saturating_add(*bytes);
+        }
+        for node in &self.nodes {
+            let inputs: Vec<u64> = node.inputs.iter().map(|v| value_bytes[v.0]).collect();
+            resident.pass_products = resident
+                .pass_products
+                .saturating_add(node.op.held_bytes(&inputs));
         }
         let (made_by, last_phase) = self.producers_and_last_readers();
         let frees = self.last_uses();

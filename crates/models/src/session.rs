@@ -399,15 +399,17 @@ impl Session {
     /// The first parameter or statistic (in state-dict order) holding a NaN or an
     /// infinity: its name, the element and the value.
     pub fn first_non_finite_parameter(&self) -> Result<Option<(String, usize, f64)>> {
+        let mut names = Vec::new();
+        let mut tensors = Vec::new();
         for spec in self.config.state_spec()? {
             if let Some(t) = self.exec.get(&spec.name)? {
-                let found = wick_ops::first_non_finite(t)?;
-                if let Some((i, v)) = found {
-                    return Ok(Some((spec.name, i, v)));
-                }
+                names.push(spec.name);
+                tensors.push(t);
             }
         }
-        Ok(None)
+        // One parallel pass over every tensor (see `first_non_finite_of`).
+        let found = wick_ops::first_non_finite_of(&tensors)?;
+        Ok(found.map(|(t, i, v)| (std::mem::take(&mut names[t]), i, v)))
     }
 
     /// Tells the profiler how long the training loop waited for the next batch (host
@@ -546,7 +548,11 @@ impl Session {
             return Err(non_finite(format!("the loss is {loss}")));
         }
         if self.check_parameters {
-            if let Some((name, i, v)) = self.first_non_finite_parameter()? {
+            let check = Instant::now();
+            let found = self.first_non_finite_parameter()?;
+            self.exec
+                .report_step_part(StepPart::NonFiniteCheck, check.elapsed().as_secs_f64());
+            if let Some((name, i, v)) = found {
                 return Err(non_finite(format!("`{name}` became {v} at element {i}")));
             }
         }

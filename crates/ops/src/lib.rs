@@ -57,7 +57,7 @@ pub use kernel::{
 };
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
-pub use numeric::first_non_finite;
+pub use numeric::{first_non_finite, first_non_finite_of};
 pub use optim::{sgd_step, SgdParams};
 pub use pointwise::Activation;
 pub use pool::{Pool2dParams, PoolKind};

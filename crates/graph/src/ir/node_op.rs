@@ -55,6 +55,13 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
         false
     }
 
+    /// Bytes the op itself keeps between iterations, beyond the graph's values, given
+    /// the bytes of each of its inputs: a cache such as a folded batch norm's weights.
+    /// The memory plan counts them as pass products.
+    fn held_bytes(&self, _input_bytes: &[u64]) -> u64 {
+        0
+    }
+
     /// Appends the backward nodes of this forward node (reverse-mode autodiff). Ops that
     /// are not forward ops (gradients, optimizer updates) keep the default, an error.
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {

@@ -114,6 +114,18 @@ impl NodeOp for ConvBiasActivation {
         Kernel::ConvBiasActivationForward
     }
 
+    /// A folded batch norm keeps its folded weight (the convolution's size) and bias (the
+    /// batch norm's bias's size).
+    fn held_bytes(&self, input_bytes: &[u64]) -> u64 {
+        match self.bias {
+            BiasSource::FoldedBatchNorm(_) => {
+                let at = |i: usize| input_bytes.get(i).copied().unwrap_or(0);
+                at(1).saturating_add(at(3))
+            }
+            BiasSource::None | BiasSource::Bias => 0,
+        }
+    }
+
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let (weight, bias) = self.weight_and_bias(inputs)?;
         let residual = if self.residual {

@@ -24,6 +24,7 @@
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
 pub mod advice;
+pub mod cycles;
 pub mod diff;
 pub mod gather;
 pub mod html;
@@ -46,10 +47,11 @@ pub mod table;
 pub mod trace;
 
 pub use advice::Recommendation;
+pub use cycles::CycleRow;
 pub use diff::{diff, diff_runs, Diff, DiffOptions, DiffRow};
 pub use layers::{LayerLevel, LayerRow};
 pub use machine_peaks::MachinePeaks;
-pub use memory::{MemoryCounter, MemoryProfile};
+pub use memory::{MemoryCategory, MemoryCounter, MemoryProfile, OpMemory};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use ranks::{BucketProfile, DistProfile, RankProfile};
 pub use recorder::TimeProfiler;

@@ -41,6 +41,9 @@ pub struct OpProfile {
     pub host_sec: Option<f64>,
     /// The dtype it computes in (`F32`, ...).
     pub dtype: String,
+    /// Its measured memory in the last timed iteration (with a counting allocator).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<super::memory::OpMemory>,
 }
 
 /// One phase's time per iteration, and the part of it spent inside ops.
@@ -77,6 +80,9 @@ pub struct OpTypeRow {
     pub max_sec: f64,
     /// Mean seconds per node execution.
     pub mean_sec: f64,
+    /// Median seconds of one node execution, over every timed execution of its nodes
+    /// (one preempted run moves Max, not this).
+    pub median_sec: f64,
     /// Share of all op time in an iteration.
     pub share: f64,
     /// FLOPs per iteration.
@@ -203,7 +209,13 @@ impl Profile {
 
     fn group_ops(&self, by_shape: bool) -> Vec<OpTypeRow> {
         let mut rows: Vec<OpTypeRow> = Vec::new();
-        for op in &self.ops {
+        let mut executions: Vec<Vec<f64>> = Vec::new();
+        let sampled = self
+            .samples
+            .ops
+            .iter()
+            .all(|iteration| iteration.len() == self.ops.len());
+        for (index, op) in self.ops.iter().enumerate() {
             let same = |r: &OpTypeRow| {
                 r.name == op.name && (!by_shape || r.input_shapes == op.input_shapes)
             };
@@ -217,6 +229,7 @@ impl Profile {
                         min_sec: f64::INFINITY,
                         max_sec: 0.0,
                         mean_sec: 0.0,
+                        median_sec: 0.0,
                         share: 0.0,
                         flops: 0,
                         host_sec: None,
@@ -226,9 +239,15 @@ impl Profile {
                             Vec::new()
                         },
                     });
+                    executions.push(Vec::new());
                     rows.len() - 1
                 }
             };
+            if sampled && !self.samples.ops.is_empty() {
+                executions[i].extend(self.samples.ops.iter().map(|it| it[index]));
+            } else {
+                executions[i].push(op.mean_sec);
+            }
             let row = &mut rows[i];
             row.nodes += 1;
             row.total_sec += op.mean_sec;
@@ -240,8 +259,9 @@ impl Profile {
             }
         }
         let all: f64 = self.ops.iter().map(|o| o.mean_sec).sum();
-        for r in &mut rows {
+        for (r, times) in rows.iter_mut().zip(&executions) {
             r.mean_sec = r.total_sec / r.nodes as f64;
+            r.median_sec = super::stats::median(times);
             r.share = if all > 0.0 { r.total_sec / all } else { 0.0 };
         }
         rows.sort_by(|a, b| b.total_sec.total_cmp(&a.total_sec));

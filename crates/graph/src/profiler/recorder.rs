@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 
-use super::memory::{MemoryCounter, MemoryProfile};
+use super::memory::{MemoryCounter, MemoryProfile, OpMemory};
 use super::profile::{OpProfile, PhaseProfile, Profile};
 use super::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
 use super::schedule::{RecordLevel, Schedule};
@@ -70,6 +70,12 @@ pub struct TimeProfiler {
     counter: Option<Box<dyn MemoryCounter>>,
     counting: bool,
     measured_peak: Option<u64>,
+    /// The counter's bytes at the start of the iteration in progress and of the last
+    /// timed one, and each op's measured memory in them.
+    start_live: Option<u64>,
+    last_start_live: Option<u64>,
+    op_memory: Vec<OpMemory>,
+    last_op_memory: Vec<OpMemory>,
     /// On a device: each node's host dispatch seconds, summed over timed iterations.
     host_ops: Option<Vec<f64>>,
     host_started: Option<std::time::Instant>,
@@ -133,6 +139,10 @@ impl TimeProfiler {
             counter: None,
             counting: false,
             measured_peak: None,
+            start_live: None,
+            last_start_live: None,
+            op_memory: Vec::new(),
+            last_op_memory: Vec::new(),
             host_ops: None,
             host_started: None,
             device_handle: None,
@@ -210,6 +220,9 @@ impl TimeProfiler {
         self.steps = StepRecorder::default();
         self.counting = false;
         self.measured_peak = None;
+        self.start_live = None;
+        self.last_start_live = None;
+        self.last_op_memory.clear();
         self.device_used = None;
         if let Some(h) = self.host_ops.as_mut() {
             h.iter_mut().for_each(|s| *s = 0.0);
@@ -249,6 +262,7 @@ impl TimeProfiler {
                     },
                     bytes: info.bytes,
                     dtype: format!("{:?}", info.dtype),
+                    memory: self.last_op_memory.get(info.op_id).copied(),
                     host_sec: self
                         .host_ops
                         .as_ref()
@@ -310,7 +324,10 @@ impl TimeProfiler {
             step: self.steps.profile(),
             memory: self.memory_plan.as_ref().filter(|_| timed).map(|plan| {
                 let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
-                MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used)
+                let mut m = MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used);
+                m.start_live_bytes = self.last_start_live;
+                m.ops = self.last_op_memory.clone();
+                m
             }),
             machine: None,
             distributed: None,
@@ -357,9 +374,11 @@ impl Hook for TimeProfiler {
             self.prepared = self.timing;
         }
         if self.timing {
-            if let (Some(c), false) = (&self.counter, self.counting) {
+            if let Some(c) = &self.counter {
                 c.reset_peak();
                 self.counting = true;
+                self.start_live = Some(c.live_bytes());
+                self.op_memory.clear();
             }
             self.mark(Mark::IterationStart);
         }
@@ -396,6 +415,15 @@ impl Hook for TimeProfiler {
 
     fn before_op(&mut self, node: &NodeInfo) {
         if self.timing {
+            // Read before the op's mark, so that the reading is not in its time.
+            if let (Some(c), RecordLevel::PerOp) = (&self.counter, self.level) {
+                let entry = c.live_bytes();
+                c.reset_peak();
+                self.op_memory.push(OpMemory {
+                    entry_bytes: entry,
+                    ..Default::default()
+                });
+            }
             self.mark(Mark::OpStart(node.op_id));
             if self.host_ops.is_some() && self.level == RecordLevel::PerOp {
                 self.host_started = Some(std::time::Instant::now());
@@ -409,6 +437,10 @@ impl Hook for TimeProfiler {
                 h[node.op_id] += t.elapsed().as_secs_f64();
             }
             self.mark(Mark::OpEnd(node.op_id));
+            if let (Some(c), Some(m)) = (&self.counter, self.op_memory.last_mut()) {
+                m.peak_bytes = c.peak_bytes();
+                m.exit_bytes = c.live_bytes();
+            }
         }
     }
 
@@ -421,8 +453,17 @@ impl Hook for TimeProfiler {
         }
         self.mark(Mark::IterationEnd);
         if let Some(c) = &self.counter {
-            let peak = c.peak_bytes();
+            // Each op restarted the peak: the iteration's is the largest of theirs.
+            let peak = self
+                .op_memory
+                .iter()
+                .map(|m| m.peak_bytes)
+                .fold(c.peak_bytes(), u64::max);
             self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
+            self.last_start_live = self.start_live;
+            if self.op_memory.len() == self.nodes.len() {
+                self.last_op_memory = self.op_memory.clone();
+            }
         }
         if let Some(used) = self
             .device_handle
@@ -482,6 +523,11 @@ impl Hook for TimeProfiler {
                 .collect();
             let (input_wait, copy, read_back) = self.steps.last_parts();
             self.timeline.push(IterationTimeline {
+                memory: if self.op_memory.len() == self.nodes.len() {
+                    self.op_memory.clone()
+                } else {
+                    Vec::new()
+                },
                 start: self.run_started,
                 input_wait,
                 copy,

@@ -107,6 +107,8 @@ pub struct IterationTimeline {
     pub phases: Vec<(crate::ir::Phase, f64, f64)>,
     /// Each node's (start, duration), relative to the iteration's start, in OP_ID order.
     pub ops: Vec<(f64, f64)>,
+    /// Each node's measured memory, in OP_ID order (empty without a counting allocator).
+    pub memory: Vec<super::memory::OpMemory>,
 }
 
 /// Every timed iteration's timeline (verbosity 2), for the trace.

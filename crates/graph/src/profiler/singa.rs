@@ -9,6 +9,11 @@ use wick_ops::KernelClass;
 
 use super::profile::Profile;
 use crate::float_format::cpp_float;
+use crate::ir::Phase;
+
+/// Printed under `Time Profiling:` at verbosity 3 when the graph has no communication op:
+/// that level prints SINGA's per-op lines for those ops only.
+pub const VERBOSITY_3_NOTE: &str = "(verbosity 3 prints per-op lines only for the communication ops (Dist*), and this graph has none: use --verbosity 2 for every op)\n";
 
 impl Profile {
     /// SINGA's lines: `Time Profiling:`, then per-op lines (when the profile has per-op
@@ -38,13 +43,43 @@ impl Profile {
         s
     }
 
-    /// SINGA's forward and backward lines, and wick's optimizer line after them.
+    /// SINGA's forward and backward lines, and wick's optimizer line after them: one line
+    /// per phase the graph has (an inference graph prints only the forward line).
     fn phase_lines(&self) -> String {
+        let mut s = String::new();
+        for (phase, label, sec) in [
+            (Phase::Forward, "Forward Propagation Time", self.forward_sec),
+            (Phase::Backward, "Backward Propagation Time", self.backward_sec),
+            (Phase::Optimizer, "Optimizer Time", self.optimizer_sec),
+        ] {
+            if self.has_phase(phase) {
+                let _ = writeln!(s, "{label} : {} sec", cpp_float(sec));
+            }
+        }
+        s
+    }
+
+    /// Whether the graph has nodes in `phase` (a profile without phase rows, made by
+    /// hand, counts as a training profile).
+    pub fn has_phase(&self, phase: Phase) -> bool {
+        self.phases.is_empty() || self.phases.iter().any(|p| p.phase == phase)
+    }
+
+    /// What an iteration covers, from the phases the graph has.
+    fn coverage(&self) -> String {
+        let phases: Vec<&str> = Phase::ALL
+            .iter()
+            .filter(|p| self.has_phase(**p))
+            .map(|p| p.as_str())
+            .collect();
+        let fed = if self.has_phase(Phase::Backward) {
+            "not feeding the batch nor reading the loss back"
+        } else {
+            "not feeding the batch nor reading the outputs back"
+        };
         format!(
-            "Forward Propagation Time : {} sec\nBackward Propagation Time : {} sec\nOptimizer Time : {} sec\n",
-            cpp_float(self.forward_sec),
-            cpp_float(self.backward_sec),
-            cpp_float(self.optimizer_sec)
+            "every node ({}) and the executor's work between them; {fed}",
+            phases.join(", ")
         )
     }
 
@@ -83,6 +118,13 @@ impl fmt::Display for Profile {
             );
         }
         f.write_str(&self.singa_lines())?;
+        let communicates = self
+            .ops
+            .iter()
+            .any(|o| o.class == KernelClass::Communication);
+        if self.verbosity >= 3 && !self.ops.is_empty() && !communicates {
+            f.write_str(VERBOSITY_3_NOTE)?;
+        }
         if !self.ops.is_empty() {
             writeln!(f)?;
             f.write_str(&self.phase_lines())?;
@@ -97,10 +139,7 @@ impl fmt::Display for Profile {
             self.device,
             self.method.as_deref().unwrap_or("no timer")
         )?;
-        writeln!(
-            f,
-            "Iteration covers : every node (forward, backward, optimizer) and the executor's work between them; not feeding the batch nor reading the loss back"
-        )?;
+        writeln!(f, "Iteration covers : {}", self.coverage())?;
         writeln!(
             f,
             "Iteration spread : median {} sec, min {} sec, max {} sec",
@@ -119,6 +158,7 @@ impl fmt::Display for Profile {
                 100.0 * overhead / self.iteration_sec
             )?;
         }
+        f.write_str(&self.cycle_lines())?;
         if let Some(step) = &self.step {
             f.write_str(&step.lines())?;
         }

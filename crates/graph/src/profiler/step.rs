@@ -33,7 +33,17 @@ pub struct StepProfile {
     pub run_sec: f64,
     /// Reading the loss back.
     pub loss_read_back_sec: f64,
-    /// Everything else: the training loop's own work (progress bar, logging).
+    /// The session's check of every parameter for NaN and infinity.
+    #[serde(default)]
+    pub non_finite_check_sec: f64,
+    /// The training loop scoring the batch (logits read back, accuracy).
+    #[serde(default)]
+    pub metrics_sec: f64,
+    /// Periodic checkpoints.
+    #[serde(default)]
+    pub checkpoint_sec: f64,
+    /// The rest, measured as what no part accounts for: the training loop's own work
+    /// (progress bar, learning-rate schedule, slicing the batch).
     pub other_sec: f64,
 }
 
@@ -80,13 +90,11 @@ impl StepProfile {
 /// Collects the parts of each step between iteration starts.
 #[derive(Debug, Default)]
 pub(crate) struct StepRecorder {
-    /// Input wait and copy reported since the last iteration started (they belong to the
-    /// next one).
-    before: [f64; 2],
-    /// Those of the iteration that started last.
+    /// Every part reported since the last iteration started, by [`part_index`]: the
+    /// input wait and copy reported before the next start belong to this interval too.
+    parts: [f64; PARTS],
+    /// The input wait and copy reported before the iteration that started last.
     current_before: [f64; 2],
-    /// The loss read-back reported since the last iteration ended.
-    read_back: f64,
     /// The last iteration's start (host clock), whether it was timed, its run time.
     last_start: Option<(f64, bool)>,
     last_run: f64,
@@ -95,51 +103,58 @@ pub(crate) struct StepRecorder {
     sums: StepProfile,
 }
 
+const PARTS: usize = 6;
+
+fn part_index(part: StepPart) -> usize {
+    match part {
+        StepPart::InputWait => 0,
+        StepPart::HostToDevice => 1,
+        StepPart::LossReadBack => 2,
+        StepPart::NonFiniteCheck => 3,
+        StepPart::Metrics => 4,
+        StepPart::Checkpoint => 5,
+    }
+}
+
 impl StepRecorder {
     /// A part reported by the session or the training loop.
     pub(crate) fn part(&mut self, part: StepPart, sec: f64) {
         self.reported = true;
-        match part {
-            StepPart::InputWait => self.before[0] += sec,
-            StepPart::HostToDevice => self.before[1] += sec,
-            StepPart::LossReadBack => self.read_back += sec,
-        }
+        self.parts[part_index(part)] += sec;
     }
 
     /// An iteration starts at `now`: closes the interval since the previous start (when
     /// that iteration was timed) with the parts reported in between.
     pub(crate) fn iteration_start(&mut self, now: f64, timed: bool) {
+        let p = self.parts;
         if let Some((start, true)) = self.last_start {
             let s = &mut self.sums;
             let wall = now - start;
-            let [input, copy] = self.before;
             s.intervals += 1;
             s.wall_sec += wall;
-            s.input_wait_sec += input;
-            s.host_to_device_sec += copy;
+            s.input_wait_sec += p[0];
+            s.host_to_device_sec += p[1];
             s.run_sec += self.last_run;
-            s.loss_read_back_sec += self.read_back;
-            s.other_sec += wall - input - copy - self.last_run - self.read_back;
+            s.loss_read_back_sec += p[2];
+            s.non_finite_check_sec += p[3];
+            s.metrics_sec += p[4];
+            s.checkpoint_sec += p[5];
+            s.other_sec += wall - self.last_run - p.iter().sum::<f64>();
         }
-        self.current_before = self.before;
-        self.before = [0.0; 2];
-        self.read_back = 0.0;
+        self.current_before = [p[0], p[1]];
+        self.parts = [0.0; PARTS];
         self.last_start = Some((now, timed));
     }
 
     /// The input wait and copy reported before the iteration that started last, and the
     /// read-back reported after it so far.
     pub(crate) fn last_parts(&self) -> (f64, f64, f64) {
-        (
-            self.current_before[0],
-            self.current_before[1],
-            self.read_back,
-        )
+        (self.current_before[0], self.current_before[1], self.parts[2])
     }
 
     /// The read-back reported since the last iteration ended.
     pub(crate) fn pending_read_back(&self) -> f64 {
-        self.read_back
+        self.parts[2]
     }
 
     /// The iteration that started last ran for `run_sec` (host clock).
@@ -161,36 +176,67 @@ impl StepRecorder {
             host_to_device_sec: s.host_to_device_sec / n,
             run_sec: s.run_sec / n,
             loss_read_back_sec: s.loss_read_back_sec / n,
+            non_finite_check_sec: s.non_finite_check_sec / n,
+            metrics_sec: s.metrics_sec / n,
+            checkpoint_sec: s.checkpoint_sec / n,
             other_sec: s.other_sec / n,
         })
     }
 }
 
 impl StepProfile {
+    /// The parts of the step in the order they are reported, each with its name: the
+    /// text report and the HTML bar show these, so their shares are one.
+    pub fn parts(&self) -> Vec<(&'static str, f64)> {
+        let mut parts = vec![
+            ("input wait", self.input_wait_sec),
+            ("host-to-device copy", self.host_to_device_sec),
+            ("graph run", self.run_sec),
+            ("loss read-back", self.loss_read_back_sec),
+            ("non-finite check", self.non_finite_check_sec),
+            ("metrics", self.metrics_sec),
+            ("checkpoints", self.checkpoint_sec),
+            ("loop's own work", self.other_sec),
+        ];
+        // Parts nobody reported stay out, except the four every step has.
+        parts.retain(|(name, sec)| {
+            *sec != 0.0
+                || matches!(
+                    *name,
+                    "input wait" | "host-to-device copy" | "graph run" | "loss read-back"
+                )
+        });
+        parts
+    }
+
+    /// The share of the step `sec` is.
+    pub fn share(&self, sec: f64) -> f64 {
+        if self.wall_sec > 0.0 {
+            sec / self.wall_sec
+        } else {
+            0.0
+        }
+    }
+
     /// The report's lines: where the step goes, and the input verdict with its thresholds.
     pub fn lines(&self) -> String {
-        let pct = |t: f64| {
-            if self.wall_sec > 0.0 {
-                100.0 * t / self.wall_sec
-            } else {
-                0.0
-            }
-        };
         let verdict = match self.verdict() {
             InputVerdict::InputBound => "input-bound",
             InputVerdict::PartlyInputBound => "partly input-bound",
             InputVerdict::NotInputBound => "not input-bound",
         };
+        let parts: Vec<String> = self
+            .parts()
+            .iter()
+            .map(|(name, sec)| format!("{name} {:.1}%", 100.0 * self.share(*sec)))
+            .collect();
         format!(
-            "Whole step : {:.6} sec (host clock, mean of {} intervals between consecutive step starts) = input wait {:.1}% + host-to-device copy {:.1}% + graph run {:.1}% + loss read-back {:.1}% + training loop and other {:.1}%\n\
+            "Whole step : {:.6} sec (host clock, mean of the {} timed iterations that the next step's start closes; over them the graph run is {:.6} sec) = {}\n\
              Input : {verdict}: {:.1}% of the step waits for data (TensorFlow's thresholds: {:.0}% or more input-bound, {:.0}-{:.0}% partly, under {:.0}% not)\n",
             self.wall_sec,
             self.intervals,
-            pct(self.input_wait_sec),
-            pct(self.host_to_device_sec),
-            pct(self.run_sec),
-            pct(self.loss_read_back_sec),
-            pct(self.other_sec),
+            self.run_sec,
+            parts.join(" + "),
             100.0 * self.input_share(),
             100.0 * INPUT_BOUND,
             100.0 * PARTLY_INPUT_BOUND,

@@ -25,7 +25,7 @@ impl Profile {
         let host = rows.iter().any(|r| r.host_sec.is_some());
         let mut s = format!(
             "{title}. Nodes: nodes of this type per iteration; Total: ms per iteration in them; \
-             Min/Max/Mean: ms of one node execution; Share: of all op time; GFLOP/s: FLOPs / Total.{}\n",
+             Min/Median/Max/Mean: ms of one node execution (Median over every timed execution: one preempted run moves Max only); Share: of all op time; GFLOP/s: FLOPs / Total.{}\n",
             if host {
                 " Host: ms per iteration dispatching them (host clock; Total is device time); launch-bound: Host > Total."
             } else {
@@ -34,11 +34,22 @@ impl Profile {
         );
         let _ = write!(
             s,
-            "{:<34} {:>6} {:>11} {:>10} {:>10} {:>10} {:>7} {:>9}",
-            "Kernel", "Nodes", "Total(ms)", "Min(ms)", "Max(ms)", "Mean(ms)", "Share", "GFLOP/s"
+            "{:<34} {:>6} {:>11} {:>10} {:>10} {:>10} {:>10} {:>7} {:>9}",
+            "Kernel",
+            "Nodes",
+            "Total(ms)",
+            "Min(ms)",
+            "Median(ms)",
+            "Max(ms)",
+            "Mean(ms)",
+            "Share",
+            "GFLOP/s"
         );
         if host {
             let _ = write!(s, " {:>10}", "Host(ms)");
+        }
+        if rows.iter().any(|r| !r.input_shapes.is_empty()) {
+            s.push_str("  Input shapes");
         }
         s.push('\n');
         for r in rows {
@@ -49,11 +60,12 @@ impl Profile {
             };
             let _ = write!(
                 s,
-                "{:<34} {:>6} {:>11.3} {:>10.3} {:>10.3} {:>10.3} {:>6.1}% {:>9.1}",
+                "{:<34} {:>6} {:>11.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>6.1}% {:>9.1}",
                 r.name,
                 r.nodes,
                 r.total_sec * 1e3,
                 r.min_sec * 1e3,
+                r.median_sec * 1e3,
                 r.max_sec * 1e3,
                 r.mean_sec * 1e3,
                 r.share * 100.0,

@@ -4,7 +4,8 @@
 //! - one track per phase, with the phase's span and, nested in it, one complete event per
 //!   op (args: OP_ID, layer, kernel, shapes, FLOPs, bytes);
 //! - flow arrows from each forward op to the backward ops that differentiate it;
-//! - a counter track of predicted live memory after each op.
+//! - counter tracks of live memory: predicted after each op, and measured by the
+//!   counting allocator (each op's peak while it runs, then what it leaves).
 //!
 //! A cap on the number of events keeps files small: whole iterations past it are left
 //! out, and the trace and [`Trace::note`] say so.
@@ -108,9 +109,17 @@ impl Profile {
                             "pid": 0, "tid": Phase::Backward as usize, "ts": mid(op.op_id)}));
                     }
                 }
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
                 if let Some(bytes) = live.and_then(|l| l.get(op.op_id)) {
                     batch.push(json!({"ph": "C", "name": "live memory (predicted)", "pid": 0,
-                        "ts": us(it.start + start + dur), "args": {"MiB": *bytes as f64 / (1u64 << 20) as f64}}));
+                        "ts": us(it.start + start + dur), "args": {"MiB": mib(*bytes)}}));
+                }
+                // Measured: the op's peak while it runs, then what it leaves allocated.
+                if let Some(m) = it.memory.get(op.op_id) {
+                    batch.push(json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
+                        "ts": us(it.start + start), "args": {"MiB": mib(m.peak_bytes)}}));
+                    batch.push(json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
+                        "ts": us(it.start + start + dur), "args": {"MiB": mib(m.exit_bytes)}}));
                 }
             }
             if written + batch.len() > max_events {
