@@ -226,6 +226,7 @@ mod tests {
             bytes,
             dtype: "F32".into(),
             host_sec: None,
+            memory: None,
         }
     }
 

@@ -55,7 +55,7 @@ pub use memory::{MemoryCategory, MemoryCounter, MemoryProfile, OpMemory};
 pub use profile::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use ranks::{BucketProfile, DistProfile, RankProfile};
 pub use recorder::TimeProfiler;
-pub use roofline::{Bound, RooflineRow};
+pub use roofline::{Bound, RoofDistance, RooflineRow};
 pub use samples::{RunInfo, Samples, SCHEMA};
 pub use schedule::{RecordLevel, Schedule};
 pub use slots::{Mark, SlotLayout};

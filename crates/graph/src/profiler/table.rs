@@ -112,6 +112,7 @@ mod tests {
             bytes: 0,
             dtype: "F32".into(),
             host_sec,
+            memory: None,
         }
     }
 
