@@ -8,6 +8,7 @@ use super::machine_peaks::MachinePeaks;
 use super::profile::Profile;
 use super::roofline::Bound;
 use super::step::PARTLY_INPUT_BOUND;
+use crate::ir::Phase;
 
 /// One fired rule: what it looked at, the figure that fired it, and what to do.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -33,6 +34,11 @@ pub const F32_SHARE: f64 = 0.90;
 pub const FAR_BELOW_ROOF: f64 = 0.20;
 /// ... and takes at least this share of op time (smaller ones do not move the step).
 pub const ROOF_MIN_SHARE: f64 = 0.05;
+
+/// The optimizer phase's share of the iteration from which its cost is worth a rule:
+/// it reads and writes every parameter, gradient and state once per step whatever the
+/// batch, so at a tenth of the step a larger batch or a fused update moves the step.
+pub const OPTIMIZER_SHARE: f64 = 0.10;
 
 /// Kernels that do a few FLOPs per element they read and write: element-wise ones and
 /// batch norm, whose passes a fused kernel would save. Every class is decided here, so a
@@ -108,10 +114,58 @@ impl Profile {
                 });
             }
         }
+        if let Some(r) = self.optimizer_rule() {
+            out.push(r);
+        }
         if let Some(machine) = &self.machine {
             out.extend(self.far_below_roof(machine));
         }
         out
+    }
+
+    /// The optimizer rule: its phase's share of the iteration, and, with the machine's
+    /// peaks, how close its update kernels run to the memory roof.
+    fn optimizer_rule(&self) -> Option<Recommendation> {
+        let phase = self.phases.iter().find(|p| p.phase == Phase::Optimizer)?;
+        let share = phase.sec / self.iteration_sec;
+        if !(self.iteration_sec > 0.0 && share >= OPTIMIZER_SHARE) {
+            return None;
+        }
+        let updates = self
+            .ops
+            .iter()
+            .filter(|o| o.class == KernelClass::Optimizer)
+            .count();
+        // How close the update kernels run to their roof: at it, only less work helps.
+        let at_roof = self.machine.as_ref().and_then(|m| {
+            let (sec, roof) = self
+                .roofline(m)
+                .iter()
+                .filter(|r| {
+                    self.ops
+                        .iter()
+                        .any(|o| o.name == r.name && o.class == KernelClass::Optimizer)
+                })
+                .fold((0.0, 0.0), |(t, a), r| (t + r.total_sec, a + r.roof_sec));
+            (sec > 0.0).then_some(roof / sec)
+        });
+        let roof = at_roof.map_or(String::new(), |r| {
+            format!("; its kernels run at {:.0}% of the memory roof", 100.0 * r)
+        });
+        let advice = if at_roof.is_some_and(|r| r >= 0.8) {
+            "its cost is per parameter, not per image, and its kernels already stream at the memory roof: a larger batch spreads it over more images; fusing the update into fewer passes (a fused multi-tensor update) or lighter state (bf16 momentum) is the other lever"
+        } else {
+            "its cost is per parameter, not per image: a larger batch spreads it over more images; a fused multi-tensor update (one pass over all parameters, as PyTorch's foreach and fused optimizers) saves the per-tensor passes"
+        };
+        Some(Recommendation {
+            rule: "optimizer",
+            figure: format!(
+                "the optimizer takes {:.1}% of the iteration ({:.3} ms, {updates} update nodes){roof}",
+                100.0 * share,
+                phase.sec * 1e3
+            ),
+            advice: advice.into(),
+        })
     }
 
     fn far_below_roof(&self, machine: &MachinePeaks) -> Vec<Recommendation> {
@@ -304,5 +358,28 @@ mod tests {
         );
         p.machine = None;
         assert_eq!(rules(&p), Vec::<&str>::new(), "no measured roof: silent");
+
+        // The optimizer at 12% of the iteration, its update streaming 1.2 GB in 0.12 s:
+        // 10 GB/s, the copy's roof.
+        let mut p = quiet();
+        p.phases[0].sec = 0.88;
+        p.phases.push(PhaseProfile {
+            phase: Phase::Optimizer,
+            sec: 0.12,
+            ops_sec: 0.12,
+        });
+        let mut update = op(Kernel::SgdUpdate, 0.12, 100_000_000, 1_200_000_000);
+        update.phase = Phase::Optimizer;
+        p.ops.push(update);
+        assert_eq!(rules(&p), ["optimizer"]);
+        let r = &p.recommendations()[0];
+        assert!(
+            r.figure.contains("12.0% of the iteration")
+                && r.figure.contains("100% of the memory roof")
+                && r.advice.contains("already stream at the memory roof"),
+            "{r:?}"
+        );
+        p.phases[1].sec = 0.09;
+        assert_eq!(rules(&p), Vec::<&str>::new(), "9%: under the threshold");
     }
 }
