@@ -19,7 +19,9 @@ fn each_op_has_its_measured_entry_peak_and_exit_and_the_trace_draws_them() {
         padding: [1, 1],
         ..Default::default()
     };
-    let y = b.in_layer("conv", |b| b.conv2d(x, w, None, params)).unwrap();
+    let y = b
+        .in_layer("conv", |b| b.conv2d(x, w, None, params))
+        .unwrap();
     let y = b.in_layer("act", |b| b.relu(y)).unwrap();
     b.output(y);
     let mut exec = Executor::new(b.finish(), &Device::Cpu);
@@ -29,10 +31,16 @@ fn each_op_has_its_measured_entry_peak_and_exit_and_the_trace_draws_them() {
             .with_memory_counter(Box::new(wick::allocator::Counter)),
     )
     .unwrap();
-    exec.set("x", &Tensor::ones((1, 16, 64, 64), DType::F32, &Device::Cpu).unwrap())
-        .unwrap();
-    exec.set("w", &Tensor::ones((16, 16, 3, 3), DType::F32, &Device::Cpu).unwrap())
-        .unwrap();
+    exec.set(
+        "x",
+        &Tensor::ones((1, 16, 64, 64), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    exec.set(
+        "w",
+        &Tensor::ones((16, 16, 3, 3), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
     for _ in 0..3 {
         exec.run().unwrap();
     }
@@ -56,7 +64,14 @@ fn each_op_has_its_measured_entry_peak_and_exit_and_the_trace_draws_them() {
     assert_eq!(categories[2].measured, conv.workspace_bytes());
     assert!(m.measured_peak_bytes.unwrap() >= conv.peak_bytes);
     let text = p.to_string();
-    assert!(text.contains("Memory prediction against measurement"), "{text}");
+    assert!(
+        text.contains("Memory prediction against measurement"),
+        "{text}"
+    );
     let trace = p.chrome_trace().unwrap();
-    assert_eq!(trace.matches("live memory (measured)").count(), 2 * 2 * 2, "two ops, two timed iterations, two marks each");
+    assert_eq!(
+        trace.matches("live memory (measured)").count(),
+        2 * 2 * 2,
+        "two ops, two timed iterations, two marks each"
+    );
 }

@@ -53,6 +53,169 @@ fn numbers(dom: &str) -> HashMap<String, (f64, String)> {
     out
 }
 
+const FLAGS: [&str; 5] = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--hide-scrollbars",
+    "--window-size=1000,2600",
+];
+
+fn chromium() -> String {
+    std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into())
+}
+
+/// The DOM of `page` as Chromium renders it.
+fn rendered_dom(page: &str) -> String {
+    let dir = tempfile::Builder::new()
+        .prefix("wick-report-")
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("report.html");
+    std::fs::write(&path, page).unwrap();
+    let out = Command::new(chromium())
+        .args(FLAGS)
+        .arg("--dump-dom")
+        .arg(format!("file://{}", path.display()))
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The attributes of every element that starts with `start` (`<line id="memory-roof"`).
+fn elements(dom: &str, start: &str) -> Vec<HashMap<String, String>> {
+    dom.split(start)
+        .skip(1)
+        .map(|rest| {
+            let tag = &rest[..rest.find('>').unwrap()];
+            let mut attrs = HashMap::new();
+            for part in tag.split("\" ") {
+                if let Some((k, v)) = part.trim().split_once("=\"") {
+                    attrs.insert(k.to_string(), v.trim_end_matches('"').to_string());
+                }
+            }
+            attrs
+        })
+        .collect()
+}
+
+/// The SVG element `<svg id="ID" ...>...</svg>` of `dom`.
+fn svg<'d>(dom: &'d str, id: &str) -> &'d str {
+    let start = dom
+        .find(&format!("<svg id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no chart {id}"));
+    let len = dom[start..].find("</svg>").unwrap();
+    &dom[start..start + len]
+}
+
+fn num(attrs: &HashMap<String, String>, key: &str) -> f64 {
+    attrs[key].parse().unwrap()
+}
+
+/// Issue #29: the roofline drawn to scale. A known machine (100 GFLOP/s, 10 GB/s) and a
+/// ReLU streaming at 16.8 GB/s (168% of the memory roof): in the rendered page the memory
+/// roof rises one decade of GFLOP/s per decade of intensity as the axes' own ticks
+/// measure them, the compute roof sits at 100 GFLOP/s, and the ReLU's point lies above
+/// the memory roof.
+#[test]
+#[ignore = "needs Debian's chromium: bash scripts/browser-test.sh"]
+fn the_roofline_is_drawn_to_the_scale_of_its_axes() {
+    use wick::graph::profiler::OpProfile;
+    use wick::graph::Phase;
+    use wick::ops::{DeviceKind, Kernel};
+    let op = |kernel: Kernel, sec: f64, flops: u64, bytes: u64| OpProfile {
+        op_id: 0,
+        name: kernel.name(DeviceKind::Cpu).into(),
+        class: kernel.class(),
+        phase: Phase::Forward,
+        mean_sec: sec,
+        min_sec: sec,
+        max_sec: sec,
+        flops,
+        input_shapes: vec![],
+        output_shapes: vec![],
+        origin: Default::default(),
+        parameter_elements: 0,
+        bytes,
+        host_sec: None,
+        dtype: "F32".into(),
+        memory: None,
+    };
+    let p = Profile {
+        iteration_sec: 1.0,
+        timed_iterations: 1,
+        ops: vec![
+            // 1e8 FLOPs over 8e8 bytes (0.125 FLOP/byte) in 47.6 ms: 16.8 GB/s.
+            op(Kernel::ReLU, 0.8e9 / 16.8e9, 100_000_000, 800_000_000),
+            // 20 FLOP/byte at 50 GFLOP/s: half the compute roof.
+            op(Kernel::ConvForward, 1.0, 50_000_000_000, 2_500_000_000),
+        ],
+        machine: Some(MachinePeaks::new(100e9, 10e9)),
+        ..Default::default()
+    };
+    let page = rendered_dom(&html::report(&p, None));
+    let dom = svg(&page, "roofline");
+    // The axes: pixels per decade, from the ticks' positions.
+    let ticks = |axis: &str, at: &str| -> Vec<(f64, f64)> {
+        elements(dom, &format!("<text class=\"tick {axis}\""))
+            .iter()
+            .map(|a| (num(a, "data-value").log10(), num(a, at)))
+            .collect()
+    };
+    let (xt, yt) = (ticks("x", "data-at"), ticks("y", "data-at"));
+    assert!(xt.len() >= 3 && yt.len() >= 3, "log axes with decade ticks");
+    let scale = |t: &[(f64, f64)]| (t[t.len() - 1].1 - t[0].1) / (t[t.len() - 1].0 - t[0].0);
+    let (px_x, px_y) = (scale(&xt), scale(&yt)); // y grows downwards: negative
+    let data_x = |px: f64| xt[0].0 + (px - xt[0].1) / px_x;
+    let data_y = |py: f64| yt[0].0 + (py - yt[0].1) / px_y;
+    let roof = &elements(dom, "<line id=\"memory-roof\"")[0];
+    let (x1, y1, x2, y2) = (
+        num(roof, "x1"),
+        num(roof, "y1"),
+        num(roof, "x2"),
+        num(roof, "y2"),
+    );
+    let slope = (data_y(y2) - data_y(y1)) / (data_x(x2) - data_x(x1));
+    assert!(
+        (slope - 1.0).abs() < 0.01,
+        "memory roof slope {slope} decades per decade"
+    );
+    // On the roof: GFLOP/s = 10 GB/s x intensity, at both ends.
+    for (x, y) in [(x1, y1), (x2, y2)] {
+        let (i, g) = (10f64.powf(data_x(x)), 10f64.powf(data_y(y)));
+        assert!(
+            (g / (10.0 * i) - 1.0).abs() < 0.02,
+            "({i}, {g}) is off the roof"
+        );
+    }
+    let compute = &elements(dom, "<line id=\"compute-roof\"")[0];
+    let peak = 10f64.powf(data_y(num(compute, "y1")));
+    assert!(
+        (peak / 100.0 - 1.0).abs() < 0.01,
+        "compute roof at {peak} GFLOP/s"
+    );
+    // The ReLU's point: above the memory roof at its intensity, where its share says.
+    let points = elements(dom, "<circle class=\"op-point\"");
+    let relu = points.iter().find(|a| a["data-name"] == "ReLU").unwrap();
+    assert!((num(relu, "data-roof-share") - 1.68).abs() < 1e-9);
+    let (cx, cy) = (num(relu, "cx"), num(relu, "cy"));
+    let roof_y_at = y1 + (y2 - y1) * (cx - x1) / (x2 - x1);
+    assert!(
+        cy < roof_y_at - 5.0,
+        "ReLU at y {cy} is not above the roof's {roof_y_at}"
+    );
+    let achieved = 10f64.powf(data_y(cy)) / (10.0 * 10f64.powf(data_x(cx)));
+    assert!(
+        (achieved - 1.68).abs() < 0.02,
+        "drawn at {achieved:.3} of the roof"
+    );
+    assert!(
+        page.contains("passed 100% of the roof"),
+        "the note explains it"
+    );
+    println!("roof slope {slope:.4}; ReLU drawn at {achieved:.3} of its roof, above it");
+}
+
 #[test]
 #[ignore = "needs Debian's chromium: bash scripts/browser-test.sh"]
 fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
@@ -64,14 +227,8 @@ fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
     let page = dir.path().join("report.html");
     std::fs::write(&page, html::report(&p, None)).unwrap();
     let url = format!("file://{}", page.display());
-    let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "chromium".into());
-    let flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        "--window-size=1000,2600",
-    ];
+    let chromium = chromium();
+    let flags = FLAGS;
     let shot = dir.path().join("shot.png");
     let status = Command::new(&chromium)
         .args(flags)
@@ -121,6 +278,9 @@ fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
         "memory",
         "memory-peak",
         "roofline",
+        "memory-roof",
+        "compute-roof",
+        "iteration-breakdown",
         "recommendations",
     ] {
         assert!(
@@ -161,6 +321,32 @@ fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
             (ms - value * 1e3).abs() <= 0.0005 + 1e-9,
             "{key}: shows {text}, JSON {value}"
         );
+    }
+    // Every chart has axes with numbers.
+    for chart in ["op-types", "layers", "memory", "roofline", "step-breakdown"] {
+        let svg = svg(&dom, chart);
+        assert!(
+            svg.contains("class=\"tick x\"") && svg.contains("axis-label"),
+            "{chart} has no axis"
+        );
+    }
+    // The step bar's shares are the text report's, and so are the phases'.
+    let text = p.to_string();
+    let shares = |chart: &str| {
+        elements(svg(&dom, chart), "<rect class=\"part\"")
+            .iter()
+            .map(|part| (part["data-label"].clone(), num(part, "data-share")))
+            .collect::<Vec<_>>()
+    };
+    for (label, share) in shares("step-breakdown") {
+        let shown = format!("{label} {share:.1}%");
+        assert!(text.contains(&shown), "{shown} is not in the text report");
+    }
+    for (label, share) in shares("iteration-breakdown") {
+        if label != "between phases" {
+            let shown = format!("{label} {share:.1}% (ops");
+            assert!(text.contains(&shown), "{shown} is not in the text report");
+        }
     }
     let peak = p.memory.unwrap().predicted_peak_bytes as f64;
     assert_eq!(shown["memory.predicted_peak_bytes"].0, peak);

@@ -53,6 +53,11 @@ enum Command {
         /// Compare profiles of different graphs, matching phases, op types and layers by name.
         #[arg(long)]
         allow_different_graphs: bool,
+        /// Put B's times on A's machine: each op type scaled by its run's measured peak
+        /// over A's (GEMM for compute-bound types, copy for memory-bound ones), so that a
+        /// loaded or slower machine is not read as a slower build.
+        #[arg(long)]
+        normalize_by_peak: bool,
         /// Also write the diff as JSON here.
         #[arg(long)]
         json: Option<PathBuf>,
@@ -87,6 +92,7 @@ fn run() -> Result<ExitCode> {
             min_share,
             confidence,
             allow_different_graphs,
+            normalize_by_peak,
             json,
         } => {
             anyhow::ensure!(threshold >= 0.0, "--threshold must be at least 0");
@@ -102,6 +108,7 @@ fn run() -> Result<ExitCode> {
                 min_share,
                 confidence,
                 allow_different_graphs,
+                normalize_by_peak,
                 ..Default::default()
             };
             let side = |first: &Path, more: &[PathBuf]| -> Result<Vec<Profile>> {

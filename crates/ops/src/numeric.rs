@@ -75,7 +75,11 @@ pub fn first_non_finite_of(tensors: &[&Tensor]) -> Result<Option<(usize, usize, 
         .collect();
     let bad = work.par_iter().find_first(|(i, start)| {
         let s = &slices[*i][*start..(*start + CHUNK).min(slices[*i].len())];
-        s.iter().map(|v| v.to_bits() & 0x7fff_ffff).max().unwrap_or(0) >= 0x7f80_0000
+        s.iter()
+            .map(|v| v.to_bits() & 0x7fff_ffff)
+            .max()
+            .unwrap_or(0)
+            >= 0x7f80_0000
     });
     let first_fast = bad.map(|&(i, start)| {
         let s = slices[i];
@@ -153,7 +157,9 @@ mod tests {
             first_non_finite_of(&[&fine, &big, &nan64]).unwrap(),
             Some((1, 299_999, f64::NEG_INFINITY))
         );
-        let (i, at, v) = first_non_finite_of(&[&fine, &nan64, &big]).unwrap().unwrap();
+        let (i, at, v) = first_non_finite_of(&[&fine, &nan64, &big])
+            .unwrap()
+            .unwrap();
         assert!(i == 1 && at == 1 && v.is_nan());
         let strided = big.reshape((1000, 300)).unwrap().t().unwrap();
         // Not contiguous: the general path, in the transposed tensor's own order.

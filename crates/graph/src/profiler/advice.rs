@@ -305,10 +305,7 @@ mod tests {
                 run_sec: 0.99,
                 ..Default::default()
             }),
-            machine: Some(MachinePeaks {
-                flops_per_sec: 100e9,
-                bytes_per_sec: 10e9,
-            }),
+            machine: Some(MachinePeaks::new(100e9, 10e9)),
             ..Default::default()
         }
     }

@@ -138,14 +138,22 @@ mod tests {
             ..Default::default()
         };
         p.samples.iterations = vec![0.010, 0.012, 0.020, 0.022, 0.011, 0.013];
-        p.samples.phases = p.samples.iterations.iter().map(|t| [t / 2.0, t / 2.0, 0.0]).collect();
+        p.samples.phases = p
+            .samples
+            .iterations
+            .iter()
+            .map(|t| [t / 2.0, t / 2.0, 0.0])
+            .collect();
         let rows = p.cycles();
         assert_eq!(rows.len(), 3);
         assert_eq!(rows[1].iterations, 2);
         assert!((rows[1].mean_sec - 0.021).abs() < 1e-12);
         assert!((rows[1].phase_sec[0] - 0.0105).abs() < 1e-12);
         let text = p.cycle_lines();
-        assert!(text.contains("cycle means from 11.000 to 21.000 ms"), "{text}");
+        assert!(
+            text.contains("cycle means from 11.000 to 21.000 ms"),
+            "{text}"
+        );
         // SINGA's skip: one cycle, no per-cycle report.
         p.schedule = Schedule::skip(5);
         assert_eq!(p.cycles().len(), 1);

@@ -31,6 +31,11 @@ pub struct DiffOptions {
     pub resamples: usize,
     /// Compare profiles of different graphs, matching phases, op types and layers by name.
     pub allow_different_graphs: bool,
+    /// Put every run's times on side A's first run's machine: each op type scaled by
+    /// its run's peak over A's (the GEMM peak for compute-bound types, the copy's for
+    /// memory-bound ones), the iteration, phases and layers by their mix. Needs the
+    /// machine peaks in every profile.
+    pub normalize_by_peak: bool,
 }
 
 impl Default for DiffOptions {
@@ -41,6 +46,7 @@ impl Default for DiffOptions {
             confidence: 0.95,
             resamples: 2000,
             allow_different_graphs: false,
+            normalize_by_peak: false,
         }
     }
 }
@@ -64,9 +70,23 @@ pub struct DiffRow {
     pub high: f64,
     /// The interval excludes 1 and the ratio is at least the threshold away from it.
     pub flagged: bool,
+    /// The smallest slowdown (B/A) this row could have flagged with this noise: a true
+    /// ratio below it goes unseen.
+    pub detectable_slower: f64,
+    /// The smallest speed-up (B/A below 1) it could have flagged.
+    pub detectable_faster: f64,
 }
 
 impl DiffRow {
+    /// `iteration`, or the kind and the name (`op type ReLU`).
+    pub fn label(&self) -> String {
+        if self.kind == self.name {
+            self.kind.to_string()
+        } else {
+            format!("{} {}", self.kind, self.name)
+        }
+    }
+
     /// A flagged slowdown.
     pub fn is_regression(&self) -> bool {
         self.flagged && self.ratio > 1.0
@@ -88,6 +108,11 @@ pub struct Diff {
     pub runs: (usize, usize),
     /// See `threshold`.
     pub confidence: f64,
+    /// Differences between the runs' settings or machines that can move times by
+    /// themselves (see [`comparable::warnings`](super::comparable::warnings)).
+    pub warnings: Vec<String>,
+    /// Whether times were normalised by the machine peaks.
+    pub normalized: bool,
 }
 
 /// Why two profiles cannot be compared.
@@ -108,6 +133,9 @@ pub enum DiffError {
     /// A profile without timed iterations.
     #[error("profile {0} has no per-iteration samples (was any iteration timed?)")]
     NoSamples(&'static str),
+    /// Normalisation asked for, and a profile lacks the machine peaks.
+    #[error("--normalize-by-peak needs the machine peaks in every profile, and a profile of side {0} has none (profiles written at verbosity 2 have them)")]
+    NoPeaks(&'static str),
 }
 
 /// Per-iteration totals by name, for one kind of row.
@@ -230,8 +258,12 @@ pub fn diff(a: &Profile, b: &Profile, opts: &DiffOptions) -> Result<Diff, DiffEr
 /// unchanged build stays unflagged with probability `confidence`.
 pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Diff, DiffError> {
     let same_graph = check_comparable(a, b, opts)?;
-    let sa: Vec<_> = a.iter().map(series).collect();
-    let sb: Vec<_> = b.iter().map(series).collect();
+    let mut sa: Vec<_> = a.iter().map(series).collect();
+    let mut sb: Vec<_> = b.iter().map(series).collect();
+    if opts.normalize_by_peak {
+        normalize(a, &mut sa, &a[0], "A")?;
+        normalize(b, &mut sb, &a[0], "B")?;
+    }
     let a_iteration = mean(
         &a.iter()
             .flat_map(|p| p.samples.iterations.iter().copied())
@@ -260,7 +292,13 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
                 &format!("{}/{}", c.kind, c.name),
             );
             let significant = low > 1.0 || high < 1.0;
+            // The same spread around another true ratio r gives [r low/ratio, r high/ratio]:
+            // flagged once that interval clears 1 and r clears the threshold.
+            let detectable_slower = (ratio / low).max(1.0 + opts.threshold);
+            let detectable_faster = (ratio / high).min(1.0 - opts.threshold);
             DiffRow {
+                detectable_slower,
+                detectable_faster,
                 kind: c.kind,
                 flagged: significant
                     && (ratio - 1.0).abs() >= opts.threshold
@@ -277,11 +315,58 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
     Ok(Diff {
         same_graph,
         rows,
+        warnings: super::comparable::warnings(a, b),
+        normalized: opts.normalize_by_peak,
         threshold: opts.threshold,
         min_share: opts.min_share,
         confidence: opts.confidence,
         runs: (a.len(), b.len()),
     })
+}
+
+/// Scales each run's series onto `reference`'s machine (see
+/// [`DiffOptions::normalize_by_peak`]).
+fn normalize(
+    runs: &[Profile],
+    series: &mut [RowSeries],
+    reference: &Profile,
+    side: &'static str,
+) -> Result<(), DiffError> {
+    let bounds: BTreeMap<String, super::roofline::Bound> = match &reference.machine {
+        Some(m) => reference
+            .roofline(m)
+            .into_iter()
+            .map(|r| (r.name, r.bound))
+            .collect(),
+        None => return Err(DiffError::NoPeaks("A")),
+    };
+    let op_time: f64 = reference.ops.iter().map(|o| o.mean_sec).sum();
+    let compute: f64 = reference
+        .ops
+        .iter()
+        .filter(|o| bounds.get(&o.name) == Some(&super::roofline::Bound::Compute))
+        .map(|o| o.mean_sec)
+        .sum();
+    // Without per-op rows, a mixed row counts as compute-bound.
+    let compute_share = if op_time > 0.0 {
+        compute / op_time
+    } else {
+        1.0
+    };
+    for (run, rows) in runs.iter().zip(series) {
+        let scale =
+            super::comparable::PeakScale::new(run, reference).ok_or(DiffError::NoPeaks(side))?;
+        for (kind, rows) in rows.iter_mut() {
+            for (name, values) in rows.iter_mut() {
+                let bound = (*kind == "op type")
+                    .then(|| bounds.get(name).copied())
+                    .flatten();
+                let f = scale.factor(bound, compute_share);
+                values.iter_mut().for_each(|v| *v *= f);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses sides without samples, and profiles of different graphs unless the options
@@ -369,46 +454,96 @@ impl Diff {
         self.rows.iter().filter(|r| r.is_regression())
     }
 
-    /// The diff as text: the flagged rows first, then every row of the iteration, phases
-    /// and op types.
+    /// The verdict: the flagged rows that decide it, or no significant change with the
+    /// smallest change the iteration row could have detected; and whether the runs'
+    /// settings or machines differ.
+    pub fn verdict(&self) -> String {
+        let iteration = self.rows.iter().find(|r| r.kind == "iteration");
+        let regressions: Vec<&DiffRow> = self.regressions().collect();
+        let faster: Vec<&DiffRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.flagged && r.ratio < 1.0)
+            .collect();
+        let list = |rows: &[&DiffRow]| {
+            rows.iter()
+                .take(3)
+                .map(|r| format!("{} x{:.3}", r.label(), r.ratio))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut s = if !regressions.is_empty() {
+            format!(
+                "Verdict: SLOWER ({} flagged: {})",
+                regressions.len(),
+                list(&regressions)
+            )
+        } else if !faster.is_empty() {
+            format!(
+                "Verdict: faster ({} flagged: {})",
+                faster.len(),
+                list(&faster)
+            )
+        } else {
+            let detectable = iteration.map_or(String::new(), |r| {
+                format!(
+                    "; with this noise it could only have detected an iteration change beyond x{:.3} or below x{:.3}",
+                    r.detectable_slower, r.detectable_faster
+                )
+            });
+            format!(
+                "Verdict: no significant change at {:.0}%{detectable}",
+                100.0 * self.confidence
+            )
+        };
+        if !self.warnings.is_empty() {
+            s.push_str(&format!(
+                " - but the runs differ in {} way(s) that move times by themselves (below)",
+                self.warnings.len()
+            ));
+        }
+        s
+    }
+
+    /// The diff as text: the verdict, the differences between the runs, the flagged rows,
+    /// then every row of the iteration, phases and op types.
     pub fn text(&self) -> String {
         let mut s = format!(
-            "wick-prof diff: B / A per-iteration time over {} vs {} runs, bootstrap intervals at {:.0}% family-wise; flagged: interval excludes 1, change >= {:.0}%, row >= {:.0}% of the iteration{}\n",
+            "wick-prof diff: B / A per-iteration time over {} vs {} runs, bootstrap intervals at {:.0}% family-wise; flagged: interval excludes 1, change >= {:.0}%, row >= {:.0}% of the iteration{}{}\n",
             self.runs.0,
             self.runs.1,
             100.0 * self.confidence,
             100.0 * self.threshold,
             100.0 * self.min_share,
-            if self.same_graph { "" } else { " (different graphs: matched by name)" }
+            if self.same_graph { "" } else { " (different graphs: matched by name)" },
+            if self.normalized { "; times normalised by each run's machine peaks" } else { "" }
         );
-        let flagged: Vec<&DiffRow> = self.rows.iter().filter(|r| r.flagged).collect();
-        if flagged.is_empty() {
-            s.push_str("No significant change.\n");
-        } else {
-            for r in &flagged {
-                let what = if r.ratio > 1.0 { "SLOWER" } else { "faster" };
-                let _ = writeln!(
-                    s,
-                    "{what}: {} {} x{:.3} [{:.3}, {:.3}] ({:.3} ms -> {:.3} ms)",
-                    r.kind,
-                    r.name,
-                    r.ratio,
-                    r.low,
-                    r.high,
-                    r.a_sec * 1e3,
-                    r.b_sec * 1e3
-                );
-            }
+        let _ = writeln!(s, "{}", self.verdict());
+        for w in &self.warnings {
+            let _ = writeln!(s, "warning: {w}");
+        }
+        for r in self.rows.iter().filter(|r| r.flagged) {
+            let what = if r.ratio > 1.0 { "SLOWER" } else { "faster" };
+            let _ = writeln!(
+                s,
+                "{what}: {} x{:.3} [{:.3}, {:.3}] ({:.3} ms -> {:.3} ms)",
+                r.label(),
+                r.ratio,
+                r.low,
+                r.high,
+                r.a_sec * 1e3,
+                r.b_sec * 1e3
+            );
         }
         let _ = writeln!(
             s,
-            "{:<9} {:<36} {:>10} {:>10} {:>8} {:>17}",
-            "Kind", "Name", "A(ms)", "B(ms)", "B/A", "interval"
+            "{:<9} {:<36} {:>10} {:>10} {:>8} {:>17} {:>17}",
+            "Kind", "Name", "A(ms)", "B(ms)", "B/A", "interval", "detectable"
         );
         for r in self.rows.iter().filter(|r| r.kind != "layer") {
             let _ = writeln!(
                 s,
-                "{:<9} {:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}]{}",
+                "{:<9} {:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}] x{:>6.3} / x{:>5.3}{}",
                 r.kind,
                 r.name,
                 r.a_sec * 1e3,
@@ -416,9 +551,15 @@ impl Diff {
                 r.ratio,
                 r.low,
                 r.high,
+                r.detectable_slower,
+                r.detectable_faster,
                 if r.flagged { " *" } else { "" }
             );
         }
+        let _ = writeln!(
+            s,
+            "detectable: the smallest slowdown / speed-up each row could have flagged with its own noise at this confidence"
+        );
         s
     }
 }

@@ -15,6 +15,13 @@ pub struct MachinePeaks {
     pub flops_per_sec: f64,
     /// Bytes/s of a large streaming copy (read and write counted), best of five.
     pub bytes_per_sec: f64,
+    /// The GEMM's slowest and fastest of the five runs, FLOP/s: how much the machine
+    /// itself moved while it was measured (absent in older profiles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_range: Option<[f64; 2]>,
+    /// The copy's slowest and fastest of the five runs, bytes/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_range: Option<[f64; 2]>,
 }
 
 /// GEMM size: 2·N³ FLOPs, large enough to reach the peak, short on any machine.
@@ -27,27 +34,39 @@ impl MachinePeaks {
     pub fn measure(device: &Device) -> Result<Self> {
         let a = Tensor::ones((GEMM_N, GEMM_N), DType::F32, device)?;
         let b = Tensor::ones((GEMM_N, GEMM_N), DType::F32, device)?;
-        let gemm = best_of(5, device, || a.matmul(&b).map(drop))?;
+        let gemm = timed_runs(5, device, || a.matmul(&b).map(drop))?;
         let flops = 2.0 * (GEMM_N as f64).powi(3);
-        let copy_secs = match device {
+        let copy = match device {
             Device::Cpu => {
                 let src = vec![1.0f32; COPY_ELEMS];
                 let mut dst = vec![0.0f32; COPY_ELEMS];
-                best_of(5, device, || {
+                timed_runs(5, device, || {
                     parallel_copy(&src, &mut dst);
                     Ok(())
                 })?
             }
             _ => {
                 let src = Tensor::ones(COPY_ELEMS, DType::F32, device)?;
-                best_of(5, device, || src.copy().map(drop))?
+                timed_runs(5, device, || src.copy().map(drop))?
             }
         };
         let bytes = 2.0 * (COPY_ELEMS * 4) as f64;
         Ok(MachinePeaks {
-            flops_per_sec: flops / gemm,
-            bytes_per_sec: bytes / copy_secs,
+            flops_per_sec: flops / gemm[0],
+            bytes_per_sec: bytes / copy[0],
+            flops_range: Some([flops / gemm[gemm.len() - 1], flops / gemm[0]]),
+            bytes_range: Some([bytes / copy[copy.len() - 1], bytes / copy[0]]),
         })
+    }
+
+    /// Peaks measured elsewhere (a datasheet, a test), without a spread.
+    pub fn new(flops_per_sec: f64, bytes_per_sec: f64) -> Self {
+        MachinePeaks {
+            flops_per_sec,
+            bytes_per_sec,
+            flops_range: None,
+            bytes_range: None,
+        }
     }
 
     /// The arithmetic intensity (FLOPs per byte) where the two roofs meet.
@@ -56,22 +75,24 @@ impl MachinePeaks {
     }
 }
 
-/// The fastest of `runs` timed runs of `f` after one untimed, synchronising the device.
-fn best_of(
+/// The seconds of `runs` timed runs of `f` after one untimed, synchronising the device,
+/// fastest first.
+fn timed_runs(
     runs: usize,
     device: &Device,
     mut f: impl FnMut() -> candle_core::Result<()>,
-) -> Result<f64> {
+) -> Result<Vec<f64>> {
     f()?;
     device.synchronize()?;
-    let mut best = f64::INFINITY;
+    let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let start = Instant::now();
         f()?;
         device.synchronize()?;
-        best = best.min(start.elapsed().as_secs_f64());
+        times.push(start.elapsed().as_secs_f64());
     }
-    Ok(best)
+    times.sort_by(f64::total_cmp);
+    Ok(times)
 }
 
 /// A copy split over the CPU threads, as the kernels use them.

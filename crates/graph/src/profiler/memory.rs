@@ -137,7 +137,12 @@ impl MemoryProfile {
             .gradients
             .saturating_add(s.saved_for_backward)
             .saturating_add(s.transient);
-        let workspace = self.ops.iter().map(OpMemory::workspace_bytes).max().unwrap_or(0);
+        let workspace = self
+            .ops
+            .iter()
+            .map(OpMemory::workspace_bytes)
+            .max()
+            .unwrap_or(0);
         vec![
             MemoryCategory {
                 name: "held when the iteration starts (parameters, optimizer state, statistics, inputs, pass products; measured: all the process holds)",

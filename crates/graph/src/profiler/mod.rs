@@ -24,10 +24,12 @@
 //! figure is a mean over the timed iterations, each op's over the iterations that timed it.
 
 pub mod advice;
+pub mod comparable;
 pub mod cycles;
 pub mod diff;
 pub mod gather;
 pub mod html;
+pub mod html_charts;
 pub mod json;
 pub mod layers;
 pub mod machine_peaks;

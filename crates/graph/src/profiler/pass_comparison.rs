@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::diff::{diff, DiffOptions, DiffRow};
 use super::profile::Profile;
 use crate::ir::Phase;
 
@@ -13,6 +14,25 @@ use crate::ir::Phase;
 /// ratio after / before, then the step's (median iteration) ratio. Op types only one graph
 /// has show `-` on the other side.
 pub fn compare_passes(before: &Profile, after: &Profile) -> String {
+    // Bootstrap intervals per row, from the per-iteration samples, as `wick-prof diff`.
+    let opts = DiffOptions {
+        allow_different_graphs: true,
+        ..Default::default()
+    };
+    let intervals: BTreeMap<(String, String), DiffRow> = diff(before, after, &opts)
+        .map(|d| d.rows)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| ((r.kind.to_string(), r.name.clone()), r))
+        .collect();
+    let interval = |kind: &str, name: &str| {
+        intervals
+            .get(&(kind.to_string(), name.to_string()))
+            .map_or("-".to_string(), |r| {
+                format!("[{:.3}, {:.3}]", r.low, r.high)
+            })
+    };
+    let mut moved_untouched: Vec<String> = Vec::new();
     let ratio = |b: f64, a: f64| {
         if b > 0.0 && a > 0.0 {
             format!("{:.3}", a / b)
@@ -51,27 +71,43 @@ pub fn compare_passes(before: &Profile, after: &Profile) -> String {
     });
     let _ = writeln!(
         s,
-        "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7}",
-        "Kernel", "Nodes(b)", "Nodes(a)", "Before(ms)", "After(ms)", "Ratio"
+        "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7} {:>17}  Passes",
+        "Kernel", "Nodes(b)", "Nodes(a)", "Before(ms)", "After(ms)", "Ratio", "95% interval"
     );
     for (name, [b, a]) in &rows {
         let nodes = |v: &Option<(usize, f64)>| v.map_or("-".to_string(), |(n, _)| n.to_string());
         let (bt, at) = (b.map(|v| v.1), a.map(|v| v.1));
+        let untouched = untouched(before, after, name);
+        let moved = intervals
+            .get(&("op type".to_string(), name.clone()))
+            .filter(|r| r.low > 1.0 || r.high < 1.0);
+        let note = match (untouched, moved) {
+            (false, _) => "rewritten",
+            (true, None) => "untouched",
+            (true, Some(r)) => {
+                moved_untouched.push(format!(
+                    "{name} x{:.3} [{:.3}, {:.3}]",
+                    r.ratio, r.low, r.high
+                ));
+                "untouched, yet moved (!)"
+            }
+        };
         let _ = writeln!(
             s,
-            "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7}",
+            "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7} {:>17}  {note}",
             name,
             nodes(b),
             nodes(a),
             ms(bt),
             ms(at),
-            ratio(bt.unwrap_or(0.0), at.unwrap_or(0.0))
+            ratio(bt.unwrap_or(0.0), at.unwrap_or(0.0)),
+            interval("op type", name)
         );
     }
     let _ = writeln!(
         s,
-        "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7}",
-        "Phase", "", "", "Before(ms)", "After(ms)", "Ratio"
+        "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7} {:>17}",
+        "Phase", "", "", "Before(ms)", "After(ms)", "Ratio", "95% interval"
     );
     let phase = |p: &Profile, ph: Phase| p.phases.iter().find(|x| x.phase == ph).map(|x| x.sec);
     for ph in Phase::ALL {
@@ -81,22 +117,48 @@ pub fn compare_passes(before: &Profile, after: &Profile) -> String {
         }
         let _ = writeln!(
             s,
-            "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7}",
+            "{:<34} {:>9} {:>9} {:>11} {:>11} {:>7} {:>17}",
             ph.as_str(),
             "",
             "",
             ms(b),
             ms(a),
-            ratio(b.unwrap_or(0.0), a.unwrap_or(0.0))
+            ratio(b.unwrap_or(0.0), a.unwrap_or(0.0)),
+            interval("phase", ph.as_str())
         );
     }
     let (b, a) = (before.iteration_median_sec, after.iteration_median_sec);
     let _ = writeln!(
         s,
-        "Step (median iteration): before {:.3} ms, after {:.3} ms, ratio {}",
+        "Step (median iteration): before {:.3} ms, after {:.3} ms, ratio {}; mean ratio interval {}",
         b * 1e3,
         a * 1e3,
-        ratio(b, a)
+        ratio(b, a),
+        interval("iteration", "iteration")
     );
+    if !moved_untouched.is_empty() {
+        let _ = writeln!(
+            s,
+            "Warning: op types that no pass rewrote moved beyond their interval: {}. Nothing in the passes explains them (caches, memory layout, the machine's load): read changes of this size in rewritten types as noise, or rerun with more iterations.",
+            moved_untouched.join(", ")
+        );
+    }
     s
+}
+
+/// Whether no pass touched op type `name`: the same nodes, with the same input shapes,
+/// in both graphs.
+fn untouched(before: &Profile, after: &Profile, name: &str) -> bool {
+    fn shapes<'p>(p: &'p Profile, name: &str) -> Vec<&'p Vec<Vec<usize>>> {
+        let mut v: Vec<&Vec<Vec<usize>>> = p
+            .ops
+            .iter()
+            .filter(|o| o.name == name)
+            .map(|o| &o.input_shapes)
+            .collect();
+        v.sort();
+        v
+    }
+    let (b, a) = (shapes(before, name), shapes(after, name));
+    !b.is_empty() && b == a
 }

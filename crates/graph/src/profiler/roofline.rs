@@ -178,7 +178,15 @@ impl Profile {
         let _ = writeln!(
             s,
             "{:<34} {:>7} {:>9} {:>10} {:>9} {:>8} {:>7} {:>10} {:>10}",
-            "Kernel", "Share", "FLOP/B", "GFLOP/s", "GB/s", "Bound", "Roof", "AtRoof(ms)", "Above(ms)"
+            "Kernel",
+            "Share",
+            "FLOP/B",
+            "GFLOP/s",
+            "GB/s",
+            "Bound",
+            "Roof",
+            "AtRoof(ms)",
+            "Above(ms)"
         );
         let rows = self.roofline(machine);
         for r in &rows {

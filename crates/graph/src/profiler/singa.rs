@@ -49,7 +49,11 @@ impl Profile {
         let mut s = String::new();
         for (phase, label, sec) in [
             (Phase::Forward, "Forward Propagation Time", self.forward_sec),
-            (Phase::Backward, "Backward Propagation Time", self.backward_sec),
+            (
+                Phase::Backward,
+                "Backward Propagation Time",
+                self.backward_sec,
+            ),
             (Phase::Optimizer, "Optimizer Time", self.optimizer_sec),
         ] {
             if self.has_phase(phase) {

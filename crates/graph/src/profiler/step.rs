@@ -149,7 +149,11 @@ impl StepRecorder {
     /// The input wait and copy reported before the iteration that started last, and the
     /// read-back reported after it so far.
     pub(crate) fn last_parts(&self) -> (f64, f64, f64) {
-        (self.current_before[0], self.current_before[1], self.parts[2])
+        (
+            self.current_before[0],
+            self.current_before[1],
+            self.parts[2],
+        )
     }
 
     /// The read-back reported since the last iteration ended.

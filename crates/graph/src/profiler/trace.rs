@@ -111,15 +111,21 @@ impl Profile {
                 }
                 let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
                 if let Some(bytes) = live.and_then(|l| l.get(op.op_id)) {
-                    batch.push(json!({"ph": "C", "name": "live memory (predicted)", "pid": 0,
-                        "ts": us(it.start + start + dur), "args": {"MiB": mib(*bytes)}}));
+                    batch.push(
+                        json!({"ph": "C", "name": "live memory (predicted)", "pid": 0,
+                        "ts": us(it.start + start + dur), "args": {"MiB": mib(*bytes)}}),
+                    );
                 }
                 // Measured: the op's peak while it runs, then what it leaves allocated.
                 if let Some(m) = it.memory.get(op.op_id) {
-                    batch.push(json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
-                        "ts": us(it.start + start), "args": {"MiB": mib(m.peak_bytes)}}));
-                    batch.push(json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
-                        "ts": us(it.start + start + dur), "args": {"MiB": mib(m.exit_bytes)}}));
+                    batch.push(
+                        json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
+                        "ts": us(it.start + start), "args": {"MiB": mib(m.peak_bytes)}}),
+                    );
+                    batch.push(
+                        json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
+                        "ts": us(it.start + start + dur), "args": {"MiB": mib(m.exit_bytes)}}),
+                    );
                 }
             }
             if written + batch.len() > max_events {

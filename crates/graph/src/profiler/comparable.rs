@@ -1,0 +1,129 @@
+//! Whether two sets of runs can be compared at all: the settings that change a step's
+//! time without a change in the code (threads, CPU, device, batch, passes), and the
+//! machine's measured peaks, whose drift between runs (a loaded machine, a lower clock)
+//! moves every figure. `wick-prof diff` states each difference above its verdict, and can
+//! normalise the times by the peaks.
+
+use super::machine_peaks::MachinePeaks;
+use super::profile::Profile;
+use super::roofline::Bound;
+
+/// A measured peak's range over a side's runs, from each run's slowest to its fastest
+/// measurement (just the peak when a profile has no range).
+fn peak_range(
+    side: &[Profile],
+    peak: fn(&MachinePeaks) -> f64,
+    range: fn(&MachinePeaks) -> Option<[f64; 2]>,
+) -> Option<[f64; 2]> {
+    let mut out: Option<[f64; 2]> = None;
+    for m in side.iter().map(|p| p.machine.as_ref()) {
+        let m = m?;
+        let [lo, hi] = range(m).unwrap_or([peak(m), peak(m)]);
+        out = Some(match out {
+            Some([a, b]) => [a.min(lo), b.max(hi)],
+            None => [lo, hi],
+        });
+    }
+    out
+}
+
+/// Without measured ranges, two peaks this far apart are not the same machine state.
+const PEAK_TOLERANCE: f64 = 0.10;
+
+/// Every difference between A's and B's runs that can move a time by itself: one line
+/// each, naming the setting and both values.
+pub fn warnings(a: &[Profile], b: &[Profile]) -> Vec<String> {
+    let mut out = Vec::new();
+    if a.is_empty() || b.is_empty() {
+        return out;
+    }
+    let mut setting = |name: &str, get: &dyn Fn(&Profile) -> String| {
+        let values = |side: &[Profile]| {
+            let mut v: Vec<String> = side.iter().map(get).collect();
+            v.dedup();
+            v.join(" / ")
+        };
+        let (va, vb) = (values(a), values(b));
+        if va != vb || va.contains(" / ") {
+            out.push(format!("{name} differs: A {va}, B {vb}"));
+        }
+    };
+    setting("threads", &|p| p.run.threads.to_string());
+    setting("CPU", &|p| p.run.cpu_model.clone());
+    setting("device", &|p| format!("{} {}", p.device, p.run.device_name));
+    setting("batch", &|p| p.run.batch.to_string());
+    setting("image size", &|p| p.run.image_size.clone());
+    setting("dtype", &|p| p.run.dtype.clone());
+    setting("passes", &|p| p.run.passes.join(", "));
+    setting("wick version", &|p| p.run.wick_version.clone());
+    for (name, unit, scale, peak, range) in [
+        (
+            "GEMM peak",
+            "GFLOP/s",
+            1e9,
+            (|m: &MachinePeaks| m.flops_per_sec) as fn(&MachinePeaks) -> f64,
+            (|m: &MachinePeaks| m.flops_range) as fn(&MachinePeaks) -> Option<[f64; 2]>,
+        ),
+        (
+            "copy bandwidth",
+            "GB/s",
+            1e9,
+            |m: &MachinePeaks| m.bytes_per_sec,
+            |m: &MachinePeaks| m.bytes_range,
+        ),
+    ] {
+        let (Some(ra), Some(rb)) = (peak_range(a, peak, range), peak_range(b, peak, range)) else {
+            continue;
+        };
+        let had_ranges = a
+            .iter()
+            .chain(b)
+            .all(|p| p.machine.as_ref().and_then(range).is_some());
+        let apart = if had_ranges {
+            ra[1] < rb[0] || rb[1] < ra[0]
+        } else {
+            (rb[1] / ra[1] - 1.0).abs() > PEAK_TOLERANCE
+        };
+        if apart {
+            out.push(format!(
+                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): the machine itself was {} during B; try --normalize-by-peak, or rerun both on a quiet machine",
+                ra[0] / scale,
+                ra[1] / scale,
+                rb[0] / scale,
+                rb[1] / scale,
+                rb[1] / ra[1],
+                if rb[1] < ra[1] { "slower" } else { "faster" }
+            ));
+        }
+    }
+    out
+}
+
+/// The factor that puts a run's times on the reference machine's scale: its peak over
+/// the reference's (a run on a machine at half its GEMM peak has its compute-bound times
+/// halved).
+pub(crate) struct PeakScale {
+    gemm: f64,
+    copy: f64,
+}
+
+impl PeakScale {
+    /// `run`'s peaks against `reference`'s; `None` when either lacks them.
+    pub(crate) fn new(run: &Profile, reference: &Profile) -> Option<Self> {
+        let (m, r) = (run.machine.as_ref()?, reference.machine.as_ref()?);
+        Some(PeakScale {
+            gemm: m.flops_per_sec / r.flops_per_sec,
+            copy: m.bytes_per_sec / r.bytes_per_sec,
+        })
+    }
+
+    /// The factor for an op type of this bound, or for a mixed row whose op time is
+    /// `compute_share` compute-bound.
+    pub(crate) fn factor(&self, bound: Option<Bound>, compute_share: f64) -> f64 {
+        match bound {
+            Some(Bound::Compute) => self.gemm,
+            Some(Bound::Memory) => self.copy,
+            None => compute_share * self.gemm + (1.0 - compute_share) * self.copy,
+        }
+    }
+}
