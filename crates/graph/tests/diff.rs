@@ -196,3 +196,71 @@ fn several_runs_per_side_absorb_drift_between_processes() {
         .collect();
     assert_eq!(names, ["ReLU"], "{}", found.text());
 }
+
+/// Issue #29: a whole-machine slowdown (every op 1.7x, as a loaded machine gives) is
+/// flagged as SLOWER on the raw times, with a warning that the machines' measured peaks
+/// differ beyond their spread; normalised by the peaks it is no change. A threads
+/// difference is named. "No significant change" states what it could have detected.
+#[test]
+fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned() {
+    use wick_graph::profiler::MachinePeaks;
+    let with_machine = |mut p: Profile, gemm: f64, copy: f64| {
+        p.machine = Some(MachinePeaks {
+            flops_range: Some([0.97 * gemm, gemm]),
+            bytes_range: Some([0.97 * copy, copy]),
+            ..MachinePeaks::new(gemm, copy)
+        });
+        p.run.threads = 2;
+        p
+    };
+    let a = with_machine(run(2, 1, "", 1.0), 52e9, 40e9);
+    let loaded = with_machine(run_drifting(2, 2, "", 1.0, 1.7), 52e9 / 1.7, 40e9 / 1.7);
+    let raw = diff(&a, &loaded, &DiffOptions::default()).unwrap();
+    let text = raw.text();
+    assert!(raw.regressions().any(|r| r.kind == "iteration"), "{text}");
+    assert!(text.contains("Verdict: SLOWER"), "{text}");
+    assert!(
+        text.contains("SLOWER: iteration x") && !text.contains("iteration iteration"),
+        "{text}"
+    );
+    assert!(
+        text.contains("warning: GEMM peak differs beyond its own spread")
+            && text.contains("the machine itself was slower"),
+        "{text}"
+    );
+    let opts = DiffOptions {
+        normalize_by_peak: true,
+        ..Default::default()
+    };
+    let normalised = diff(&a, &loaded, &opts).unwrap();
+    assert_eq!(normalised.regressions().count(), 0, "{}", normalised.text());
+    let it = &normalised.rows[0];
+    assert!((it.ratio - 1.0).abs() < 0.05, "{it:?}");
+    assert!(normalised.text().contains("normalised by each run's machine peaks"));
+    // Without peaks, normalising is refused, naming the side.
+    let bare = run(2, 3, "", 1.0);
+    let e = diff(&a, &bare, &opts).unwrap_err().to_string();
+    assert!(e.contains("machine peaks") && e.contains("side B"), "{e}");
+
+    // Same machine, other threads: named in a warning; nothing flagged, and the verdict
+    // says how large a change it could have seen.
+    let mut b = with_machine(run(2, 4, "", 1.0), 52e9, 40e9);
+    b.run.threads = 1;
+    let d = diff(&a, &b, &DiffOptions::default()).unwrap();
+    let text = d.text();
+    assert!(text.contains("warning: threads differs: A 2, B 1"), "{text}");
+    assert!(!text.contains("GEMM peak differs"), "{text}");
+    let it = &d.rows[0];
+    assert!(
+        it.detectable_slower > 1.0 && it.detectable_faster < 1.0,
+        "{it:?}"
+    );
+    assert!(
+        text.contains(&format!(
+            "Verdict: no significant change at 95%; with this noise it could only have detected an iteration change beyond x{:.3}",
+            it.detectable_slower
+        )),
+        "{text}"
+    );
+    assert!(text.contains("but the runs differ in 1 way(s)"), "{text}");
+}

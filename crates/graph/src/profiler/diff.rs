@@ -545,7 +545,7 @@ impl Diff {
                 s,
                 "{:<9} {:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}] x{:>6.3} / x{:>5.3}{}",
                 r.kind,
-                r.name,
+                if r.kind == r.name { "" } else { &r.name },
                 r.a_sec * 1e3,
                 r.b_sec * 1e3,
                 r.ratio,

@@ -146,15 +146,16 @@ pub fn compare_passes(before: &Profile, after: &Profile) -> String {
     s
 }
 
-/// Whether no pass touched op type `name`: the same nodes, with the same input shapes,
-/// in both graphs.
+/// Whether no pass touched op type `name`: the same nodes, with the same input and
+/// output shapes, in both graphs.
 fn untouched(before: &Profile, after: &Profile, name: &str) -> bool {
-    fn shapes<'p>(p: &'p Profile, name: &str) -> Vec<&'p Vec<Vec<usize>>> {
-        let mut v: Vec<&Vec<Vec<usize>>> = p
+    type Shapes<'p> = (&'p Vec<Vec<usize>>, &'p Vec<Vec<usize>>);
+    fn shapes<'p>(p: &'p Profile, name: &str) -> Vec<Shapes<'p>> {
+        let mut v: Vec<Shapes<'p>> = p
             .ops
             .iter()
             .filter(|o| o.name == name)
-            .map(|o| &o.input_shapes)
+            .map(|o| (&o.input_shapes, &o.output_shapes))
             .collect();
         v.sort();
         v
