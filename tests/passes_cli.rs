@@ -67,12 +67,18 @@ fn infer_resnet_compares_the_graph_before_and_after_its_passes() {
         .lines()
         .find(|l| l.starts_with("Step (median iteration)"))
         .unwrap_or_else(|| panic!("no step line in {out}"));
-    let ratio = step.split("ratio ").nth(1).and_then(|r| r.split(';').next());
+    let ratio = step
+        .split("ratio ")
+        .nth(1)
+        .and_then(|r| r.split(';').next());
     let ratio: f64 = ratio.unwrap().parse().unwrap();
     assert!(ratio > 0.0 && ratio.is_finite(), "{step}");
     assert!(step.contains("mean ratio interval ["), "{step}");
     // Rows both graphs have carry an interval and say whether a pass rewrote them.
-    assert!(pool[6].starts_with('[') && pool[7].ends_with(']'), "{pool:?}");
+    assert!(
+        pool[6].starts_with('[') && pool[7].ends_with(']'),
+        "{pool:?}"
+    );
     let max_pool_values_rewrote_it = pool[8] == "rewritten";
     assert!(max_pool_values_rewrote_it, "{pool:?}");
     assert!(

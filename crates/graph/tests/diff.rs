@@ -236,7 +236,9 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     assert_eq!(normalised.regressions().count(), 0, "{}", normalised.text());
     let it = &normalised.rows[0];
     assert!((it.ratio - 1.0).abs() < 0.05, "{it:?}");
-    assert!(normalised.text().contains("normalised by each run's machine peaks"));
+    assert!(normalised
+        .text()
+        .contains("normalised by each run's machine peaks"));
     // Without peaks, normalising is refused, naming the side.
     let bare = run(2, 3, "", 1.0);
     let e = diff(&a, &bare, &opts).unwrap_err().to_string();
@@ -248,7 +250,10 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     b.run.threads = 1;
     let d = diff(&a, &b, &DiffOptions::default()).unwrap();
     let text = d.text();
-    assert!(text.contains("warning: threads differs: A 2, B 1"), "{text}");
+    assert!(
+        text.contains("warning: threads differs: A 2, B 1"),
+        "{text}"
+    );
     assert!(!text.contains("GEMM peak differs"), "{text}");
     let it = &d.rows[0];
     assert!(

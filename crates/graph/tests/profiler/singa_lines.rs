@@ -314,3 +314,57 @@ fn event_timer_creates_events_once_and_synchronises_once_per_iteration() {
     );
     assert_eq!(p.method.as_deref(), Some("fake events"));
 }
+
+/// Issue #29: an inference graph prints only what it ran (the forward line, an iteration
+/// of forward nodes); verbosity 3 without communication ops says why it lists no op.
+#[test]
+fn inference_prints_only_its_phase_and_verbosity_three_explains_an_empty_list() {
+    use candle_core::{DType, Device, Tensor};
+    use wick_graph::{Executor, GraphBuilder, Mode};
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[4, 8], DType::F32).unwrap();
+    let y = b.relu(x).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    exec.add_hook(TimeProfiler::new(1, 0)).unwrap();
+    exec.set(
+        "x",
+        &Tensor::ones((4, 8), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    exec.run().unwrap();
+    let text = exec.hook::<TimeProfiler>().unwrap().profile().to_string();
+    assert!(text.contains("Forward Propagation Time : "), "{text}");
+    assert!(
+        !text.contains("Backward Propagation Time") && !text.contains("Optimizer Time"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Iteration covers : every node (forward) and the executor's work between them; not feeding the batch nor reading the outputs back"),
+        "{text}"
+    );
+
+    // Verbosity 3 on a graph without Dist* ops: SINGA's lines stay exactly its own, and
+    // a note follows them.
+    let mut s = setup(3, 0, [1.0, 1.0, 1.0]);
+    run(&mut s, 2);
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    assert_eq!(p.singa_lines(), "Time Profiling:\n");
+    let text = p.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "Time Profiling:\n{}",
+            wick_graph::profiler::singa::VERBOSITY_3_NOTE
+        )),
+        "{text}"
+    );
+    // Training graphs keep all three lines.
+    let mut s = setup(1, 0, [1.0, 1.0, 1.0]);
+    run(&mut s, 1);
+    let text = s.exec.hook::<TimeProfiler>().unwrap().profile().to_string();
+    assert!(text.contains("Backward Propagation Time") && text.contains("Optimizer Time"));
+    assert!(
+        text.contains("every node (forward, backward, optimizer)"),
+        "{text}"
+    );
+}

@@ -76,12 +76,13 @@ fn scripted(times: Vec<f64>) -> wick_graph::profiler::WallClock {
 }
 
 /// Six steps on a scripted host clock: the loop waits `input_wait` for each batch, the
-/// copy takes 1 ms, the graph 50 ms, the loss read-back 1 ms, the loop's own work 2 ms.
-/// The first step is skipped.
+/// copy takes 1 ms, the graph 50 ms, the loss read-back 1 ms, the non-finite check
+/// 0.5 ms, the metrics 0.25 ms, the loop's own work 2 ms. The first step is skipped.
 fn whole_step(input_wait: f64) -> wick_graph::profiler::StepProfile {
     use wick_graph::StepPart;
     let (copy, run, read_back, other) = (1e-3, 50e-3, 1e-3, 2e-3);
-    let period = input_wait + copy + run + read_back + other;
+    let (check, metrics) = (0.5e-3, 0.25e-3);
+    let period = input_wait + copy + run + read_back + check + metrics + other;
     let steps = 6;
     // The profiler reads the clock as each iteration starts and ends.
     let times = (0..steps)
@@ -97,6 +98,8 @@ fn whole_step(input_wait: f64) -> wick_graph::profiler::StepProfile {
         s.exec.report_step_part(StepPart::HostToDevice, copy);
         s.exec.run().unwrap();
         s.exec.report_step_part(StepPart::LossReadBack, read_back);
+        s.exec.report_step_part(StepPart::NonFiniteCheck, check);
+        s.exec.report_step_part(StepPart::Metrics, metrics);
     }
     let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
     let step = p.step.expect("parts were reported");
@@ -110,12 +113,21 @@ fn whole_step(input_wait: f64) -> wick_graph::profiler::StepProfile {
         close(step.other_sec, other),
         "the rest is the loop's own work: {step:?}"
     );
+    assert!(close(step.non_finite_check_sec, check) && close(step.metrics_sec, metrics));
+    assert_eq!(step.checkpoint_sec, 0.0);
     let parts = step.input_wait_sec
         + step.host_to_device_sec
         + step.run_sec
         + step.loss_read_back_sec
+        + step.non_finite_check_sec
+        + step.metrics_sec
         + step.other_sec;
     assert!(close(parts, step.wall_sec), "the parts add up to the step");
+    // The named parts are what the text and the HTML show, and they add up too.
+    let named: f64 = step.parts().iter().map(|(_, sec)| sec).sum();
+    assert!(close(named, step.wall_sec));
+    let names: Vec<&str> = step.parts().iter().map(|(n, _)| *n).collect();
+    assert!(names.contains(&"non-finite check") && !names.contains(&"checkpoints"));
     assert!(p.to_string().contains(&step.lines()));
     step
 }
@@ -128,7 +140,7 @@ fn a_slow_loader_is_input_bound_and_a_prefetching_one_is_not() {
     assert_eq!(slow.verdict(), InputVerdict::InputBound);
     assert!(
         slow.lines()
-            .contains("input-bound: 64.9% of the step waits for data"),
+            .contains("input-bound: 64.6% of the step waits for data"),
         "{}",
         slow.lines()
     );
