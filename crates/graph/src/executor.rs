@@ -332,7 +332,10 @@ impl Executor {
             if let Some(sgd) = node.op_as::<SgdUpdate>() {
                 let params = SgdParams { lr, ..sgd.params };
                 params.validate().map_err(|e| invalid("sgd", e))?;
-                node.op = Arc::new(SgdUpdate { params });
+                node.op = Arc::new(SgdUpdate {
+                    params,
+                    health: sgd.health.clone(),
+                });
             } else if let Some(adam) = node.op_as::<AdamUpdate>() {
                 let params = wick_ops::AdamParams { lr, ..adam.params };
                 params.validate().map_err(|e| invalid("adam", e))?;

@@ -109,6 +109,8 @@ pub struct Session {
     /// Training steps run so far.
     steps: u64,
     check_parameters: bool,
+    /// The state dict's names, in order (made once: the per-step check reads them).
+    state_names: std::sync::OnceLock<Vec<String>>,
     data_parallel: Option<DataParallel>,
 }
 
@@ -300,6 +302,7 @@ impl Session {
             image_size,
             steps: 0,
             check_parameters: false,
+            state_names: std::sync::OnceLock::new(),
             data_parallel,
         })
     }
@@ -396,14 +399,49 @@ impl Session {
         checkpoint::write_safetensors(&self.state_dict()?, path)
     }
 
+    /// [`first_non_finite_parameter`](Session::first_non_finite_parameter) after a
+    /// training step, without reading again what the update nodes checked: SGD's CPU
+    /// update checks each parameter as it writes it, so only the others (running
+    /// statistics, parameters a device or Adam updated) are scanned. When an update saw a
+    /// non-finite value, everything is scanned, to name the first.
+    fn first_non_finite_after_update(&self) -> Result<Option<(String, usize, f64)>> {
+        use wick_graph::ops::optim::UpdateCheck;
+        let checks = self.exec.graph().take_update_checks();
+        if checks.iter().any(|(_, c)| *c == UpdateCheck::NonFinite) {
+            return self.first_non_finite_parameter();
+        }
+        let checked: std::collections::HashSet<&str> = checks
+            .iter()
+            .filter(|(_, c)| *c == UpdateCheck::Finite)
+            .map(|(name, _)| *name)
+            .collect();
+        self.first_non_finite_where(|name| !checked.contains(name))
+    }
+
     /// The first parameter or statistic (in state-dict order) holding a NaN or an
     /// infinity: its name, the element and the value.
     pub fn first_non_finite_parameter(&self) -> Result<Option<(String, usize, f64)>> {
+        self.first_non_finite_where(|_| true)
+    }
+
+    /// [`first_non_finite_parameter`](Session::first_non_finite_parameter) over the
+    /// entries `wanted` accepts.
+    fn first_non_finite_where(
+        &self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Option<(String, usize, f64)>> {
+        let all = match self.state_names.get() {
+            Some(names) => names,
+            None => {
+                let names = self.config.state_spec()?.into_iter().map(|s| s.name);
+                self.state_names.get_or_init(|| names.collect())
+            }
+        };
         let mut names = Vec::new();
         let mut tensors = Vec::new();
-        for spec in self.config.state_spec()? {
-            if let Some(t) = self.exec.get(&spec.name)? {
-                names.push(spec.name);
+        for name in all.iter().filter(|n| wanted(n)) {
+            if let Some(t) = self.exec.get(name)? {
+                names.push(name.clone());
                 tensors.push(t);
             }
         }
@@ -549,7 +587,7 @@ impl Session {
         }
         if self.check_parameters {
             let check = Instant::now();
-            let found = self.first_non_finite_parameter()?;
+            let found = self.first_non_finite_after_update()?;
             self.exec
                 .report_step_part(StepPart::NonFiniteCheck, check.elapsed().as_secs_f64());
             if let Some((name, i, v)) = found {

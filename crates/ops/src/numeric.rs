@@ -73,14 +73,21 @@ pub fn first_non_finite_of(tensors: &[&Tensor]) -> Result<Option<(usize, usize, 
         .enumerate()
         .flat_map(|(i, s)| (0..s.len()).step_by(CHUNK).map(move |start| (i, start)))
         .collect();
-    let bad = work.par_iter().find_first(|(i, start)| {
-        let s = &slices[*i][*start..(*start + CHUNK).min(slices[*i].len())];
+    let bad_chunk = |&(i, start): &(usize, usize)| {
+        let s = &slices[i][start..(start + CHUNK).min(slices[i].len())];
         s.iter()
             .map(|v| v.to_bits() & 0x7fff_ffff)
             .max()
             .unwrap_or(0)
             >= 0x7f80_0000
-    });
+    };
+    // A few small tensors (running statistics) are read faster than threads start.
+    let total: usize = slices.iter().map(|s| s.len()).sum();
+    let bad = if total < 4 * CHUNK {
+        work.iter().find(|w| bad_chunk(w))
+    } else {
+        work.par_iter().find_first(|w| bad_chunk(w))
+    };
     let first_fast = bad.map(|&(i, start)| {
         let s = slices[i];
         let at = start + s[start..].iter().position(|v| !v.is_finite()).unwrap_or(0);

@@ -118,6 +118,47 @@ pub fn sgd_step_in_place(
     momentum_buf: Option<&Tensor>,
     p: &SgdParams,
 ) -> Result<(Tensor, Option<Tensor>)> {
+    sgd_in_place(param, grad, momentum_buf, p, false).map(|(w, b, _)| (w, b))
+}
+
+/// Whether an update left its parameter finite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FiniteCheck {
+    /// Every element of the updated parameter is finite.
+    Finite,
+    /// Some element is NaN or infinite.
+    NonFinite,
+    /// Not checked (the device-generic path): the caller has to look itself.
+    Unchecked,
+}
+
+/// [`sgd_step_in_place`] that also says whether the updated parameter is finite. With
+/// momentum on the CPU (after the first step) each block is checked right after it is
+/// written, while it is still in cache, so the check costs no trip through memory; the
+/// first step and plain SGD check the parameter after the update.
+pub fn sgd_step_in_place_checked(
+    param: &Tensor,
+    grad: &Tensor,
+    momentum_buf: Option<&Tensor>,
+    p: &SgdParams,
+) -> Result<(Tensor, Option<Tensor>, FiniteCheck)> {
+    sgd_in_place(param, grad, momentum_buf, p, true)
+}
+
+fn finite_check(t: &Tensor) -> Result<FiniteCheck> {
+    Ok(match crate::numeric::first_non_finite_of(&[t])? {
+        None => FiniteCheck::Finite,
+        Some(_) => FiniteCheck::NonFinite,
+    })
+}
+
+fn sgd_in_place(
+    param: &Tensor,
+    grad: &Tensor,
+    momentum_buf: Option<&Tensor>,
+    p: &SgdParams,
+    check: bool,
+) -> Result<(Tensor, Option<Tensor>, FiniteCheck)> {
     let cpu_float = route(param.device()) == Route::Cpu
         && matches!(
             param.dtype(),
@@ -126,7 +167,8 @@ pub fn sgd_step_in_place(
         && param.is_contiguous()
         && momentum_buf.is_none_or(|b| b.is_contiguous());
     if !cpu_float {
-        return sgd_step(param, grad, momentum_buf, p);
+        let (w, b) = sgd_step(param, grad, momentum_buf, p)?;
+        return Ok((w, b, FiniteCheck::Unchecked));
     }
     p.validate()?;
     crate::shape::same(OP, "gradient", grad.dims(), "parameter", param.dims())?;
@@ -143,6 +185,7 @@ pub fn sgd_step_in_place(
                 let flat = |t: &Tensor| t.flatten_all().ctx(OP);
                 let (b, g, w) = (flat(buf)?, flat(grad)?, flat(param)?);
                 let n = w.elem_count();
+                let mut finite = FiniteCheck::Finite;
                 for start in (0..n).step_by(SGD_BLOCK) {
                     let len = SGD_BLOCK.min(n - start);
                     let block = |t: &Tensor| t.narrow(0, start, len).ctx(OP);
@@ -150,8 +193,15 @@ pub fn sgd_step_in_place(
                     b.inplace_op3(&g, &w, &SgdKernel(*p, Pass::Momentum))
                         .ctx(OP)?;
                     w.inplace_op3(&g, &b, &update).ctx(OP)?;
+                    // The block just written is still in cache.
+                    if check && finite == FiniteCheck::Finite {
+                        finite = finite_check(&w)?;
+                    }
                 }
-                return Ok((param.clone(), Some(buf.clone())));
+                if !check {
+                    finite = FiniteCheck::Unchecked;
+                }
+                return Ok((param.clone(), Some(buf.clone()), finite));
             }
             // The first step's buffer is the (weight-decayed) gradient, as in PyTorch.
             None => Some(if p.weight_decay != 0.0 {
@@ -174,7 +224,12 @@ pub fn sgd_step_in_place(
             ),
         )
         .ctx(OP)?;
-    Ok((param.clone(), buf))
+    let finite = if check {
+        finite_check(param)?
+    } else {
+        FiniteCheck::Unchecked
+    };
+    Ok((param.clone(), buf, finite))
 }
 
 /// The contiguous data of one in-place operand.

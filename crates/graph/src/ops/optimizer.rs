@@ -229,13 +229,7 @@ impl GraphBuilder {
             updated.push(buf);
         }
         let flops = p.flops(self.shape(param).iter().product());
-        self.push(
-            Arc::new(SgdUpdate { params: p }),
-            inputs,
-            vec![],
-            updated,
-            flops,
-        );
+        self.push(Arc::new(SgdUpdate::new(p)), inputs, vec![], updated, flops);
     }
 
     fn record_adam(&mut self, param: ValueId, grad: ValueId, p: AdamParams) -> Result<()> {
