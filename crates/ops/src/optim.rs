@@ -1,6 +1,8 @@
 //! Stochastic gradient descent with momentum, weight decay, dampening and nesterov, with
 //! PyTorch's `torch.optim.SGD` semantics: one fused update per parameter.
 
+use std::sync::atomic::Ordering;
+
 use candle_core::Tensor;
 use rayon::prelude::*;
 
@@ -145,13 +147,6 @@ pub fn sgd_step_in_place_checked(
     sgd_in_place(param, grad, momentum_buf, p, true)
 }
 
-fn finite_check(t: &Tensor) -> Result<FiniteCheck> {
-    Ok(match crate::numeric::first_non_finite_of(&[t])? {
-        None => FiniteCheck::Finite,
-        Some(_) => FiniteCheck::NonFinite,
-    })
-}
-
 fn sgd_in_place(
     param: &Tensor,
     grad: &Tensor,
@@ -179,29 +174,21 @@ fn sgd_in_place(
         match momentum_buf {
             Some(buf) => {
                 crate::shape::same(OP, "momentum buffer", buf.dims(), "parameter", param.dims())?;
-                let update = SgdKernel(*p, Pass::Param { has_buf: true });
+                let update = SgdKernel::new(*p, Pass::Param { has_buf: true }, check);
+                let momentum = SgdKernel::new(*p, Pass::Momentum, false);
                 // Both passes block by block, so the second finds the block's buffer,
                 // gradient and parameter still in cache: one trip through memory, not two.
                 let flat = |t: &Tensor| t.flatten_all().ctx(OP);
                 let (b, g, w) = (flat(buf)?, flat(grad)?, flat(param)?);
                 let n = w.elem_count();
-                let mut finite = FiniteCheck::Finite;
                 for start in (0..n).step_by(SGD_BLOCK) {
                     let len = SGD_BLOCK.min(n - start);
                     let block = |t: &Tensor| t.narrow(0, start, len).ctx(OP);
                     let (b, g, w) = (block(&b)?, block(&g)?, block(&w)?);
-                    b.inplace_op3(&g, &w, &SgdKernel(*p, Pass::Momentum))
-                        .ctx(OP)?;
+                    b.inplace_op3(&g, &w, &momentum).ctx(OP)?;
                     w.inplace_op3(&g, &b, &update).ctx(OP)?;
-                    // The block just written is still in cache.
-                    if check && finite == FiniteCheck::Finite {
-                        finite = finite_check(&w)?;
-                    }
                 }
-                if !check {
-                    finite = FiniteCheck::Unchecked;
-                }
-                return Ok((param.clone(), Some(buf.clone()), finite));
+                return Ok((param.clone(), Some(buf.clone()), update.finite()));
             }
             // The first step's buffer is the (weight-decayed) gradient, as in PyTorch.
             None => Some(if p.weight_decay != 0.0 {
@@ -212,24 +199,10 @@ fn sgd_in_place(
         }
     };
     let step_src = buf.as_ref().unwrap_or(grad);
-    param
-        .inplace_op3(
-            grad,
-            step_src,
-            &SgdKernel(
-                *p,
-                Pass::Param {
-                    has_buf: buf.is_some(),
-                },
-            ),
-        )
-        .ctx(OP)?;
-    let finite = if check {
-        finite_check(param)?
-    } else {
-        FiniteCheck::Unchecked
-    };
-    Ok((param.clone(), buf, finite))
+    let has_buf = buf.is_some();
+    let update = SgdKernel::new(*p, Pass::Param { has_buf }, check);
+    param.inplace_op3(grad, step_src, &update).ctx(OP)?;
+    Ok((param.clone(), buf, update.finite()))
 }
 
 /// The contiguous data of one in-place operand.
@@ -290,12 +263,83 @@ enum Pass {
     },
 }
 
-/// The in-place SGD kernel: one [`Pass`] with the settings it needs.
-struct SgdKernel(SgdParams, Pass);
+/// A vectorised test for NaN and infinity over a slice: a float is not finite exactly
+/// when its exponent bits are all ones, so the largest magnitude's bits say it.
+trait AnyNonFinite: Sized {
+    fn any_non_finite(values: &[Self]) -> bool;
+    /// `param -= lr * buf`, element by element, checking each result in the same loop;
+    /// true when one is not finite.
+    fn step_checked(param: &mut [Self], buf: &[Self], lr: Self) -> bool;
+}
+
+impl AnyNonFinite for f32 {
+    fn any_non_finite(values: &[f32]) -> bool {
+        let top = values.iter().map(|v| v.to_bits() & 0x7fff_ffff).max();
+        top.unwrap_or(0) >= 0x7f80_0000
+    }
+
+    fn step_checked(param: &mut [f32], buf: &[f32], lr: f32) -> bool {
+        let mut top = 0u32;
+        for (w, b) in param.iter_mut().zip(buf) {
+            *w -= lr * *b;
+            top = top.max(w.to_bits() & 0x7fff_ffff);
+        }
+        top >= 0x7f80_0000
+    }
+}
+
+impl AnyNonFinite for f64 {
+    fn any_non_finite(values: &[f64]) -> bool {
+        let top = values
+            .iter()
+            .map(|v| v.to_bits() & 0x7fff_ffff_ffff_ffff)
+            .max();
+        top.unwrap_or(0) >= 0x7ff0_0000_0000_0000
+    }
+
+    fn step_checked(param: &mut [f64], buf: &[f64], lr: f64) -> bool {
+        let mut top = 0u64;
+        for (w, b) in param.iter_mut().zip(buf) {
+            *w -= lr * *b;
+            top = top.max(w.to_bits() & 0x7fff_ffff_ffff_ffff);
+        }
+        top >= 0x7ff0_0000_0000_0000
+    }
+}
+
+/// The in-place SGD kernel: one [`Pass`] with the settings it needs. With `check`, the
+/// parameter pass looks at each chunk it wrote, still in the core's cache, and notes a
+/// NaN or an infinity in `non_finite`.
+struct SgdKernel {
+    params: SgdParams,
+    pass: Pass,
+    check: bool,
+    non_finite: std::sync::atomic::AtomicBool,
+}
+
+impl SgdKernel {
+    fn new(params: SgdParams, pass: Pass, check: bool) -> Self {
+        SgdKernel {
+            params,
+            pass,
+            check,
+            non_finite: Default::default(),
+        }
+    }
+
+    /// What the parameter passes run so far found.
+    fn finite(&self) -> FiniteCheck {
+        match (self.check, self.non_finite.load(Ordering::Relaxed)) {
+            (false, _) => FiniteCheck::Unchecked,
+            (true, false) => FiniteCheck::Finite,
+            (true, true) => FiniteCheck::NonFinite,
+        }
+    }
+}
 
 impl candle_core::InplaceOp3 for SgdKernel {
     fn name(&self) -> &'static str {
-        match self.1 {
+        match self.pass {
             Pass::Momentum => "sgd-momentum",
             Pass::Param { .. } => "sgd-param",
         }
@@ -311,7 +355,12 @@ impl candle_core::InplaceOp3 for SgdKernel {
         l2: &candle_core::Layout,
     ) -> candle_core::Result<()> {
         let srcs = [(s1, l1), (s2, l2)];
-        let SgdKernel(p, pass) = *self;
+        let (p, pass, check) = (self.params, self.pass, self.check);
+        let note = |bad: bool| {
+            if bad {
+                self.non_finite.store(true, Ordering::Relaxed);
+            }
+        };
         in_place_float!(dst, dst_l, srcs, |dst, grad, second, T| {
             let (lr, m, damp, wd) = (
                 p.lr as T,
@@ -335,21 +384,33 @@ impl candle_core::InplaceOp3 for SgdKernel {
                 dst.par_chunks_mut(CHUNK)
                     .zip(buf.par_chunks(CHUNK))
                     .for_each(|(param, buf)| {
-                        for (w, b) in param.iter_mut().zip(buf) {
-                            *w -= lr * *b;
+                        if check {
+                            note(T::step_checked(param, buf, lr));
+                        } else {
+                            for (w, b) in param.iter_mut().zip(buf) {
+                                *w -= lr * *b;
+                            }
                         }
                     });
                 return Ok(());
             }
-            for_chunks(dst, grad, buf, |w, g, b| {
-                let d = g + wd * *w;
-                let step = match (has_buf, p.nesterov) {
-                    (false, _) => d,
-                    (true, false) => b,
-                    (true, true) => d + m * b,
-                };
-                *w -= lr * step;
-            });
+            dst.par_chunks_mut(CHUNK)
+                .zip(grad.par_chunks(CHUNK))
+                .zip(buf.par_chunks(CHUNK))
+                .for_each(|((param, grad), buf)| {
+                    for ((w, g), b) in param.iter_mut().zip(grad).zip(buf) {
+                        let d = g + wd * *w;
+                        let step = match (has_buf, p.nesterov) {
+                            (false, _) => d,
+                            (true, false) => *b,
+                            (true, true) => d + m * b,
+                        };
+                        *w -= lr * step;
+                    }
+                    if check {
+                        note(T::any_non_finite(param));
+                    }
+                });
         })
     }
 }
@@ -369,4 +430,72 @@ fn for_chunks<T: Copy + Send + Sync>(
                 f(d, *a, *b);
             }
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{DType, Device, Tensor};
+
+    use super::*;
+
+    /// The checked update finds a NaN or an infinity it writes on every CPU path (plain,
+    /// first momentum step, blocked momentum step; f32 and f64), anywhere in a parameter
+    /// larger than one block, and updates exactly as the unchecked one.
+    #[test]
+    fn the_checked_update_notes_what_it_writes_on_every_path() {
+        let n = SGD_BLOCK + 1000;
+        for dtype in [DType::F32, DType::F64] {
+            for momentum in [0.0, 0.9] {
+                for at in [None, Some(3), Some(n - 1)] {
+                    let p = SgdParams {
+                        lr: 0.1,
+                        momentum,
+                        weight_decay: 1e-4,
+                        ..Default::default()
+                    };
+                    let mut g = vec![1.0f64; n];
+                    if let Some(i) = at {
+                        g[i] = f64::INFINITY;
+                    }
+                    let grad = Tensor::from_vec(g, n, &Device::Cpu).unwrap();
+                    let grad = grad.to_dtype(dtype).unwrap();
+                    let param = Tensor::ones(n, dtype, &Device::Cpu).unwrap();
+                    let plain = param.copy().unwrap();
+                    let (_, buf, first) =
+                        sgd_step_in_place_checked(&param, &grad, None, &p).unwrap();
+                    let (_, plain_buf) = sgd_step_in_place(&plain, &grad, None, &p).unwrap();
+                    let expected = if at.is_some() {
+                        FiniteCheck::NonFinite
+                    } else {
+                        FiniteCheck::Finite
+                    };
+                    assert_eq!(first, expected, "{dtype:?} momentum {momentum} at {at:?}");
+                    if momentum == 0.0 {
+                        continue;
+                    }
+                    // The blocked momentum step: the infinity enters through the gradient.
+                    let (buf, plain_buf) = (buf.unwrap(), plain_buf.unwrap());
+                    let (_, _, second) =
+                        sgd_step_in_place_checked(&param, &grad, Some(&buf), &p).unwrap();
+                    sgd_step_in_place(&plain, &grad, Some(&plain_buf), &p).unwrap();
+                    assert_eq!(second, expected, "{dtype:?} second step at {at:?}");
+                    let same = param
+                        .to_dtype(DType::F64)
+                        .unwrap()
+                        .to_vec1::<f64>()
+                        .unwrap()
+                        .iter()
+                        .zip(
+                            plain
+                                .to_dtype(DType::F64)
+                                .unwrap()
+                                .to_vec1::<f64>()
+                                .unwrap(),
+                        )
+                        .all(|(a, b)| a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()));
+                    assert!(same, "checked and unchecked updates differ");
+                }
+            }
+        }
+    }
 }
