@@ -32,7 +32,7 @@ const PEAK_TOLERANCE: f64 = 0.10;
 
 /// Every difference between A's and B's runs that can move a time by itself: one line
 /// each, naming the setting and both values.
-pub fn warnings(a: &[Profile], b: &[Profile]) -> Vec<String> {
+pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
     let mut out = Vec::new();
     if a.is_empty() || b.is_empty() {
         return out;
@@ -86,13 +86,18 @@ pub fn warnings(a: &[Profile], b: &[Profile]) -> Vec<String> {
         };
         if apart {
             out.push(format!(
-                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): the machine itself was {} during B; try --normalize-by-peak, or rerun both on a quiet machine",
+                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): the machine itself was {} during B; {}",
                 ra[0] / scale,
                 ra[1] / scale,
                 rb[0] / scale,
                 rb[1] / scale,
                 rb[1] / ra[1],
-                if rb[1] < ra[1] { "slower" } else { "faster" }
+                if rb[1] < ra[1] { "slower" } else { "faster" },
+                if normalized {
+                    "the times are normalised by these peaks, which were measured after each run: rerun both on a quiet machine to be sure"
+                } else {
+                    "try --normalize-by-peak, or rerun both on a quiet machine"
+                }
             ));
         }
     }

@@ -315,7 +315,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
     Ok(Diff {
         same_graph,
         rows,
-        warnings: super::comparable::warnings(a, b),
+        warnings: super::comparable::warnings(a, b, opts.normalize_by_peak),
         normalized: opts.normalize_by_peak,
         threshold: opts.threshold,
         min_share: opts.min_share,
