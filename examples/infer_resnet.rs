@@ -13,6 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
+use wick::graph::file_roles::FileRoles;
 use wick::graph::profiler::Schedule;
 use wick::graph::PassSet;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
@@ -70,8 +71,16 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<()> {
     let mut a = Args::parse();
     a.profile.default_verbosity(0);
+    // Every file of the command, before any work: no output may be an input or another
+    // output, however its path is spelled.
+    let mut files = FileRoles::default();
+    for (flag, path) in [("--weights", &a.weights), ("--input", &a.input)] {
+        if let Some(path) = path {
+            files.input(flag, path)?;
+        }
+    }
     if let Some(path) = &a.output {
-        common::check_output("--output", path)?;
+        files.output("--output", path)?;
     }
     if a.bench {
         common::at_least_one("--reps", a.reps)?;
@@ -83,7 +92,7 @@ fn run() -> Result<()> {
         );
         a.profile.skip = Some(1 + a.warmup);
     }
-    a.profile.check()?;
+    a.profile.check(&mut files)?;
     a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;

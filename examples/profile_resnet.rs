@@ -8,6 +8,7 @@
 
 use anyhow::Result;
 use clap::Parser;
+use wick::graph::file_roles::FileRoles;
 use wick::graph::PassSet;
 use wick::models::data::{BatchSource, SyntheticImages};
 use wick::models::{ImageSize, Session, TrainOptions, WeightInit};
@@ -57,7 +58,7 @@ fn run() -> Result<()> {
     let device = a.model.device()?;
     let gpu = !device.is_cpu();
     let config = a.model.config("resnet50")?;
-    a.profile.check()?;
+    a.profile.check(&mut FileRoles::default())?;
     let batch = a.batch_size.unwrap_or(if gpu { 32 } else { 2 });
     let size = a
         .image_size

@@ -5,6 +5,7 @@
 
 use anyhow::Result;
 use candle_core::Device;
+use wick::graph::file_roles::FileRoles;
 use wick::models::{ModelConfig, Stem};
 
 /// The device flag.
@@ -203,14 +204,6 @@ pub fn exit_on_error(result: Result<()>) -> std::process::ExitCode {
     }
 }
 
-/// Checks, before any work, that the output `flag` (`--save`, `--json`, ...) names a file
-/// wick can write (see `wick::graph::output`), so a typo does not lose a long run.
-pub fn check_output(flag: &str, path: &std::path::Path) -> Result<()> {
-    wick::graph::output::check_writable(path)
-        .map(|_| ())
-        .map_err(|e| anyhow::anyhow!("{flag}: {e}"))
-}
-
 /// Refuses a zero count (`--steps 0`, `--batch-size 0`) with a message naming the flag.
 pub fn at_least_one(flag: &str, value: usize) -> Result<()> {
     anyhow::ensure!(value >= 1, "{flag} must be at least 1 (got {value})");
@@ -273,9 +266,9 @@ impl ProfileArgs {
     }
 
     /// Refuses, before any work, output requests that cannot be honoured: a trace without
-    /// per-op timings, a profile file without a profile, one path for both files, a path
-    /// that cannot be written.
-    pub fn check(&self) -> Result<()> {
+    /// per-op timings, a profile file without a profile, a path that cannot be written,
+    /// or one that is another of the command's files (`files`, by identity).
+    pub fn check(&self, files: &mut FileRoles) -> Result<()> {
         let level = self.level();
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");
@@ -286,21 +279,14 @@ impl ProfileArgs {
         if (self.json.is_some() || self.report.is_some()) && level == 0 {
             anyhow::bail!("--json and --report need a profile: use --verbosity 1 or 2");
         }
-        if let Some(path) = &self.report {
-            check_output("--report", path)?;
-        }
-        if let (Some(t), Some(j)) = (&self.trace, &self.json) {
-            anyhow::ensure!(
-                t != j,
-                "--trace and --json name the same file {}: give each its own",
-                t.display()
-            );
-        }
-        if let Some(path) = &self.trace {
-            check_output("--trace", path)?;
-        }
-        if let Some(path) = &self.json {
-            check_output("--json", path)?;
+        for (flag, path) in [
+            ("--report", &self.report),
+            ("--trace", &self.trace),
+            ("--json", &self.json),
+        ] {
+            if let Some(path) = path {
+                files.output(flag, path)?;
+            }
         }
         Ok(())
     }

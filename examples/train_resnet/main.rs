@@ -14,6 +14,7 @@ use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::graph::collective::Communicator;
+use wick::graph::file_roles::FileRoles;
 use wick::graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::{PassSet, StepPart};
@@ -147,12 +148,30 @@ fn check_args(a: &Args, distributed: bool) -> Result<()> {
     ] {
         common::at_least_one(flag, v)?;
     }
-    for (flag, path) in [("--save", &a.save), ("--log", &a.log)] {
+    // Every file of the command, before any work: no output may be an input or another
+    // output, however its path is spelled, and the checkpoint folder must take files.
+    let mut files = FileRoles::default();
+    for (flag, path) in [
+        ("--weights", &a.weights),
+        ("--data", &a.data),
+        ("--data-dir", &a.data_dir),
+    ] {
         if let Some(path) = path {
-            common::check_output(flag, path)?;
+            files.input(flag, path)?;
         }
     }
-    a.profile.check()?;
+    for (flag, path) in [("--save", &a.save), ("--log", &a.log)] {
+        if let Some(path) = path {
+            files.output(flag, path)?;
+        }
+    }
+    if let Some(dir) = &a.checkpoint_dir {
+        files.output_dir("--checkpoint-dir", dir)?;
+    } else if let Some(dir) = &a.resume {
+        // Resuming writes its checkpoints back into the folder it resumes from.
+        files.output_dir("--resume", dir)?;
+    }
+    a.profile.check(&mut files)?;
     anyhow::ensure!(
         a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
         "--bucket-mb must be a positive number of MiB, got {}",

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use wick::graph::file_roles::FileRoles;
 use wick::graph::profiler::{diff, diff_runs, html, DiffOptions};
 use wick::graph::Profile;
 
@@ -100,8 +101,16 @@ fn run() -> Result<ExitCode> {
                 confidence > 0.0 && confidence < 1.0,
                 "--confidence must lie in (0, 1)"
             );
+            let mut files = FileRoles::default();
+            for (flag, path) in [("A", &a), ("B", &b)]
+                .into_iter()
+                .chain(base_runs.iter().map(|p| ("--base-run", p)))
+                .chain(new_runs.iter().map(|p| ("--new-run", p)))
+            {
+                files.input(flag, path)?;
+            }
             if let Some(path) = &json {
-                wick::graph::output::check_writable(path)?;
+                files.output("--json", path)?;
             }
             let opts = DiffOptions {
                 threshold,
@@ -134,8 +143,18 @@ fn run() -> Result<ExitCode> {
             output,
             diff: baseline,
         } => {
+            let mut files = FileRoles::default();
+            files.input("PROFILE", &profile)?;
+            if let Some(base) = &baseline {
+                files.input("--diff", base)?;
+            }
+            let flag = if output.is_some() {
+                "-o"
+            } else {
+                "the default output (the profile's name with .html)"
+            };
             let output = output.unwrap_or_else(|| profile.with_extension("html"));
-            wick::graph::output::check_writable(&output)?;
+            files.output(flag, &output)?;
             let p = read(&profile)?;
             let d = match &baseline {
                 Some(base) => {

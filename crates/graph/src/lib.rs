@@ -40,6 +40,7 @@ pub mod collective;
 pub mod device;
 pub mod error;
 pub mod executor;
+pub mod file_roles;
 pub mod float_format;
 pub mod hooks;
 pub mod ir;
