@@ -96,10 +96,17 @@ fn run() -> Result<ExitCode> {
             normalize_by_peak,
             json,
         } => {
-            anyhow::ensure!(threshold >= 0.0, "--threshold must be at least 0");
             anyhow::ensure!(
-                confidence > 0.0 && confidence < 1.0,
-                "--confidence must lie in (0, 1)"
+                (0.0..=10.0).contains(&threshold),
+                "--threshold {threshold}: a relative change from 0 to 10 (0.05 is 5%) is needed"
+            );
+            anyhow::ensure!(
+                (0.0..1.0).contains(&min_share),
+                "--min-share {min_share}: a share of the iteration in [0, 1) is needed"
+            );
+            anyhow::ensure!(
+                (0.5..=0.999).contains(&confidence),
+                "--confidence {confidence}: a level from 0.5 to 0.999 is needed (beyond, the bootstrap cannot read its tails in bounded work)"
             );
             let mut files = FileRoles::default();
             for (flag, path) in [("A", &a), ("B", &b)]

@@ -16,6 +16,24 @@ use serde::Serialize;
 use super::profile::Profile;
 use crate::ir::Phase;
 
+/// The most bootstrap resamples drawn for one row: past it a diff would take minutes and
+/// gigabytes, so a confidence that needs more is refused.
+pub const MAX_RESAMPLES: usize = 200_000;
+
+/// `s` with control characters (terminal escape sequences, newlines) escaped, for a name
+/// printed to a terminal.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// How to compare.
 #[derive(Debug, Clone, Copy)]
 pub struct DiffOptions {
@@ -83,7 +101,7 @@ impl DiffRow {
         if self.kind == self.name {
             self.kind.to_string()
         } else {
-            format!("{} {}", self.kind, self.name)
+            format!("{} {}", self.kind, printable(&self.name))
         }
     }
 
@@ -133,6 +151,18 @@ pub enum DiffError {
     /// A profile without timed iterations.
     #[error("profile {0} has no per-iteration samples (was any iteration timed?)")]
     NoSamples(&'static str),
+    /// A confidence whose per-row level needs more resamples than the bound.
+    #[error("--confidence {confidence} over {rows} rows needs {needed} bootstrap resamples per row, more than the {cap} wick draws at most: lower --confidence, or raise --min-share so that fewer rows can be flagged")]
+    TooManyResamples {
+        /// The family-wise confidence asked for.
+        confidence: f64,
+        /// Rows that may be flagged.
+        rows: usize,
+        /// Resamples the per-row level needs.
+        needed: f64,
+        /// [`MAX_RESAMPLES`].
+        cap: usize,
+    },
     /// Normalisation asked for, and a profile lacks the machine peaks.
     #[error("--normalize-by-peak needs the machine peaks in every profile, and a profile of side {0} has none (profiles written at verbosity 2 have them)")]
     NoPeaks(&'static str),
@@ -276,10 +306,18 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         .count()
         .max(1);
     let row_confidence = 1.0 - (1.0 - opts.confidence) / eligible as f64;
-    // Enough resamples to read the tails at the per-row level (20 beyond each tail).
-    let resamples = opts
-        .resamples
-        .max((40.0 / (1.0 - row_confidence)).ceil() as usize);
+    // Enough resamples to read the tails at the per-row level (20 beyond each tail), and
+    // never more than the bound: the work stays seconds for any confidence.
+    let needed = (40.0 / (1.0 - row_confidence)).ceil();
+    if !(needed <= MAX_RESAMPLES as f64) {
+        return Err(DiffError::TooManyResamples {
+            confidence: opts.confidence,
+            rows: eligible,
+            needed,
+            cap: MAX_RESAMPLES,
+        });
+    }
+    let resamples = opts.resamples.clamp(needed as usize, MAX_RESAMPLES);
     let rows = candidates
         .into_iter()
         .map(|c| {
@@ -520,7 +558,7 @@ impl Diff {
         );
         let _ = writeln!(s, "{}", self.verdict());
         for w in &self.warnings {
-            let _ = writeln!(s, "warning: {w}");
+            let _ = writeln!(s, "warning: {}", printable(w));
         }
         for r in self.rows.iter().filter(|r| r.flagged) {
             let what = if r.ratio > 1.0 { "SLOWER" } else { "faster" };
@@ -545,7 +583,11 @@ impl Diff {
                 s,
                 "{:<9} {:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}] x{:>6.3} / x{:>5.3}{}",
                 r.kind,
-                if r.kind == r.name { "" } else { &r.name },
+                if r.kind == r.name {
+                    String::new()
+                } else {
+                    printable(&r.name)
+                },
                 r.a_sec * 1e3,
                 r.b_sec * 1e3,
                 r.ratio,

@@ -9,7 +9,8 @@ use super::samples::SCHEMA;
 
 impl Profile {
     /// A profile read back from [`to_json`](Profile::to_json)'s text. Refuses another
-    /// schema.
+    /// schema, and times or samples that are not what a profile holds
+    /// ([`validate`](Profile::validate)).
     pub fn from_json(text: &str) -> Result<Profile, String> {
         let p: Profile =
             serde_json::from_str(text).map_err(|e| format!("not a wick profile: {e}"))?;
@@ -19,6 +20,7 @@ impl Profile {
                 p.schema, SCHEMA
             ));
         }
+        p.validate()?;
         Ok(p)
     }
 

@@ -47,6 +47,7 @@ pub mod stats;
 pub mod step;
 pub mod table;
 pub mod trace;
+pub mod validate;
 
 pub use advice::Recommendation;
 pub use cycles::CycleRow;

@@ -1,0 +1,151 @@
+//! Issue #31: `wick-prof` on hostile input. Options out of range or NaN are refused
+//! naming the flag; profiles with negative or NaN times, or samples of the wrong shape,
+//! are refused naming the field; names with terminal escape sequences are printed
+//! escaped. Every case ends in bounded time with exit status 2 (or 0/1 for a diff).
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Device, Tensor};
+use wick::graph::{Executor, GraphBuilder, Mode, TimeProfiler};
+
+fn wick_prof(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wick-prof"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// A real profile's JSON: two ops, four timed iterations.
+fn profile_json() -> serde_json::Value {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[64, 64], DType::F32).unwrap();
+    let y = b.in_layer("act", |b| b.relu(x)).unwrap();
+    let y = b.in_layer("head", |b| b.softmax(y, 1)).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
+    exec.set(
+        "x",
+        &Tensor::ones((64, 64), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    for _ in 0..5 {
+        exec.run().unwrap();
+    }
+    let json = exec.hook::<TimeProfiler>().unwrap().profile().to_json();
+    serde_json::from_str(&json).unwrap()
+}
+
+#[test]
+fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let good = profile_json();
+    std::fs::write(p.join("a.json"), good.to_string()).unwrap();
+    std::fs::write(p.join("b.json"), good.to_string()).unwrap();
+    let mut cases = 0;
+    let options: [(&[&str], &str); 8] = [
+        (&["--confidence", "0.99999"], "--confidence 0.99999"),
+        (&["--confidence", "0.9999999999999999"], "--confidence"),
+        (&["--confidence", "nan"], "--confidence NaN"),
+        (&["--confidence", "0"], "--confidence 0"),
+        (&["--min-share", "nan"], "--min-share NaN"),
+        (&["--min-share=-1"], "--min-share -1"),
+        (&["--threshold", "nan"], "--threshold NaN"),
+        (&["--threshold", "inf"], "--threshold inf"),
+    ];
+    for (args, needle) in options {
+        let started = Instant::now();
+        let mut all = vec!["diff", "a.json", "b.json"];
+        all.extend_from_slice(args);
+        let out = wick_prof(p, &all);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{args:?}: unbounded"
+        );
+        cases += 1;
+    }
+    type Break = fn(&mut serde_json::Value);
+    let files: [(Break, &str); 7] = [
+        (
+            |v| v["iteration_sec"] = (-1.0).into(),
+            "iteration_sec is -1",
+        ),
+        (
+            |v| v["ops"][1]["mean_sec"] = (-0.001).into(),
+            "ops[1] (OP_ID1 SoftmaxForward).mean_sec is -0.001",
+        ),
+        (
+            |v| v["samples"]["iterations"][2] = (-3.0).into(),
+            "samples.iterations[2] is -3",
+        ),
+        (
+            |v| {
+                v["samples"]["iterations"].as_array_mut().unwrap().pop();
+            },
+            "samples.iterations has 3 values for 4 timed iterations",
+        ),
+        (
+            |v| {
+                v["samples"]["ops"][0].as_array_mut().unwrap().pop();
+            },
+            "samples.ops[0] has 1 values for 2 ops",
+        ),
+        (
+            |v| {
+                v["samples"]["phases"].as_array_mut().unwrap().truncate(1);
+            },
+            "samples.phases has 1 rows for 4 timed iterations",
+        ),
+        (
+            |v| v["samples"]["iterations"] = serde_json::json!([]),
+            "samples.iterations has 0 values",
+        ),
+    ];
+    for (break_it, needle) in files {
+        let mut v = good.clone();
+        break_it(&mut v);
+        std::fs::write(p.join("bad.json"), v.to_string()).unwrap();
+        for args in [["diff", "a.json", "bad.json"], ["report", "bad.json", "-o"]] {
+            let mut all: Vec<&str> = args.to_vec();
+            if all[0] == "report" {
+                all.push("r.html");
+            }
+            let out = wick_prof(p, &all);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{needle}: {err}");
+            assert!(
+                err.contains("bad.json") && err.contains(needle),
+                "{needle}: {err}"
+            );
+            assert!(
+                !p.join("r.html").exists(),
+                "a report of a bad profile was written"
+            );
+            cases += 1;
+        }
+    }
+    // Escape sequences in kernel and layer names are printed escaped.
+    let mut v = good.clone();
+    v["ops"][0]["name"] = "ReLU\u{1b}[2J\u{7}".into();
+    v["ops"][0]["origin"]["layer"] = "act\u{1b}]0;owned\u{7}".into();
+    std::fs::write(p.join("esc.json"), v.to_string()).unwrap();
+    let out = wick_prof(p, &["diff", "esc.json", "esc.json", "--min-share", "0"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "{text:?}"
+    );
+    assert!(text.contains("ReLU\\u{1b}[2J\\u{7}"), "{text}");
+    cases += 1;
+    println!("wick-prof on hostile input: {cases} cases, all refused or escaped");
+}
