@@ -309,7 +309,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
     // Enough resamples to read the tails at the per-row level (20 beyond each tail), and
     // never more than the bound: the work stays seconds for any confidence.
     let needed = (40.0 / (1.0 - row_confidence)).ceil();
-    if !(needed <= MAX_RESAMPLES as f64) {
+    if needed.is_nan() || needed > MAX_RESAMPLES as f64 {
         return Err(DiffError::TooManyResamples {
             confidence: opts.confidence,
             rows: eligible,

@@ -115,7 +115,8 @@ mod tests {
     #[test]
     fn bad_times_and_mismatched_samples_are_named() {
         assert_eq!(valid().validate(), Ok(()));
-        let cases: Vec<(Box<dyn Fn(&mut Profile)>, &str)> = vec![
+        type Break = Box<dyn Fn(&mut Profile)>;
+        let cases: Vec<(Break, &str)> = vec![
             (
                 Box::new(|p| p.iteration_sec = -0.5),
                 "iteration_sec is -0.5",
