@@ -200,7 +200,7 @@ fn an_output_that_is_another_file_of_the_command_is_refused_before_any_work() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(
-            err.contains(&format!("{flag}")) && err.contains(&format!("and {other} (")),
+            err.contains(flag) && err.contains(&format!("and {other} (")),
             "{args:?}: {err}"
         );
         assert_eq!(snapshot(p), before, "wick-prof {args:?} changed a file");
