@@ -46,6 +46,10 @@ struct Args {
     /// as 320x224.
     #[arg(long, default_value = "224")]
     image_size: ImageSize,
+    /// Write logits that hold a NaN or an infinity (refused by default: they come from
+    /// broken weights or input).
+    #[arg(long)]
+    allow_non_finite: bool,
     /// Measure latency: warm-up runs, then timed repetitions and their statistics.
     #[arg(long)]
     bench: bool,
@@ -138,6 +142,15 @@ fn run() -> Result<()> {
         );
     }
     let logits = session.forward(&images)?;
+    if let Some((i, v)) = wick::ops::first_non_finite(&logits)? {
+        let classes = logits.dim(1)?;
+        let where_ = format!("image {}, class {}", i / classes, i % classes);
+        anyhow::ensure!(
+            a.allow_non_finite,
+            "the logits hold {v} at {where_}: the weights or the input are broken; nothing written (--allow-non-finite writes them anyway)"
+        );
+        eprintln!("warning: the logits hold {v} at {where_} (written: --allow-non-finite)");
+    }
     if let Some(path) = &a.output {
         let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);
         checkpoint::write_safetensors(&out, path)?;

@@ -176,3 +176,77 @@ fn a_diverging_run_stops_and_leaves_the_old_checkpoint_untouched() {
     assert!(left.is_empty(), "temporary files left: {left:?}");
     println!("diverging run: stopped, old checkpoint byte-identical");
 }
+
+/// Issue #31: a model that diverged is never written. Training at lr 1e3 ends with NaN
+/// logits (the weights may stay finite): the run exits 1 and the good file is untouched.
+/// A finite checkpoint with one weight at 3e38 gives NaN logits: `infer_resnet` refuses to
+/// write them unless `--allow-non-finite`.
+#[test]
+fn a_diverged_model_is_never_written() {
+    let d = dir();
+    let p = d.path();
+    std::fs::write(p.join("good.safetensors"), b"the user's good model").unwrap();
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend(["--steps", "2", "--lr", "1e3", "--save", "good.safetensors"]);
+    let out = run(p, "train_resnet", &args, &[]);
+    fails(
+        &out,
+        1,
+        &[
+            "the model diverged",
+            "NaN or an infinity",
+            "good.safetensors is untouched",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(p.join("good.safetensors")).unwrap(),
+        b"the user's good model"
+    );
+
+    // A finite checkpoint with one huge weight.
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend(["--steps", "1", "--save", "w.safetensors"]);
+    assert!(run(p, "train_resnet", &args, &[]).status.success());
+    let path = p.join("w.safetensors");
+    let mut state = candle_core::safetensors::load(&path, &candle_core::Device::Cpu).unwrap();
+    let w = &state["conv1.weight"];
+    let mut v = w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    v[0] = 3e38;
+    let poisoned = candle_core::Tensor::from_vec(v, w.dims(), &candle_core::Device::Cpu).unwrap();
+    state.insert("conv1.weight".into(), poisoned);
+    candle_core::safetensors::save(&state, &path).unwrap();
+    let infer = [
+        "--model",
+        "resnet18",
+        "--stem",
+        "cifar",
+        "--num-classes",
+        "10",
+        "--image-size",
+        "8",
+        "--batch-size",
+        "2",
+        "--weights",
+        "w.safetensors",
+        "--output",
+        "logits.safetensors",
+    ];
+    let out = run(p, "infer_resnet", &infer, &[]);
+    fails(
+        &out,
+        1,
+        &["the logits hold", "nothing written", "--allow-non-finite"],
+    );
+    assert!(!p.join("logits.safetensors").exists());
+    let mut allowed = infer.to_vec();
+    allowed.push("--allow-non-finite");
+    let out = run(p, "infer_resnet", &allowed, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: the logits hold"));
+    assert!(p.join("logits.safetensors").exists());
+    println!("diverged models: 3 cases, nothing written unless asked");
+}

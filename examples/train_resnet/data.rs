@@ -14,6 +14,7 @@ pub fn add(mut total: Scores, s: Scores) -> Scores {
     total.loss_sum += s.loss_sum;
     total.top1 += s.top1;
     total.top5 += s.top5;
+    total.non_finite += s.non_finite;
     total
 }
 

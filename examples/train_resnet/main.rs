@@ -498,6 +498,20 @@ impl<'a> TrainLoop<'a> {
         epoch_start: Instant,
     ) -> Result<()> {
         let (a, plan, step, lr) = (self.a, self.plan, self.step, self.lr);
+        // A model whose logits are not finite has diverged, even when its weights are
+        // finite (a running variance of 1e10): it replaces no checkpoint.
+        if test.non_finite > 0 || !test.loss().is_finite() {
+            let kept = match &a.save {
+                Some(path) => format!("nothing saved, {} is untouched", path.display()),
+                None => "nothing saved".into(),
+            };
+            anyhow::bail!(
+                "epoch {epoch}: the model diverged: its logits hold a NaN or an infinity for {} of {} test images (test loss {}); {kept}",
+                test.non_finite,
+                test.images,
+                test.loss()
+            );
+        }
         if let Some(dir) = &plan.checkpoints {
             if test.top1_accuracy() > self.best {
                 self.best = test.top1_accuracy();

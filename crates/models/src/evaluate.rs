@@ -18,6 +18,8 @@ pub struct Scores {
     pub top1: usize,
     /// Images whose label is among the five top classes.
     pub top5: usize,
+    /// Images whose logits hold a NaN or an infinity (scored as wrong).
+    pub non_finite: usize,
 }
 
 impl Scores {
@@ -38,6 +40,7 @@ impl Scores {
         self.loss_sum += other.loss_sum;
         self.top1 += other.top1;
         self.top5 += other.top5;
+        self.non_finite += other.non_finite;
     }
 }
 
@@ -71,9 +74,13 @@ pub fn score(logits: &Tensor, labels: &Tensor, real: usize) -> Result<Scores> {
         let max = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let lse = max + row.iter().map(|v| (v - max).exp()).sum::<f64>().ln();
         s.loss_sum += lse - row[label];
+        // A row with a NaN or an infinity scores nothing: no logit is `>` NaN, so a
+        // plain count would call every such row correct.
+        let finite = row.iter().all(|v| v.is_finite());
         let above = row.iter().filter(|v| **v > row[label]).count();
-        s.top1 += usize::from(above == 0);
-        s.top5 += usize::from(above < 5);
+        s.top1 += usize::from(finite && above == 0);
+        s.top5 += usize::from(finite && above < 5);
+        s.non_finite += usize::from(!finite);
         s.images += 1;
     }
     Ok(s)
@@ -111,6 +118,13 @@ mod tests {
         .unwrap();
         // Row 0: label 0 is top. Row 1: label 1 is 6th. Row 2 is padding.
         let labels = Tensor::new(&[0i64, 1], &Device::Cpu).unwrap();
+        // NaN logits score nothing (no logit is `>` NaN: a plain count calls them right).
+        let nan = Tensor::new(&[[f32::NAN, 1.0], [2.0, f32::INFINITY]], &Device::Cpu).unwrap();
+        let bad = score(&nan, &labels, 2).unwrap();
+        assert_eq!(
+            (bad.top1, bad.top5, bad.non_finite, bad.images),
+            (0, 0, 2, 2)
+        );
         let s = score(&logits, &labels, 2).unwrap();
         assert_eq!((s.images, s.top1, s.top5), (2, 1, 1));
         let row0 = (5f64.exp() + 1f64.exp() + 5.0).ln() - 5.0;
