@@ -78,6 +78,7 @@ fn run() -> Result<()> {
     // Every file of the command, before any work: no output may be an input or another
     // output, however its path is spelled.
     let mut files = FileRoles::default();
+    wick::graph::output::allow_read_only_replacement(a.profile.replace_read_only);
     for (flag, path) in [("--weights", &a.weights), ("--input", &a.input)] {
         if let Some(path) = path {
             files.input(flag, path)?;

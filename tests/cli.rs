@@ -250,3 +250,56 @@ fn a_diverged_model_is_never_written() {
     assert!(p.join("logits.safetensors").exists());
     println!("diverged models: 3 cases, nothing written unless asked");
 }
+
+/// Issue #31: a read-only output is refused up front unless `--replace-read-only`; a
+/// legal 240-byte output name is written (wick's temporary name stays legal).
+#[test]
+fn read_only_outputs_need_a_flag_and_long_names_work() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = dir();
+    let p = d.path();
+    std::fs::write(p.join("ro.json"), b"the user's read-only file").unwrap();
+    std::fs::set_permissions(p.join("ro.json"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    let base = [
+        "--stem",
+        "cifar",
+        "--image-size",
+        "8",
+        "--iterations",
+        "2",
+        "--skip",
+        "1",
+    ];
+    let mut args = base.to_vec();
+    args.extend(["--json", "ro.json"]);
+    fails(
+        &run(p, "profile_resnet", &args, &[]),
+        1,
+        &["--json ro.json", "read-only", "--replace-read-only"],
+    );
+    assert_eq!(
+        std::fs::read(p.join("ro.json")).unwrap(),
+        b"the user's read-only file"
+    );
+    args.push("--replace-read-only");
+    let out = run(p, "profile_resnet", &args, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read_to_string(p.join("ro.json"))
+        .unwrap()
+        .contains("wick-profile"));
+    let long = format!("{}.json", "n".repeat(240));
+    let mut args = base.to_vec();
+    args.extend(["--json", &long]);
+    let out = run(p, "profile_resnet", &args, &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(p.join(&long).exists());
+    println!("read-only and long-named outputs: 3 cases");
+}

@@ -240,6 +240,9 @@ pub struct ProfileArgs {
     /// same from a --json file).
     #[arg(long)]
     pub report: Option<std::path::PathBuf>,
+    /// Replace output files that are read-only (refused by default, as `cp` refuses).
+    #[arg(long)]
+    pub replace_read_only: bool,
 }
 
 impl ProfileArgs {
@@ -269,6 +272,7 @@ impl ProfileArgs {
     /// per-op timings, a profile file without a profile, a path that cannot be written,
     /// or one that is another of the command's files (`files`, by identity).
     pub fn check(&self, files: &mut FileRoles) -> Result<()> {
+        wick::graph::output::allow_read_only_replacement(self.replace_read_only);
         let level = self.level();
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");

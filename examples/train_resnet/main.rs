@@ -151,6 +151,7 @@ fn check_args(a: &Args, distributed: bool) -> Result<()> {
     // Every file of the command, before any work: no output may be an input or another
     // output, however its path is spelled, and the checkpoint folder must take files.
     let mut files = FileRoles::default();
+    wick::graph::output::allow_read_only_replacement(a.profile.replace_read_only);
     for (flag, path) in [
         ("--weights", &a.weights),
         ("--data", &a.data),

@@ -22,6 +22,9 @@ use wick::graph::Profile;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Replace output files that are read-only (refused by default, as `cp` refuses).
+    #[arg(long, global = true)]
+    replace_read_only: bool,
 }
 
 #[derive(Subcommand)]
@@ -83,7 +86,9 @@ fn read(path: &Path) -> Result<Profile> {
 }
 
 fn run() -> Result<ExitCode> {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    wick::graph::output::allow_read_only_replacement(cli.replace_read_only);
+    match cli.command {
         Command::Diff {
             a,
             b,

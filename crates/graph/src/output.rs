@@ -117,13 +117,54 @@ fn folder(target: &Path) -> PathBuf {
     }
 }
 
-/// The prefix of every temporary file of `target`.
+/// The longest target name kept whole in a temporary file's name: with the marker, the
+/// process id and a counter it stays within the 255 bytes every Linux filesystem allows.
+const KEPT_NAME_BYTES: usize = 160;
+
+/// The prefix of every temporary file of `target`. A long name (any legal one, up to 255
+/// bytes) is cut and tagged with a hash of the whole, so the temporary name is legal too.
 fn partial_prefix(target: &Path) -> String {
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    format!(".{name}{PARTIAL_MARKER}.")
+    if name.len() <= KEPT_NAME_BYTES {
+        return format!(".{name}{PARTIAL_MARKER}.");
+    }
+    let mut cut = KEPT_NAME_BYTES;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!(".{}~{hash:016x}{PARTIAL_MARKER}.", &name[..cut])
+}
+
+/// Whether wick may replace a read-only file (see [`allow_read_only_replacement`]).
+static REPLACE_READ_ONLY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Lets this process replace read-only files. By default a file with no write permission
+/// is refused, as `cp` or `torch.save` would refuse it: replacing it through a rename
+/// would bypass the permission its owner set. The examples' `--replace-read-only` calls
+/// this.
+pub fn allow_read_only_replacement(allow: bool) {
+    REPLACE_READ_ONLY.store(allow, Ordering::Relaxed);
+}
+
+/// Refuses a read-only `target` unless allowed.
+fn check_not_read_only(path: &Path, target: &Path) -> Result<(), OutputError> {
+    match fs::metadata(target) {
+        Ok(meta)
+            if meta.permissions().readonly() && !REPLACE_READ_ONLY.load(Ordering::Relaxed) =>
+        {
+            Err(error(
+                path,
+                "is read-only: wick would replace it, bypassing its permissions; make it writable, or pass --replace-read-only",
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 static NEXT_PARTIAL: AtomicU64 = AtomicU64::new(0);
@@ -160,6 +201,7 @@ fn create_partial(path: &Path, target: &Path) -> Result<(PathBuf, File), OutputE
 /// and removing a temporary file). Returns the target.
 pub fn check_writable(path: &Path) -> Result<PathBuf, OutputError> {
     let target = resolve_target(path)?;
+    check_not_read_only(path, &target)?;
     let (partial, file) = create_partial(path, &target)?;
     drop(file);
     fs::remove_file(&partial)
@@ -174,6 +216,7 @@ pub fn write_atomically(
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<(), OutputError> {
     let target = resolve_target(path)?;
+    check_not_read_only(path, &target)?;
     remove_stale_partials(&target);
     let (partial, file) = create_partial(path, &target)?;
     let result = fill_and_replace(path, &target, &partial, file, write);
