@@ -89,6 +89,8 @@ fn run() -> Result<()> {
     }
     if a.bench {
         common::at_least_one("--reps", a.reps)?;
+        common::at_most_repeats("--reps", a.reps)?;
+        common::at_most_repeats("--warmup", a.warmup)?;
         // The profile times exactly the bench's repetitions: the first run (the logits)
         // and the warm-up runs are skipped.
         anyhow::ensure!(

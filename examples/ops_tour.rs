@@ -69,6 +69,13 @@ fn run() -> Result<()> {
     ] {
         common::at_least_one(flag, value)?;
     }
+    common::at_most_repeats("--reps", reps)?;
+    // The tour holds about a dozen feature maps at once (inputs, outputs, gradients and
+    // the convolution's unfolded input, 9 maps): checked before any is made.
+    wick::models::limits::check_allocation(
+        &format!("ops_tour's feature maps [{n}, {c}, {s}, {s}]"),
+        wick::models::limits::bytes_of(4, &[n, c, s, s]).and_then(|b| b.checked_mul(24)),
+    )?;
     println!("wick ops tour: f32, batch {n}, {c} channels, {s}x{s}, median of {reps} after 1 warm-up, host clock, {} threads", common::threads());
     let x = Tensor::randn(0f32, 1., (n, c, s, s), &dev)?;
     let w = Tensor::randn(0f32, 0.05, (c, c, 3, 3), &dev)?;

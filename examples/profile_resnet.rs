@@ -64,6 +64,7 @@ fn run() -> Result<()> {
         .image_size
         .unwrap_or(ImageSize::square(if gpu { 224 } else { 64 }));
     let schedule = a.profile.schedule();
+    common::at_most_repeats("--iterations", a.iterations)?;
     anyhow::ensure!(
         (0..a.iterations).any(|i| schedule.is_timed(i)),
         "--iterations ({}) leaves no iteration timed by the schedule ({schedule})",
@@ -76,6 +77,7 @@ fn run() -> Result<()> {
         weight_decay: 1e-5,
         ..Default::default()
     };
+    Session::check_fits(config.clone(), batch, size)?;
     let (images, labels) =
         SyntheticImages::new(config.num_classes().min(10), batch, size, 1)?.next_batch()?;
     let images = images.to_device(&device)?;

@@ -303,3 +303,65 @@ fn read_only_outputs_need_a_flag_and_long_names_work() {
     assert!(p.join(&long).exists());
     println!("read-only and long-named outputs: 3 cases");
 }
+
+/// Issue #31: unbounded numbers are refused before any work, naming the flag: threads
+/// far past the cores, warm-ups and repetitions that never end, sizes no memory holds
+/// (checked before any data is made).
+#[test]
+fn unbounded_numbers_are_refused_before_any_work() {
+    let d = dir();
+    let cases: [(&str, &[&str], &str); 8] = [
+        (
+            "profile_resnet",
+            &["--threads", "1000"],
+            "--threads 1000: this machine has",
+        ),
+        (
+            "infer_resnet",
+            &["--bench", "--warmup", "18446744073709551615"],
+            "--warmup 18446744073709551615: at most",
+        ),
+        (
+            "infer_resnet",
+            &["--bench", "--reps", "4000000000"],
+            "--reps 4000000000: at most",
+        ),
+        (
+            "profile_resnet",
+            &["--iterations", "18446744073709551615"],
+            "--iterations",
+        ),
+        (
+            "profile_resnet",
+            &["--skip", "18446744073709551615"],
+            "--skip",
+        ),
+        (
+            "ops_tour",
+            &["--size", "4000000000"],
+            "more than any allocation can hold",
+        ),
+        (
+            "ops_tour",
+            &["--batch", "100000000"],
+            "ops_tour's feature maps",
+        ),
+        (
+            "train_resnet",
+            &["--image-size", "20000"],
+            "at 20000x20000 needs about",
+        ),
+    ];
+    for (name, args, needle) in &cases {
+        let started = Instant::now();
+        fails(&run(d.path(), name, args, &[]), 1, &[needle]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name} {args:?}: refused late"
+        );
+    }
+    println!(
+        "unbounded numbers: {} cases, all refused at once",
+        cases.len()
+    );
+}

@@ -92,6 +92,14 @@ impl ModelArgs {
     pub fn apply_threads(&self) -> Result<()> {
         if let Some(n) = self.threads {
             at_least_one("--threads", n)?;
+            // Past a few threads per core they only contend (1000 on 2 cores made no
+            // progress in minutes).
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            anyhow::ensure!(
+                n <= MAX_THREADS_PER_CORE * cores,
+                "--threads {n}: this machine has {cores} cores; more than {} threads ({MAX_THREADS_PER_CORE} per core) only contend",
+                MAX_THREADS_PER_CORE * cores
+            );
             rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .build_global()
@@ -172,6 +180,22 @@ pub fn log_passes(session: &wick::models::Session) {
     for record in session.executor().graph().passes() {
         println!("{record}");
     }
+}
+
+/// The most kernel threads per core `--threads` accepts.
+pub const MAX_THREADS_PER_CORE: usize = 4;
+
+/// The most warm-up runs, repetitions or iterations a flag accepts: past it a run is a
+/// typo, not a benchmark.
+pub const MAX_REPEATS: usize = 1_000_000;
+
+/// Refuses a repeat count above [`MAX_REPEATS`], naming the flag.
+pub fn at_most_repeats(flag: &str, value: usize) -> Result<()> {
+    anyhow::ensure!(
+        value <= MAX_REPEATS,
+        "{flag} {value}: at most {MAX_REPEATS} (a larger count never finishes)"
+    );
+    Ok(())
 }
 
 /// The threads wick's CPU kernels run on: rayon's pool (`RAYON_NUM_THREADS`), not the
@@ -273,6 +297,9 @@ impl ProfileArgs {
     /// or one that is another of the command's files (`files`, by identity).
     pub fn check(&self, files: &mut FileRoles) -> Result<()> {
         wick::graph::output::allow_read_only_replacement(self.replace_read_only);
+        if let Some(skip) = self.skip {
+            at_most_repeats("--skip", skip)?;
+        }
         let level = self.level();
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");

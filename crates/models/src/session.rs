@@ -229,6 +229,24 @@ impl Session {
         Self::inference_with_passes(config, batch, image_size, PassSet::default(), device)
     }
 
+    /// Checks, before any data is made, that `config` at this batch and image size fits
+    /// this machine's memory: its forward graph's peak (a lower bound of a training
+    /// step's) against the memory available. Cheap: the graph is recorded, nothing is
+    /// allocated.
+    pub fn check_fits(
+        config: impl Into<ModelConfig>,
+        batch: usize,
+        image_size: impl Into<ImageSize>,
+    ) -> Result<()> {
+        let (config, image_size) = (config.into(), image_size.into());
+        let (mut b, _, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
+        b.output(logits);
+        crate::limits::check_allocation(
+            &format!("{} for batches of {batch} at {image_size}", config.name()),
+            b.finish().peak_bytes(),
+        )
+    }
+
     /// [`inference`](Session::inference) with the given passes
     /// ([`PassSet::NONE`]: the graph as recorded, one node per op).
     pub fn inference_with_passes(
