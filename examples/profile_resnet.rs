@@ -77,7 +77,7 @@ fn run() -> Result<()> {
         weight_decay: 1e-5,
         ..Default::default()
     };
-    Session::check_fits(config.clone(), batch, size)?;
+    Session::check_fits(config, batch, size)?;
     let (images, labels) =
         SyntheticImages::new(config.num_classes().min(10), batch, size, 1)?.next_batch()?;
     let images = images.to_device(&device)?;

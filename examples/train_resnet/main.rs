@@ -72,7 +72,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     let config = a.model.config("resnet18")?;
     if a.data.is_none() {
         // Before gigabytes of synthetic images are made for a size that cannot train.
-        Session::check_fits(config.clone(), a.batch_size, a.image_size)?;
+        Session::check_fits(config, a.batch_size, a.image_size)?;
     }
     let data = open_data(&a, config.num_classes())?;
     let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
