@@ -31,12 +31,53 @@ pub fn read_safetensors(path: &Path) -> Result<StateDict> {
         });
     }
     let bytes = std::fs::read(path).map_err(io)?;
+    if let Some(name) = duplicate_header_key(&bytes) {
+        return Err(ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            message: format!(
+                "its header declares `{name}` twice: which one is meant is unknown (safetensors' own parser refuses such files)"
+            ),
+        });
+    }
     candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| {
         ModelError::Checkpoint {
             path: path.to_path_buf(),
             message: format!("not a valid safetensors file ({} bytes): {e}", bytes.len()),
         }
     })
+}
+
+/// The first tensor name a safetensors header declares twice (a JSON object keeps only
+/// the last of equal keys, silently); `None` when every name is unique or the header is
+/// not readable (the parser then says why).
+fn duplicate_header_key(bytes: &[u8]) -> Option<String> {
+    use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
+    struct Keys;
+    impl<'de> Visitor<'de> for Keys {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a safetensors header")
+        }
+        fn visit_map<A: MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            // The whole map is read (the parser checks that it ends), keeping the first
+            // name seen twice.
+            let (mut seen, mut twice) = (std::collections::HashSet::new(), None);
+            while let Some(key) = map.next_key::<String>()? {
+                if !seen.insert(key.clone()) && twice.is_none() {
+                    twice = Some(key);
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+            Ok(twice)
+        }
+    }
+    let len = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let header = bytes.get(8..8usize.checked_add(usize::try_from(len).ok()?)?)?;
+    let mut de = serde_json::Deserializer::from_slice(header);
+    de.deserialize_map(Keys).ok().flatten()
 }
 
 /// What loading checks in a checkpoint's values (names, shapes and dtypes are always
@@ -110,6 +151,24 @@ pub fn validate(
     let mut tracked = HashMap::new();
     for (name, t) in tensors {
         if let Some(bn) = tracked_names.get(&name) {
+            // torchvision saves a scalar; anything else is not this counter.
+            if !t.dims().is_empty() && t.dims() != [1] {
+                return Err(ModelError::ShapeMismatch {
+                    path: path.to_path_buf(),
+                    name,
+                    expected: vec![],
+                    found: t.dims().to_vec(),
+                });
+            }
+            if t.dtype().is_float() {
+                return Err(ModelError::Checkpoint {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "`{name}` is {:?}: a count of batches is an integer (torchvision saves int64)",
+                        t.dtype()
+                    ),
+                });
+            }
             let v = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1::<i64>()?;
             let Some(&count) = v.first() else {
                 return Err(ModelError::Checkpoint {
@@ -143,7 +202,9 @@ pub fn validate(
             other => {
                 return Err(ModelError::Checkpoint {
                     path: path.to_path_buf(),
-                    message: format!("tensor `{name}` has dtype {other:?}; expected a float type"),
+                    message: format!(
+                        "tensor `{name}` is stored as {other:?}: wick reads weights stored as f32, f16, bf16 or f64 (torchvision's dtypes); convert it to one of them"
+                    ),
                 })
             }
         };

@@ -160,6 +160,16 @@ impl Cifar10 {
         };
         let (mut images, mut labels) = (Vec::new(), Vec::new());
         for f in &files {
+            // Only regular files: a FIFO or a device would block or never end.
+            match std::fs::metadata(f) {
+                Ok(meta) if !meta.is_file() => return Err(ModelError::Data {
+                    path: f.clone(),
+                    message:
+                        "not a regular file (a folder, FIFO or device): give CIFAR-10's binary file"
+                            .into(),
+                }),
+                _ => {}
+            }
             let bytes = std::fs::read(f).map_err(|source| ModelError::Io {
                 path: f.clone(),
                 source,
@@ -351,19 +361,30 @@ impl BatchFile {
                 images.dims()
             )));
         };
-        let images = images.to_dtype(DType::F32)?;
+        // Images are read as written: floats are converted (f16, bf16, f64 to f32); 8-bit
+        // or integer images would silently become 0-255 values where the model expects
+        // normalised ones, so they are refused with what to do.
+        let images = match images.dtype() {
+            DType::F32 | DType::F16 | DType::BF16 | DType::F64 => images.to_dtype(DType::F32)?,
+            other => {
+                return Err(bad(format!(
+                    "`images` are stored as {other:?}; wick reads float images (f32, f16, bf16 or f64), normalised as the model was trained: convert them (for 8-bit pixels, divide by 255 and normalise) before saving"
+                )))
+            }
+        };
         let labels = match t.remove("labels") {
             None => None,
-            Some(l)
-                if l.dims() == [n] && matches!(l.dtype(), DType::I64 | DType::U32 | DType::U8) =>
-            {
-                Some(l.to_dtype(DType::I64)?)
+            Some(l) if l.dims() != [n] => {
+                return Err(bad(format!(
+                    "`labels` must have shape [{n}] (one per image), got {:?}",
+                    l.dims()
+                )))
             }
+            Some(l) if l.dtype().is_int() => Some(l.to_dtype(DType::I64)?),
             Some(l) => {
                 return Err(bad(format!(
-                    "`labels` must be integers of shape [{n}], got {:?} {:?}",
-                    l.dtype(),
-                    l.dims()
+                    "`labels` must be integer class indices (u8, u32, i16, i32 or i64), got {:?}",
+                    l.dtype()
                 )))
             }
         };
