@@ -93,6 +93,11 @@ pub struct Args {
     /// --epochs target (checkpoints keep going there unless --checkpoint-dir says else).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Resume even when this run's settings (model, batch, image size, seed, optimizer,
+    /// learning rate and schedule, steps per epoch, augmentation) differ from the
+    /// checkpoint's; without it such a resume is refused, naming the setting.
+    #[arg(long)]
+    pub resume_override: bool,
     /// Check every op's output for NaN and infinity and name the first op that made one
     /// (PyTorch's detect_anomaly; slow, for debugging a diverging run).
     #[arg(long)]

@@ -77,8 +77,24 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     let data = open_data(&a, config.num_classes())?;
     let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
     let passes = a.model.passes(PassSet::default());
+    // One run at a time writes a checkpoint folder.
+    let _lock = match (&plan.checkpoints, plan.lead()) {
+        (Some(dir), true) => Some(resume::DirLock::acquire(dir)?),
+        _ => None,
+    };
+    if let Some(dir) = &plan.checkpoints {
+        resume::check_dir(dir)?;
+    }
     let mut session = training_session(&a, config, &plan, passes, comm.as_ref(), &device)?;
-    let start = resume_from(&a, &mut session, plan.lead())?;
+    let resumed = resume_from(&a, &plan, &mut session)?;
+    let start = resumed.as_ref().map_or(0, |r| r.step as usize);
+    if start >= plan.steps {
+        println!(
+            "--resume: the checkpoint is at step {start}, at or past the run's {} steps: nothing to train, nothing written",
+            plan.steps
+        );
+        return Ok(());
+    }
     if plan.lead() {
         if plan.ranks > 1 {
             println!(
@@ -99,7 +115,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         common::log_passes(&evaluator);
     }
     let batches = Prefetcher::ordered(data.train, a.loader_threads, 2, start as u64);
-    let mut run = TrainLoop::new(&a, &plan, start);
+    let mut run = TrainLoop::new(&a, &plan, resumed.as_ref());
     for epoch in (start / plan.per_epoch + 1)..=plan.epochs {
         let epoch_start = Instant::now();
         let (train, train_secs) = run.epoch(epoch, &mut session, &batches)?;
@@ -203,6 +219,8 @@ struct Plan {
     checkpoint_every: usize,
     /// Whether evaluation reports top-5 accuracy (100+ classes).
     top5: bool,
+    /// The settings a checkpoint records and a resumed run must share.
+    trajectory: Vec<(&'static str, String)>,
 }
 
 impl Plan {
@@ -229,7 +247,7 @@ impl Plan {
         common::at_least_one("--steps/--epochs", steps)?;
         let checkpoint_every = a.checkpoint_every.unwrap_or(per_epoch);
         common::at_least_one("--checkpoint-every", checkpoint_every)?;
-        Ok(Plan {
+        let mut plan = Plan {
             rank,
             ranks,
             batch,
@@ -241,7 +259,10 @@ impl Plan {
             checkpoints: a.checkpoint_dir.clone().or_else(|| a.resume.clone()),
             checkpoint_every,
             top5: config.num_classes() >= 100,
-        })
+            trajectory: Vec::new(),
+        };
+        plan.trajectory = trajectory(a, config, &plan);
+        Ok(plan)
     }
 
     /// Rank 0 prints, logs, evaluates and writes checkpoints.
@@ -312,17 +333,54 @@ fn training_session(
     Ok(session)
 }
 
-/// With --resume: loads the newest checkpoint's weights, buffers and counters, and
-/// returns its step (the data stream continues at the same batch); 0 otherwise.
-fn resume_from(a: &Args, session: &mut Session, lead: bool) -> Result<usize> {
+/// The settings that define a run's trajectory, as a checkpoint records them: a resumed
+/// run with other values would not continue the same run.
+fn trajectory(a: &Args, config: &ModelConfig, plan: &Plan) -> Vec<(&'static str, String)> {
+    vec![
+        ("model", config.describe()),
+        ("batch", plan.batch.to_string()),
+        ("image size", plan.size.to_string()),
+        ("seed", a.seed.to_string()),
+        ("optimizer", format!("{:?}", a.optimizer)),
+        ("lr", a.lr.to_string()),
+        ("lr schedule", format!("{:?}", a.lr_schedule)),
+        ("momentum", a.momentum.to_string()),
+        ("weight decay", a.weight_decay.to_string()),
+        ("steps per epoch", plan.per_epoch.to_string()),
+        ("augmentation", (!a.no_augmentation).to_string()),
+    ]
+}
+
+/// With --resume: loads the newest checkpoint's weights, buffers and counters, after
+/// checking that it comes from the same run (the settings [`trajectory`] lists, unless
+/// --resume-override). Returns its state; its step comes from its content.
+fn resume_from(
+    a: &Args,
+    plan: &Plan,
+    session: &mut Session,
+) -> Result<Option<resume::TrainingState>> {
     let Some(dir) = &a.resume else {
-        return Ok(0);
+        return Ok(None);
     };
-    let (at, ckpt) = resume::periodic(dir)?
-        .pop()
-        .ok_or_else(|| anyhow::anyhow!("--resume {}: no checkpoint there", dir.display()))?;
+    let (at, ckpt) = resume::periodic(dir)?.pop().ok_or_else(|| {
+        anyhow::anyhow!(
+            "--resume {}: no complete checkpoint there (a step-<N> folder with model.safetensors and training.safetensors)",
+            dir.display()
+        )
+    })?;
     let state = resume::load(session, &ckpt)?;
-    if state.fields.get("seed") != Some(&a.seed.to_string()) {
+    for (name, now) in plan.trajectory.clone() {
+        let Some(then) = state.fields.get(&format!("run.{name}")) else {
+            continue; // a checkpoint from before these were recorded
+        };
+        if *then != now && !a.resume_override {
+            anyhow::bail!(
+                "--resume {}: the checkpoint's run has {name} {then}, this one {now}: resuming would not continue that run (pass --resume-override to resume anyway)",
+                ckpt.display()
+            );
+        }
+    }
+    if state.fields.get("seed") != Some(&a.seed.to_string()) && !a.resume_override {
         anyhow::bail!(
             "--resume {}: the checkpoint was trained with --seed {}, not {}",
             ckpt.display(),
@@ -330,10 +388,18 @@ fn resume_from(a: &Args, session: &mut Session, lead: bool) -> Result<usize> {
             a.seed
         );
     }
-    if lead {
-        println!("resumed from {} at step {at}", ckpt.display());
+    if plan.lead() {
+        if at != state.step {
+            println!(
+                "note: {} holds step {}; its folder name says {at}: resuming at step {}",
+                ckpt.display(),
+                state.step,
+                state.step
+            );
+        }
+        println!("resumed from {} at step {}", ckpt.display(), state.step);
     }
-    Ok(at as usize)
+    Ok(Some(state))
 }
 
 /// The training loop's state across epochs.
@@ -357,11 +423,24 @@ struct TrainLoop<'a> {
 }
 
 impl<'a> TrainLoop<'a> {
-    fn new(a: &'a Args, plan: &'a Plan, start: usize) -> Self {
-        let log = match (&a.log, start) {
-            (Some(path), s) if s > 0 => std::fs::read_to_string(path).unwrap_or_default(),
+    fn new(a: &'a Args, plan: &'a Plan, resumed: Option<&resume::TrainingState>) -> Self {
+        let start = resumed.map_or(0, |r| r.step as usize);
+        // Resumed: the log keeps the epochs the checkpoint had finished, no later ones
+        // (a run resumed from an older checkpoint redoes them).
+        let log = match (&a.log, resumed) {
+            (Some(path), Some(r)) => std::fs::read_to_string(path)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| logged_epoch(l).is_some_and(|e| e <= r.epoch))
+                .map(|l| format!("{l}\n"))
+                .collect(),
             _ => String::new(),
         };
+        // The best checkpoint's accuracy carries over, so a worse model never replaces it.
+        let best = resumed
+            .and_then(|r| r.fields.get("best_accuracy"))
+            .and_then(|b| b.parse().ok())
+            .unwrap_or(f64::NEG_INFINITY);
         TrainLoop {
             a,
             plan,
@@ -371,7 +450,7 @@ impl<'a> TrainLoop<'a> {
             warmup: a.profile.skip().min(plan.steps - 1),
             timed_secs: 0.0,
             wall_secs: 0.0,
-            best: f64::NEG_INFINITY,
+            best,
             log,
             stop: interrupted_flag(),
         }
@@ -379,16 +458,20 @@ impl<'a> TrainLoop<'a> {
 
     /// What a checkpoint records beside the weights.
     fn state(&self) -> resume::TrainingState {
+        let mut fields: std::collections::BTreeMap<String, String> = [
+            ("seed", self.a.seed.to_string()),
+            ("best_accuracy", self.best.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (name, value) in &self.plan.trajectory {
+            fields.insert(format!("run.{name}"), value.clone());
+        }
         resume::TrainingState {
             step: self.step as u64,
             epoch: (self.step / self.plan.per_epoch) as u64,
-            fields: [
-                ("seed", self.a.seed.to_string()),
-                ("best_accuracy", self.best.to_string()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect(),
+            fields,
         }
     }
 
@@ -563,6 +646,15 @@ impl<'a> TrainLoop<'a> {
             self.timed_secs
         );
     }
+}
+
+/// The epoch of a metrics-log line (`{"epoch":N,...}`).
+fn logged_epoch(line: &str) -> Option<u64> {
+    let rest = line.strip_prefix("{\"epoch\":")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Every parameter summed in one fixed order: equal on all ranks when the replicas agree

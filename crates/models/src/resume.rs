@@ -41,10 +41,115 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
     }
 }
 
+/// The file that marks a checkpoint folder as wick's: wick replaces or prunes only
+/// folders that hold it (or, from before it existed, exactly its two files).
+const MARKER: &str = "wick-checkpoint";
+
+/// Whether `folder` is a checkpoint wick wrote.
+fn is_wicks(folder: &Path) -> bool {
+    if folder.join(MARKER).is_file() {
+        return true;
+    }
+    let Ok(entries) = fs::read_dir(folder) else {
+        return false;
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names == [MODEL, TRAINING]
+}
+
+/// Refuses to replace `target` unless it is absent or a checkpoint wick wrote.
+fn check_replaceable(target: &Path) -> Result<()> {
+    let Ok(meta) = fs::symlink_metadata(target) else {
+        return Ok(());
+    };
+    if meta.is_dir() && is_wicks(target) {
+        return Ok(());
+    }
+    Err(ModelError::Checkpoint {
+        path: target.to_path_buf(),
+        message: format!(
+            "exists and is not a checkpoint wick wrote ({}): wick replaces only its own checkpoints; move it away or choose another --checkpoint-dir",
+            if meta.is_dir() { "a folder of yours" } else { "a file" }
+        ),
+    })
+}
+
+/// Checks, before a run starts, that wick can write its checkpoints into `dir`: a `best`
+/// entry there must be a checkpoint wick wrote (a folder of the user's, or a file, is
+/// refused rather than replaced at the end of the first epoch).
+pub fn check_dir(dir: &Path) -> Result<()> {
+    check_replaceable(&dir.join("best"))
+}
+
+/// A checkpoint folder held by one run: a `.wick-lock` file with the holder's process
+/// id, removed when dropped. A second run on the folder is refused while the first
+/// lives; a lock left by a process that died is taken over.
+#[derive(Debug)]
+pub struct DirLock {
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Takes `dir`'s lock (creating `dir`).
+    pub fn acquire(dir: &Path) -> Result<DirLock> {
+        fs::create_dir_all(dir).map_err(io(dir))?;
+        let path = dir.join(".wick-lock");
+        for _ in 0..2 {
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    writeln!(f, "{}", std::process::id()).map_err(io(&path))?;
+                    return Ok(DirLock { path });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u32>().ok());
+                    match holder {
+                        Some(pid) if Path::new(&format!("/proc/{pid}")).exists() => {
+                            return Err(ModelError::Checkpoint {
+                                path: dir.to_path_buf(),
+                                message: format!(
+                                    "another run (process {pid}) is writing checkpoints here: two runs would replace each other's; wait for it, or give this one another --checkpoint-dir"
+                                ),
+                            });
+                        }
+                        // Left by a process that is gone: take it over.
+                        _ => {
+                            let _ = fs::remove_file(&path);
+                        }
+                    }
+                }
+                Err(e) => return Err(io(&path)(e)),
+            }
+        }
+        Err(ModelError::Checkpoint {
+            path: path.clone(),
+            message: "cannot take the folder's lock".into(),
+        })
+    }
+}
+
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 /// Saves `session` and `state` as `dir/<name>` (`step-<N>` for periodic checkpoints,
-/// `best`, ...), replacing a checkpoint of that name. Returns its folder.
+/// `best`, ...), replacing a checkpoint of that name (never anything wick did not write:
+/// see [`MARKER`]). Returns its folder.
 pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) -> Result<PathBuf> {
     fs::create_dir_all(dir).map_err(io(dir))?;
+    check_replaceable(&dir.join(name))?;
     let partial = dir.join(format!(".{name}.partial"));
     if partial.exists() {
         fs::remove_dir_all(&partial).map_err(io(&partial))?;
@@ -69,6 +174,8 @@ pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) ->
             message: format!("cannot serialise the training state: {e}"),
         })?;
     wick_graph::output::write_bytes_atomically(&partial.join(TRAINING), &bytes)?;
+    let marker = format!("a wick training checkpoint, step {}\n", state.step);
+    wick_graph::output::write_bytes_atomically(&partial.join(MARKER), marker.as_bytes())?;
     let target = dir.join(name);
     let old = dir.join(format!(".{name}.old"));
     if target.exists() {
@@ -98,7 +205,8 @@ pub fn periodic(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let step = name.strip_prefix("step-")?.parse().ok()?;
-            e.path().join(TRAINING).exists().then(|| (step, e.path()))
+            let complete = e.path().join(TRAINING).exists() && e.path().join(MODEL).exists();
+            (complete && is_wicks(&e.path())).then(|| (step, e.path()))
         })
         .collect();
     found.sort();

@@ -1,0 +1,176 @@
+//! Issue #31: resume checks the run. A checkpoint records the settings that define the
+//! trajectory and a resume with other settings is refused, naming the setting, unless
+//! `--resume-override`; the step comes from the checkpoint, not its folder's name;
+//! resuming at or past the target does nothing; the metrics log keeps one line per
+//! epoch; wick replaces only checkpoints it wrote; one run at a time writes a folder.
+
+mod common;
+
+use std::path::Path;
+
+use common::{run, spawn};
+
+const SMALL: [&str; 6] = [
+    "--stem",
+    "cifar",
+    "--image-size",
+    "8",
+    "--steps-per-epoch",
+    "2",
+];
+
+/// A small run at batch 4 (unless `extra` gives another).
+fn train(dir: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = SMALL.to_vec();
+    if !extra.contains(&"--batch-size") {
+        args.extend(["--batch-size", "4"]);
+    }
+    args.extend_from_slice(extra);
+    run(dir, "train_resnet", &args, &[])
+}
+
+fn ok(out: &std::process::Output) -> String {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refused(out: &std::process::Output, needles: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+}
+
+#[test]
+fn resume_refuses_a_changed_run_and_trusts_the_checkpoint_not_its_name() {
+    let d = common::scratch("wick-resume-checks-");
+    let p = d.path();
+    let first = [
+        "--steps",
+        "6",
+        "--checkpoint-dir",
+        "ck",
+        "--keep",
+        "3",
+        "--log",
+        "m.jsonl",
+    ];
+    ok(&train(p, &first));
+    let log = std::fs::read_to_string(p.join("m.jsonl")).unwrap();
+    assert_eq!(log.lines().count(), 3, "{log}");
+    let mut cases = 0;
+    // Another batch size, learning rate or seed: refused, naming the setting.
+    for (flag, value, named) in [
+        ("--batch-size", "8", "batch 4, this one 8"),
+        ("--lr", "0.5", "lr 0.05, this one 0.5"),
+        ("--seed", "9", "seed"),
+    ] {
+        let out = train(p, &["--steps", "8", "--resume", "ck", flag, value]);
+        refused(&out, &[named, "--resume-override"]);
+        cases += 1;
+    }
+    // At or past the target: says so, writes nothing.
+    let before = std::fs::read_to_string(p.join("m.jsonl")).unwrap();
+    let out = ok(&train(
+        p,
+        &["--steps", "6", "--resume", "ck", "--log", "m.jsonl"],
+    ));
+    assert!(out.contains("nothing to train, nothing written"), "{out}");
+    assert_eq!(std::fs::read_to_string(p.join("m.jsonl")).unwrap(), before);
+    cases += 1;
+    // From an older checkpoint: the log redoes the later epochs instead of repeating them.
+    std::fs::remove_dir_all(p.join("ck/step-6")).unwrap();
+    std::fs::remove_dir_all(p.join("ck/step-4")).unwrap();
+    ok(&train(
+        p,
+        &["--steps", "6", "--resume", "ck", "--log", "m.jsonl"],
+    ));
+    let log = std::fs::read_to_string(p.join("m.jsonl")).unwrap();
+    let epochs: Vec<&str> = log.lines().map(|l| &l[..12]).collect();
+    assert_eq!(
+        epochs,
+        ["{\"epoch\":1,\"", "{\"epoch\":2,\"", "{\"epoch\":3,\""],
+        "{log}"
+    );
+    cases += 1;
+    // A renamed step folder: the content's step wins.
+    std::fs::rename(p.join("ck/step-6"), p.join("ck/step-9")).unwrap();
+    let out = ok(&train(p, &["--steps", "8", "--resume", "ck"]));
+    assert!(
+        out.contains("holds step 6; its folder name says 9"),
+        "{out}"
+    );
+    assert!(out.contains("at step 6"), "{out}");
+    cases += 1;
+    // --resume-override resumes a changed run anyway.
+    ok(&train(
+        p,
+        &[
+            "--steps",
+            "10",
+            "--resume",
+            "ck",
+            "--lr",
+            "0.5",
+            "--resume-override",
+        ],
+    ));
+    cases += 1;
+    println!("resume checks: {cases} cases");
+}
+
+#[test]
+fn wick_replaces_only_its_own_checkpoints_and_one_run_writes_a_folder() {
+    let d = common::scratch("wick-ckpt-owner-");
+    let p = d.path();
+    // A user's `best` folder, or a file named `best`, is refused before training.
+    std::fs::create_dir_all(p.join("ck/best")).unwrap();
+    std::fs::write(p.join("ck/best/notes.txt"), b"my notes").unwrap();
+    let out = train(p, &["--steps", "2", "--checkpoint-dir", "ck"]);
+    refused(
+        &out,
+        &[
+            "ck/best",
+            "not a checkpoint wick wrote",
+            "a folder of yours",
+        ],
+    );
+    assert_eq!(
+        std::fs::read(p.join("ck/best/notes.txt")).unwrap(),
+        b"my notes"
+    );
+    std::fs::create_dir(p.join("ck2")).unwrap();
+    std::fs::write(p.join("ck2/best"), b"a file").unwrap();
+    let out = train(p, &["--steps", "2", "--checkpoint-dir", "ck2"]);
+    refused(&out, &["ck2/best", "a file"]);
+    assert_eq!(std::fs::read(p.join("ck2/best")).unwrap(), b"a file");
+    // Two runs on one folder: the second is refused while the first runs.
+    let mut args = SMALL.to_vec();
+    args.extend([
+        "--batch-size",
+        "4",
+        "--steps",
+        "100000",
+        "--checkpoint-dir",
+        "ck3",
+    ]);
+    let mut first = spawn(p, "train_resnet", &args);
+    let started = std::time::Instant::now();
+    while !p.join("ck3/.wick-lock").exists() {
+        assert!(
+            started.elapsed().as_secs() < 60,
+            "the first run never took the lock"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = train(p, &["--steps", "2", "--checkpoint-dir", "ck3"]);
+    refused(&out, &["another run (process", "ck3"]);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // Its lock is left behind by the kill, and taken over: the process is gone.
+    ok(&train(p, &["--steps", "2", "--checkpoint-dir", "ck3"]));
+    assert!(!p.join("ck3/.wick-lock").exists(), "the lock is released");
+    println!("checkpoint ownership and locking: 4 cases");
+}
