@@ -70,9 +70,14 @@ pub struct Args {
     /// come out in the same order whatever the count).
     #[arg(long, default_value_t = 1)]
     pub loader_threads: usize,
-    /// Turn CIFAR's training augmentation (4-pixel padded random crop, flip) off.
-    #[arg(long)]
+    /// Turn CIFAR's training augmentation (4-pixel padded random crop, flip) off; the
+    /// same as --augmentation none.
+    #[arg(long, conflicts_with = "augmentation")]
     pub no_augmentation: bool,
+    /// CIFAR's training augmentation: crop,flip (the default), crop, flip or none
+    /// (horizontal flips are wrong for digits and text).
+    #[arg(long)]
+    pub augmentation: Option<String>,
     /// Write one JSON line of metrics per epoch here (rewritten atomically each epoch).
     #[arg(long)]
     pub log: Option<PathBuf>,
@@ -133,4 +138,22 @@ pub enum OptimizerKind {
     Adam,
     /// torch.optim.AdamW.
     Adamw,
+}
+
+impl Args {
+    /// The augmentation asked for: (random crop, horizontal flip).
+    pub fn augmentation(&self) -> anyhow::Result<(bool, bool)> {
+        if self.no_augmentation {
+            return Ok((false, false));
+        }
+        match self.augmentation.as_deref().unwrap_or("crop,flip") {
+            "crop,flip" | "flip,crop" => Ok((true, true)),
+            "crop" => Ok((true, false)),
+            "flip" => Ok((false, true)),
+            "none" => Ok((false, false)),
+            other => {
+                anyhow::bail!("--augmentation {other}: expected crop,flip, crop, flip or none")
+            }
+        }
+    }
 }

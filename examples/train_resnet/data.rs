@@ -53,8 +53,9 @@ pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             steps_per_epoch: None,
         }
     } else if let Some(dir) = &a.data_dir {
+        let (crop, flip) = a.augmentation()?;
         let train =
-            Cifar10::open(dir, true, a.batch_size, a.seed)?.with_augmentation(!a.no_augmentation);
+            Cifar10::open(dir, true, a.batch_size, a.seed)?.with_augmentation_parts(crop, flip);
         let test = Cifar10::open(dir, false, a.batch_size, a.seed + 1)?;
         Data {
             steps_per_epoch: Some(train.len() / a.batch_size),

@@ -103,10 +103,10 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
             );
         }
         println!(
-            "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), momentum {}, weight decay {}",
+            "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), momentum {}, weight decay {}, augmentation: {}",
             config.describe(), device.location(),
             plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
-            a.optimizer, a.lr, a.lr_schedule, a.momentum, a.weight_decay
+            a.optimizer, a.lr, a.lr_schedule, a.momentum, a.weight_decay, augmentation_text(&a)
         );
     }
     let mut evaluator =
@@ -193,6 +193,7 @@ fn check_args(a: &Args, distributed: bool) -> Result<()> {
         files.output_dir("--resume", dir)?;
     }
     a.profile.check(&mut files)?;
+    a.augmentation()?;
     anyhow::ensure!(
         a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
         "--bucket-mb must be a positive number of MiB, got {}",
@@ -347,7 +348,7 @@ fn trajectory(a: &Args, config: &ModelConfig, plan: &Plan) -> Vec<(&'static str,
         ("momentum", a.momentum.to_string()),
         ("weight decay", a.weight_decay.to_string()),
         ("steps per epoch", plan.per_epoch.to_string()),
-        ("augmentation", (!a.no_augmentation).to_string()),
+        ("augmentation", augmentation_text(a)),
     ]
 }
 
@@ -645,6 +646,19 @@ impl<'a> TrainLoop<'a> {
             rate(self.timed_secs),
             self.timed_secs
         );
+    }
+}
+
+/// The augmentation in force, in words (synthetic data and batch files have none).
+fn augmentation_text(a: &Args) -> String {
+    if a.data_dir.is_none() {
+        return "none (synthetic data or a batch file)".into();
+    }
+    match a.augmentation() {
+        Ok((true, true)) => "random crop (4-pixel padding) + horizontal flip".into(),
+        Ok((true, false)) => "random crop (4-pixel padding), no flip".into(),
+        Ok((false, true)) => "horizontal flip, no crop".into(),
+        _ => "none".into(),
     }
 }
 

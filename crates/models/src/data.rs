@@ -142,6 +142,9 @@ pub struct Cifar10 {
     /// The epoch `order` is shuffled for.
     order_epoch: Option<u64>,
     augment: bool,
+    /// With `augment`: whether the crop and the flip are on (both, by default).
+    crop: bool,
+    flip: bool,
 }
 
 const CIFAR_RECORD: usize = 1 + 3 * 32 * 32;
@@ -210,6 +213,8 @@ impl Cifar10 {
             next: 0,
             order_epoch: None,
             augment: false,
+            crop: true,
+            flip: true,
         })
     }
 
@@ -229,6 +234,17 @@ impl Cifar10 {
     /// where `next_batch` runs: in the [`Prefetcher`]'s thread.
     pub fn with_augmentation(mut self, on: bool) -> Self {
         self.augment = on;
+        self.flip = on;
+        self
+    }
+
+    /// The same source with the random crop (4-pixel padding) and the horizontal flip
+    /// chosen apart: flips are wrong for digits and text. The random draws are the same
+    /// whichever are on, so a run's order and crops do not depend on the flip.
+    pub fn with_augmentation_parts(mut self, crop: bool, flip: bool) -> Self {
+        self.augment = crop || flip;
+        self.crop = crop;
+        self.flip = flip;
         self
     }
 
@@ -313,11 +329,17 @@ impl BatchSource for Cifar10 {
         for slot in 0..self.batch {
             let i = self.order[pos + slot];
             let crop = self.augment.then(|| {
-                (
+                let (dy, dx, flip) = (
                     rng.random_range(0..=8usize),
                     rng.random_range(0..=8usize),
                     rng.random_bool(0.5),
-                )
+                );
+                // Offset 4 of the padded image is the image itself.
+                if self.crop {
+                    (dy, dx, flip && self.flip)
+                } else {
+                    (4, 4, flip && self.flip)
+                }
             });
             self.write_image(i, &mut data[slot * size..(slot + 1) * size], crop);
             labels.push(self.labels[i] as i64);

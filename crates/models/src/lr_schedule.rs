@@ -132,12 +132,16 @@ impl FromStr for LrSchedule {
                 let total = number(parts.next(), "total")?.ok_or_else(|| bad("no total length"))?;
                 let warmup = number(parts.next(), "warmup")?.unwrap_or(0.0);
                 let min_lr = number(parts.next(), "min_lr")?.unwrap_or(0.0);
+                if !(min_lr.is_finite() && min_lr >= 0.0) {
+                    return Err(bad(&format!(
+                        "min_lr {min_lr}: the rate at the end must be a finite number >= 0"
+                    )));
+                }
                 if total < 1.0
                     || warmup < 0.0
                     || warmup >= total
                     || total.fract() != 0.0
                     || warmup.fract() != 0.0
-                    || min_lr < 0.0
                     || parts.next().is_some()
                 {
                     return Err(bad(

@@ -269,3 +269,63 @@ fn several_loader_threads_yield_the_one_thread_stream_in_order() {
         assert_eq!(&got, expected, "batch {}", 5 + k);
     }
 }
+
+/// Issue #31: the crop and the flip can be chosen apart (flips are wrong for digits and
+/// text). Images whose red channel rises from left to right show both: a crop shifts it
+/// into the zero padding, a flip makes it fall. The labels and order are the same in
+/// every mode.
+#[test]
+fn crop_and_flip_are_chosen_apart() {
+    let dir = common::scratch("wick-cifar-ramp-");
+    let mut bytes = Vec::new();
+    for i in 0..32u8 {
+        bytes.push(i % 10);
+        for _channel in 0..3 {
+            for _y in 0..32 {
+                bytes.extend((0..32u8).map(|x| 100 + x));
+            }
+        }
+    }
+    for b in 1..=5 {
+        std::fs::write(dir.path().join(format!("data_batch_{b}.bin")), &bytes).unwrap();
+    }
+    // Per image: (shifted into the padding, mirrored), and the labels.
+    let look = |crop: bool, flip: bool| {
+        let mut train = Cifar10::open(dir.path(), true, 16, 3)
+            .unwrap()
+            .with_augmentation_parts(crop, flip);
+        let (mut shifted, mut mirrored, mut labels) = (0, 0, Vec::new());
+        for _ in 0..4 {
+            let (images, l) = train.next_batch().unwrap();
+            labels.extend(l.to_vec1::<i64>().unwrap());
+            let px: Vec<f32> = images.flatten_all().unwrap().to_vec1().unwrap();
+            for k in 0..16 {
+                let row: Vec<f32> = px[k * 3 * 1024 + 16 * 32..k * 3 * 1024 + 17 * 32]
+                    .iter()
+                    .copied()
+                    .filter(|v| *v != 0.0)
+                    .collect();
+                shifted += usize::from(
+                    row.len() < 32 || px[k * 3 * 1024..k * 3 * 1024 + 1024].contains(&0.0),
+                );
+                mirrored += usize::from(row.windows(2).any(|w| w[1] < w[0]));
+            }
+        }
+        (shifted, mirrored, labels)
+    };
+    let (s, m, both) = look(true, true);
+    assert!(
+        s > 20 && m > 15,
+        "crop and flip: {s} shifted, {m} mirrored of 64"
+    );
+    let (s, m, crop) = look(true, false);
+    assert!(s > 20 && m == 0, "crop only: {s} shifted, {m} mirrored");
+    let (s, m, flip) = look(false, true);
+    assert!(s == 0 && m > 15, "flip only: {s} shifted, {m} mirrored");
+    let (s, m, none) = look(false, false);
+    assert_eq!((s, m), (0, 0));
+    assert!(
+        both == crop && crop == flip && flip == none,
+        "one order in every mode"
+    );
+}
