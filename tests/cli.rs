@@ -365,3 +365,32 @@ fn unbounded_numbers_are_refused_before_any_work() {
         cases.len()
     );
 }
+
+/// Issue #31: a profile file that the schedule cannot fill is refused before training,
+/// and the --save it would have lost is never at stake.
+#[test]
+fn a_trace_with_no_timed_step_is_refused_before_training() {
+    let d = dir();
+    let mut args: Vec<&str> = SMALL.to_vec();
+    args.extend([
+        "--steps",
+        "3",
+        "--verbosity",
+        "2",
+        "--trace",
+        "t.json",
+        "--save",
+        "s.safetensors",
+    ]);
+    let started = Instant::now();
+    fails(
+        &run(d.path(), "train_resnet", &args, &[]),
+        1,
+        &[
+            "--trace, --json and --report need a timed step",
+            "times none of the 3 steps",
+        ],
+    );
+    assert!(started.elapsed() < Duration::from_secs(10), "refused late");
+    assert!(!d.path().join("s.safetensors").exists());
+}
