@@ -251,5 +251,13 @@ mod tests {
             let e = bad.parse::<LrSchedule>().unwrap_err().to_string();
             assert!(e.contains(bad), "{bad}: {e}");
         }
+        // A NaN or negative minimum is named as the minimum, not blamed on the rate.
+        for bad in ["cosine:5:1:nan", "cosine:5:1:-0.1", "cosine:5:1:inf"] {
+            let e = bad.parse::<LrSchedule>().unwrap_err().to_string();
+            assert!(
+                e.contains("min_lr") && e.contains("finite number >= 0"),
+                "{bad}: {e}"
+            );
+        }
     }
 }
