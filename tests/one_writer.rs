@@ -56,99 +56,36 @@ fn an_output_that_is_another_file_of_the_command_is_refused_before_any_work() {
     std::os::unix::fs::symlink("B.safetensors", p.join("B-link.safetensors")).unwrap();
     std::fs::create_dir(p.join("D")).unwrap();
     std::fs::create_dir(p.join("sub")).unwrap();
-    let abs_c = p.join("c.json").display().to_string();
-    let small = [
-        "--stem",
-        "cifar",
-        "--image-size",
-        "8",
-        "--batch-size",
-        "4",
-        "--steps",
-        "1",
-    ];
-    let examples: Vec<(&str, Vec<&str>, [&str; 2])> = vec![
-        (
-            "profile_resnet",
-            vec!["--json", "d.json", "--report", "d.json"],
-            ["--report", "--json"],
-        ),
-        (
-            "train_resnet",
-            vec!["--log", "e.bin", "--save", "e.bin"],
-            ["--log", "--save"],
-        ),
-        (
-            "train_resnet",
-            vec!["--verbosity", "1", "--json", "X", "--save", "X"],
-            ["--json", "--save"],
-        ),
-        (
-            "profile_resnet",
-            vec!["--json", "c.json", "--trace", &abs_c],
-            ["--trace", "--json"],
-        ),
-        (
-            "profile_resnet",
-            vec!["--json", "c.json", "--trace", "sub/../c.json"],
-            ["--trace", "--json"],
-        ),
-        (
-            "infer_resnet",
-            vec!["--input", "B.safetensors", "--output", "B.safetensors"],
-            ["--output", "--input"],
-        ),
-        (
-            "infer_resnet",
-            vec![
-                "--input",
-                "B.safetensors",
-                "--output",
-                "./B-link.safetensors",
-            ],
-            ["--output", "--input"],
-        ),
-        (
-            "infer_resnet",
-            vec![
-                "--weights",
-                "W.safetensors",
-                "--output",
-                "W-hard.safetensors",
-            ],
-            ["--output", "--weights"],
-        ),
-        (
-            "train_resnet",
-            vec!["--weights", "W.safetensors", "--save", "W-hard.safetensors"],
-            ["--save", "--weights"],
-        ),
-        (
-            "train_resnet",
-            vec!["--checkpoint-dir", "X", "--save", "X"],
-            ["--checkpoint-dir", "--save"],
-        ),
-        (
-            "train_resnet",
-            vec!["--data-dir", "D", "--checkpoint-dir", "D"],
-            ["--checkpoint-dir", "--data-dir"],
-        ),
-        (
-            "train_resnet",
-            vec!["--data", "B.safetensors", "--log", "B-link.safetensors"],
-            ["--log", "--data"],
-        ),
+    let abs_c = format!("--json c.json --trace {}", p.join("c.json").display());
+    let small = "--stem cifar --image-size 8 --batch-size 4 --steps 1";
+    // "example | its flags | the two flags the error names".
+    let examples = [
+        "profile_resnet | --json d.json --report d.json | --report --json",
+        "train_resnet | --log e.bin --save e.bin | --log --save",
+        "train_resnet | --verbosity 1 --json X --save X | --json --save",
+        &format!("profile_resnet | {abs_c} | --trace --json"),
+        "profile_resnet | --json c.json --trace sub/../c.json | --trace --json",
+        "infer_resnet | --input B.safetensors --output B.safetensors | --output --input",
+        "infer_resnet | --input B.safetensors --output ./B-link.safetensors | --output --input",
+        "infer_resnet | --weights W.safetensors --output W-hard.safetensors | --output --weights",
+        "train_resnet | --weights W.safetensors --save W-hard.safetensors | --save --weights",
+        "train_resnet | --checkpoint-dir X --save X | --checkpoint-dir --save",
+        "train_resnet | --data-dir D --checkpoint-dir D | --checkpoint-dir --data-dir",
+        "train_resnet | --data B.safetensors --log B-link.safetensors | --log --data",
     ];
     let mut cases = 0;
-    for (name, args, [flag, other]) in &examples {
+    for case in examples {
+        let [name, args, named]: [&str; 3] =
+            case.split(" | ").collect::<Vec<_>>().try_into().unwrap();
+        let (flag, other) = named.split_once(' ').unwrap();
         let before = snapshot(p);
         let started = Instant::now();
-        let mut all: Vec<&str> = match *name {
-            "train_resnet" => small.to_vec(),
-            "profile_resnet" => vec!["--stem", "cifar", "--image-size", "8", "--iterations", "1"],
-            _ => vec!["--model", "resnet18", "--image-size", "8"],
+        let base = match name {
+            "train_resnet" => small,
+            "profile_resnet" => "--stem cifar --image-size 8 --iterations 1",
+            _ => "--model resnet18 --image-size 8",
         };
-        all.extend(args.iter().copied());
+        let all: Vec<&str> = base.split(' ').chain(args.split(' ')).collect();
         let out = run(p, name, &all, &[]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{name} {args:?}: {err}");
@@ -163,40 +100,20 @@ fn an_output_that_is_another_file_of_the_command_is_refused_before_any_work() {
         assert_eq!(snapshot(p), before, "{name} {args:?} changed a file");
         cases += 1;
     }
-    let prof: Vec<(Vec<&str>, [&str; 2])> = vec![
-        (vec!["report", "P.json", "-o", "P.json"], ["-o", "PROFILE"]),
-        (vec!["report", "p.html"], ["the default output", "PROFILE"]),
-        (
-            vec![
-                "report",
-                "B.safetensors",
-                "--diff",
-                "R2.json",
-                "-o",
-                "R2.json",
-            ],
-            ["-o", "--diff"],
-        ),
-        (
-            vec!["diff", "A.json", "B.safetensors", "--json", "A.json"],
-            ["--json", "A"],
-        ),
-        (
-            vec![
-                "diff",
-                "A.json",
-                "P.json",
-                "--base-run",
-                "C.json",
-                "--json",
-                "sub/../C.json",
-            ],
-            ["--json", "--base-run"],
-        ),
+    // "wick-prof's arguments | the flag the error names first | the other".
+    let prof = [
+        "report P.json -o P.json | -o | PROFILE",
+        "report p.html | the default output | PROFILE",
+        "report B.safetensors --diff R2.json -o R2.json | -o | --diff",
+        "diff A.json B.safetensors --json A.json | --json | A",
+        "diff A.json P.json --base-run C.json --json sub/../C.json | --json | --base-run",
     ];
-    for (args, [flag, other]) in &prof {
+    for case in prof {
+        let [args, flag, other]: [&str; 3] =
+            case.split(" | ").collect::<Vec<_>>().try_into().unwrap();
+        let args: Vec<&str> = args.split(' ').collect();
         let before = snapshot(p);
-        let out = wick_prof(p, args);
+        let out = wick_prof(p, &args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(
