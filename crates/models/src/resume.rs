@@ -146,7 +146,7 @@ impl Drop for DirLock {
 
 /// Saves `session` and `state` as `dir/<name>` (`step-<N>` for periodic checkpoints,
 /// `best`, ...), replacing a checkpoint of that name (never anything wick did not write:
-/// see [`MARKER`]). Returns its folder.
+/// see its `wick-checkpoint` marker). Returns its folder.
 pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) -> Result<PathBuf> {
     fs::create_dir_all(dir).map_err(io(dir))?;
     check_replaceable(&dir.join(name))?;
