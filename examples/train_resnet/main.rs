@@ -31,10 +31,14 @@ mod args;
 #[path = "../common/mod.rs"]
 mod common;
 mod data;
+mod run_state;
 
 use args::{Args, OptimizerKind};
 
 use data::{add, evaluate_on, open_data, Data};
+use run_state::{
+    augmentation_text, interrupted_flag, logged_epoch, parameter_checksum, resume_from, trajectory,
+};
 
 fn main() -> std::process::ExitCode {
     common::exit_on_error(start())
@@ -344,75 +348,6 @@ fn training_session(
     Ok(session)
 }
 
-/// The settings that define a run's trajectory, as a checkpoint records them: a resumed
-/// run with other values would not continue the same run.
-fn trajectory(a: &Args, config: &ModelConfig, plan: &Plan) -> Vec<(&'static str, String)> {
-    vec![
-        ("model", config.describe()),
-        ("batch", plan.batch.to_string()),
-        ("image size", plan.size.to_string()),
-        ("seed", a.seed.to_string()),
-        ("optimizer", format!("{:?}", a.optimizer)),
-        ("lr", a.lr.to_string()),
-        ("lr schedule", format!("{:?}", a.lr_schedule)),
-        ("momentum", a.momentum.to_string()),
-        ("weight decay", a.weight_decay.to_string()),
-        ("steps per epoch", plan.per_epoch.to_string()),
-        ("augmentation", augmentation_text(a)),
-    ]
-}
-
-/// With --resume: loads the newest checkpoint's weights, buffers and counters, after
-/// checking that it comes from the same run (the settings [`trajectory`] lists, unless
-/// --resume-override). Returns its state; its step comes from its content.
-fn resume_from(
-    a: &Args,
-    plan: &Plan,
-    session: &mut Session,
-) -> Result<Option<resume::TrainingState>> {
-    let Some(dir) = &a.resume else {
-        return Ok(None);
-    };
-    let (at, ckpt) = resume::periodic(dir)?.pop().ok_or_else(|| {
-        anyhow::anyhow!(
-            "--resume {}: no complete checkpoint there (a step-<N> folder with model.safetensors and training.safetensors)",
-            dir.display()
-        )
-    })?;
-    let state = resume::load(session, &ckpt)?;
-    for (name, now) in plan.trajectory.clone() {
-        let Some(then) = state.fields.get(&format!("run.{name}")) else {
-            continue; // a checkpoint from before these were recorded
-        };
-        if *then != now && !a.resume_override {
-            anyhow::bail!(
-                "--resume {}: the checkpoint's run has {name} {then}, this one {now}: resuming would not continue that run (pass --resume-override to resume anyway)",
-                ckpt.display()
-            );
-        }
-    }
-    if state.fields.get("seed") != Some(&a.seed.to_string()) && !a.resume_override {
-        anyhow::bail!(
-            "--resume {}: the checkpoint was trained with --seed {}, not {}",
-            ckpt.display(),
-            state.fields.get("seed").map_or("?", |s| s.as_str()),
-            a.seed
-        );
-    }
-    if plan.lead() {
-        if at != state.step {
-            println!(
-                "note: {} holds step {}; its folder name says {at}: resuming at step {}",
-                ckpt.display(),
-                state.step,
-                state.step
-            );
-        }
-        println!("resumed from {} at step {}", ckpt.display(), state.step);
-    }
-    Ok(Some(state))
-}
-
 /// The training loop's state across epochs.
 struct TrainLoop<'a> {
     a: &'a Args,
@@ -657,55 +592,4 @@ impl<'a> TrainLoop<'a> {
             self.timed_secs
         );
     }
-}
-
-/// The augmentation in force, in words (synthetic data and batch files have none).
-fn augmentation_text(a: &Args) -> String {
-    if a.data_dir.is_none() {
-        return "none (synthetic data or a batch file)".into();
-    }
-    match a.augmentation() {
-        Ok((true, true)) => "random crop (4-pixel padding) + horizontal flip".into(),
-        Ok((true, false)) => "random crop (4-pixel padding), no flip".into(),
-        Ok((false, true)) => "horizontal flip, no crop".into(),
-        _ => "none".into(),
-    }
-}
-
-/// The epoch of a metrics-log line (`{"epoch":N,...}`).
-fn logged_epoch(line: &str) -> Option<u64> {
-    let rest = line.strip_prefix("{\"epoch\":")?;
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// Every parameter summed in one fixed order: equal on all ranks when the replicas agree
-/// (batch-norm statistics are per rank, so they are left out).
-fn parameter_checksum(session: &Session) -> Result<f64> {
-    let mut params: Vec<_> = session.state_dict()?.into_iter().collect();
-    params.sort_by(|x, y| x.0.cmp(&y.0));
-    let mut sum = 0f64;
-    for (name, t) in params {
-        if !name.ends_with("num_batches_tracked") && !name.contains("running_") {
-            let values = t.flatten_all()?.to_dtype(wick::candle_core::DType::F64)?;
-            sum += values.to_vec1::<f64>()?.iter().sum::<f64>();
-        }
-    }
-    Ok(sum)
-}
-
-/// Set when the process gets SIGINT (Ctrl-C): the loop then saves a checkpoint after
-/// the step in progress and exits, instead of dying mid-step.
-fn interrupted_flag() -> &'static std::sync::atomic::AtomicBool {
-    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    extern "C" fn on_sigint(_: libc::c_int) {
-        STOP.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t);
-    }
-    &STOP
 }

@@ -132,3 +132,48 @@ impl PeakScale {
         }
     }
 }
+
+/// Scales each run's series onto `reference`'s machine (see
+/// [`DiffOptions::normalize_by_peak`](super::diff::DiffOptions::normalize_by_peak)).
+pub(crate) fn normalize(
+    runs: &[Profile],
+    series: &mut [super::diff::RowSeries],
+    reference: &Profile,
+    side: &'static str,
+) -> Result<(), super::diff::DiffError> {
+    let bounds: std::collections::BTreeMap<String, super::roofline::Bound> =
+        match &reference.machine {
+            Some(m) => reference
+                .roofline(m)
+                .into_iter()
+                .map(|r| (r.name, r.bound))
+                .collect(),
+            None => return Err(super::diff::DiffError::NoPeaks("A")),
+        };
+    let op_time: f64 = reference.ops.iter().map(|o| o.mean_sec).sum();
+    let compute: f64 = reference
+        .ops
+        .iter()
+        .filter(|o| bounds.get(&o.name) == Some(&super::roofline::Bound::Compute))
+        .map(|o| o.mean_sec)
+        .sum();
+    // Without per-op rows, a mixed row counts as compute-bound.
+    let compute_share = if op_time > 0.0 {
+        compute / op_time
+    } else {
+        1.0
+    };
+    for (run, rows) in runs.iter().zip(series) {
+        let scale = PeakScale::new(run, reference).ok_or(super::diff::DiffError::NoPeaks(side))?;
+        for (kind, rows) in rows.iter_mut() {
+            for (name, values) in rows.iter_mut() {
+                let bound = (*kind == "op type")
+                    .then(|| bounds.get(name).copied())
+                    .flatten();
+                let f = scale.factor(bound, compute_share);
+                values.iter_mut().for_each(|v| *v *= f);
+            }
+        }
+    }
+    Ok(())
+}

@@ -169,10 +169,10 @@ pub enum DiffError {
 }
 
 /// Per-iteration totals by name, for one kind of row.
-type Series = BTreeMap<String, Vec<f64>>;
+pub(crate) type Series = BTreeMap<String, Vec<f64>>;
 
 /// A run's samples per row, for each kind of row (iteration, phase, op type, layer).
-type RowSeries = [(&'static str, Series); 4];
+pub(crate) type RowSeries = [(&'static str, Series); 4];
 
 fn series(p: &Profile) -> RowSeries {
     let s = &p.samples;
@@ -291,8 +291,8 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
     let mut sa: Vec<_> = a.iter().map(series).collect();
     let mut sb: Vec<_> = b.iter().map(series).collect();
     if opts.normalize_by_peak {
-        normalize(a, &mut sa, &a[0], "A")?;
-        normalize(b, &mut sb, &a[0], "B")?;
+        super::comparable::normalize(a, &mut sa, &a[0], "A")?;
+        super::comparable::normalize(b, &mut sb, &a[0], "B")?;
     }
     let a_iteration = mean(
         &a.iter()
@@ -360,51 +360,6 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         confidence: opts.confidence,
         runs: (a.len(), b.len()),
     })
-}
-
-/// Scales each run's series onto `reference`'s machine (see
-/// [`DiffOptions::normalize_by_peak`]).
-fn normalize(
-    runs: &[Profile],
-    series: &mut [RowSeries],
-    reference: &Profile,
-    side: &'static str,
-) -> Result<(), DiffError> {
-    let bounds: BTreeMap<String, super::roofline::Bound> = match &reference.machine {
-        Some(m) => reference
-            .roofline(m)
-            .into_iter()
-            .map(|r| (r.name, r.bound))
-            .collect(),
-        None => return Err(DiffError::NoPeaks("A")),
-    };
-    let op_time: f64 = reference.ops.iter().map(|o| o.mean_sec).sum();
-    let compute: f64 = reference
-        .ops
-        .iter()
-        .filter(|o| bounds.get(&o.name) == Some(&super::roofline::Bound::Compute))
-        .map(|o| o.mean_sec)
-        .sum();
-    // Without per-op rows, a mixed row counts as compute-bound.
-    let compute_share = if op_time > 0.0 {
-        compute / op_time
-    } else {
-        1.0
-    };
-    for (run, rows) in runs.iter().zip(series) {
-        let scale =
-            super::comparable::PeakScale::new(run, reference).ok_or(DiffError::NoPeaks(side))?;
-        for (kind, rows) in rows.iter_mut() {
-            for (name, values) in rows.iter_mut() {
-                let bound = (*kind == "op type")
-                    .then(|| bounds.get(name).copied())
-                    .flatten();
-                let f = scale.factor(bound, compute_share);
-                values.iter_mut().for_each(|v| *v *= f);
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Refuses sides without samples, and profiles of different graphs unless the options

@@ -504,17 +504,8 @@ fn roofline_section(b: &mut String, p: &Profile) {
             esc(&unlabelled.join(", "))
         );
     }
-    let beyond: Vec<&str> = rows
-        .iter()
-        .filter(|r| r.roofline_share > 1.0)
-        .map(|r| r.name.as_str())
-        .collect();
-    if !beyond.is_empty() {
-        let _ = write!(
-            b,
-            "<p class=\"meta\">{}</p>",
-            esc(&beyond_roof_note(&beyond))
-        );
+    if let Some(note) = beyond_roof_note(&rows) {
+        let _ = write!(b, "<p class=\"meta\">{}</p>", esc(&note));
     }
 }
 

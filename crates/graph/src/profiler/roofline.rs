@@ -208,22 +208,26 @@ impl Profile {
                 r.above_roof_sec() * 1e3
             );
         }
-        let beyond: Vec<&str> = rows
-            .iter()
-            .filter(|r| r.roofline_share > 1.0)
-            .map(|r| r.name.as_str())
-            .collect();
-        if !beyond.is_empty() {
-            let _ = writeln!(s, "{}", beyond_roof_note(&beyond));
+        if let Some(note) = beyond_roof_note(&rows) {
+            let _ = writeln!(s, "{note}");
         }
         s
     }
 }
 
-/// Why a share of the roof can pass 100%: the roofs are measured on cold, streaming data.
-pub fn beyond_roof_note(names: &[&str]) -> String {
-    format!(
+/// The note under the roofline when a type passed 100% of its roof (`None` when none
+/// did): the roofs are measured on cold, streaming data.
+pub fn beyond_roof_note(rows: &[RooflineRow]) -> Option<String> {
+    let names: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.roofline_share > 1.0)
+        .map(|r| r.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    Some(format!(
         "Note: {} passed 100% of the roof. The memory roof is a streaming copy far larger than the caches; an op whose data is still in cache (written by the op before it, or small) reads faster than that. Such a type is not limited by main memory here, and its Above(ms) is 0.",
         names.join(", ")
-    )
+    ))
 }
