@@ -134,13 +134,14 @@ impl PeakScale {
 }
 
 /// Scales each run's series onto `reference`'s machine (see
-/// [`DiffOptions::normalize_by_peak`](super::diff::DiffOptions::normalize_by_peak)).
+/// `DiffOptions::normalize_by_peak`). Errs with the side (`"A"` or `"B"`) whose profile
+/// lacks the machine peaks.
 pub(crate) fn normalize(
     runs: &[Profile],
-    series: &mut [super::diff::RowSeries],
+    series: &mut [RowSeries],
     reference: &Profile,
     side: &'static str,
-) -> Result<(), super::diff::DiffError> {
+) -> Result<(), &'static str> {
     let bounds: std::collections::BTreeMap<String, super::roofline::Bound> =
         match &reference.machine {
             Some(m) => reference
@@ -148,7 +149,7 @@ pub(crate) fn normalize(
                 .into_iter()
                 .map(|r| (r.name, r.bound))
                 .collect(),
-            None => return Err(super::diff::DiffError::NoPeaks("A")),
+            None => return Err("A"),
         };
     let op_time: f64 = reference.ops.iter().map(|o| o.mean_sec).sum();
     let compute: f64 = reference
@@ -164,7 +165,7 @@ pub(crate) fn normalize(
         1.0
     };
     for (run, rows) in runs.iter().zip(series) {
-        let scale = PeakScale::new(run, reference).ok_or(super::diff::DiffError::NoPeaks(side))?;
+        let scale = PeakScale::new(run, reference).ok_or(side)?;
         for (kind, rows) in rows.iter_mut() {
             for (name, values) in rows.iter_mut() {
                 let bound = (*kind == "op type")
@@ -177,3 +178,9 @@ pub(crate) fn normalize(
     }
     Ok(())
 }
+
+/// Per-iteration totals by name, for one kind of row.
+pub(crate) type Series = std::collections::BTreeMap<String, Vec<f64>>;
+
+/// A run's samples per row, for each kind of row (iteration, phase, op type, layer).
+pub(crate) type RowSeries = [(&'static str, Series); 4];

@@ -8,11 +8,11 @@
 //! interval off the percentiles. The resampling is seeded from the row's name, so a diff
 //! is reproducible.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::comparable::{normalize, RowSeries, Series};
 use super::profile::Profile;
 use crate::ir::Phase;
 
@@ -168,12 +168,6 @@ pub enum DiffError {
     NoPeaks(&'static str),
 }
 
-/// Per-iteration totals by name, for one kind of row.
-pub(crate) type Series = BTreeMap<String, Vec<f64>>;
-
-/// A run's samples per row, for each kind of row (iteration, phase, op type, layer).
-pub(crate) type RowSeries = [(&'static str, Series); 4];
-
 fn series(p: &Profile) -> RowSeries {
     let s = &p.samples;
     let mut iteration = Series::new();
@@ -291,8 +285,8 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
     let mut sa: Vec<_> = a.iter().map(series).collect();
     let mut sb: Vec<_> = b.iter().map(series).collect();
     if opts.normalize_by_peak {
-        super::comparable::normalize(a, &mut sa, &a[0], "A")?;
-        super::comparable::normalize(b, &mut sb, &a[0], "B")?;
+        normalize(a, &mut sa, &a[0], "A").map_err(DiffError::NoPeaks)?;
+        normalize(b, &mut sb, &a[0], "B").map_err(DiffError::NoPeaks)?;
     }
     let a_iteration = mean(
         &a.iter()
