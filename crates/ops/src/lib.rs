@@ -31,6 +31,7 @@ mod cpu;
 pub mod dropout;
 pub mod elementwise;
 pub mod error;
+pub mod gpu;
 pub mod kernel;
 pub mod layout;
 pub mod linear;

@@ -9,6 +9,7 @@ mod conv;
 mod conv_fused;
 mod depthwise;
 mod elementwise;
+mod emulated;
 mod fused_train;
 mod linear;
 mod loss;

@@ -1,0 +1,143 @@
+// Helpers shared by wick's CUDA kernels: grid-stride loops and block reductions. Every
+// kernel that reduces runs with a block of whole warps (a multiple of 32 threads, at most
+// 1024), which the Rust side's launch geometry guarantees (`wick_ops::gpu::Launch`).
+#pragma once
+
+#define WICK_FULL_MASK 0xffffffffu
+
+// `for` over i in [0, n), spread over the whole grid.
+#define WICK_GRID_STRIDE(i, n)                                                      \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (long long)blockDim.x * gridDim.x)
+
+// Infinity and NaN without math.h (NVRTC has none).
+template <typename A>
+__device__ A wick_infinity();
+template <>
+__device__ float wick_infinity<float>() {
+    return __int_as_float(0x7f800000);
+}
+template <>
+__device__ double wick_infinity<double>() {
+    return __longlong_as_double(0x7ff0000000000000LL);
+}
+template <typename A>
+__device__ A wick_nan() {
+    return wick_infinity<A>() - wick_infinity<A>();
+}
+
+template <typename A>
+__device__ A warp_sum(A v) {
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(WICK_FULL_MASK, v, offset);
+    return v;
+}
+
+template <typename A>
+__device__ A warp_max(A v) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        A other = __shfl_down_sync(WICK_FULL_MASK, v, offset);
+        // NaN wins, so a NaN logit makes the whole row NaN instead of vanishing.
+        v = (other > v || other != other) ? other : v;
+    }
+    return v;
+}
+
+// The sum of `v` over the block, returned to every thread.
+template <typename A>
+__device__ A block_sum(A v) {
+    __shared__ A partial[32];
+    __shared__ A total;
+    unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_sum(v);
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        A w = lane < warps ? partial[lane] : (A)0;
+        w = warp_sum(w);
+        if (lane == 0) total = w;
+    }
+    __syncthreads();
+    A result = total;
+    __syncthreads();  // `partial` and `total` are free for the next call
+    return result;
+}
+
+// The maximum of `v` over the block (NaN if any is NaN), returned to every thread.
+template <typename A>
+__device__ A block_max(A v) {
+    __shared__ A partial[32];
+    __shared__ A total;
+    unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        A w = lane < warps ? partial[lane] : partial[0];
+        w = warp_max(w);
+        if (lane == 0) total = w;
+    }
+    __syncthreads();
+    A result = total;
+    __syncthreads();
+    return result;
+}
+
+// Count, mean and sum of squared deviations of a set of values (Chan et al.'s parallel
+// form of Welford's algorithm): merging two is exact in exact arithmetic and stable in
+// floating point, unlike sum and sum of squares.
+template <typename A>
+struct Moments {
+    A count, mean, m2;
+};
+
+template <typename A>
+__device__ Moments<A> merge(Moments<A> a, Moments<A> b) {
+    A n = a.count + b.count;
+    if (b.count == (A)0) return a;
+    if (a.count == (A)0) return b;
+    A delta = b.mean - a.mean, fb = b.count / n;
+    return Moments<A>{n, a.mean + delta * fb, a.m2 + b.m2 + delta * delta * a.count * fb};
+}
+
+// The moments of one thread's values from sums shifted by its first value `shift`
+// (`s1` = sum of v - shift, `s2` = sum of (v - shift)^2): exact enough when the shift is
+// one of the values, as it is.
+template <typename A>
+__device__ Moments<A> shifted_moments(A count, A shift, A s1, A s2) {
+    if (count == (A)0) return Moments<A>{(A)0, (A)0, (A)0};
+    A mean = s1 / count;
+    A m2 = s2 - s1 * mean;
+    return Moments<A>{count, shift + mean, m2 > (A)0 ? m2 : (A)0};
+}
+
+template <typename A>
+__device__ Moments<A> warp_moments(Moments<A> m) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        Moments<A> other{__shfl_down_sync(WICK_FULL_MASK, m.count, offset),
+                         __shfl_down_sync(WICK_FULL_MASK, m.mean, offset),
+                         __shfl_down_sync(WICK_FULL_MASK, m.m2, offset)};
+        m = merge(m, other);
+    }
+    return m;
+}
+
+// The moments over the block, valid in thread 0.
+template <typename A>
+__device__ Moments<A> block_moments(Moments<A> m) {
+    __shared__ A partial[3][32];
+    unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    m = warp_moments(m);
+    if (lane == 0) {
+        partial[0][warp] = m.count;
+        partial[1][warp] = m.mean;
+        partial[2][warp] = m.m2;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        Moments<A> w{(A)0, (A)0, (A)0};
+        if (lane < warps) w = Moments<A>{partial[0][lane], partial[1][lane], partial[2][lane]};
+        m = warp_moments(w);
+    }
+    __syncthreads();
+    return m;
+}

@@ -1,0 +1,99 @@
+// The optimizer update as one launch for all parameters (a multi-tensor update): the
+// parameters are cut into chunks of at most `chunk_len` elements, never across two
+// tensors; block b updates chunk b (grid-stride over chunks), found through a chunk table
+// the Rust side builds once per parameter set (`wick_ops::gpu::ChunkTable`). Each element
+// is read and written once. A parameter that becomes NaN or infinite sets its flag in
+// `non_finite` (one per tensor, zeroed before the launch), so the step's finiteness check
+// costs no extra pass and names the parameter.
+#ifndef WICK_RUNTIME_SOURCE
+#include "common.cuh"
+#endif
+
+// PyTorch's SGD: d = g + wd * p; with momentum, buf = momentum * buf + (1 - dampening) * d
+// (buf = d on the first step), d = nesterov ? d + momentum * buf : buf; p -= lr * d.
+template <typename T>
+__device__ void sgd_multi(T* const* params, const T* const* grads, T* const* bufs,
+                          const long long* sizes, const int* chunk_tensor,
+                          const long long* chunk_start, int chunks, int chunk_len, T lr,
+                          T momentum, T dampening, T weight_decay, int nesterov, int first_step,
+                          unsigned int* non_finite) {
+    for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+        int t = chunk_tensor[chunk];
+        long long start = chunk_start[chunk];
+        long long end = start + chunk_len < sizes[t] ? start + chunk_len : sizes[t];
+        T* p = params[t];
+        const T* g = grads[t];
+        bool finite = true;
+        for (long long j = start + threadIdx.x; j < end; j += blockDim.x) {
+            T d = g[j];
+            if (weight_decay != (T)0) d = d + p[j] * weight_decay;
+            if (momentum != (T)0) {
+                T* b = bufs[t];
+                T buf = first_step ? d : b[j] * momentum + d * ((T)1 - dampening);
+                b[j] = buf;
+                d = nesterov ? d + buf * momentum : buf;
+            }
+            T next = p[j] - d * lr;
+            p[j] = next;
+            finite = finite && isfinite(next);
+        }
+        if (!finite) atomicOr(non_finite + t, 1u);
+    }
+}
+
+// PyTorch's Adam/AdamW (no amsgrad). `step_size` = lr / (1 - beta1^t) and `bias2_sqrt` =
+// sqrt(1 - beta2^t) come from the host, which knows the step t.
+template <typename T>
+__device__ void adam_multi(T* const* params, const T* const* grads, T* const* exp_avgs,
+                           T* const* exp_avg_sqs, const long long* sizes, const int* chunk_tensor,
+                           const long long* chunk_start, int chunks, int chunk_len, T lr, T beta1,
+                           T beta2, T eps, T weight_decay, int decoupled, T step_size,
+                           T bias2_sqrt, unsigned int* non_finite) {
+    for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+        int t = chunk_tensor[chunk];
+        long long start = chunk_start[chunk];
+        long long end = start + chunk_len < sizes[t] ? start + chunk_len : sizes[t];
+        T *p = params[t], *m = exp_avgs[t], *v = exp_avg_sqs[t];
+        const T* g = grads[t];
+        bool finite = true;
+        for (long long j = start + threadIdx.x; j < end; j += blockDim.x) {
+            T w = p[j], d = g[j];
+            if (weight_decay != (T)0) {
+                if (decoupled)
+                    w = w * ((T)1 - lr * weight_decay);
+                else
+                    d = d + w * weight_decay;
+            }
+            T mj = m[j] + (d - m[j]) * ((T)1 - beta1);
+            T vj = v[j] * beta2 + d * ((T)1 - beta2) * d;
+            m[j] = mj;
+            v[j] = vj;
+            T next = w - mj / (sqrt(vj) / bias2_sqrt + eps) * step_size;
+            p[j] = next;
+            finite = finite && isfinite(next);
+        }
+        if (!finite) atomicOr(non_finite + t, 1u);
+    }
+}
+
+#define WICK_OPTIMIZERS(T, S)                                                                      \
+    extern "C" __global__ void sgd_multi_tensor_##S(                                               \
+        T* const* params, const T* const* grads, T* const* bufs, const long long* sizes,           \
+        const int* chunk_tensor, const long long* chunk_start, int chunks, int chunk_len, T lr,    \
+        T momentum, T dampening, T weight_decay, int nesterov, int first_step,                     \
+        unsigned int* non_finite) {                                                                \
+        sgd_multi<T>(params, grads, bufs, sizes, chunk_tensor, chunk_start, chunks, chunk_len, lr, \
+                     momentum, dampening, weight_decay, nesterov, first_step, non_finite);         \
+    }                                                                                              \
+    extern "C" __global__ void adam_multi_tensor_##S(                                              \
+        T* const* params, const T* const* grads, T* const* exp_avgs, T* const* exp_avg_sqs,        \
+        const long long* sizes, const int* chunk_tensor, const long long* chunk_start, int chunks,  \
+        int chunk_len, T lr, T beta1, T beta2, T eps, T weight_decay, int decoupled, T step_size,  \
+        T bias2_sqrt, unsigned int* non_finite) {                                                  \
+        adam_multi<T>(params, grads, exp_avgs, exp_avg_sqs, sizes, chunk_tensor, chunk_start,      \
+                      chunks, chunk_len, lr, beta1, beta2, eps, weight_decay, decoupled,           \
+                      step_size, bias2_sqrt, non_finite);                                          \
+    }
+
+WICK_OPTIMIZERS(float, f32)
+WICK_OPTIMIZERS(double, f64)

@@ -1,0 +1,619 @@
+//! The CUDA kernels of `crates/ops/cuda`, run on the CPU by the emulator (feature
+//! `emulate`, which wick-ops' tests turn on) with the launch configuration
+//! [`wick_ops::gpu::Launch`] computes, against wick's CPU kernels. Every buffer has guard
+//! zones either side that must come back untouched, so an index past the end fails too.
+//! This file: the harness, the emulator's own checks, element-wise kernels, global
+//! average pooling and cross-entropy. Batch norm and the optimizers have their own files.
+
+use candle_core::{DType, Device, Tensor};
+use wick_ops::emulate;
+use wick_ops::gpu::emulated::ffi;
+use wick_ops::gpu::{Launch, BLOCK};
+use wick_ops::pointwise::{self, Activation};
+
+const GUARD: usize = 37;
+
+/// Element types the buffers hold, with a canary bit pattern for the guard zones.
+pub trait Elem: Copy + PartialEq + std::fmt::Debug {
+    const CANARY: Self;
+    fn same_bits(self, other: Self) -> bool;
+}
+impl Elem for f32 {
+    const CANARY: f32 = f32::from_bits(0x7fc0_beef);
+    fn same_bits(self, other: f32) -> bool {
+        self.to_bits() == other.to_bits()
+    }
+}
+impl Elem for f64 {
+    const CANARY: f64 = f64::from_bits(0x7ff8_0000_dead_beef);
+    fn same_bits(self, other: f64) -> bool {
+        self.to_bits() == other.to_bits()
+    }
+}
+impl Elem for u32 {
+    const CANARY: u32 = 0xdead_beef;
+    fn same_bits(self, other: u32) -> bool {
+        self == other
+    }
+}
+
+/// A "device" buffer: its values between two guard zones of canaries.
+pub struct Buf<T: Elem> {
+    data: Vec<T>,
+    len: usize,
+    name: &'static str,
+}
+
+impl<T: Elem> Buf<T> {
+    pub fn new(name: &'static str, values: &[T]) -> Buf<T> {
+        let mut data = vec![T::CANARY; values.len() + 2 * GUARD];
+        data[GUARD..GUARD + values.len()].copy_from_slice(values);
+        Buf {
+            data,
+            len: values.len(),
+            name,
+        }
+    }
+
+    pub fn filled(name: &'static str, n: usize, value: T) -> Buf<T> {
+        Buf::new(name, &vec![value; n])
+    }
+
+    pub fn ptr(&self) -> *const T {
+        self.data[GUARD..].as_ptr()
+    }
+
+    pub fn mut_ptr(&mut self) -> *mut T {
+        self.data[GUARD..].as_mut_ptr()
+    }
+
+    /// The values, after checking that nothing was written outside them.
+    pub fn values(&self) -> Vec<T> {
+        let (head, rest) = self.data.split_at(GUARD);
+        let tail = &rest[self.len..];
+        for (side, zone) in [("before", head), ("after", tail)] {
+            if let Some(i) = zone.iter().position(|v| !v.same_bits(T::CANARY)) {
+                panic!(
+                    "{}: a kernel wrote {:?} {side} the buffer (guard element {i})",
+                    self.name, zone[i]
+                );
+            }
+        }
+        rest[..self.len].to_vec()
+    }
+}
+
+/// The values of a tensor (any shape) as f32 or f64.
+pub fn host<T: candle_core::WithDType>(t: &Tensor) -> Vec<T> {
+    t.flatten_all().unwrap().to_vec1::<T>().unwrap()
+}
+
+/// Deterministic values in [-scale, scale) (xorshift).
+pub fn uniform(seed: u64, n: usize, scale: f64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+pub fn f32s(v: &[f64]) -> Vec<f32> {
+    v.iter().map(|&x| x as f32).collect()
+}
+
+pub fn tensor<T: candle_core::WithDType>(v: &[T], shape: &[usize]) -> Tensor {
+    Tensor::from_slice(v, shape, &Device::Cpu).unwrap()
+}
+
+/// Asserts `actual` equals `expected` within `abs + rel * |expected|` per element, with
+/// NaN where and only where `expected` has NaN.
+pub fn assert_near<T: Into<f64> + Copy>(
+    what: &str,
+    actual: &[T],
+    expected: &[T],
+    rel: f64,
+    abs: f64,
+) {
+    assert_eq!(actual.len(), expected.len(), "{what}: length");
+    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        let (a, e): (f64, f64) = (a.into(), e.into());
+        let ok = if e.is_nan() {
+            a.is_nan()
+        } else if e.is_infinite() {
+            a == e
+        } else {
+            (a - e).abs() <= abs + rel * e.abs()
+        };
+        assert!(ok, "{what}: element {i} is {a:e}, expected {e:e}");
+    }
+}
+
+// ---- the emulator itself ----
+
+#[test]
+fn emulated_barriers_and_shuffles_are_enforced() {
+    let mut out = Buf::<f32>::filled("out", 64, 0.0);
+    let one_block = |threads| Launch {
+        grid: [1, 1, 1],
+        block: [threads, 1, 1],
+    };
+    // Half the block returns while the other half waits at __syncthreads.
+    let err = emulate!(wick_emu_selftest_return_before_barrier(
+        one_block(64),
+        out.mut_ptr(),
+        32
+    ))
+    .unwrap_err();
+    assert!(
+        err.contains("__syncthreads waits for thread (32,0,0)"),
+        "{err}"
+    );
+    // When all reach it, the barrier publishes the writes.
+    emulate!(wick_emu_selftest_return_before_barrier(
+        one_block(64),
+        out.mut_ptr(),
+        64
+    ))
+    .unwrap();
+    let v = out.values();
+    assert!((0..64).all(|i| v[i] == ((i + 1) % 64) as f32));
+    // A block of 48 threads has an incomplete warp: shuffles there are refused.
+    let (mut count, mut sums) = (
+        Buf::<u32>::filled("count", 1, 0),
+        Buf::<f32>::filled("sums", 1, 0.0),
+    );
+    let err = emulate!(wick_emu_selftest_count(
+        one_block(48),
+        count.mut_ptr(),
+        sums.mut_ptr()
+    ))
+    .unwrap_err();
+    assert!(err.contains("whole warps only"), "{err}");
+    // Launches past CUDA's limits are refused.
+    let too_big = Launch {
+        grid: [1, 70_000, 1],
+        block: [32, 1, 1],
+    };
+    let err = emulate!(wick_emu_selftest_count(
+        too_big,
+        count.mut_ptr(),
+        sums.mut_ptr()
+    ))
+    .unwrap_err();
+    assert!(err.contains("past CUDA's limits"), "{err}");
+    let err = emulate!(wick_emu_selftest_count(
+        one_block(2048),
+        count.mut_ptr(),
+        sums.mut_ptr()
+    ))
+    .unwrap_err();
+    assert!(err.contains("1024 threads"), "{err}");
+}
+
+#[test]
+fn emulated_shared_memory_is_per_block_and_a_missing_barrier_shows() {
+    let launch = Launch {
+        grid: [8, 1, 1],
+        block: [64, 1, 1],
+    };
+    let run = |barrier| {
+        let mut out = Buf::<f32>::filled("out", 8 * 64, 0.0);
+        emulate!(wick_emu_selftest_neighbour(launch, out.mut_ptr(), barrier)).unwrap();
+        out.values()
+    };
+    let expected: Vec<f32> = (0..8 * 64)
+        .map(|i| ((i / 64) * 1000 + (i % 64 + 1) % 64 + 1) as f32)
+        .collect();
+    assert_eq!(run(1), expected);
+    // Without the barrier some thread reads its neighbour's slot before it is written.
+    assert_ne!(run(0), expected);
+}
+
+#[test]
+fn emulated_atomics_and_block_sums_are_exact_across_concurrent_blocks() {
+    let blocks = 300u32;
+    let (mut count, mut sums) = (
+        Buf::<u32>::filled("count", 1, 0),
+        Buf::<f32>::filled("sums", blocks as usize, 0.0),
+    );
+    let launch = Launch {
+        grid: [blocks, 1, 1],
+        block: [BLOCK, 1, 1],
+    };
+    emulate!(wick_emu_selftest_count(
+        launch,
+        count.mut_ptr(),
+        sums.mut_ptr()
+    ))
+    .unwrap();
+    assert_eq!(count.values(), [blocks * BLOCK]);
+    let per_block = (0..BLOCK).sum::<u32>() as f32;
+    assert!(sums.values().iter().all(|&s| s == per_block));
+}
+
+// ---- element-wise ----
+
+type Unary32 = unsafe extern "C" fn(
+    *const Launch,
+    *mut std::ffi::c_char,
+    std::ffi::c_ulong,
+    *const f32,
+    *mut f32,
+    i64,
+    f32,
+) -> i32;
+type Backward32 = unsafe extern "C" fn(
+    *const Launch,
+    *mut std::ffi::c_char,
+    std::ffi::c_ulong,
+    *const f32,
+    *const f32,
+    *mut f32,
+    i64,
+    f32,
+) -> i32;
+
+fn kernels_of(kind: Activation) -> (Unary32, Backward32) {
+    match kind {
+        Activation::Sigmoid => (
+            ffi::wick_emu_sigmoid_forward_f32,
+            ffi::wick_emu_sigmoid_backward_f32,
+        ),
+        Activation::Tanh => (
+            ffi::wick_emu_tanh_forward_f32,
+            ffi::wick_emu_tanh_backward_f32,
+        ),
+        Activation::Silu => (
+            ffi::wick_emu_silu_forward_f32,
+            ffi::wick_emu_silu_backward_f32,
+        ),
+        Activation::Gelu => (
+            ffi::wick_emu_gelu_forward_f32,
+            ffi::wick_emu_gelu_backward_f32,
+        ),
+        Activation::GeluTanh => (
+            ffi::wick_emu_gelu_tanh_forward_f32,
+            ffi::wick_emu_gelu_tanh_backward_f32,
+        ),
+        Activation::Relu6 => (
+            ffi::wick_emu_relu6_forward_f32,
+            ffi::wick_emu_relu6_backward_f32,
+        ),
+        Activation::Hardswish => (
+            ffi::wick_emu_hardswish_forward_f32,
+            ffi::wick_emu_hardswish_backward_f32,
+        ),
+        Activation::Hardsigmoid => (
+            ffi::wick_emu_hardsigmoid_forward_f32,
+            ffi::wick_emu_hardsigmoid_backward_f32,
+        ),
+        Activation::LeakyRelu => (
+            ffi::wick_emu_leaky_relu_forward_f32,
+            ffi::wick_emu_leaky_relu_backward_f32,
+        ),
+    }
+}
+
+fn call_unary(f: Unary32, x: &[f32], slope: f32) -> Vec<f32> {
+    let (xb, mut y) = (Buf::new("x", x), Buf::filled("y", x.len(), 0f32));
+    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
+    let launch = Launch::elementwise(x.len());
+    // SAFETY: both buffers hold x.len() values, as the kernel indexes.
+    let code = unsafe {
+        f(
+            &launch,
+            error.as_mut_ptr(),
+            error.len() as _,
+            xb.ptr(),
+            y.mut_ptr(),
+            x.len() as i64,
+            slope,
+        )
+    };
+    wick_ops::gpu::emulated::result(code, &error).unwrap();
+    y.values()
+}
+
+fn call_backward(f: Backward32, g: &[f32], saved: &[f32], slope: f32) -> Vec<f32> {
+    let (gb, sb, mut dx) = (
+        Buf::new("g", g),
+        Buf::new("saved", saved),
+        Buf::filled("dx", g.len(), 0f32),
+    );
+    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
+    let launch = Launch::elementwise(g.len());
+    // SAFETY: all three buffers hold g.len() values.
+    let code = unsafe {
+        f(
+            &launch,
+            error.as_mut_ptr(),
+            error.len() as _,
+            gb.ptr(),
+            sb.ptr(),
+            dx.mut_ptr(),
+            g.len() as i64,
+            slope,
+        )
+    };
+    wick_ops::gpu::emulated::result(code, &error).unwrap();
+    dx.values()
+}
+
+/// Inputs with the kinks and specials of every activation, then uniform values.
+fn activation_inputs(n: usize, seed: u64) -> Vec<f32> {
+    let special = [
+        0.0,
+        -0.0,
+        -3.0,
+        3.0,
+        6.0,
+        -6.0,
+        1e-30,
+        f32::NAN,
+        30.0,
+        -30.0,
+    ];
+    let mut v = f32s(&uniform(seed, n, 8.0));
+    for (slot, s) in v.iter_mut().zip(special) {
+        *slot = s;
+    }
+    v
+}
+
+#[test]
+fn emulated_activations_match_the_cpu_kernels() {
+    // 1 element, one short of a block, a block, one past, and a grid of many blocks.
+    for n in [1, 255, 256, 257, 100_003] {
+        let x = activation_inputs(n, n as u64);
+        let xt = tensor(&x, &[n]);
+        let g = f32s(&uniform(7 + n as u64, n, 1.0));
+        let gt = tensor(&g, &[n]);
+        for kind in Activation::ALL {
+            let slope = 0.01;
+            let (fwd, bwd) = kernels_of(kind);
+            let y = call_unary(fwd, &x, slope as f32);
+            let expected = host::<f32>(&pointwise::forward(kind, slope, &xt).unwrap());
+            // In float, as PyTorch's CUDA kernels: within a few ulp of the f64 value, and
+            // 1e-6 absolute where a tail cancels (GELU-tanh's gradient near -4).
+            assert_near(
+                &format!("{kind:?} forward, n {n}"),
+                &y,
+                &expected,
+                4e-6,
+                1e-6,
+            );
+            let saved = if kind.backward_reads_output() { &y } else { &x };
+            let saved_t = tensor(saved, &[n]);
+            let dx = call_backward(bwd, &g, saved, slope as f32);
+            let expected = host::<f32>(&pointwise::backward(kind, slope, &gt, &saved_t).unwrap());
+            assert_near(
+                &format!("{kind:?} backward, n {n}"),
+                &dx,
+                &expected,
+                4e-6,
+                1e-6,
+            );
+        }
+        let y = call_unary(ffi::wick_emu_relu_forward_f32, &x, 0.0);
+        assert_eq!(
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            host::<f32>(&wick_ops::relu(&xt).unwrap())
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            "relu forward, n {n}"
+        );
+        let dx = call_backward(ffi::wick_emu_relu_backward_f32, &g, &x, 0.0);
+        assert_eq!(
+            dx,
+            host::<f32>(&wick_ops::relu_backward(&gt, &xt).unwrap()),
+            "relu backward, n {n}"
+        );
+    }
+}
+
+#[test]
+fn emulated_add_and_add_relu_match_the_cpu_kernels() {
+    for n in [1, 257, 70_001] {
+        let (a, b) = (activation_inputs(n, 3), f32s(&uniform(4, n, 2.0)));
+        let (at, bt) = (tensor(&a, &[n]), tensor(&b, &[n]));
+        for (relu, expected) in [
+            (false, wick_ops::add(&at, &bt).unwrap()),
+            (true, wick_ops::elementwise::add_relu(&at, &bt).unwrap()),
+        ] {
+            let (ab, bb, mut y) = (
+                Buf::new("a", &a),
+                Buf::new("b", &b),
+                Buf::filled("y", n, 0f32),
+            );
+            let launch = Launch::elementwise(n);
+            if relu {
+                emulate!(wick_emu_add_relu_f32(
+                    launch,
+                    ab.ptr(),
+                    bb.ptr(),
+                    y.mut_ptr(),
+                    n as i64
+                ))
+                .unwrap();
+            } else {
+                emulate!(wick_emu_add_f32(
+                    launch,
+                    ab.ptr(),
+                    bb.ptr(),
+                    y.mut_ptr(),
+                    n as i64
+                ))
+                .unwrap();
+            }
+            let expected = host::<f32>(&expected);
+            assert_eq!(
+                y.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                expected.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "add (relu {relu}), n {n}"
+            );
+        }
+    }
+}
+
+// ---- global average pooling ----
+
+#[test]
+fn emulated_global_avg_pool_matches_the_cpu_kernel() {
+    // A 1x1 plane, 7x7 planes, 1000+ channels, a plane wider than a warp, batch 1.
+    for shape in [
+        [1, 1, 1, 1],
+        [2, 3, 7, 7],
+        [1, 1001, 1, 1],
+        [3, 5, 33, 31],
+        [1, 2048, 7, 7],
+    ] {
+        let n: usize = shape.iter().product();
+        let planes = shape[0] * shape[1];
+        let hw = shape[2] * shape[3];
+        let x = f32s(&uniform(11, n, 3.0));
+        let xt = tensor(&x, &shape);
+        let (xb, mut y) = (Buf::new("x", &x), Buf::filled("y", planes, 0f32));
+        let launch = Launch::global_avg_pool(planes);
+        emulate!(wick_emu_global_avg_pool_forward_f32(
+            launch,
+            xb.ptr(),
+            y.mut_ptr(),
+            planes as i64,
+            hw as i32
+        ))
+        .unwrap();
+        let expected = host::<f32>(&wick_ops::pool::global_avg_pool(&xt).unwrap());
+        assert_near(
+            &format!("forward {shape:?}"),
+            &y.values(),
+            &expected,
+            2e-6,
+            1e-7,
+        );
+        let g = f32s(&uniform(12, planes, 1.0));
+        let gt = tensor(&g, &[shape[0], shape[1], 1, 1]);
+        let (gb, mut dx) = (Buf::new("g", &g), Buf::filled("dx", n, 0f32));
+        emulate!(wick_emu_global_avg_pool_backward_f32(
+            Launch::elementwise(n),
+            gb.ptr(),
+            dx.mut_ptr(),
+            n as i64,
+            hw as i32
+        ))
+        .unwrap();
+        let expected = host::<f32>(&wick_ops::pool::global_avg_pool_backward(&gt, &shape).unwrap());
+        assert_near(
+            &format!("backward {shape:?}"),
+            &dx.values(),
+            &expected,
+            1e-6,
+            0.0,
+        );
+    }
+}
+
+// ---- cross-entropy ----
+
+/// Forward (loss, row log-sum-exps) and backward (gradient of the logits) by the
+/// emulated kernels, with the launches wick computes.
+fn cross_entropy_emulated(
+    logits: &[f32],
+    labels: &[u32],
+    classes: usize,
+    grad: f32,
+) -> (f32, Vec<f32>) {
+    let rows = labels.len();
+    let (lb, yb) = (Buf::new("logits", logits), Buf::new("labels", labels));
+    let (mut row_loss, mut lse) = (
+        Buf::filled("row_loss", rows, 0f32),
+        Buf::filled("lse", rows, 0f32),
+    );
+    let (n, k) = (rows as i32, classes as i32);
+    emulate!(wick_emu_cross_entropy_rows_f32(
+        Launch::cross_entropy_rows(rows, classes),
+        lb.ptr(),
+        yb.ptr(),
+        row_loss.mut_ptr(),
+        lse.mut_ptr(),
+        n,
+        k
+    ))
+    .unwrap();
+    let mut loss = Buf::filled("loss", 1, 0f32);
+    emulate!(wick_emu_cross_entropy_mean_f32(
+        Launch::single_block(),
+        row_loss.ptr(),
+        loss.mut_ptr(),
+        n
+    ))
+    .unwrap();
+    let (gb, mut dx) = (
+        Buf::new("grad_loss", &[grad]),
+        Buf::filled("dx", logits.len(), 0f32),
+    );
+    emulate!(wick_emu_cross_entropy_backward_f32(
+        Launch::elementwise(logits.len()),
+        lb.ptr(),
+        yb.ptr(),
+        lse.ptr(),
+        gb.ptr(),
+        dx.mut_ptr(),
+        n,
+        k
+    ))
+    .unwrap();
+    row_loss.values();
+    (loss.values()[0], dx.values())
+}
+
+#[test]
+fn emulated_cross_entropy_matches_the_cpu() {
+    // One class, ten, 1000 and 1001 (past one block's threads), batch 1 to 70000 rows
+    // (past the grid's 65536 blocks, so blocks take several rows).
+    for (rows, classes) in [(1, 1), (3, 10), (2, 1000), (5, 1001), (70_000, 4)] {
+        let logits = f32s(&uniform(21, rows * classes, 6.0));
+        let labels: Vec<u32> = (0..rows).map(|i| ((i * 7919) % classes) as u32).collect();
+        let (lt, yt) = (tensor(&logits, &[rows, classes]), tensor(&labels, &[rows]));
+        let (loss, dx) = cross_entropy_emulated(&logits, &labels, classes, 0.75);
+        let expected = wick_ops::cross_entropy(&lt, &yt)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert_near(
+            &format!("loss {rows}x{classes}"),
+            &[loss],
+            &[expected],
+            2e-6,
+            1e-7,
+        );
+        let grad = Tensor::new(0.75f32, &Device::Cpu).unwrap();
+        let expected = host::<f32>(&wick_ops::cross_entropy_backward(&grad, &lt, &yt).unwrap());
+        assert_near(
+            &format!("gradient {rows}x{classes}"),
+            &dx,
+            &expected,
+            2e-5,
+            1e-9,
+        );
+    }
+}
+
+#[test]
+fn emulated_cross_entropy_never_reads_past_a_row_for_a_bad_label() {
+    let logits = f32s(&uniform(5, 2 * 3, 1.0));
+    let (loss, dx) = cross_entropy_emulated(&logits, &[1, 3], 3, 1.0);
+    assert!(
+        loss.is_nan(),
+        "a label outside 0..3 makes the loss NaN, got {loss}"
+    );
+    // The bad row's gradient is its softmax over 2 (no one-hot), the good row's sums to 0.
+    let row: f32 = dx[3..].iter().sum();
+    assert!((row - 0.5).abs() < 1e-6, "{dx:?}");
+    assert!(dx[..3].iter().sum::<f32>().abs() < 1e-6, "{dx:?}");
+    let _ = DType::F32;
+}
