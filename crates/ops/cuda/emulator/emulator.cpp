@@ -4,7 +4,9 @@
 // launch and are returned as a message.
 #include "emulator.h"
 
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -23,8 +25,66 @@ namespace {
 
 enum class State { Ready, AtBlockBarrier, AtWarpBarrier, Done };
 
+// A suspended execution context. On x86-64 a switch saves the callee-saved registers on
+// the stack and swaps stack pointers (no system call, unlike swapcontext, which saves the
+// signal mask: a block's threads switch at every barrier, so this is most of the run
+// time); elsewhere it is ucontext.
+#if defined(__x86_64__)
+struct Context {
+    void* sp = nullptr;
+};
+
+extern "C" void wick_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+    .text
+    .globl wick_emu_switch
+    .type wick_emu_switch, @function
+wick_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size wick_emu_switch, .-wick_emu_switch
+)");
+
+void switch_to(Context& from, Context& to) { wick_emu_switch(&from.sp, to.sp); }
+
+// A context that starts `entry` (which never returns) on `stack`.
+void start_on(Context& c, char* stack, size_t size, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+    void** sp = (void**)top;
+    *--sp = nullptr;          // entry's return address: it never returns
+    *--sp = (void*)entry;     // popped by `ret` in wick_emu_switch
+    for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp, rbx, r12-r15
+    c.sp = sp;
+}
+#else
+struct Context {
+    ucontext_t uc;
+};
+void switch_to(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+void start_on(Context& c, char* stack, size_t size, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = size;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, entry, 0);
+}
+#endif
+
 struct Fiber {
-    ucontext_t context;
+    Context context;
     ThreadVars vars;
     unsigned int linear = 0;
     State state = State::Ready;
@@ -39,7 +99,7 @@ struct Block {
     std::vector<char> stacks;
     // Per warp: 32 lanes of up to 8 bytes for shuffles.
     std::vector<uint64_t> exchange;
-    ucontext_t scheduler;
+    Context scheduler;
     Fiber* running = nullptr;
     void (*body)(void*) = nullptr;
     void* closure = nullptr;
@@ -60,21 +120,21 @@ std::string where(const Fiber& f) {
     return buf;
 }
 
+// Every fiber starts here, and ends by switching to the scheduler for good.
 void fiber_main() {
     Block* b = block;
     b->body(b->closure);
     b->running->state = State::Done;
-    // uc_link returns to the scheduler.
+    switch_to(b->running->context, b->scheduler);
+    abort();  // a finished fiber is never resumed
 }
 
 // Switches from the running fiber back to the scheduler, in `state`.
 void wait(State state) {
     Fiber* f = block->running;
     f->state = state;
-    swapcontext(&f->context, &block->scheduler);
-    if (!block->error.empty()) {
-        // The launch failed while this fiber waited: it is never resumed again.
-    }
+    // After a failed launch, a waiting fiber is never resumed.
+    switch_to(f->context, block->scheduler);
 }
 
 // Releases barriers that every participant reached; reports the ones that can never be.
@@ -145,11 +205,7 @@ void run_block(Block& b, const WickLaunch& l, uint3 block_idx) {
         f.vars.block_idx = block_idx;
         f.vars.block_dim = dim3{l.block[0], l.block[1], l.block[2]};
         f.vars.grid_dim = dim3{l.grid[0], l.grid[1], l.grid[2]};
-        getcontext(&f.context);
-        f.context.uc_stack.ss_sp = b.stacks.data() + i * kStackBytes;
-        f.context.uc_stack.ss_size = kStackBytes;
-        f.context.uc_link = &b.scheduler;
-        makecontext(&f.context, fiber_main, 0);
+        start_on(f.context, b.stacks.data() + i * kStackBytes, kStackBytes, fiber_main);
     }
     bool ascending = true;
     for (;;) {
@@ -158,7 +214,7 @@ void run_block(Block& b, const WickLaunch& l, uint3 block_idx) {
             if (f.state != State::Ready) continue;
             b.running = &f;
             current = &f.vars;
-            swapcontext(&b.scheduler, &f.context);
+            switch_to(b.scheduler, f.context);
             if (!b.error.empty()) return;
         }
         ascending = !ascending;

@@ -14,6 +14,9 @@ pub const CHUNK_LEN: usize = 4096;
 /// times over; the loops inside the kernels cover the rest.
 const MAX_BLOCKS: u64 = 65_536;
 
+/// Cross-entropy: blocks at most, one row each (many times the multiprocessors of any GPU).
+const ROW_BLOCKS: u64 = 4096;
+
 /// Batch norm: the fewest values a block of a channel should have, so that the partial
 /// moments stay a small part of the work.
 const BATCH_NORM_MIN_PER_BLOCK: u64 = 4 * BLOCK as u64;
@@ -87,12 +90,12 @@ impl Launch {
         Launch::linear((planes as u64).div_ceil((BLOCK / 32) as u64))
     }
 
-    /// Cross-entropy forward: one block per row (grid-stride past 65536 rows), of 32
-    /// threads for up to 128 classes, 256 beyond.
+    /// Cross-entropy forward: one block per row up to 4096 rows (then blocks take several
+    /// rows each), of 32 threads for up to 128 classes, 256 beyond.
     pub fn cross_entropy_rows(rows: usize, classes: usize) -> Launch {
         let block = if classes <= 128 { 32 } else { BLOCK };
         Launch {
-            grid: [(rows as u64).clamp(1, MAX_BLOCKS) as u32, 1, 1],
+            grid: [(rows as u64).clamp(1, ROW_BLOCKS) as u32, 1, 1],
             block: [block, 1, 1],
         }
     }

@@ -10,6 +10,8 @@ mod conv_fused;
 mod depthwise;
 mod elementwise;
 mod emulated;
+mod emulated_batchnorm;
+mod emulated_optim;
 mod fused_train;
 mod linear;
 mod loss;

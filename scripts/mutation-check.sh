@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The emulated CUDA kernel tests must catch one wrong index in a kernel. For each mutation
+# below, build.rs compiles the emulated kernels with it (WICK_CUDA_MUTATION=file|old|new,
+# a copy in the build folder: the source tree is never touched) and the `emulated` tests
+# of wick-ops must fail. Run by .ci/run; about a minute per mutation on 2 cores.
+#   bash scripts/mutation-check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MUTATIONS=(
+  # The last of a channel's ranges runs past the channel.
+  'batchnorm.cu|*hi = *lo + per < M ? *lo + per : M;|*hi = *lo + per;'
+  # The softmax row of a logit is off.
+  'cross_entropy.cu|long long row = i / K;|long long row = i / (K + 1);'
+  # The plane loop reads one element past the plane.
+  'global_pool.cu|for (int i = lane; i < HW; i += 32)|for (int i = lane; i <= HW; i += 32)'
+  # A chunk that runs past the end of its tensor.
+  'optimizer.cu|long long end = start + chunk_len < sizes[t] ? start + chunk_len : sizes[t];|long long end = start + chunk_len;'
+  # An activation's gradient reads the wrong element.
+  'elementwise.cu|grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i], slope);|grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i > 0 ? i - 1 : 0], slope);'
+)
+caught=0
+for m in "${MUTATIONS[@]}"; do
+  file=${m%%|*}
+  echo "== mutation in $file: $(cut -d'|' -f2 <<<"$m")  ->  $(cut -d'|' -f3 <<<"$m")"
+  log=$(mktemp)
+  if WICK_CUDA_MUTATION=$m cargo test -q --release -p wick-ops --test kernels emulated >"$log" 2>&1; then
+    echo "mutation-check: the emulated tests PASSED with this mutation: they would miss the bug" >&2
+    tail -5 "$log" >&2
+    exit 1
+  fi
+  if ! grep -q "test result: FAILED" "$log"; then
+    echo "mutation-check: the mutated build did not reach the tests (not a valid mutation):" >&2
+    tail -20 "$log" >&2
+    exit 1
+  fi
+  grep -E "^    emulated" "$log" | sed 's/^/   failed: /'
+  caught=$((caught + 1))
+  rm -f "$log"
+done
+echo "mutation-check: $caught of ${#MUTATIONS[@]} mutations caught by the emulated tests"
