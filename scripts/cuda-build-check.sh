@@ -24,3 +24,20 @@ export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0} CARGO_INCREMENTAL=$
 CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda} WORK=${WORK:-$PWD/target/cuda-ci} \
   FEATURES="cudnn nccl" CARGO_CMD=build CARGO_ARGS="${CARGO_ARGS:---workspace --all-targets}" \
   bash "$SHARED/tools/cuda-build-check.sh"
+
+# wick's own kernels, compiled to PTX by nvcc for the H100/H200 (sm_90) and the A100
+# (sm_80), in the form NVRTC compiles at run time: the shared header in front, no
+# include path. A kernel that does not compile for either fails CI here.
+NVCC=${WORK:-$PWD/target/cuda-ci}/cuda/bin/nvcc
+PTX_DIR=$PWD/target/cuda-ptx
+mkdir -p "$PTX_DIR"
+kernels=0
+for cu in crates/ops/cuda/*.cu crates/ops/src/pool/kernels.cu; do
+  name=$(basename "$cu" .cu)
+  { echo "#define WICK_RUNTIME_SOURCE"; cat crates/ops/cuda/common.cuh; cat "$cu"; } > "$PTX_DIR/$name.runtime.cu"
+  for arch in 80 90; do
+    "$NVCC" --ptx -arch=sm_$arch -o "$PTX_DIR/$name.sm_$arch.ptx" "$PTX_DIR/$name.runtime.cu"
+  done
+  kernels=$((kernels + $(grep -c '^\.visible \.entry' "$PTX_DIR/$name.sm_90.ptx")))
+done
+echo "cuda-build-check: nvcc compiled $kernels kernels of crates/ops for sm_80 and sm_90 (PTX in $PTX_DIR)"

@@ -23,14 +23,19 @@
 #                               2. the ResNet-18 fixture tests on CUDA (logits, loss, gradients,
 #                                  checkpoint after one SGD step);
 #                               3. profile_resnet at SINGA's setting (resnet50, batch 32, 224x224,
-#                                  skip 5) at verbosity 1 and 2;
+#                                  skip 5) at verbosity 1 and 2, then `wick-prof predict` on that
+#                                  profile: the predicted H200 step beside the measured one, and
+#                                  PyTorch's step (scripts/torch_gpu_step.py) when the machine
+#                                  has PyTorch with CUDA;
 #                               4. infer_resnet --bench;
 #                               5. train_resnet --dist nccl on one GPU (RANK 0 of WORLD_SIZE 1):
 #                                  NCCL initialised through the launcher's environment, the
 #                                  gradient all-reduces in the profile (verbosity 3) and the
 #                                  data-parallel report.
 #   scripts/gpu-check.sh        pack, then run.
-# Without a GPU, `run` says so plainly and exits with status 2.
+# Without a GPU, `run` says so plainly and exits with status 2. Estimated GPU time of `run`:
+# about 6 minutes (unpacking 1, op tests 1-2, ResNet-18 1, profiles 1, bench, NCCL and
+# PyTorch 2), inside the 8 minutes a lent GPU allows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -40,12 +45,12 @@ FIXTURES=${WICK_FIXTURES:-$SHARED/fixtures}
 LIMIT=$((64 * 1024 * 1024))
 PYTHON=${PYTHON:-python3} # a Python with PyTorch, on the GPU machine
 
-BINARIES="kernels resnet18_cifar10 profile_resnet infer_resnet train_resnet"
+BINARIES="kernels resnet18_cifar10 profile_resnet infer_resnet train_resnet wick-prof"
 
 pack() {
     echo "== gpu-check pack: building with --features cudnn,nccl (CUDA 13.4 from PyPI, link stubs)"
     export CARGO_TARGET_DIR=$ROOT/target/gpu
-    CARGO_ARGS="--release --workspace --tests --examples" WORK=$ROOT/target/cuda-ci \
+    CARGO_ARGS="--release --workspace --tests --examples --bins" WORK=$ROOT/target/cuda-ci \
         SHARED=$SHARED bash scripts/cuda-build-check.sh
     rm -rf "$BUNDLE" && mkdir -p "$BUNDLE/fixtures/ops" "$BUNDLE/fixtures/resnet18-cifar10"
     newest() { ls -t $1 2>/dev/null | while read -r f; do [ -x "$f" ] && [ -f "$f" ] && echo "$f" && break; done; }
@@ -55,6 +60,7 @@ pack() {
         cp "$bin" "$BUNDLE/$t"
     done
     for e in profile_resnet infer_resnet train_resnet; do cp "$CARGO_TARGET_DIR/release/examples/$e" "$BUNDLE/$e"; done
+    cp "$CARGO_TARGET_DIR/release/wick-prof" "$BUNDLE/wick-prof"
     for b in $BINARIES; do
         strip "$BUNDLE/$b"
         xz -T0 -6 "$BUNDLE/$b" # -> $b.xz
@@ -130,7 +136,14 @@ PY
     fi
     echo "== 3. profile_resnet at SINGA's documented setting"
     "$BUNDLE/bin/profile_resnet" --device cuda --verbosity 1 || status=1
-    "$BUNDLE/bin/profile_resnet" --device cuda --verbosity 2 || status=1
+    "$BUNDLE/bin/profile_resnet" --device cuda --verbosity 2 --json "$BUNDLE/singa.json" || status=1
+    echo "== 3b. predicted against measured (the measured phases are printed above)"
+    "$BUNDLE/bin/wick-prof" predict "$BUNDLE/singa.json" --device h200 || status=1
+    if "$PYTHON" -c 'import torch, torchvision; assert torch.cuda.is_available()' 2>/dev/null; then
+        "$PYTHON" scripts/torch_gpu_step.py || status=1
+    else
+        echo "gpu-check: no PyTorch with CUDA here; the side-by-side step is not run"
+    fi
     echo "== 4. infer_resnet --bench"
     "$BUNDLE/bin/infer_resnet" --device cuda --bench || status=1
     echo "== 5. train_resnet --dist nccl on one GPU (NCCL from the machine's nvidia-nccl wheel)"

@@ -3,6 +3,7 @@
 //!   wick-prof diff A.json B.json            # exit 1 on a significant regression
 //!   wick-prof report P.json -o report.html  # one self-contained file
 //!   wick-prof report B.json --diff A.json   # with the diff view against A
+//!   wick-prof predict P.json --device h200  # the step predicted on a GPU
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,7 +11,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use wick::graph::file_roles::FileRoles;
-use wick::graph::profiler::{diff, diff_runs, html, DiffOptions};
+use wick::graph::profiler::gpu_prediction::predict;
+use wick::graph::profiler::{diff, diff_runs, html, DeviceSheet, DiffOptions};
 use wick::graph::Profile;
 
 #[derive(Parser)]
@@ -76,6 +78,20 @@ enum Command {
         /// A baseline profile: adds the diff view (this profile against the baseline).
         #[arg(long)]
         diff: Option<PathBuf>,
+    },
+    /// Predicts the training step on a GPU from a profile taken on any device: per op
+    /// type its FLOPs and bytes against the GPU's datasheet, and its kernel launches with
+    /// wick's CUDA kernels and with candle's generic tensor ops.
+    Predict {
+        /// The profile.
+        profile: PathBuf,
+        /// h200, h100 or a100, or a datasheet JSON file (the fields of
+        /// crates/graph/src/profiler/gpu_datasheets.json, one object).
+        #[arg(long, default_value = "h200")]
+        device: String,
+        /// Also write the prediction as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
     },
 }
 
@@ -183,7 +199,54 @@ fn run() -> Result<ExitCode> {
             println!("report written to {}", output.display());
             Ok(ExitCode::SUCCESS)
         }
+        Command::Predict {
+            profile,
+            device,
+            json,
+        } => {
+            let mut files = FileRoles::default();
+            files.input("PROFILE", &profile)?;
+            if let Some(path) = &json {
+                files.output("--json", path)?;
+            }
+            let sheet = datasheet(&device)?;
+            let p = read(&profile)?;
+            anyhow::ensure!(
+                !p.ops.is_empty(),
+                "{}: the profile has no per-op rows; take it at --verbosity 2",
+                profile.display()
+            );
+            let prediction = predict(&p, &sheet);
+            print!("{prediction}");
+            if let Some(path) = &json {
+                let text = serde_json::to_string_pretty(&prediction)?;
+                wick::graph::output::write_bytes_atomically(path, text.as_bytes())?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
+}
+
+/// A known datasheet by name, or one read from a JSON file.
+fn datasheet(device: &str) -> Result<DeviceSheet> {
+    if let Some(sheet) = DeviceSheet::named(device) {
+        return Ok(sheet);
+    }
+    let path = Path::new(device);
+    anyhow::ensure!(
+        path.is_file(),
+        "--device {device}: neither a known GPU ({}) nor a datasheet file",
+        DeviceSheet::known()
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {device}"))?;
+    let sheet: DeviceSheet =
+        serde_json::from_str(&text).with_context(|| format!("{device}: not a datasheet"))?;
+    sheet.validate().map_err(anyhow::Error::msg)?;
+    Ok(sheet)
 }
 
 fn main() -> ExitCode {

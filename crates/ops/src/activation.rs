@@ -13,6 +13,10 @@ const OP: &str = "relu";
 pub fn relu(x: &Tensor) -> Result<Tensor> {
     match (route(x.device()), x.dtype()) {
         (Route::Cpu, DType::F32 | DType::F64) => dispatch_float!(OP, x.dtype(), relu_cpu(x)),
+        #[cfg(feature = "cuda")]
+        (Route::Cuda, DType::F32 | DType::F64) => {
+            crate::gpu::families::activation_forward(OP, "relu", x, 0.0)
+        }
         // candle's relu is `max(x, 0)`, which maps NaN to 0 on the GPU.
         _ => x
             .le(0.0)
@@ -30,6 +34,13 @@ pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     if route(x.device()) == Route::Cpu && x.dtype() == grad_y.dtype() {
         return dispatch_float!(OP, x.dtype(), relu_backward_cpu(grad_y, x));
+    }
+    #[cfg(feature = "cuda")]
+    if route(x.device()) == Route::Cuda
+        && x.dtype() == grad_y.dtype()
+        && matches!(x.dtype(), DType::F32 | DType::F64)
+    {
+        return crate::gpu::families::activation_backward(OP, "relu", grad_y, x, 0.0);
     }
     let mask = x.le(0.0).ctx(OP)?;
     mask.where_cond(&grad_y.zeros_like().ctx(OP)?, grad_y)

@@ -97,6 +97,20 @@ pub fn adam_step(
     if step == 0 {
         return Err(OpError::invalid(OP, "the step number is 1-based, got 0"));
     }
+    #[cfg(feature = "cuda")]
+    if crate::kernel::route(param.device()) == crate::kernel::Route::Cuda
+        && matches!(param.dtype(), DType::F32 | DType::F64)
+    {
+        // New tensors, as on every path: copies updated by wick's multi-tensor kernel in
+        // one launch (instead of a dozen tensor ops).
+        let fresh = |t: Option<&Tensor>| match t {
+            Some(t) => t.contiguous().ctx(OP)?.copy().ctx(OP),
+            None => param.zeros_like().ctx(OP),
+        };
+        let (w, m, v) = (fresh(Some(param))?, fresh(exp_avg)?, fresh(exp_avg_sq)?);
+        crate::gpu::optimizer::adam_multi_tensor(OP, &[&w], &[grad], [&[&m], &[&v]], step, p)?;
+        return Ok((w, m, v));
+    }
     let mut param = param.clone();
     let mut grad = grad.clone();
     if p.weight_decay != 0.0 {

@@ -16,12 +16,24 @@ fn on_cpu_kernel(a: &Tensor, b: &Tensor) -> bool {
         && matches!(a.dtype(), DType::F32 | DType::F64)
 }
 
+/// Whether wick's CUDA kernel takes `a` and `b`: f32 or f64 CUDA tensors of one dtype.
+#[cfg(feature = "cuda")]
+fn on_cuda_kernel(a: &Tensor, b: &Tensor) -> bool {
+    route(a.device()) == Route::Cuda
+        && a.dtype() == b.dtype()
+        && matches!(a.dtype(), DType::F32 | DType::F64)
+}
+
 /// `a + b` for two tensors of the same shape (no broadcasting: a shape mismatch in a
 /// residual connection is a model bug, and gets an error naming both shapes).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
     if on_cpu_kernel(a, b) {
         return dispatch_float!(OP, a.dtype(), add_cpu(a, b));
+    }
+    #[cfg(feature = "cuda")]
+    if on_cuda_kernel(a, b) {
+        return crate::gpu::families::binary(OP, "add", a, b);
     }
     (a + b).ctx(OP)
 }
@@ -36,6 +48,10 @@ pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
     if on_cpu_kernel(a, b) {
         return dispatch_float!(OP, a.dtype(), add_relu_cpu(a, b));
+    }
+    #[cfg(feature = "cuda")]
+    if on_cuda_kernel(a, b) {
+        return crate::gpu::families::binary(OP, "add_relu", a, b);
     }
     crate::activation::relu(&(a + b).ctx(OP)?)
 }

@@ -108,6 +108,12 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     if labels.device().is_cpu() {
         check_labels(labels, c)?;
     }
+    #[cfg(feature = "cuda")]
+    if crate::kernel::route(logits.device()) == crate::kernel::Route::Cuda
+        && matches!(logits.dtype(), DType::F32 | DType::F64)
+    {
+        return crate::gpu::families::cross_entropy(OP, logits, labels);
+    }
     let log_probs = log_softmax(logits)?;
     let picked = log_probs
         .gather(&labels_u32(labels)?.unsqueeze(1).ctx(OP)?, 1)
@@ -132,6 +138,12 @@ pub fn cross_entropy_backward(
                 grad_loss.dims()
             ),
         ));
+    }
+    #[cfg(feature = "cuda")]
+    if crate::kernel::route(logits.device()) == crate::kernel::Route::Cuda
+        && matches!(logits.dtype(), DType::F32 | DType::F64)
+    {
+        return crate::gpu::families::cross_entropy_backward(OP, grad_loss, logits, labels);
     }
     let probs = log_softmax(logits)?.exp().ctx(OP)?;
     let classes = Tensor::arange(0u32, c as u32, logits.device())

@@ -147,6 +147,32 @@ pub fn sgd_step_in_place_checked(
     sgd_in_place(param, grad, momentum_buf, p, true)
 }
 
+/// One parameter's update on CUDA: the multi-tensor kernel with one tensor (one launch).
+/// Its non-finite flag stays on the device: the check is left to the caller.
+#[cfg(feature = "cuda")]
+fn sgd_cuda(
+    param: &Tensor,
+    grad: &Tensor,
+    momentum_buf: Option<&Tensor>,
+    p: &SgdParams,
+) -> Result<(Tensor, Option<Tensor>, FiniteCheck)> {
+    p.validate()?;
+    crate::shape::same(OP, "gradient", grad.dims(), "parameter", param.dims())?;
+    crate::cpu::same_dtype(OP, param.dtype(), &[("gradient", grad)])?;
+    let (buf, first_step) = match (p.momentum != 0.0, momentum_buf) {
+        (false, _) => (None, false),
+        (true, Some(b)) => {
+            crate::shape::same(OP, "momentum buffer", b.dims(), "parameter", param.dims())?;
+            (Some(b.clone()), false)
+        }
+        // The first step writes the buffer whole: its zeros are never read.
+        (true, None) => (Some(param.zeros_like().ctx(OP)?), true),
+    };
+    let bufs: Option<Vec<&Tensor>> = buf.as_ref().map(|b| vec![b]);
+    crate::gpu::optimizer::sgd_multi_tensor(OP, &[param], &[grad], bufs.as_deref(), p, first_step)?;
+    Ok((param.clone(), buf, FiniteCheck::Unchecked))
+}
+
 fn sgd_in_place(
     param: &Tensor,
     grad: &Tensor,
@@ -161,6 +187,17 @@ fn sgd_in_place(
         )
         && param.is_contiguous()
         && momentum_buf.is_none_or(|b| b.is_contiguous());
+    #[cfg(feature = "cuda")]
+    if route(param.device()) == Route::Cuda
+        && matches!(
+            param.dtype(),
+            candle_core::DType::F32 | candle_core::DType::F64
+        )
+        && param.is_contiguous()
+        && momentum_buf.is_none_or(|b| b.is_contiguous())
+    {
+        return sgd_cuda(param, grad, momentum_buf, p);
+    }
     if !cpu_float {
         let (w, b) = sgd_step(param, grad, momentum_buf, p)?;
         return Ok((w, b, FiniteCheck::Unchecked));

@@ -82,6 +82,22 @@ impl Activation {
         }
     }
 
+    /// The name of its kernels in `crates/ops/cuda/elementwise.cu`
+    /// (`<name>_forward_f32`, `<name>_backward_f64`...).
+    pub fn cuda_kernel(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "sigmoid",
+            Activation::Tanh => "tanh",
+            Activation::Silu => "silu",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Relu6 => "relu6",
+            Activation::Hardswish => "hardswish",
+            Activation::Hardsigmoid => "hardsigmoid",
+            Activation::LeakyRelu => "leaky_relu",
+        }
+    }
+
     /// Whether the gradient is computed from the forward output (sigmoid, tanh) rather
     /// than the input: the backward node then keeps the output alive, not the input.
     pub fn backward_reads_output(self) -> bool {
@@ -280,6 +296,10 @@ pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
     if route(x.device()) == Route::Cpu && matches!(x.dtype(), DType::F32 | DType::F64) {
         return dispatch_float!(op, x.dtype(), forward_cpu(kind, slope, x));
     }
+    #[cfg(feature = "cuda")]
+    if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
+        return crate::gpu::families::activation_forward(op, kind.cuda_kernel(), x, slope);
+    }
     forward_generic(kind, slope, x).ctx(op)
 }
 
@@ -348,6 +368,16 @@ pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -
     }
     if route(saved.device()) == Route::Cpu && matches!(saved.dtype(), DType::F32 | DType::F64) {
         return dispatch_float!(op, saved.dtype(), backward_cpu(kind, slope, grad_y, saved));
+    }
+    #[cfg(feature = "cuda")]
+    if route(saved.device()) == Route::Cuda && matches!(saved.dtype(), DType::F32 | DType::F64) {
+        return crate::gpu::families::activation_backward(
+            op,
+            kind.cuda_kernel(),
+            grad_y,
+            saved,
+            slope,
+        );
     }
     let d = derivative_generic(kind, slope, saved).ctx(op)?;
     (grad_y * d).ctx(op)

@@ -110,6 +110,12 @@ impl BatchNorm2dParams {
     }
 }
 
+/// Whether wick's CUDA kernels take `x`'s dtype (f32, f64).
+#[cfg(feature = "cuda")]
+fn float_dtype(x: &Tensor) -> bool {
+    matches!(x.dtype(), DType::F32 | DType::F64)
+}
+
 /// Checks that `input` is NCHW and each named per-channel shape is `[C]`.
 fn check_per_channel(input: &[usize], channel_params: &[(&str, &[usize])]) -> Result<()> {
     let c = nchw(OP, "input", input)?[1];
@@ -202,6 +208,19 @@ fn train(
     }
     match route(x.device()) {
         Route::Cpu => cpu::train(x, &layer, relu),
+        #[cfg(feature = "cuda")]
+        Route::Cuda if float_dtype(x) => crate::gpu::families::batch_norm_train(
+            OP,
+            x,
+            [
+                layer.weight,
+                layer.bias,
+                layer.running_mean,
+                layer.running_var,
+            ],
+            layer.p,
+            relu,
+        ),
         Route::Cuda | Route::Generic => {
             let mut out = generic::train(x, &layer)?;
             if relu {
@@ -272,6 +291,18 @@ pub fn batch_norm_eval(
     let (layer, _) = Layer::checked(x, [weight, bias, running_mean, running_var], p)?;
     match route(x.device()) {
         Route::Cpu => cpu::eval(x, &layer),
+        #[cfg(feature = "cuda")]
+        Route::Cuda if float_dtype(x) => crate::gpu::families::batch_norm_eval(
+            OP,
+            x,
+            [
+                layer.weight,
+                layer.bias,
+                layer.running_mean,
+                layer.running_var,
+            ],
+            layer.p.eps,
+        ),
         Route::Cuda | Route::Generic => generic::eval(x, &layer),
     }
 }
@@ -368,6 +399,15 @@ fn backward(
     crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
     match route(x.device()) {
         Route::Cpu => cpu::backward(grad_y, relu_out, x, weight, stats),
+        #[cfg(feature = "cuda")]
+        Route::Cuda if float_dtype(x) && matches!(stats, Stats::Batch { .. }) => {
+            let Stats::Batch { mean, inv_std } = stats else {
+                unreachable!("matched above")
+            };
+            crate::gpu::families::batch_norm_train_backward(
+                OP, grad_y, relu_out, x, weight, mean, inv_std,
+            )
+        }
         Route::Cuda | Route::Generic => match relu_out {
             Some(z) => {
                 let grad_y = crate::activation::relu_backward(grad_y, z)?;

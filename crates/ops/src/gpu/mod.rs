@@ -19,5 +19,12 @@ mod launch;
 
 pub use launch::{ChunkTable, Launch, BLOCK, CHUNK_LEN};
 
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+#[cfg(feature = "cuda")]
+pub(crate) mod families;
+#[cfg(feature = "cuda")]
+pub(crate) mod optimizer;
+
 #[cfg(feature = "emulate")]
 pub mod emulated;

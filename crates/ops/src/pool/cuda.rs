@@ -1,72 +1,20 @@
 //! wick's own CUDA kernels, for the ops candle has no (correct) CUDA kernel for: padded
 //! max and average pooling and their backward. The source (`kernels.cu`) travels with
-//! the crate and is compiled at run time with NVRTC, once per device.
+//! the crate and is compiled at run time with NVRTC, once per device, by
+//! [`crate::gpu::cuda::module`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use candle_core::cuda::cudarc::driver::{
-    CudaModule, CudaSlice, CudaView, LaunchConfig, PushKernelArg,
-};
-use candle_core::cuda::cudarc::nvrtc::compile_ptx;
-use candle_core::{CudaDevice, CudaStorage, DType, Device, Storage, Tensor};
+use candle_core::cuda::cudarc::driver::{CudaModule, CudaView, LaunchConfig, PushKernelArg};
+use candle_core::{CudaDevice, DType, Storage, Tensor};
 
 use crate::error::{CandleContext, OpError, Result};
-
-const POOL_SOURCE: &str = include_str!("kernels.cu");
-
-/// The pooling module on `dev`, compiled on first use.
-fn pool_module(op: &'static str, dev: &CudaDevice) -> Result<Arc<CudaModule>> {
-    static MODULES: OnceLock<Mutex<HashMap<candle_core::cuda::DeviceId, Arc<CudaModule>>>> =
-        OnceLock::new();
-    let mut cache = MODULES
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| OpError::invalid(op, "kernel cache poisoned"))?;
-    if let Some(m) = cache.get(&dev.id()) {
-        return Ok(m.clone());
-    }
-    let ptx = compile_ptx(POOL_SOURCE).map_err(|e| OpError::Cuda {
-        op,
-        message: format!("NVRTC failed to compile kernels.cu: {e:?}"),
-    })?;
-    let module = dev
-        .cuda_stream()
-        .context()
-        .load_module(ptx)
-        .map_err(|e| OpError::Cuda {
-            op,
-            message: format!("loading the pooling kernels: {e:?}"),
-        })?;
-    cache.insert(dev.id(), module.clone());
-    Ok(module)
-}
-
-fn cuda_err(
-    op: &'static str,
-    what: &'static str,
-) -> impl FnOnce(candle_core::cuda::cudarc::driver::DriverError) -> OpError {
-    move |e| OpError::Cuda {
-        op,
-        message: format!("{what}: {e:?}"),
-    }
-}
-
-/// The CUDA device of `t`.
-pub(crate) fn device_of(op: &'static str, t: &Tensor) -> Result<CudaDevice> {
-    match t.device() {
-        Device::Cuda(d) => Ok(d.clone()),
-        other => Err(OpError::Unsupported {
-            op,
-            what: format!("a CUDA kernel asked for a tensor on {:?}", other.location()),
-        }),
-    }
-}
+use crate::gpu::cuda::{cuda_err, device_of, module, wrap, Source};
 
 /// The CUDA device of `t` and the pooling module compiled for it.
 fn device_and_module(op: &'static str, t: &Tensor) -> Result<(CudaDevice, Arc<CudaModule>)> {
     let dev = device_of(op, t)?;
-    let module = pool_module(op, &dev)?;
+    let module = module(op, &dev, Source::Pool)?;
     Ok((dev, module))
 }
 
@@ -87,19 +35,6 @@ fn with_view<T: candle_core::cuda::CudaDType, R>(
     let slice = cs.as_cuda_slice::<T>().ctx(op)?;
     let start = layout.start_offset();
     f(slice.slice(start..start + layout.shape().elem_count()))
-}
-
-fn wrap<T: candle_core::cuda::CudaDType>(
-    slice: CudaSlice<T>,
-    dev: &CudaDevice,
-    shape: &[usize],
-) -> Tensor {
-    Tensor::from_storage(
-        Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone())),
-        shape,
-        candle_core::op::BackpropOp::none(),
-        false,
-    )
 }
 
 /// Sizes passed to every pooling kernel: H, W, OH, OW, kh, kw, sh, sw, ph, pw.

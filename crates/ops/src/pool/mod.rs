@@ -336,6 +336,10 @@ pub fn global_avg_pool(x: &Tensor) -> Result<Tensor> {
     if route(x.device()) == Route::Cpu && matches!(x.dtype(), DType::F32 | DType::F64) {
         return dispatch_float!(GAP, x.dtype(), cpu_global::forward(x, dims));
     }
+    #[cfg(feature = "cuda")]
+    if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
+        return crate::gpu::families::global_avg_pool(GAP, x, dims);
+    }
     x.mean_keepdim(3).ctx(GAP)?.mean_keepdim(2).ctx(GAP)
 }
 
@@ -355,6 +359,10 @@ pub fn global_avg_pool_backward(grad_y: &Tensor, input_shape: &[usize]) -> Resul
             grad_y.dtype(),
             cpu_global::backward(grad_y, [n, c, h, w])
         );
+    }
+    #[cfg(feature = "cuda")]
+    if route(grad_y.device()) == Route::Cuda && matches!(grad_y.dtype(), DType::F32 | DType::F64) {
+        return crate::gpu::families::global_avg_pool_backward(GAP, grad_y, [n, c, h, w]);
     }
     (grad_y / (h * w) as f64)
         .ctx(GAP)?

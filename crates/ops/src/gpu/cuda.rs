@@ -1,0 +1,206 @@
+//! Running wick's kernels on a CUDA device: each kernel file is compiled with NVRTC once
+//! per device and kept (modules are loaded once and cached); launches go on the device's
+//! stream (candle's: one per device, so one per executor), with the [`Launch`] this
+//! module's callers compute; nothing here synchronises with the host. Outputs are
+//! allocated uninitialised when the kernel writes every element.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::cuda::cudarc::driver::{CudaModule, CudaSlice, CudaView, LaunchConfig};
+use candle_core::cuda::cudarc::nvrtc::compile_ptx;
+use candle_core::cuda::CudaDType;
+use candle_core::{CudaDevice, CudaStorage, DType, Device, Layout, Storage, Tensor};
+
+use super::Launch;
+use crate::error::{CandleContext, OpError, Result};
+
+/// A CUDA source file of wick, compiled as one module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    BatchNorm,
+    Elementwise,
+    GlobalPool,
+    CrossEntropy,
+    Optimizer,
+    Pool,
+}
+
+const COMMON: &str = include_str!("../../cuda/common.cuh");
+
+impl Source {
+    /// The file's text, with the shared header in front (NVRTC has no include path).
+    fn text(self) -> String {
+        let file = match self {
+            Source::BatchNorm => include_str!("../../cuda/batchnorm.cu"),
+            Source::Elementwise => include_str!("../../cuda/elementwise.cu"),
+            Source::GlobalPool => include_str!("../../cuda/global_pool.cu"),
+            Source::CrossEntropy => include_str!("../../cuda/cross_entropy.cu"),
+            Source::Optimizer => include_str!("../../cuda/optimizer.cu"),
+            Source::Pool => include_str!("../pool/kernels.cu"),
+        };
+        format!("#define WICK_RUNTIME_SOURCE\n{COMMON}\n{file}")
+    }
+}
+
+/// The module of `source` on `dev`, compiled on first use.
+pub(crate) fn module(
+    op: &'static str,
+    dev: &CudaDevice,
+    source: Source,
+) -> Result<Arc<CudaModule>> {
+    type Cache = HashMap<(candle_core::cuda::DeviceId, Source), Arc<CudaModule>>;
+    static MODULES: OnceLock<Mutex<Cache>> = OnceLock::new();
+    let mut cache = MODULES
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| OpError::invalid(op, "CUDA module cache poisoned"))?;
+    if let Some(m) = cache.get(&(dev.id(), source)) {
+        return Ok(m.clone());
+    }
+    let ptx = compile_ptx(source.text()).map_err(|e| OpError::Cuda {
+        op,
+        message: format!("NVRTC failed to compile wick's {source:?} kernels: {e:?}"),
+    })?;
+    let module = dev
+        .cuda_stream()
+        .context()
+        .load_module(ptx)
+        .map_err(|e| OpError::Cuda {
+            op,
+            message: format!("loading wick's {source:?} kernels: {e:?}"),
+        })?;
+    cache.insert((dev.id(), source), module.clone());
+    Ok(module)
+}
+
+/// A driver error as an [`OpError`] naming the op and what failed.
+pub(crate) fn cuda_err(
+    op: &'static str,
+    what: &'static str,
+) -> impl FnOnce(candle_core::cuda::cudarc::driver::DriverError) -> OpError {
+    move |e| OpError::Cuda {
+        op,
+        message: format!("{what}: {e:?}"),
+    }
+}
+
+/// The CUDA device of `t`.
+pub(crate) fn device_of(op: &'static str, t: &Tensor) -> Result<CudaDevice> {
+    match t.device() {
+        Device::Cuda(d) => Ok(d.clone()),
+        other => Err(OpError::Unsupported {
+            op,
+            what: format!("a CUDA kernel asked for a tensor on {:?}", other.location()),
+        }),
+    }
+}
+
+/// The elements of a contiguous CUDA tensor's storage as a view (`layout` from
+/// `storage_and_layout`).
+pub(crate) fn view<'a, T: CudaDType>(
+    op: &'static str,
+    storage: &'a Storage,
+    layout: &Layout,
+) -> Result<CudaView<'a, T>> {
+    let Storage::Cuda(cs) = storage else {
+        return Err(OpError::Unsupported {
+            op,
+            what: "a CUDA kernel asked for a non-CUDA tensor".into(),
+        });
+    };
+    if !layout.is_contiguous() {
+        return Err(OpError::invalid(
+            op,
+            "a CUDA kernel asked for a strided tensor",
+        ));
+    }
+    let slice = cs.as_cuda_slice::<T>().ctx(op)?;
+    let start = layout.start_offset();
+    Ok(slice.slice(start..start + layout.shape().elem_count()))
+}
+
+/// A tensor of `shape` on `dev` over `slice`.
+pub(crate) fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: &[usize]) -> Tensor {
+    Tensor::from_storage(
+        Storage::Cuda(CudaStorage::wrap_cuda_slice(slice, dev.clone())),
+        shape,
+        candle_core::op::BackpropOp::none(),
+        false,
+    )
+}
+
+/// `len` uninitialised elements on `dev`'s stream, for an output the kernel writes whole.
+pub(crate) fn output<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
+    op: &'static str,
+    dev: &CudaDevice,
+    len: usize,
+) -> Result<CudaSlice<T>> {
+    // SAFETY: every caller launches a kernel that writes all `len` elements before the
+    // slice is read.
+    unsafe { dev.cuda_stream().alloc::<T>(len.max(1)) }
+        .map_err(cuda_err(op, "allocating an output"))
+}
+
+impl From<Launch> for LaunchConfig {
+    fn from(l: Launch) -> LaunchConfig {
+        LaunchConfig {
+            grid_dim: (l.grid[0], l.grid[1], l.grid[2]),
+            block_dim: (l.block[0], l.block[1], l.block[2]),
+            shared_mem_bytes: 0,
+        }
+    }
+}
+
+/// The `f32`/`f64` suffix of a kernel name, or an error for another dtype.
+pub(crate) fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::F32 => Ok("f32"),
+        DType::F64 => Ok("f64"),
+        other => Err(OpError::Unsupported {
+            op,
+            what: format!("dtype {other:?} in wick's CUDA kernels (f32, f64)"),
+        }),
+    }
+}
+
+/// Launches `name` of `source` on `dev` with `launch` and the arguments, in order.
+macro_rules! launch {
+    ($op:expr, $dev:expr, $source:expr, $name:expr, $launch:expr, [$($arg:expr),* $(,)?]) => {{
+        use candle_core::cuda::cudarc::driver::PushKernelArg;
+        let module = $crate::gpu::cuda::module($op, &$dev, $source)?;
+        let func = module
+            .load_function(&$name)
+            .map_err($crate::gpu::cuda::cuda_err($op, "loading a kernel"))?;
+        let stream = $dev.cuda_stream();
+        let mut b = stream.launch_builder(&func);
+        $( b.arg($arg); )*
+        // SAFETY: the argument list matches the kernel's signature in crates/ops/cuda,
+        // and every buffer holds what the kernel indexes under this launch (the same
+        // launch the emulated tests run).
+        unsafe { b.launch(candle_core::cuda::cudarc::driver::LaunchConfig::from($launch)) }
+            .map_err($crate::gpu::cuda::cuda_err($op, "launching a kernel"))?;
+    }};
+}
+pub(crate) use launch;
+
+/// Runs `$body` with `$t` bound to f32 or f64, as `$dtype` says.
+macro_rules! dispatch {
+    ($op:expr, $dtype:expr, $t:ident => $body:expr) => {
+        match $dtype {
+            candle_core::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            candle_core::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+            other => Err($crate::error::OpError::Unsupported {
+                op: $op,
+                what: format!("dtype {other:?} in wick's CUDA kernels (f32, f64)"),
+            }),
+        }
+    };
+}
+pub(crate) use dispatch;
