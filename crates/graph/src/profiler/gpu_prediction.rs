@@ -16,6 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::profile::Profile;
+use crate::ir::Phase;
 use wick_ops::KernelClass;
 
 /// A GPU's peaks, as its datasheet gives them, and the assumptions that turn peaks into
@@ -170,6 +171,8 @@ pub struct GpuPrediction {
     pub unknown_kernels: Vec<String>,
     /// Images per step (the profile's batch), when the profile records one.
     pub batch: Option<usize>,
+    /// Predicted seconds per phase (forward, backward, optimizer) on wick's path.
+    pub phase_sec: [f64; 3],
 }
 
 impl GpuPrediction {
@@ -189,25 +192,13 @@ impl GpuPrediction {
             (w + r.launches.wick as u64, g + r.launches.generic as u64)
         })
     }
-
-    /// Predicted seconds of the forward and of the backward phase on wick's path (SINGA's
-    /// two figures), from the rows' names.
-    pub fn forward_backward_sec(&self) -> (f64, f64) {
-        let backward = |n: &str| n.contains("Backward") || n == "SgdUpdate" || n == "AdamUpdate";
-        self.rows.iter().fold((0.0, 0.0), |(f, b), r| {
-            if backward(&r.name) {
-                (f, b + r.wick_sec)
-            } else {
-                (f + r.wick_sec, b)
-            }
-        })
-    }
 }
 
 /// The predicted step of `profile`'s graph on `device`.
 pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
     let mut rows: Vec<PredictedRow> = Vec::new();
     let mut unknown = Vec::new();
+    let mut phase_sec = [0.0; 3];
     for op in &profile.ops {
         let known = launches(&op.name);
         if known.is_none() && !unknown.contains(&op.name) {
@@ -259,7 +250,9 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
             device.memory_efficiency
         };
         let kernel_sec = compute.max(memory) / efficiency;
-        row.wick_sec += kernel_sec.max(l.wick as f64 * device.launch_sec);
+        let wick_sec = kernel_sec.max(l.wick as f64 * device.launch_sec);
+        row.wick_sec += wick_sec;
+        phase_sec[Phase::ALL.iter().position(|p| *p == op.phase).unwrap_or(0)] += wick_sec;
         // Each generic launch past wick's count is one more pass over the op's output.
         let out_bytes: u64 = op
             .output_shapes
@@ -278,6 +271,7 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
         rows,
         unknown_kernels: unknown,
         batch: (profile.run.batch > 0).then_some(profile.run.batch),
+        phase_sec,
     }
 }
 
@@ -324,13 +318,14 @@ impl std::fmt::Display for GpuPrediction {
             )?;
         }
         let (lw, lg) = self.launches();
-        let (fwd, bwd) = self.forward_backward_sec();
+        let [fwd, bwd, opt] = self.phase_sec;
         writeln!(
             f,
-            "  step: {:.2} ms with wick's kernels ({lw} launches; forward {:.2} ms, backward and update {:.2} ms), {:.2} ms on candle's generic path ({lg} launches)",
+            "  step: {:.2} ms with wick's kernels ({lw} launches; forward {:.2} ms, backward {:.2} ms, optimizer {:.2} ms), {:.2} ms on candle's generic path ({lg} launches)",
             self.step_sec() * 1e3,
             fwd * 1e3,
             bwd * 1e3,
+            opt * 1e3,
             self.generic_step_sec() * 1e3
         )?;
         if let Some(b) = self.batch {
