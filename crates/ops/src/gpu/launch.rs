@@ -57,7 +57,7 @@ impl Launch {
         }
     }
 
-    /// One thread per element of `n`, grid-stride beyond [`MAX_BLOCKS`] blocks.
+    /// One thread per element of `n`, grid-stride beyond 65536 blocks.
     pub fn elementwise(n: usize) -> Launch {
         Launch::linear((n as u64).div_ceil(BLOCK as u64))
     }

@@ -12,7 +12,7 @@
 //!   (compiled with NVRTC once per device, then cached).
 //! - With the `emulate` feature (wick-ops' own tests), `build.rs` compiles the same
 //!   source for the host with a CPU emulation of the grid (`cuda/emulator`), and
-//!   [`emulated`] holds the generated entry points: the tests named `emulated_*` run every
+//!   `gpu::emulated` holds the generated entry points: the tests named `emulated_*` run every
 //!   kernel against wick's CPU kernels with no GPU and no CUDA installed.
 
 mod launch;
