@@ -87,6 +87,7 @@ fn run() -> Result<()> {
     if let Some(path) = &a.output {
         files.output("--output", path)?;
     }
+    common::at_least_one("--batch-size", a.batch_size)?;
     if a.bench {
         common::at_least_one("--reps", a.reps)?;
         common::at_most_repeats("--reps", a.reps)?;

@@ -60,6 +60,7 @@ fn run() -> Result<()> {
     let config = a.model.config("resnet50")?;
     a.profile.check(&mut FileRoles::default())?;
     let batch = a.batch_size.unwrap_or(if gpu { 32 } else { 2 });
+    common::at_least_one("--batch-size", batch)?;
     let size = a
         .image_size
         .unwrap_or(ImageSize::square(if gpu { 224 } else { 64 }));

@@ -174,3 +174,64 @@ fn wick_replaces_only_its_own_checkpoints_and_one_run_writes_a_folder() {
     assert!(!p.join("ck3/.wick-lock").exists(), "the lock is released");
     println!("checkpoint ownership and locking: 4 cases");
 }
+
+/// Sets `field.<key>` in the metadata of a checkpoint's training state, leaving its
+/// tensors as they are.
+fn set_state_field(ckpt: &Path, key: &str, value: &str) {
+    let path = ckpt.join("training.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    header["__metadata__"][format!("field.{key}")] = value.into();
+    let mut text = serde_json::to_string(&header).unwrap();
+    while !text.len().is_multiple_of(8) {
+        text.push(' ');
+    }
+    let mut out = (text.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(&path, out).unwrap();
+}
+
+/// The `best` checkpoint's accuracy carries through a resume, also from a checkpoint
+/// written at an epoch's end before that epoch's evaluation: a resumed run whose models
+/// all score below `best` leaves `best` as it was.
+#[test]
+fn best_is_never_replaced_by_a_worse_model_after_a_resume() {
+    let d = common::scratch("wick-resume-best-");
+    let p = d.path();
+    ok(&train(
+        p,
+        &["--steps", "4", "--checkpoint-dir", "ck", "--keep", "5"],
+    ));
+    let best = p.join("ck/best");
+    // No model of this run reaches an accuracy of 2 (200%): `best` must stay.
+    set_state_field(&best, "best_accuracy", "2");
+    let before = std::fs::read(best.join("model.safetensors")).unwrap();
+    // Back to the end of epoch 1, whose checkpoint was written before its evaluation.
+    std::fs::remove_dir_all(p.join("ck/step-4")).unwrap();
+    let resume = [
+        "--steps",
+        "4",
+        "--checkpoint-dir",
+        "ck",
+        "--keep",
+        "5",
+        "--resume",
+        "ck",
+    ];
+    ok(&train(p, &resume));
+    assert_eq!(
+        std::fs::read(best.join("model.safetensors")).unwrap(),
+        before,
+        "a worse model replaced best after the resume"
+    );
+    // Without the carried accuracy the same resume does replace it (the test can fail).
+    set_state_field(&best, "best_accuracy", "-inf");
+    std::fs::remove_dir_all(p.join("ck/step-4")).unwrap();
+    ok(&train(p, &resume));
+    assert_ne!(
+        std::fs::read(best.join("model.safetensors")).unwrap(),
+        before
+    );
+}

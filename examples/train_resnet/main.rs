@@ -382,11 +382,23 @@ impl<'a> TrainLoop<'a> {
                 .collect(),
             _ => String::new(),
         };
-        // The best checkpoint's accuracy carries over, so a worse model never replaces it.
+        // The best checkpoint's accuracy carries over, so a worse model never replaces it:
+        // the resumed checkpoint's, or the `best` folder's own when higher (a checkpoint
+        // at an epoch's end is written before that epoch's evaluation).
+        let accuracy = |fields: &std::collections::BTreeMap<String, String>| {
+            fields
+                .get("best_accuracy")
+                .and_then(|b| b.parse::<f64>().ok())
+        };
+        let best_folder = resumed
+            .and(plan.checkpoints.as_ref())
+            .and_then(|dir| resume::read_state(&dir.join("best")).ok())
+            .and_then(|s| accuracy(&s.fields));
         let best = resumed
-            .and_then(|r| r.fields.get("best_accuracy"))
-            .and_then(|b| b.parse().ok())
-            .unwrap_or(f64::NEG_INFINITY);
+            .and_then(|r| accuracy(&r.fields))
+            .into_iter()
+            .chain(best_folder)
+            .fold(f64::NEG_INFINITY, f64::max);
         TrainLoop {
             a,
             plan,

@@ -96,6 +96,13 @@ enum Command {
 }
 
 fn read(path: &Path) -> Result<Profile> {
+    // Only regular files: reading a FIFO or a device would wait forever or never end.
+    let meta = std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    anyhow::ensure!(
+        meta.is_file(),
+        "{}: not a regular file (a profile is a JSON file written by --json)",
+        path.display()
+    );
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Profile::from_json(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
@@ -241,6 +248,10 @@ fn datasheet(device: &str) -> Result<DeviceSheet> {
             .map(|d| d.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    );
+    anyhow::ensure!(
+        std::fs::metadata(path).is_ok_and(|m| m.is_file()),
+        "--device {device}: not a regular file"
     );
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {device}"))?;
     let sheet: DeviceSheet =

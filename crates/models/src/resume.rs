@@ -229,10 +229,8 @@ pub fn prune(dir: &Path, keep: usize) -> Result<()> {
     Ok(())
 }
 
-/// Loads checkpoint folder `ckpt` into `session` (a training session of the same model
-/// and batch shape) and returns its state.
-pub fn load(session: &mut Session, ckpt: &Path) -> Result<TrainingState> {
-    session.load_checkpoint(&ckpt.join(MODEL))?;
+/// The step, epoch and fields a checkpoint folder records, without loading its tensors.
+pub fn read_state(ckpt: &Path) -> Result<TrainingState> {
     let path = ckpt.join(TRAINING);
     let bytes = fs::read(&path).map_err(io(&path))?;
     let bad = |message: String| ModelError::Checkpoint {
@@ -255,9 +253,21 @@ pub fn load(session: &mut Session, ckpt: &Path) -> Result<TrainingState> {
             .filter_map(|(k, v)| Some((k.strip_prefix("field.")?.to_string(), v.clone())))
             .collect(),
     };
+    Ok(state)
+}
+
+/// Loads checkpoint folder `ckpt` into `session` (a training session of the same model
+/// and batch shape) and returns its state.
+pub fn load(session: &mut Session, ckpt: &Path) -> Result<TrainingState> {
+    session.load_checkpoint(&ckpt.join(MODEL))?;
+    let state = read_state(ckpt)?;
+    let path = ckpt.join(TRAINING);
     let tensors = read_safetensors(&path)?;
     session
         .set_optimizer_state(&tensors, state.step)
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|e| ModelError::Checkpoint {
+            path,
+            message: e.to_string(),
+        })?;
     Ok(state)
 }
