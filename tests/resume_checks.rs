@@ -208,9 +208,9 @@ fn best_is_never_replaced_by_a_worse_model_after_a_resume() {
     // No model of this run reaches an accuracy of 2 (200%): `best` must stay.
     set_state_field(&best, "best_accuracy", "2");
     let before = std::fs::read(best.join("model.safetensors")).unwrap();
-    // Back to the end of epoch 1, whose checkpoint was written before its evaluation.
-    std::fs::remove_dir_all(p.join("ck/step-4")).unwrap();
-    let resume = [
+    // Back to the end of epoch 1 (a checkpoint folder given directly), whose checkpoint
+    // was written before that epoch's evaluation.
+    let mut resume = [
         "--steps",
         "4",
         "--checkpoint-dir",
@@ -218,9 +218,10 @@ fn best_is_never_replaced_by_a_worse_model_after_a_resume() {
         "--keep",
         "5",
         "--resume",
-        "ck",
+        "ck/step-2",
     ];
-    ok(&train(p, &resume));
+    let out = ok(&train(p, &resume));
+    assert!(out.contains("resumed from ck/step-2 at step 2"), "{out}");
     assert_eq!(
         std::fs::read(best.join("model.safetensors")).unwrap(),
         before,
@@ -228,7 +229,9 @@ fn best_is_never_replaced_by_a_worse_model_after_a_resume() {
     );
     // Without the carried accuracy the same resume does replace it (the test can fail).
     set_state_field(&best, "best_accuracy", "-inf");
+    // The folder of the run's checkpoints: its latest, step 2 again.
     std::fs::remove_dir_all(p.join("ck/step-4")).unwrap();
+    resume[7] = "ck";
     ok(&train(p, &resume));
     assert_ne!(
         std::fs::read(best.join("model.safetensors")).unwrap(),

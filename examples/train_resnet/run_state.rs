@@ -41,12 +41,24 @@ pub(crate) fn resume_from(
     let Some(dir) = &a.resume else {
         return Ok(None);
     };
-    let (at, ckpt) = resume::periodic(dir)?.pop().ok_or_else(|| {
-        anyhow::anyhow!(
-            "--resume {}: no complete checkpoint there (a step-<N> folder with model.safetensors and training.safetensors)",
-            dir.display()
-        )
-    })?;
+    // A checkpoint folder itself, or the folder of a run's step-<N> checkpoints (then the
+    // latest).
+    let complete =
+        dir.join("model.safetensors").is_file() && dir.join("training.safetensors").is_file();
+    let (at, ckpt) = if complete {
+        let at = dir
+            .file_name()
+            .and_then(|n| n.to_str()?.strip_prefix("step-")?.parse().ok());
+        (at, dir.clone())
+    } else {
+        let (at, ckpt) = resume::periodic(dir)?.pop().ok_or_else(|| {
+            anyhow::anyhow!(
+                "--resume {}: no complete checkpoint there: neither a checkpoint folder (model.safetensors and training.safetensors) nor a folder of step-<N> checkpoints",
+                dir.display()
+            )
+        })?;
+        (Some(at), ckpt)
+    };
     let state = resume::load(session, &ckpt)?;
     for (name, now) in plan.trajectory.clone() {
         let Some(then) = state.fields.get(&format!("run.{name}")) else {
@@ -68,7 +80,7 @@ pub(crate) fn resume_from(
         );
     }
     if plan.lead() {
-        if at != state.step {
+        if let Some(at) = at.filter(|&at| at != state.step) {
             println!(
                 "note: {} holds step {}; its folder name says {at}: resuming at step {}",
                 ckpt.display(),
