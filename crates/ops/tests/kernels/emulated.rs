@@ -239,25 +239,29 @@ fn emulated_atomics_and_block_sums_are_exact_across_concurrent_blocks() {
 
 // ---- element-wise ----
 
-type Unary32 = unsafe extern "C" fn(
+/// An activation's forward kernel in element type `T`: (x, y, n, slope).
+pub type Unary<T> = unsafe extern "C" fn(
     *const Launch,
     *mut std::ffi::c_char,
     std::ffi::c_ulong,
-    *const f32,
-    *mut f32,
+    *const T,
+    *mut T,
     i64,
-    f32,
+    T,
 ) -> i32;
-type Backward32 = unsafe extern "C" fn(
+/// An activation's backward kernel: (grad_y, saved, grad_x, n, slope).
+pub type Backward<T> = unsafe extern "C" fn(
     *const Launch,
     *mut std::ffi::c_char,
     std::ffi::c_ulong,
-    *const f32,
-    *const f32,
-    *mut f32,
+    *const T,
+    *const T,
+    *mut T,
     i64,
-    f32,
+    T,
 ) -> i32;
+type Unary32 = Unary<f32>;
+type Backward32 = Backward<f32>;
 
 fn kernels_of(kind: Activation) -> (Unary32, Backward32) {
     match kind {
@@ -300,8 +304,9 @@ fn kernels_of(kind: Activation) -> (Unary32, Backward32) {
     }
 }
 
-fn call_unary(f: Unary32, x: &[f32], slope: f32) -> Vec<f32> {
-    let (xb, mut y) = (Buf::new("x", x), Buf::filled("y", x.len(), 0f32));
+/// Runs an activation's forward kernel on `x` with the element-wise launch.
+pub fn call_unary<T: Elem + Default>(f: Unary<T>, x: &[T], slope: T) -> Vec<T> {
+    let (xb, mut y) = (Buf::new("x", x), Buf::filled("y", x.len(), T::default()));
     let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
     let launch = Launch::elementwise(x.len());
     // SAFETY: both buffers hold x.len() values, as the kernel indexes.
@@ -320,11 +325,12 @@ fn call_unary(f: Unary32, x: &[f32], slope: f32) -> Vec<f32> {
     y.values()
 }
 
-fn call_backward(f: Backward32, g: &[f32], saved: &[f32], slope: f32) -> Vec<f32> {
+/// Runs an activation's backward kernel with the element-wise launch.
+pub fn call_backward<T: Elem + Default>(f: Backward<T>, g: &[T], saved: &[T], slope: T) -> Vec<T> {
     let (gb, sb, mut dx) = (
         Buf::new("g", g),
         Buf::new("saved", saved),
-        Buf::filled("dx", g.len(), 0f32),
+        Buf::filled("dx", g.len(), T::default()),
     );
     let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
     let launch = Launch::elementwise(g.len());

@@ -3,32 +3,15 @@
 //! momentum over the fixture's three steps (f32).
 
 use crate::common::Fixture;
-use crate::emulated::{assert_near, host, Buf};
+use crate::emulated::{assert_near, call_backward, call_unary, host, Backward, Buf, Unary};
 use candle_core::Device;
 use wick_ops::emulate;
-use wick_ops::gpu::emulated::{ffi, result, ERROR_LEN};
+use wick_ops::gpu::emulated::ffi;
 use wick_ops::gpu::{ChunkTable, Launch, CHUNK_LEN};
 use wick_ops::pointwise::Activation;
 
-type Forward64 = unsafe extern "C" fn(
-    *const Launch,
-    *mut std::ffi::c_char,
-    std::ffi::c_ulong,
-    *const f64,
-    *mut f64,
-    i64,
-    f64,
-) -> i32;
-type Backward64 = unsafe extern "C" fn(
-    *const Launch,
-    *mut std::ffi::c_char,
-    std::ffi::c_ulong,
-    *const f64,
-    *const f64,
-    *mut f64,
-    i64,
-    f64,
-) -> i32;
+type Forward64 = Unary<f64>;
+type Backward64 = Backward<f64>;
 
 fn v64(f: &Fixture, name: &str) -> Vec<f64> {
     host::<f64>(
@@ -41,46 +24,11 @@ fn v64(f: &Fixture, name: &str) -> Vec<f64> {
 }
 
 fn forward(k: Forward64, x: &[f64], slope: f64) -> Vec<f64> {
-    let (xb, mut y) = (Buf::new("x", x), Buf::filled("y", x.len(), 0f64));
-    let mut error = [0 as std::ffi::c_char; ERROR_LEN];
-    // SAFETY: both buffers hold x.len() values.
-    let code = unsafe {
-        k(
-            &Launch::elementwise(x.len()),
-            error.as_mut_ptr(),
-            ERROR_LEN as _,
-            xb.ptr(),
-            y.mut_ptr(),
-            x.len() as i64,
-            slope,
-        )
-    };
-    result(code, &error).unwrap();
-    y.values()
+    call_unary(k, x, slope)
 }
 
 fn backward(k: Backward64, g: &[f64], saved: &[f64], slope: f64) -> Vec<f64> {
-    let (gb, sb, mut dx) = (
-        Buf::new("g", g),
-        Buf::new("saved", saved),
-        Buf::filled("dx", g.len(), 0f64),
-    );
-    let mut error = [0 as std::ffi::c_char; ERROR_LEN];
-    // SAFETY: all three buffers hold g.len() values.
-    let code = unsafe {
-        k(
-            &Launch::elementwise(g.len()),
-            error.as_mut_ptr(),
-            ERROR_LEN as _,
-            gb.ptr(),
-            sb.ptr(),
-            dx.mut_ptr(),
-            g.len() as i64,
-            slope,
-        )
-    };
-    result(code, &error).unwrap();
-    dx.values()
+    call_backward(k, g, saved, slope)
 }
 
 fn kernels_of(kind: Activation) -> (&'static str, Forward64, Backward64) {
