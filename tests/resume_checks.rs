@@ -210,18 +210,12 @@ fn best_is_never_replaced_by_a_worse_model_after_a_resume() {
     let before = std::fs::read(best.join("model.safetensors")).unwrap();
     // Back to the end of epoch 1 (a checkpoint folder given directly), whose checkpoint
     // was written before that epoch's evaluation.
-    let mut resume = [
-        "--steps",
-        "4",
-        "--checkpoint-dir",
-        "ck",
-        "--keep",
-        "5",
-        "--resume",
-        "ck/step-2",
-    ];
+    // No --checkpoint-dir: the run's folder is the checkpoint's parent.
+    let mut resume = ["--steps", "4", "--keep", "5", "--resume", "ck/step-2"];
     let out = ok(&train(p, &resume));
     assert!(out.contains("resumed from ck/step-2 at step 2"), "{out}");
+    assert!(p.join("ck/step-4/model.safetensors").is_file());
+    assert!(!p.join("ck/step-2/step-4").exists());
     assert_eq!(
         std::fs::read(best.join("model.safetensors")).unwrap(),
         before,
@@ -231,7 +225,7 @@ fn best_is_never_replaced_by_a_worse_model_after_a_resume() {
     set_state_field(&best, "best_accuracy", "-inf");
     // The folder of the run's checkpoints: its latest, step 2 again.
     std::fs::remove_dir_all(p.join("ck/step-4")).unwrap();
-    resume[7] = "ck";
+    resume[5] = "ck";
     ok(&train(p, &resume));
     assert_ne!(
         std::fs::read(best.join("model.safetensors")).unwrap(),

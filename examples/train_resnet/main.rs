@@ -271,7 +271,10 @@ impl Plan {
             per_epoch,
             epochs,
             steps,
-            checkpoints: a.checkpoint_dir.clone().or_else(|| a.resume.clone()),
+            checkpoints: a
+                .checkpoint_dir
+                .clone()
+                .or_else(|| a.resume.as_deref().map(run_state::checkpoints_of)),
             checkpoint_every,
             top5: config.num_classes() >= 100,
             trajectory: Vec::new(),
@@ -382,23 +385,7 @@ impl<'a> TrainLoop<'a> {
                 .collect(),
             _ => String::new(),
         };
-        // The best checkpoint's accuracy carries over, so a worse model never replaces it:
-        // the resumed checkpoint's, or the `best` folder's own when higher (a checkpoint
-        // at an epoch's end is written before that epoch's evaluation).
-        let accuracy = |fields: &std::collections::BTreeMap<String, String>| {
-            fields
-                .get("best_accuracy")
-                .and_then(|b| b.parse::<f64>().ok())
-        };
-        let best_folder = resumed
-            .and(plan.checkpoints.as_ref())
-            .and_then(|dir| resume::read_state(&dir.join("best")).ok())
-            .and_then(|s| accuracy(&s.fields));
-        let best = resumed
-            .and_then(|r| accuracy(&r.fields))
-            .into_iter()
-            .chain(best_folder)
-            .fold(f64::NEG_INFINITY, f64::max);
+        let best = run_state::carried_best(resumed, plan.checkpoints.as_deref());
         TrainLoop {
             a,
             plan,

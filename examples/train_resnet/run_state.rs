@@ -43,9 +43,7 @@ pub(crate) fn resume_from(
     };
     // A checkpoint folder itself, or the folder of a run's step-<N> checkpoints (then the
     // latest).
-    let complete =
-        dir.join("model.safetensors").is_file() && dir.join("training.safetensors").is_file();
-    let (at, ckpt) = if complete {
+    let (at, ckpt) = if is_checkpoint(dir) {
         let at = dir
             .file_name()
             .and_then(|n| n.to_str()?.strip_prefix("step-")?.parse().ok());
@@ -91,6 +89,44 @@ pub(crate) fn resume_from(
         println!("resumed from {} at step {}", ckpt.display(), state.step);
     }
     Ok(Some(state))
+}
+
+/// Whether `dir` is one checkpoint (its model and training state), not a run's folder.
+fn is_checkpoint(dir: &std::path::Path) -> bool {
+    dir.join("model.safetensors").is_file() && dir.join("training.safetensors").is_file()
+}
+
+/// Where a run resumed from `resume` writes its checkpoints without --checkpoint-dir: the
+/// run's folder (the parent of a checkpoint given itself).
+pub(crate) fn checkpoints_of(resume: &std::path::Path) -> std::path::PathBuf {
+    match resume.parent() {
+        Some(parent) if is_checkpoint(resume) => parent.to_path_buf(),
+        _ => resume.to_path_buf(),
+    }
+}
+
+/// The best accuracy a resumed run starts from, so that a worse model never replaces
+/// `best`: the resumed checkpoint's, or the `best` folder's own in `checkpoints` when
+/// higher (a checkpoint at an epoch's end is written before that epoch's evaluation).
+/// Minus infinity for a fresh run.
+pub(crate) fn carried_best(
+    resumed: Option<&resume::TrainingState>,
+    checkpoints: Option<&std::path::Path>,
+) -> f64 {
+    let accuracy = |fields: &std::collections::BTreeMap<String, String>| {
+        fields
+            .get("best_accuracy")
+            .and_then(|b| b.parse::<f64>().ok())
+    };
+    let best_folder = resumed
+        .and(checkpoints)
+        .and_then(|dir| resume::read_state(&dir.join("best")).ok())
+        .and_then(|s| accuracy(&s.fields));
+    resumed
+        .and_then(|r| accuracy(&r.fields))
+        .into_iter()
+        .chain(best_folder)
+        .fold(f64::NEG_INFINITY, f64::max)
 }
 
 /// The augmentation in force, in words (synthetic data and batch files have none).

@@ -11,6 +11,7 @@ mod depthwise;
 mod elementwise;
 mod emulated;
 mod emulated_batchnorm;
+mod emulated_emulator;
 mod emulated_fixtures;
 mod emulated_optim;
 mod fused_train;

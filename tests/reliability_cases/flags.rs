@@ -1,0 +1,201 @@
+//! Cases on flags: numbers that do not parse or are out of range, and names that mean
+//! nothing.
+
+use super::*;
+
+/// The flag cases.
+pub fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    // Counts (at least 1) and other integers.
+    let counts: [(&'static str, &[&str], &[&str]); 4] = [
+        (
+            "train_resnet",
+            TRAIN,
+            &[
+                "--steps",
+                "--steps-per-epoch",
+                "--batch-size",
+                "--synthetic-classes",
+                "--loader-threads",
+                "--checkpoint-every",
+                "--keep",
+                "--threads",
+                "--num-classes",
+            ],
+        ),
+        (
+            "infer_resnet",
+            INFER,
+            &[
+                "--batch-size",
+                "--threads",
+                "--num-classes",
+                "--reps",
+                "--warmup",
+            ],
+        ),
+        (
+            "profile_resnet",
+            PROFILE,
+            &[
+                "--batch-size",
+                "--threads",
+                "--num-classes",
+                "--iterations",
+                "--skip",
+            ],
+        ),
+        (
+            "ops_tour",
+            OPS,
+            &["--batch", "--channels", "--size", "--reps"],
+        ),
+    ];
+    for (program, base, flags) in counts {
+        for flag in flags {
+            for value in NOT_A_COUNT {
+                v.push(refused(program, base, flag, value, names_of(flag)));
+            }
+        }
+    }
+    // Zero where at least one is needed.
+    for (program, base, flags) in [
+        (
+            "train_resnet",
+            TRAIN,
+            &[
+                "--steps",
+                "--steps-per-epoch",
+                "--batch-size",
+                "--synthetic-classes",
+                "--loader-threads",
+                "--checkpoint-every",
+                "--keep",
+                "--threads",
+                "--num-classes",
+            ][..],
+        ),
+        (
+            "infer_resnet",
+            INFER,
+            &["--batch-size", "--threads", "--num-classes"][..],
+        ),
+        (
+            "profile_resnet",
+            PROFILE,
+            &["--batch-size", "--threads", "--num-classes", "--iterations"][..],
+        ),
+        (
+            "ops_tour",
+            OPS,
+            &["--batch", "--channels", "--size", "--reps"][..],
+        ),
+    ] {
+        for flag in flags {
+            v.push(refused(program, base, flag, "0", names_of(flag)));
+        }
+    }
+    // Floating-point settings: not numbers, and values out of their range.
+    let floats: [(&'static str, &[&str], &str, &[&str]); 12] = [
+        ("train_resnet", TRAIN, "--lr", &["inf", "-1", "-inf"]),
+        ("train_resnet", TRAIN, "--momentum", &["inf", "-1", "-0.5"]),
+        (
+            "train_resnet",
+            TRAIN,
+            "--weight-decay",
+            &["inf", "-1", "-1e-5"],
+        ),
+        ("train_resnet", TRAIN, "--dropout", &["inf", "-1", "1.5"]),
+        (
+            "train_resnet",
+            TRAIN,
+            "--stochastic-depth",
+            &["inf", "-1", "1.5"],
+        ),
+        (
+            "train_resnet",
+            TRAIN,
+            "--clip-grad-norm",
+            &["inf", "-1", "0"],
+        ),
+        ("train_resnet", TRAIN, "--bucket-mb", &["inf", "-1", "0"]),
+        ("infer_resnet", INFER, "--dropout", &["inf", "-1", "1.5"]),
+        ("profile_resnet", PROFILE, "--lr", &["inf", "-1", "-inf"]),
+        (
+            "profile_resnet",
+            PROFILE,
+            "--dropout",
+            &["inf", "-1", "1.5"],
+        ),
+        (
+            "profile_resnet",
+            PROFILE,
+            "--stochastic-depth",
+            &["inf", "-1", "1.5"],
+        ),
+        (
+            "infer_resnet",
+            INFER,
+            "--stochastic-depth",
+            &["inf", "-1", "1.5"],
+        ),
+    ];
+    for (program, base, flag, out_of_range) in floats {
+        for value in NOT_A_NUMBER.iter().chain(out_of_range) {
+            v.push(refused(program, base, flag, value, names_of(flag)));
+        }
+    }
+    // Names and lists that mean nothing.
+    let words: [(&'static str, &[&str], &[&str]); 3] = [
+        (
+            "train_resnet",
+            TRAIN,
+            &[
+                "--model",
+                "--stem",
+                "--device",
+                "--passes",
+                "--optimizer",
+                "--lr-schedule",
+                "--augmentation",
+                "--dist",
+                "--schedule",
+                "--verbosity",
+                "--image-size",
+            ],
+        ),
+        (
+            "infer_resnet",
+            INFER,
+            &[
+                "--model",
+                "--stem",
+                "--device",
+                "--passes",
+                "--image-size",
+                "--verbosity",
+            ],
+        ),
+        (
+            "profile_resnet",
+            PROFILE,
+            &[
+                "--model",
+                "--stem",
+                "--device",
+                "--passes",
+                "--schedule",
+                "--image-size",
+                "--verbosity",
+            ],
+        ),
+    ];
+    for (program, base, flags) in words {
+        for flag in flags {
+            for value in ["bogus", "cuda:x,", "?"] {
+                v.push(refused(program, base, flag, value, names_of(flag)));
+            }
+        }
+    }
+    v
+}
