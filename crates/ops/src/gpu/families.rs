@@ -131,15 +131,14 @@ pub(crate) fn global_avg_pool_backward(
     })
 }
 
-/// Cross-entropy's per-row log-sum-exp and loss (then the mean, when `mean`), all on the
-/// device: returns (loss as a 0-dim tensor, log-sum-exp per row).
+/// Cross-entropy's per-row log-sum-exp and loss, then the mean, all on the device, for
+/// `u32` labels ([`labels_u32`]): returns (loss as a 0-dim tensor, log-sum-exp per row).
 fn cross_entropy_rows(
     op: &'static str,
     logits: &Tensor,
     labels: &Tensor,
 ) -> Result<(Tensor, Tensor)> {
     let (dev, x) = (device_of(op, logits)?, contiguous(op, logits)?);
-    let labels = labels.to_dtype(DType::U32).ctx(op)?.contiguous().ctx(op)?;
     let (rows, classes) = x.dims2().ctx(op)?;
     let (n, k) = (
         super::launch::kernel_int(op, "batch", rows)?,
@@ -159,9 +158,14 @@ fn cross_entropy_rows(
     })
 }
 
+/// The labels as the kernels read them: contiguous `u32`.
+fn labels_u32(op: &'static str, labels: &Tensor) -> Result<Tensor> {
+    labels.to_dtype(DType::U32).ctx(op)?.contiguous().ctx(op)
+}
+
 /// Softmax cross-entropy forward, mean over the batch (0-dim).
 pub(crate) fn cross_entropy(op: &'static str, logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
-    Ok(cross_entropy_rows(op, logits, labels)?.0)
+    Ok(cross_entropy_rows(op, logits, &labels_u32(op, labels)?)?.0)
 }
 
 /// Softmax cross-entropy backward: the row log-sum-exps again (one read of the logits),
@@ -172,9 +176,9 @@ pub(crate) fn cross_entropy_backward(
     logits: &Tensor,
     labels: &Tensor,
 ) -> Result<Tensor> {
-    let (_, lse) = cross_entropy_rows(op, logits, labels)?;
+    let labels = labels_u32(op, labels)?;
+    let (_, lse) = cross_entropy_rows(op, logits, &labels)?;
     let (dev, x) = (device_of(op, logits)?, contiguous(op, logits)?);
-    let labels = labels.to_dtype(DType::U32).ctx(op)?.contiguous().ctx(op)?;
     let grad_loss = grad_loss
         .to_dtype(x.dtype())
         .ctx(op)?

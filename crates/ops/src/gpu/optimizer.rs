@@ -69,32 +69,38 @@ fn upload<T: candle_core::cuda::CudaDType>(
     }
     let table = ChunkTable::new(op, &sizes, CHUNK_LEN)?;
     let stream = dev.cuda_stream();
-    let up_err = cuda_err(op, "uploading the multi-tensor tables");
+    let err = || cuda_err(op, "uploading the multi-tensor tables");
     let pointers = roles
         .iter()
-        .map(|r| {
-            let a = addresses::<T>(op, r)?;
-            stream
-                .clone_htod(&a)
-                .map_err(cuda_err(op, "uploading the multi-tensor tables"))
-        })
+        .map(|r| stream.clone_htod(&addresses::<T>(op, r)?).map_err(err()))
         .collect::<Result<Vec<_>>>()?;
     Ok(Tables {
         pointers,
-        sizes: stream
-            .clone_htod(&table.sizes)
-            .map_err(cuda_err(op, "uploading the multi-tensor tables"))?,
-        tensor: stream
-            .clone_htod(&table.tensor)
-            .map_err(cuda_err(op, "uploading the multi-tensor tables"))?,
-        start: stream
-            .clone_htod(&table.start)
-            .map_err(cuda_err(op, "uploading the multi-tensor tables"))?,
+        sizes: stream.clone_htod(&table.sizes).map_err(err())?,
+        tensor: stream.clone_htod(&table.tensor).map_err(err())?,
+        start: stream.clone_htod(&table.start).map_err(err())?,
         flags: stream
             .alloc_zeros::<u32>(sizes.len().max(1))
-            .map_err(up_err)?,
+            .map_err(err())?,
         table,
     })
+}
+
+/// The device and dtype of the first parameter, and the gradients made contiguous: what
+/// both updates start from.
+fn prologue(
+    op: &'static str,
+    params: &[&Tensor],
+    grads: &[&Tensor],
+) -> Result<(candle_core::CudaDevice, candle_core::DType, Vec<Tensor>)> {
+    let first = params
+        .first()
+        .ok_or_else(|| OpError::invalid(op, "no parameters to update"))?;
+    let grads = grads
+        .iter()
+        .map(|g| g.contiguous().ctx(op))
+        .collect::<Result<_>>()?;
+    Ok((device_of(op, first)?, first.dtype(), grads))
 }
 
 /// SGD on every parameter in one launch, in place (`bufs`: the momentum buffers, updated
@@ -111,15 +117,7 @@ pub(crate) fn sgd_multi_tensor(
     p: &SgdParams,
     first_step: bool,
 ) -> Result<Tensor> {
-    let first = params
-        .first()
-        .ok_or_else(|| OpError::invalid(op, "no parameters to update"))?;
-    let dev = device_of(op, first)?;
-    let dtype = first.dtype();
-    let grads: Vec<Tensor> = grads
-        .iter()
-        .map(|g| g.contiguous().ctx(op))
-        .collect::<Result<_>>()?;
+    let (dev, dtype, grads) = prologue(op, params, grads)?;
     let grads: Vec<&Tensor> = grads.iter().collect();
     let sfx = suffix(op, dtype)?;
     dispatch!(op, dtype, T => {
@@ -156,18 +154,10 @@ pub(crate) fn adam_multi_tensor(
     step: u64,
     p: &AdamParams,
 ) -> Result<Tensor> {
-    let first = params
-        .first()
-        .ok_or_else(|| OpError::invalid(op, "no parameters to update"))?;
     if step == 0 {
         return Err(OpError::invalid(op, "the step number is 1-based, got 0"));
     }
-    let dev = device_of(op, first)?;
-    let dtype = first.dtype();
-    let grads: Vec<Tensor> = grads
-        .iter()
-        .map(|g| g.contiguous().ctx(op))
-        .collect::<Result<_>>()?;
+    let (dev, dtype, grads) = prologue(op, params, grads)?;
     let grads: Vec<&Tensor> = grads.iter().collect();
     let sfx = suffix(op, dtype)?;
     let t_f = step as f64;

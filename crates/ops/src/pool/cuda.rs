@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use candle_core::cuda::cudarc::driver::{CudaModule, CudaView, LaunchConfig, PushKernelArg};
-use candle_core::{CudaDevice, DType, Storage, Tensor};
+use candle_core::{CudaDevice, Storage, Tensor};
 
 use crate::error::{CandleContext, OpError, Result};
-use crate::gpu::cuda::{cuda_err, device_of, module, wrap, Source};
+use crate::gpu::cuda::{cuda_err, device_of, module, suffix, wrap, Source};
 
 /// The CUDA device of `t` and the pooling module compiled for it.
 fn device_and_module(op: &'static str, t: &Tensor) -> Result<(CudaDevice, Arc<CudaModule>)> {
@@ -39,17 +39,6 @@ fn with_view<T: candle_core::cuda::CudaDType, R>(
 
 /// Sizes passed to every pooling kernel: H, W, OH, OW, kh, kw, sh, sw, ph, pw.
 pub(crate) struct PoolDims(pub [i32; 10]);
-
-fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
-    match dtype {
-        DType::F32 => Ok("f32"),
-        DType::F64 => Ok("f64"),
-        other => Err(OpError::Unsupported {
-            op,
-            what: format!("dtype {other:?} in wick's CUDA pooling kernels (f32, f64)"),
-        }),
-    }
-}
 
 macro_rules! launch {
     ($op:expr, $module:expr, $dev:expr, $name:expr, $total:expr, [$($arg:expr),* $(,)?]) => {{
