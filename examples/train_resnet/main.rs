@@ -420,13 +420,14 @@ impl<'a> TrainLoop<'a> {
         }
     }
 
-    /// Trains the steps of `epoch`; returns the training scores and seconds in steps.
+    /// Trains the steps of `epoch`; returns the training scores, the seconds in training
+    /// steps and the seconds end to end (waiting for data and the loop's own work included).
     fn epoch(
         &mut self,
         epoch: usize,
         session: &mut Session,
         batches: &Prefetcher,
-    ) -> Result<(Scores, f64)> {
+    ) -> Result<(Scores, (f64, f64))> {
         let (plan, a) = (self.plan, self.a);
         let bar = match plan.lead() {
             true => ProgressBar::new(plan.per_epoch.min(plan.steps - self.step) as u64),
@@ -435,7 +436,7 @@ impl<'a> TrainLoop<'a> {
         bar.set_style(ProgressStyle::with_template(
             "{bar:30} {pos}/{len} [{elapsed_precise}] {msg}",
         )?);
-        let (mut train, mut train_secs) = (Scores::default(), 0.0);
+        let (mut train, mut train_secs, mut wall_secs) = (Scores::default(), 0.0, 0.0);
         while self.step < plan.steps && self.step < epoch * plan.per_epoch {
             let next = a.lr_schedule.lr(a.lr, self.step, plan.per_epoch);
             if next != self.lr {
@@ -487,12 +488,14 @@ impl<'a> TrainLoop<'a> {
             session
                 .executor_mut()
                 .report_step_part(StepPart::Checkpoint, saving);
+            let step_wall = step_started.elapsed().as_secs_f64();
+            wall_secs += step_wall;
             if self.step > self.warmup {
-                self.wall_secs += step_started.elapsed().as_secs_f64();
+                self.wall_secs += step_wall;
             }
         }
         bar.finish_and_clear();
-        Ok((train, train_secs))
+        Ok((train, (train_secs, wall_secs)))
     }
 
     /// Writes the periodic checkpoint when one is due, and after SIGINT stops the run
@@ -526,7 +529,7 @@ impl<'a> TrainLoop<'a> {
         epoch: usize,
         session: &Session,
         train: Scores,
-        train_secs: f64,
+        (train_secs, train_wall_secs): (f64, f64),
         test: Scores,
         epoch_start: Instant,
     ) -> Result<()> {
@@ -551,8 +554,11 @@ impl<'a> TrainLoop<'a> {
                 resume::save(session, &self.state(), dir, "best")?;
             }
         }
-        // Every rank trains on as many images as rank 0 did.
-        let rate = (train.images * plan.ranks) as f64 / train_secs.max(f64::MIN_POSITIVE);
+        // Every rank trains on as many images as rank 0 did. Both rates, named: a run
+        // that waits for its loader is slower end to end than its training steps say.
+        let images = (train.images * plan.ranks) as f64;
+        let rate = images / train_secs.max(f64::MIN_POSITIVE);
+        let end_to_end = images / train_wall_secs.max(f64::MIN_POSITIVE);
         let top5 = plan.top5;
         let top5_text = if top5 {
             format!(", top-5 {:.1}%", 100.0 * test.top5_accuracy())
@@ -561,13 +567,13 @@ impl<'a> TrainLoop<'a> {
         };
         let seconds = epoch_start.elapsed().as_secs_f64();
         println!(
-            "epoch {epoch}/{}  lr {lr:.5}  train loss {:.4} acc {:.1}%  test loss {:.4} acc {:.1}%{top5_text} ({} images)  {rate:.1} images/s  {seconds:.1} s",
+            "epoch {epoch}/{}  lr {lr:.5}  train loss {:.4} acc {:.1}%  test loss {:.4} acc {:.1}%{top5_text} ({} images)  {end_to_end:.1} images/s end to end, {rate:.1} in training steps  {seconds:.1} s",
             plan.epochs, train.loss(), 100.0 * train.top1_accuracy(), test.loss(),
             100.0 * test.top1_accuracy(), test.images
         );
         if let Some(path) = &a.log {
             self.log.push_str(&format!(
-                "{{\"epoch\":{epoch},\"step\":{step},\"lr\":{lr},\"train_loss\":{},\"train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},\"test_top5\":{},\"test_images\":{},\"images_per_sec\":{rate},\"seconds\":{seconds}}}\n",
+                "{{\"epoch\":{epoch},\"step\":{step},\"lr\":{lr},\"train_loss\":{},\"train_accuracy\":{},\"test_loss\":{},\"test_accuracy\":{},\"test_top5\":{},\"test_images\":{},\"images_per_sec\":{end_to_end},\"images_per_sec_in_steps\":{rate},\"seconds\":{seconds}}}\n",
                 train.loss(), train.top1_accuracy(), test.loss(), test.top1_accuracy(),
                 if top5 { test.top5_accuracy().to_string() } else { "null".into() }, test.images,
             ));

@@ -449,11 +449,20 @@ impl std::fmt::Debug for Prefetcher {
     }
 }
 
+/// Starts a loader thread named `wick-loader-{index}`, the name `top -H`, `perf` and
+/// `renice` users find it by.
+fn loader_thread(index: usize, body: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+    thread::Builder::new()
+        .name(format!("wick-loader-{index}"))
+        .spawn(body)
+        .expect("the OS refused to start a data loader thread")
+}
+
 impl Prefetcher {
     /// Starts one thread that keeps up to `depth` batches of `source` ready.
     pub fn new(mut source: Box<dyn BatchSource>, depth: usize) -> Self {
         let (tx, rx) = mpsc::sync_channel(depth.max(1));
-        let worker = thread::spawn(move || loop {
+        let worker = loader_thread(0, move || loop {
             let batch = source.next_batch();
             let failed = batch.is_err();
             if tx.send(batch).is_err() || failed {
@@ -476,7 +485,7 @@ impl Prefetcher {
         for w in 0..threads {
             let (tx, rx) = mpsc::sync_channel(depth.max(1));
             let make = make.clone();
-            workers.push(thread::spawn(move || {
+            workers.push(loader_thread(w, move || {
                 let mut source = match make() {
                     Ok(s) => s,
                     Err(e) => {
