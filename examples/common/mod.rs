@@ -353,8 +353,10 @@ impl ProfileArgs {
         };
         let mut profile = profiler.profile();
         profile.distributed = distributed;
-        if !profile.ops.is_empty() {
-            // The roofline's machine peaks: a GEMM and a streaming copy, about a second.
+        // The roofline's machine peaks: a GEMM and a streaming copy, about a second. A
+        // JSON profile always carries them, so that `wick-prof diff` can tell a loaded
+        // machine from a slower build.
+        if !profile.ops.is_empty() || self.json.is_some() {
             let device = session.executor().device();
             profile.machine = Some(wick::graph::profiler::MachinePeaks::measure(device)?);
             // The probe's copy buffers raised the process's peak: the report gives both.

@@ -95,7 +95,10 @@ fn run_drifting(batch: usize, seed: u64, slowed: &'static str, slow: f64, drift:
     for _ in 0..12 {
         exec.run().unwrap();
     }
-    let p = exec.hook::<TimeProfiler>().unwrap().profile();
+    let mut p = exec.hook::<TimeProfiler>().unwrap().profile();
+    // The times are simulated; the run-queue wait the profiler measured is real (other
+    // tests running at once) and is set by the tests that need it.
+    p.cpu_contention = None;
     // Through the JSON, as wick-prof reads them.
     Profile::from_json(&p.to_json()).unwrap()
 }
@@ -268,4 +271,34 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
         "{text}"
     );
     assert!(text.contains("but the runs differ in 1 way(s)"), "{text}");
+}
+
+/// Issue #29: the run-queue wait measured during the timed iterations names the run that
+/// shared its cores, and a diff of profiles without machine peaks says it cannot tell a
+/// loaded machine from a slower build.
+#[test]
+fn a_run_that_shared_its_cores_is_named_and_missing_peaks_are_said() {
+    use wick_graph::profiler::CpuContention;
+    let contended = |mut p: Profile, waited_sec: f64| {
+        p.cpu_contention = Some(CpuContention {
+            ran_sec: 1.0,
+            waited_sec,
+        });
+        p
+    };
+    let a = contended(run(2, 1, "", 1.0), 0.01);
+    let quiet = contended(run(2, 2, "", 1.0), 0.02);
+    let text = diff(&a, &quiet, &DiffOptions::default()).unwrap().text();
+    assert!(!text.contains("CPU contention"), "{text}");
+    assert!(
+        text.contains("warning: A and B carry no measured machine peaks"),
+        "{text}"
+    );
+    let loaded = contended(run_drifting(2, 3, "", 1.0, 1.7), 2.0);
+    let text = diff(&a, &loaded, &DiffOptions::default()).unwrap().text();
+    assert!(
+        text.contains("CPU contention: the threads waited for a core 1.0% (A) and 66.7% (B)")
+            && text.contains("B shared its cores with another load"),
+        "{text}"
+    );
 }

@@ -4,6 +4,7 @@
 //! moves every figure. `wick-prof diff` states each difference above its verdict, and can
 //! normalise the times by the peaks.
 
+use super::contention::CONTENDED_SHARE;
 use super::machine_peaks::MachinePeaks;
 use super::profile::Profile;
 use super::roofline::Bound;
@@ -25,6 +26,11 @@ fn peak_range(
         });
     }
     out
+}
+
+/// Whether any run of a side was saved without the machine's peaks.
+fn lacks_peaks(side: &[Profile]) -> bool {
+    side.iter().any(|p| p.machine.is_none())
 }
 
 /// Without measured ranges, two peaks this far apart are not the same machine state.
@@ -56,6 +62,26 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
     setting("dtype", &|p| p.run.dtype.clone());
     setting("passes", &|p| p.run.passes.join(", "));
     setting("wick version", &|p| p.run.wick_version.clone());
+    // Measured during the timed iterations, where the peaks come after them.
+    let waiting = |side: &[Profile]| {
+        side.iter()
+            .filter_map(|p| p.cpu_contention.map(|c| c.waiting_share()))
+            .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w))))
+    };
+    if let (Some(wa), Some(wb)) = (waiting(a), waiting(b)) {
+        if wa.max(wb) >= CONTENDED_SHARE {
+            let who = match (wa >= CONTENDED_SHARE, wb >= CONTENDED_SHARE) {
+                (true, true) => "both runs shared their cores with another load",
+                (true, false) => "A shared its cores with another load",
+                _ => "B shared its cores with another load",
+            };
+            out.push(format!(
+                "CPU contention: the threads waited for a core {:.1}% (A) and {:.1}% (B) of their runnable time during the timed iterations: {who}, and its times are inflated by it; rerun on a quiet machine",
+                100.0 * wa,
+                100.0 * wb
+            ));
+        }
+    }
     for (name, unit, scale, peak, range) in [
         (
             "GEMM peak",
@@ -73,7 +99,15 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
         ),
     ] {
         let (Some(ra), Some(rb)) = (peak_range(a, peak, range), peak_range(b, peak, range)) else {
-            continue;
+            let lacking = match (lacks_peaks(a), lacks_peaks(b)) {
+                (true, true) => "A and B",
+                (true, false) => "A",
+                _ => "B",
+            };
+            out.push(format!(
+                "{lacking} carry no measured machine peaks (profiles without them, such as older ones): a loaded machine cannot be told from a slower build; profile both with --json to measure them"
+            ));
+            break;
         };
         let had_ranges = a
             .iter()

@@ -64,6 +64,14 @@ pub fn report(p: &Profile, diff: Option<&Diff>) -> String {
         esc(&p.device), esc(&p.run.cpu_model), p.run.threads, esc(p.method.as_deref().unwrap_or("no timer")),
         esc(&p.run.wick_version), esc(&p.graph_hash), p.timed_iterations, p.skipped.unwrap_or(0)
     );
+    if let Some(c) = &p.cpu_contention {
+        let class = if c.is_contended() { "warn" } else { "meta" };
+        let _ = write!(
+            b,
+            "<p class=\"{class}\" id=\"contention\">{}</p>",
+            esc(c.line().trim_end())
+        );
+    }
     if let Some(d) = diff {
         diff_section(&mut b, d);
     }

@@ -25,6 +25,7 @@
 
 pub mod advice;
 pub mod comparable;
+pub mod contention;
 pub mod cycles;
 pub mod diff;
 pub mod gather;
@@ -51,6 +52,7 @@ pub mod trace;
 pub mod validate;
 
 pub use advice::Recommendation;
+pub use contention::CpuContention;
 pub use cycles::CycleRow;
 pub use diff::{diff, diff_runs, Diff, DiffOptions, DiffRow};
 pub use gpu_prediction::{DeviceSheet, GpuPrediction};

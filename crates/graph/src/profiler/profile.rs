@@ -179,6 +179,9 @@ pub struct Profile {
     /// This machine's measured peaks, for the roofline (set by the caller:
     /// [`MachinePeaks::measure`](super::machine_peaks::MachinePeaks::measure)).
     pub machine: Option<super::machine_peaks::MachinePeaks>,
+    /// How long the threads waited for a core during the timed iterations (Linux).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_contention: Option<super::contention::CpuContention>,
     /// A data-parallel run's ranks, buckets and overlap (rank 0, after
     /// [`DistProfile::gather`](super::ranks::DistProfile::gather)).
     #[serde(default, skip_serializing_if = "Option::is_none")]

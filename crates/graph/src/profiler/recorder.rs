@@ -3,6 +3,7 @@
 
 use candle_core::Device;
 
+use super::contention::{CpuContention, ThreadTimes};
 use super::memory::{MemoryCounter, MemoryProfile, OpMemory};
 use super::profile::{OpProfile, PhaseProfile, Profile};
 use super::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
@@ -82,6 +83,11 @@ pub struct TimeProfiler {
     /// The device, to ask its driver for memory in use; the most seen.
     device_handle: Option<Device>,
     device_used: Option<u64>,
+    /// The threads' scheduler counters at the timed iteration's start, and the run-queue
+    /// wait summed over the timed iterations.
+    threads_at_start: ThreadTimes,
+    threads_now: ThreadTimes,
+    contention: Option<CpuContention>,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -147,6 +153,9 @@ impl TimeProfiler {
             host_started: None,
             device_handle: None,
             device_used: None,
+            threads_at_start: ThreadTimes::default(),
+            threads_now: ThreadTimes::default(),
+            contention: None,
         }
     }
 
@@ -224,6 +233,7 @@ impl TimeProfiler {
         self.last_start_live = None;
         self.last_op_memory.clear();
         self.device_used = None;
+        self.contention = None;
         if let Some(h) = self.host_ops.as_mut() {
             h.iter_mut().for_each(|s| *s = 0.0);
         }
@@ -330,6 +340,7 @@ impl TimeProfiler {
                 m
             }),
             machine: None,
+            cpu_contention: self.contention.filter(|_| timed),
             distributed: None,
         }
     }
@@ -374,6 +385,8 @@ impl Hook for TimeProfiler {
             self.prepared = self.timing;
         }
         if self.timing {
+            // Before the memory counter starts: reading the counters allocates.
+            self.threads_at_start.read();
             if let Some(c) = &self.counter {
                 c.reset_peak();
                 self.counting = true;
@@ -452,6 +465,10 @@ impl Hook for TimeProfiler {
             return Ok(());
         }
         self.mark(Mark::IterationEnd);
+        if self.threads_now.read() {
+            let total = self.contention.get_or_insert_with(Default::default);
+            self.threads_now.add_since(&self.threads_at_start, total);
+        }
         if let Some(c) = &self.counter {
             // Each op restarted the peak: the iteration's is the largest of theirs.
             let peak = self

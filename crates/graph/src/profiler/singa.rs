@@ -151,6 +151,9 @@ impl fmt::Display for Profile {
             cpp_float(self.iteration_min_sec),
             cpp_float(self.iteration_max_sec)
         )?;
+        if let Some(contention) = &self.cpu_contention {
+            f.write_str(&contention.line())?;
+        }
         if self.iteration_sec > 0.0 {
             writeln!(f, "Step breakdown : {}", self.breakdown())?;
             let overhead = self.overhead_in_phases_sec();
