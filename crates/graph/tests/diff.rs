@@ -271,6 +271,15 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
         "{text}"
     );
     assert!(text.contains("but the runs differ in 1 way(s)"), "{text}");
+    // With other threads the probe's peak moves too: the threads, not the machine.
+    let mut one_thread = with_machine(run(2, 5, "", 1.0), 26e9, 40e9);
+    one_thread.run.threads = 1;
+    let text = diff(&a, &one_thread, &DiffOptions::default()).unwrap().text();
+    assert!(
+        text.contains("it follows the threads setting, not the machine's state")
+            && !text.contains("the machine itself was"),
+        "{text}"
+    );
 }
 
 /// Issue #29: the run-queue wait measured during the timed iterations names the run that

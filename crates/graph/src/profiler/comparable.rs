@@ -55,6 +55,7 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
         }
     };
     setting("threads", &|p| p.run.threads.to_string());
+    let threads_differ = a.iter().chain(b).any(|p| p.run.threads != a[0].run.threads);
     setting("CPU", &|p| p.run.cpu_model.clone());
     setting("device", &|p| format!("{} {}", p.device, p.run.device_name));
     setting("batch", &|p| p.run.batch.to_string());
@@ -119,15 +120,25 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
             (rb[1] / ra[1] - 1.0).abs() > PEAK_TOLERANCE
         };
         if apart {
+            let cause = if threads_differ {
+                // The probe runs on the run's own threads.
+                "measured on each run's threads, so it follows the threads setting, not the machine's state".to_string()
+            } else {
+                format!(
+                    "the machine itself was {} during B",
+                    if rb[1] < ra[1] { "slower" } else { "faster" }
+                )
+            };
             out.push(format!(
-                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): the machine itself was {} during B; {}",
+                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): {cause}; {}",
                 ra[0] / scale,
                 ra[1] / scale,
                 rb[0] / scale,
                 rb[1] / scale,
                 rb[1] / ra[1],
-                if rb[1] < ra[1] { "slower" } else { "faster" },
-                if normalized {
+                if threads_differ {
+                    "compare runs with the same --threads"
+                } else if normalized {
                     "the times are normalised by these peaks, which were measured after each run: rerun both on a quiet machine to be sure"
                 } else {
                     "try --normalize-by-peak, or rerun both on a quiet machine"
