@@ -274,7 +274,9 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     // With other threads the probe's peak moves too: the threads, not the machine.
     let mut one_thread = with_machine(run(2, 5, "", 1.0), 26e9, 40e9);
     one_thread.run.threads = 1;
-    let text = diff(&a, &one_thread, &DiffOptions::default()).unwrap().text();
+    let text = diff(&a, &one_thread, &DiffOptions::default())
+        .unwrap()
+        .text();
     assert!(
         text.contains("it follows the threads setting, not the machine's state")
             && !text.contains("the machine itself was"),

@@ -530,7 +530,7 @@ fn diff_section(b: &mut String, d: &Diff) {
     for r in d.rows.iter().filter(|r| r.kind != "layer" || r.flagged) {
         let class = if r.flagged { " class=\"flag\"" } else { "" };
         let _ = write!(b, "<tr{class}><td>{}</td><td>{}</td><td>{:.3} ms</td><td>{:.3} ms</td><td>{:.3}</td><td>[{:.3}, {:.3}]</td><td>x{:.3} / x{:.3}</td></tr>",
-            r.kind, esc(&r.name), r.a_sec * 1e3, r.b_sec * 1e3, r.ratio, r.low, r.high, r.detectable_slower, r.detectable_faster);
+            r.kind, if r.kind == r.name { String::new() } else { esc(&r.name) }, r.a_sec * 1e3, r.b_sec * 1e3, r.ratio, r.low, r.high, r.detectable_slower, r.detectable_faster);
     }
     b.push_str("</table>");
 }
