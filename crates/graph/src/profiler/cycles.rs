@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::profile::Profile;
+use super::schedule::Schedule;
 use super::stats::median;
 use crate::ir::Phase;
 
@@ -64,13 +65,38 @@ impl Profile {
             .collect()
     }
 
+    /// A line when the run ended before the schedule's cycles did (fewer cycles than
+    /// `repeat`, or a last cycle short of `active`), so no one reads two cycles as three.
+    fn unfinished_schedule_line(&self, rows: &[CycleRow]) -> String {
+        let Schedule {
+            wait,
+            warmup,
+            active,
+            repeat,
+        } = self.schedule;
+        if repeat == 0 || active == 0 || self.timed_iterations == 0 {
+            return String::new();
+        }
+        let complete = rows.iter().filter(|r| r.iterations >= active).count();
+        if complete >= repeat {
+            return String::new();
+        }
+        format!(
+            "Schedule : {complete} of its {repeat} cycles ran to the end ({} timed iterations of {}): the run ended first; {} iterations complete the schedule\n",
+            self.timed_iterations,
+            active * repeat,
+            (wait + warmup + active) * repeat
+        )
+    }
+
     /// The per-cycle report and the spread of the cycle means; empty with one cycle.
     pub fn cycle_lines(&self) -> String {
         let rows = self.cycles();
+        let mut s = self.unfinished_schedule_line(&rows);
         if rows.len() < 2 {
-            return String::new();
+            return s;
         }
-        let mut s = format!(
+        s += &format!(
             "Per cycle (schedule {}; one report per active cycle). Mean/Median/Min/Max: ms of one iteration; phases: mean ms.\n",
             self.schedule
         );
@@ -153,6 +179,19 @@ mod tests {
         assert!(
             text.contains("cycle means from 11.000 to 21.000 ms"),
             "{text}"
+        );
+        p.timed_iterations = 6;
+        assert!(!p.cycle_lines().contains("Schedule :"));
+        // A run that ended in the second cycle says so.
+        p.timed_iterations = 3;
+        p.samples.iterations.truncate(3);
+        p.samples.phases.truncate(3);
+        assert!(
+            p.cycle_lines().starts_with(
+                "Schedule : 1 of its 3 cycles ran to the end (3 timed iterations of 6): the run ended first; 12 iterations complete the schedule\n"
+            ),
+            "{}",
+            p.cycle_lines()
         );
         // SINGA's skip: one cycle, no per-cycle report.
         p.schedule = Schedule::skip(5);
