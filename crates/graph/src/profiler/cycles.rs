@@ -1,4 +1,4 @@
-//! One report per active cycle of a repeating [`Schedule`](super::Schedule) (PyTorch's
+//! One report per active cycle of a repeating [`Schedule`] (PyTorch's
 //! `on_trace_ready` fires once per cycle), and the spread between cycles: a figure that
 //! moves between cycles of one run is noise, not a change in the code.
 
