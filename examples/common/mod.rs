@@ -50,8 +50,9 @@ pub struct ModelArgs {
     /// CPU threads for wick's kernels [default: RAYON_NUM_THREADS, else every core].
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Graph passes: default, none, or a comma-separated list (fold_batch_norm,
-    /// conv_epilogue, max_pool_values, batch_norm_relu, add_relu) [default: none for
+    /// Graph passes: default, all, none, or a comma-separated list (fold_batch_norm,
+    /// conv_epilogue, max_pool_values, batch_norm_relu, add_relu, multi_tensor_update);
+    /// default is all but multi_tensor_update, which CUDA adds [default: none for
     /// profile_resnet, default otherwise].
     #[arg(long)]
     pub passes: Option<wick::graph::PassSet>,

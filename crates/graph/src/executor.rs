@@ -16,7 +16,7 @@ use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo};
 use crate::ir::Outputs;
 use crate::ir::{Graph, Phase, ValueId, ValueKind};
-use crate::ops::optim::SgdUpdate;
+use crate::ops::optim::{SgdUpdate, SgdUpdateMultiTensor};
 use crate::ops::optimizer::AdamUpdate;
 
 /// Runs a [`Graph`] on a device.
@@ -335,6 +335,13 @@ impl Executor {
                 node.op = Arc::new(SgdUpdate {
                     params,
                     health: sgd.health.clone(),
+                });
+            } else if let Some(group) = node.op_as::<SgdUpdateMultiTensor>() {
+                let params = SgdParams { lr, ..group.params };
+                params.validate().map_err(|e| invalid("sgd", e))?;
+                node.op = Arc::new(SgdUpdateMultiTensor {
+                    params,
+                    health: group.health.clone(),
                 });
             } else if let Some(adam) = node.op_as::<AdamUpdate>() {
                 let params = wick_ops::AdamParams { lr, ..adam.params };

@@ -275,6 +275,11 @@ impl Session {
         device: &Device,
     ) -> Result<Self> {
         let mut graph = b.finish();
+        // On CUDA the default set merges the SGD updates: one launch for all parameters.
+        let passes = match device.is_cuda() && passes == PassSet::default() {
+            true => passes.with(wick_graph::PassName::MultiTensorUpdate),
+            false => passes,
+        };
         graph.apply_passes(passes);
         let data_parallel = match data_parallel {
             Some((comm, options)) => Some(graph.apply_data_parallel_with(comm, options)?),

@@ -166,15 +166,25 @@ fn fused_training_steps_equal_the_unfused_ones_bit_for_bit() {
         s.init_weights(WeightInit::Formula).unwrap();
         s
     };
-    let (mut plain, mut fused) = (session(PassSet::NONE), session(PassSet::default()));
+    // Every pass, the merged SGD update (one node for the 62 parameters) included.
+    let (mut plain, mut fused) = (session(PassSet::NONE), session(PassSet::all()));
     let kernels = common::kernels(&fused);
     for k in [
         Kernel::BatchNormReLUForwardTraining,
         Kernel::BatchNormReLUBackward,
         Kernel::AddReLU,
+        Kernel::SgdUpdateMultiTensor,
     ] {
         assert!(kernels.contains(&k), "no {k:?} in the fused graph");
     }
+    let count = |k: Kernel| kernels.iter().filter(|&&n| n == k).count();
+    assert_eq!(
+        (
+            count(Kernel::SgdUpdate),
+            count(Kernel::SgdUpdateMultiTensor)
+        ),
+        (0, 1)
+    );
     for step in 1..=3 {
         let (a, b) = (
             plain.step(&images, &labels).unwrap(),
@@ -220,11 +230,16 @@ fn a_data_parallel_session_over_one_process_trains_like_the_plain_one() {
     };
     let mut plain = Session::training(common::config(), 8, 32, sgd.into(), &Device::Cpu).unwrap();
     let comm = std::sync::Arc::new(wick_graph::collective::SingleProcess);
+    // The data-parallel graph with every pass: its all-reduces feed one merged update.
+    let every_pass = TrainOptions {
+        passes: PassSet::all(),
+        ..sgd.into()
+    };
     let mut dp = Session::training_data_parallel(
         common::config(),
         8,
         32,
-        sgd.into(),
+        every_pass,
         comm,
         &Default::default(),
         &Device::Cpu,

@@ -98,6 +98,8 @@ pub enum Kernel {
     AccumulateGrad,
     /// Fused SGD update (weight decay, momentum, parameter step) of one parameter.
     SgdUpdate,
+    /// The same SGD update of many parameters in one node (one launch on CUDA).
+    SgdUpdateMultiTensor,
     /// An activation beyond ReLU (sigmoid, GELU, hardswish...).
     Activation(Activation),
     /// An activation's gradient.
@@ -224,7 +226,7 @@ impl Kernel {
             }
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
-            SgdUpdate | AdamUpdate | ClipGradNorm => C::Optimizer,
+            SgdUpdate | SgdUpdateMultiTensor | AdamUpdate | ClipGradNorm => C::Optimizer,
             Activation(_) | ActivationBackward(_) | Binary(_) | BinaryBackward(_) | Scale => {
                 C::Elementwise
             }
@@ -297,7 +299,7 @@ impl Kernel {
             | ConvTransposeBackwardData
             | ConvTransposeBackwardFilter
             | UpsampleBackward => KernelPhase::Backward,
-            SgdUpdate | AdamUpdate | ClipGradNorm => KernelPhase::Optimizer,
+            SgdUpdate | SgdUpdateMultiTensor | AdamUpdate | ClipGradNorm => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             // Serves forward and backward alike, like a reshape.
             Reshape | Permute | Scale => return None,
@@ -350,6 +352,7 @@ impl Kernel {
                 SoftmaxCrossEntropyBackward => "SoftmaxCrossEntropyBackward",
                 AccumulateGrad => "AccumulateGrad",
                 SgdUpdate => "SgdUpdate",
+                SgdUpdateMultiTensor => "SgdUpdateMultiTensor",
                 Activation(a) => a.name(),
                 ActivationBackward(a) => a.backward_name(),
                 Binary(op) => op.name(),
@@ -405,6 +408,7 @@ impl Kernel {
                 SoftmaxCrossEntropyForward => "GpuSoftmaxCrossEntropyForward",
                 SoftmaxCrossEntropyBackward => "GpuSoftmaxCrossEntropyBackward",
                 SgdUpdate => "GpuSgdUpdate",
+                SgdUpdateMultiTensor => "GpuSgdUpdateMultiTensor",
                 AdamUpdate => "GpuAdamUpdate",
                 // Element-wise ops, reshapes and communication keep their CPU names.
                 _ => self.name(DeviceKind::Cpu),

@@ -147,30 +147,94 @@ pub fn sgd_step_in_place_checked(
     sgd_in_place(param, grad, momentum_buf, p, true)
 }
 
-/// One parameter's update on CUDA: the multi-tensor kernel with one tensor (one launch).
-/// Its non-finite flag stays on the device: the check is left to the caller.
-#[cfg(feature = "cuda")]
-fn sgd_cuda(
-    param: &Tensor,
-    grad: &Tensor,
-    momentum_buf: Option<&Tensor>,
+/// One SGD update's operands: the parameter, its gradient and its momentum buffer (`None`
+/// on the first step, or without momentum).
+pub type SgdMember<'a> = (&'a Tensor, &'a Tensor, Option<&'a Tensor>);
+
+/// One SGD update's result: the parameter, the buffer to keep, and its finiteness.
+pub type SgdUpdated = (Tensor, Option<Tensor>, FiniteCheck);
+
+/// [`sgd_step_in_place_checked`] on many parameters with the same settings. On CUDA, when
+/// every parameter is a contiguous f32 or f64 tensor of one dtype and every buffer is
+/// present or none is, it is **one launch for all of them** (the non-finite flags stay on
+/// the device: [`FiniteCheck::Unchecked`]); elsewhere one checked update after another.
+pub fn sgd_step_multi_tensor_in_place(
+    members: &[SgdMember<'_>],
     p: &SgdParams,
-) -> Result<(Tensor, Option<Tensor>, FiniteCheck)> {
-    p.validate()?;
-    crate::shape::same(OP, "gradient", grad.dims(), "parameter", param.dims())?;
-    crate::cpu::same_dtype(OP, param.dtype(), &[("gradient", grad)])?;
-    let (buf, first_step) = match (p.momentum != 0.0, momentum_buf) {
-        (false, _) => (None, false),
-        (true, Some(b)) => {
-            crate::shape::same(OP, "momentum buffer", b.dims(), "parameter", param.dims())?;
-            (Some(b.clone()), false)
-        }
-        // The first step writes the buffer whole: its zeros are never read.
-        (true, None) => (Some(param.zeros_like().ctx(OP)?), true),
+) -> Result<Vec<SgdUpdated>> {
+    #[cfg(feature = "cuda")]
+    if let Some(out) = sgd_cuda(members, p)? {
+        return Ok(out);
+    }
+    members
+        .iter()
+        .map(|&(w, g, b)| sgd_in_place(w, g, b, p, true))
+        .collect()
+}
+
+/// The multi-tensor kernel on `members` (one launch), or `None` when they do not qualify.
+#[cfg(feature = "cuda")]
+fn sgd_cuda(members: &[SgdMember<'_>], p: &SgdParams) -> Result<Option<Vec<SgdUpdated>>> {
+    let Some(&(first, _, first_buf)) = members.first() else {
+        return Ok(Some(Vec::new()));
     };
-    let bufs: Option<Vec<&Tensor>> = buf.as_ref().map(|b| vec![b]);
-    crate::gpu::optimizer::sgd_multi_tensor(OP, &[param], &[grad], bufs.as_deref(), p, first_step)?;
-    Ok((param.clone(), buf, FiniteCheck::Unchecked))
+    let qualifies = members.iter().all(|&(w, _, b)| {
+        route(w.device()) == Route::Cuda
+            && w.dtype() == first.dtype()
+            && matches!(w.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+            && w.is_contiguous()
+            && b.is_none_or(|b| b.is_contiguous())
+            && b.is_some() == first_buf.is_some()
+    });
+    if !qualifies {
+        return Ok(None);
+    }
+    p.validate()?;
+    for &(w, g, b) in members {
+        crate::shape::same(OP, "gradient", g.dims(), "parameter", w.dims())?;
+        crate::cpu::same_dtype(OP, w.dtype(), &[("gradient", g)])?;
+        if let Some(b) = b {
+            crate::shape::same(OP, "momentum buffer", b.dims(), "parameter", w.dims())?;
+        }
+    }
+    // The first step writes the buffers whole: their zeros are never read.
+    let first_step = p.momentum != 0.0 && first_buf.is_none();
+    let bufs: Option<Vec<Tensor>> = match p.momentum != 0.0 {
+        true => Some(
+            members
+                .iter()
+                .map(|&(w, _, b)| match b {
+                    Some(b) => Ok(b.clone()),
+                    None => w.zeros_like().ctx(OP),
+                })
+                .collect::<Result<_>>()?,
+        ),
+        false => None,
+    };
+    let params: Vec<&Tensor> = members.iter().map(|m| m.0).collect();
+    let grads: Vec<&Tensor> = members.iter().map(|m| m.1).collect();
+    let buf_refs: Option<Vec<&Tensor>> = bufs.as_ref().map(|v| v.iter().collect());
+    crate::gpu::optimizer::sgd_multi_tensor(
+        OP,
+        &params,
+        &grads,
+        buf_refs.as_deref(),
+        p,
+        first_step,
+    )?;
+    Ok(Some(
+        members
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                (
+                    m.0.clone(),
+                    bufs.as_ref().map(|b| b[i].clone()),
+                    FiniteCheck::Unchecked,
+                )
+            })
+            .collect(),
+    ))
 }
 
 fn sgd_in_place(
@@ -188,15 +252,8 @@ fn sgd_in_place(
         && param.is_contiguous()
         && momentum_buf.is_none_or(|b| b.is_contiguous());
     #[cfg(feature = "cuda")]
-    if route(param.device()) == Route::Cuda
-        && matches!(
-            param.dtype(),
-            candle_core::DType::F32 | candle_core::DType::F64
-        )
-        && param.is_contiguous()
-        && momentum_buf.is_none_or(|b| b.is_contiguous())
-    {
-        return sgd_cuda(param, grad, momentum_buf, p);
+    if let Some(mut one) = sgd_cuda(&[(param, grad, momentum_buf)], p)? {
+        return Ok(one.remove(0));
     }
     if !cpu_float {
         let (w, b) = sgd_step(param, grad, momentum_buf, p)?;

@@ -17,16 +17,19 @@ pub enum PassName {
     BatchNormRelu,
     /// Fuses add + ReLU.
     AddRelu,
+    /// Merges the SGD updates with equal settings into one node (one CUDA launch).
+    MultiTensorUpdate,
 }
 
 impl PassName {
     /// Every pass, in the order the pipeline runs them.
-    pub const ALL: [PassName; 5] = [
+    pub const ALL: [PassName; 6] = [
         PassName::FoldBatchNorm,
         PassName::ConvEpilogue,
         PassName::MaxPoolValues,
         PassName::BatchNormRelu,
         PassName::AddRelu,
+        PassName::MultiTensorUpdate,
     ];
 
     /// The pass's name (`fold_batch_norm`).
@@ -37,6 +40,7 @@ impl PassName {
             PassName::MaxPoolValues => "max_pool_values",
             PassName::BatchNormRelu => "batch_norm_relu",
             PassName::AddRelu => "add_relu",
+            PassName::MultiTensorUpdate => "multi_tensor_update",
         }
     }
 
@@ -45,9 +49,11 @@ impl PassName {
     }
 }
 
-/// Which passes to run: `default` (every pass), `none`, or a comma-separated list of
-/// names, as the examples' `--passes` takes it. They always run in pipeline order
-/// ([`PassName::ALL`]).
+/// Which passes to run: `default`, `all`, `none`, or a comma-separated list of names, as
+/// the examples' `--passes` takes it. They always run in pipeline order
+/// ([`PassName::ALL`]). `default` is every pass but `multi_tensor_update`, which would
+/// merge the profiler's per-layer optimizer rows into one; a CUDA session adds it to
+/// `default`, where it saves a launch per parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PassSet(u32);
 
@@ -58,6 +64,16 @@ impl PassSet {
     /// Every pass.
     pub fn all() -> Self {
         PassSet(PassName::ALL.iter().fold(0, |acc, p| acc | p.bit()))
+    }
+
+    /// This set with `pass` too.
+    pub fn with(self, pass: PassName) -> Self {
+        PassSet(self.0 | pass.bit())
+    }
+
+    /// This set without `pass`.
+    pub fn without(self, pass: PassName) -> Self {
+        PassSet(self.0 & !pass.bit())
     }
 
     /// Whether `pass` is selected.
@@ -72,9 +88,9 @@ impl PassSet {
 }
 
 impl Default for PassSet {
-    /// Every pass (the fastest correct graph).
+    /// Every pass but `multi_tensor_update` (see [`PassSet`]).
     fn default() -> Self {
-        PassSet::all()
+        PassSet::all().without(PassName::MultiTensorUpdate)
     }
 }
 
@@ -83,7 +99,8 @@ impl FromStr for PassSet {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim() {
-            "default" | "all" => return Ok(PassSet::all()),
+            "default" => return Ok(PassSet::default()),
+            "all" => return Ok(PassSet::all()),
             "none" | "" => return Ok(PassSet::NONE),
             _ => {}
         }
@@ -95,7 +112,7 @@ impl FromStr for PassSet {
                 .ok_or_else(|| {
                     let known: Vec<&str> = PassName::ALL.iter().map(|p| p.as_str()).collect();
                     format!(
-                        "unknown pass `{name}`: expected default, none or a comma-separated list of {}",
+                        "unknown pass `{name}`: expected default, all, none or a comma-separated list of {}",
                         known.join(", ")
                     )
                 })?;

@@ -79,12 +79,18 @@ impl Graph {
             .iter()
             .filter(|n| n.op.kernel().class() == wick_ops::KernelClass::Optimizer)
             .filter(|n| n.op.kernel() != Kernel::ClipGradNorm)
-            .map(|n| {
-                let check = match n.op_as::<SgdUpdate>() {
-                    Some(sgd) => sgd.health.take(),
-                    None => UpdateCheck::Unchecked,
-                };
-                (self.values[n.inputs[0].0].name.as_str(), check)
+            .flat_map(|n| {
+                let name = |i: usize| self.values[n.inputs[i].0].name.as_str();
+                match (n.op_as::<SgdUpdate>(), n.op_as::<SgdUpdateMultiTensor>()) {
+                    (Some(sgd), _) => vec![(name(0), sgd.health.take())],
+                    (_, Some(group)) => group
+                        .health
+                        .iter()
+                        .enumerate()
+                        .map(|(k, h)| (name(k * group.stride()), h.take()))
+                        .collect(),
+                    _ => vec![(name(0), UpdateCheck::Unchecked)],
+                }
             })
             .collect()
     }
@@ -112,5 +118,66 @@ impl NodeOp for SgdUpdate {
     /// The momentum buffer is empty before the first step.
     fn optional_input(&self, i: usize) -> bool {
         i == 2
+    }
+}
+
+/// The same SGD update of many parameters in one node, made by the `multi_tensor_update`
+/// pass from [`SgdUpdate`] nodes with equal settings: one launch for all of them on CUDA.
+/// in: per parameter `param, grad[, momentum_buf]`; out: per parameter `param[,
+/// momentum_buf]`, updated in place. Each parameter keeps its own [`UpdateHealth`].
+#[derive(Debug, Clone)]
+pub struct SgdUpdateMultiTensor {
+    /// The settings every member shares.
+    pub params: SgdParams,
+    /// One per parameter, in input order: the health of the node it replaced.
+    pub health: Vec<Arc<UpdateHealth>>,
+}
+
+impl SgdUpdateMultiTensor {
+    /// Inputs per parameter: param, grad and, with momentum, the buffer.
+    pub fn stride(&self) -> usize {
+        if self.params.momentum != 0.0 {
+            3
+        } else {
+            2
+        }
+    }
+}
+
+impl NodeOp for SgdUpdateMultiTensor {
+    fn kernel(&self) -> Kernel {
+        Kernel::SgdUpdateMultiTensor
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let stride = self.stride();
+        let mut members = Vec::with_capacity(self.health.len());
+        for k in 0..self.health.len() {
+            let at = k * stride;
+            members.push((
+                crate::ir::arg(inputs, at, "sgd")?,
+                crate::ir::arg(inputs, at + 1, "sgd")?,
+                inputs
+                    .get(at + 2)
+                    .copied()
+                    .flatten()
+                    .filter(|_| stride == 3),
+            ));
+        }
+        let updated = optim::sgd_step_multi_tensor_in_place(&members, &self.params)?;
+        let mut out = Vec::with_capacity(updated.len() * (stride - 1));
+        for ((p, b, finite), health) in updated.into_iter().zip(&self.health) {
+            health.record(finite);
+            out.push(Some(p));
+            if stride == 3 {
+                out.push(b);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The momentum buffers are empty before the first step.
+    fn optional_input(&self, i: usize) -> bool {
+        self.stride() == 3 && i % 3 == 2
     }
 }

@@ -21,6 +21,7 @@ use crate::ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 use crate::ops::all_reduce::{DistAllReduce, DistWait};
 use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
 use crate::ops::fused_train::BatchNormReluTrain;
+use crate::ops::optim::SgdUpdateMultiTensor;
 use crate::ops::sync_batchnorm::{SyncBatchNormTrain, SyncBatchNormTrainBackward};
 
 /// PyTorch DDP's default bucket size.
@@ -146,7 +147,7 @@ impl Graph {
         let uses = Uses::of(self);
         let mut grads: Vec<(usize, ValueId)> = Vec::new();
         for node in &self.nodes {
-            for &g in gradient_inputs(node) {
+            for g in gradient_inputs(node) {
                 let producer = uses.writer[g.0].ok_or_else(|| {
                     GraphError::Usage(format!(
                         "apply_data_parallel: gradient `{}` has no producer",
@@ -332,10 +333,20 @@ fn plan_buckets(
 
 /// The backward pass's gradients a node reads: an update's gradient (input 1) unless
 /// clipping produced it, or every input of the clipping node.
-fn gradient_inputs(node: &crate::ir::Node) -> &[ValueId] {
+fn gradient_inputs(node: &crate::ir::Node) -> Vec<ValueId> {
     match node.kernel() {
-        Kernel::SgdUpdate | Kernel::AdamUpdate => &node.inputs[1..2],
-        Kernel::ClipGradNorm => &node.inputs,
-        _ => &[],
+        Kernel::SgdUpdate | Kernel::AdamUpdate => node.inputs[1..2].to_vec(),
+        Kernel::SgdUpdateMultiTensor => match node.op_as::<SgdUpdateMultiTensor>() {
+            Some(group) => node
+                .inputs
+                .iter()
+                .skip(1)
+                .step_by(group.stride())
+                .copied()
+                .collect(),
+            None => Vec::new(),
+        },
+        Kernel::ClipGradNorm => node.inputs.clone(),
+        _ => Vec::new(),
     }
 }

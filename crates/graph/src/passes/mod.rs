@@ -18,7 +18,10 @@
 //! Training passes (the same arithmetic as the unfused graph, bit for bit):
 //! - [`batch_norm_relu`](PassName::BatchNormRelu): batch norm + ReLU forward in one
 //!   output pass, and their backward with ReLU's mask read inside batch norm's;
-//! - [`add_relu`](PassName::AddRelu): add + ReLU in one pass.
+//! - [`add_relu`](PassName::AddRelu): add + ReLU in one pass;
+//! - [`multi_tensor_update`](PassName::MultiTensorUpdate): the SGD updates with equal
+//!   settings as one node, one launch on CUDA (not in `default` on the CPU: it merges the
+//!   per-layer optimizer rows).
 //!
 //! Each pass leaves a graph it has no pattern in as recorded.
 
@@ -28,6 +31,7 @@ mod conv_epilogue;
 pub mod data_parallel;
 mod fold_batch_norm;
 mod max_pool_values;
+pub mod multi_tensor_update;
 
 use crate::ir::{Graph, Node, ValueId};
 pub use crate::ir::{PassName, PassRecord, PassSet};
@@ -40,6 +44,7 @@ fn run(pass: PassName, graph: &mut Graph) -> usize {
         PassName::MaxPoolValues => max_pool_values::run(graph),
         PassName::BatchNormRelu => batch_norm_relu::run(graph),
         PassName::AddRelu => add_relu::run(graph),
+        PassName::MultiTensorUpdate => multi_tensor_update::run(graph),
     }
 }
 

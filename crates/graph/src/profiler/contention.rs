@@ -113,7 +113,10 @@ mod tests {
         assert!(end.read());
         let mut total = CpuContention::default();
         end.add_since(&start, &mut total);
-        assert!(total.ran_sec >= 0.02, "{total:?}");
+        // Spinning, the thread is runnable the whole 30 ms: on a core or waiting for one
+        // (a loaded machine moves time from one to the other). The counters lag by up to
+        // a scheduler tick.
+        assert!(total.ran_sec + total.waited_sec >= 0.015, "{total:?}");
         assert!((0.0..=1.0).contains(&total.waiting_share()));
     }
 

@@ -129,6 +129,8 @@ pub fn launches(name: &str) -> Option<Launches> {
         // Per parameter: one launch of the multi-tensor kernel; generic: weight decay,
         // momentum (2), update (2), 7 with both.
         "SgdUpdate" => (1, 7),
+        // All parameters in one launch; generic: 7 per parameter (see `predict`).
+        "SgdUpdateMultiTensor" => (1, 7),
         "AdamUpdate" => (1, 12),
         "Reshape" | "Permute" => (0, 0),
         _ => return None,
@@ -204,10 +206,21 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
         if known.is_none() && !unknown.contains(&op.name) {
             unknown.push(op.name.clone());
         }
-        let l = known.unwrap_or(Launches {
+        let mut l = known.unwrap_or(Launches {
             wick: 1,
             generic: 1,
         });
+        // A merged update's parameters: per parameter it reads param, grad[, buffer] and
+        // writes param[, buffer]. The generic path updates them one by one.
+        let members = match op.name.as_str() {
+            "SgdUpdateMultiTensor" => op
+                .input_shapes
+                .len()
+                .saturating_sub(op.output_shapes.len())
+                .max(1),
+            _ => 1,
+        };
+        l.generic *= members as u32;
         let row = match rows.iter_mut().find(|r| r.name == op.name) {
             Some(r) => r,
             None => {
@@ -253,13 +266,14 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
         let wick_sec = kernel_sec.max(l.wick as f64 * device.launch_sec);
         row.wick_sec += wick_sec;
         phase_sec[Phase::ALL.iter().position(|p| *p == op.phase).unwrap_or(0)] += wick_sec;
-        // Each generic launch past wick's count is one more pass over the op's output.
+        // Each generic launch past wick's count is one more pass over the op's output (over
+        // one parameter's, for a merged update: as many passes per parameter).
         let out_bytes: u64 = op
             .output_shapes
             .iter()
             .map(|s| s.iter().product::<usize>() as u64 * 4)
             .sum();
-        let extra = l.generic.saturating_sub(l.wick) as f64;
+        let extra = (l.generic as f64 / members as f64 - l.wick as f64).max(0.0);
         let generic_kernel = kernel_sec
             + extra * 2.0 * out_bytes as f64
                 / (device.memory_bytes_per_sec * device.memory_efficiency);
@@ -379,5 +393,47 @@ mod tests {
             assert!(l.wick < l.generic, "{name}: {l:?}");
         }
         assert_eq!(launches("NoSuchKernel"), None);
+    }
+
+    #[test]
+    fn a_merged_update_is_one_launch_and_the_generic_path_updates_each_parameter() {
+        let update = |name: &str, params: usize| crate::profiler::OpProfile {
+            op_id: 0,
+            name: name.into(),
+            class: KernelClass::Optimizer,
+            phase: Phase::Optimizer,
+            mean_sec: 1e-3,
+            min_sec: 1e-3,
+            max_sec: 1e-3,
+            flops: 4_000_000 * params as u64,
+            // param, grad, buffer in; param, buffer out, per parameter.
+            input_shapes: vec![vec![1_000_000]; 3 * params],
+            output_shapes: vec![vec![1_000_000]; 2 * params],
+            origin: Default::default(),
+            parameter_elements: 0,
+            bytes: 20_000_000 * params as u64,
+            dtype: "F32".into(),
+            host_sec: None,
+            memory: None,
+        };
+        let h200 = DeviceSheet::named("h200").unwrap();
+        let separate = Profile {
+            ops: (0..3).map(|_| update("SgdUpdate", 1)).collect(),
+            ..Default::default()
+        };
+        let merged = Profile {
+            ops: vec![update("SgdUpdateMultiTensor", 3)],
+            ..Default::default()
+        };
+        let (a, b) = (predict(&separate, &h200), predict(&merged, &h200));
+        assert_eq!((a.launches(), b.launches()), ((3, 21), (1, 21)));
+        // The same bytes on the generic path, however the nodes are grouped.
+        let rel = (a.generic_step_sec() - b.generic_step_sec()).abs() / a.generic_step_sec();
+        assert!(
+            rel < 1e-9,
+            "{} vs {}",
+            a.generic_step_sec(),
+            b.generic_step_sec()
+        );
     }
 }
