@@ -16,7 +16,7 @@ use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo};
 use crate::ir::Outputs;
 use crate::ir::{Graph, Phase, ValueId, ValueKind};
-use crate::ops::optim::{SgdUpdate, SgdUpdateMultiTensor};
+use crate::ops::optim::{AdamUpdateMultiTensor, SgdUpdate, SgdUpdateMultiTensor};
 use crate::ops::optimizer::AdamUpdate;
 
 /// Runs a [`Graph`] on a device.
@@ -342,6 +342,13 @@ impl Executor {
                 node.op = Arc::new(SgdUpdateMultiTensor {
                     params,
                     health: group.health.clone(),
+                });
+            } else if let Some(group) = node.op_as::<AdamUpdateMultiTensor>() {
+                let params = wick_ops::AdamParams { lr, ..group.params };
+                params.validate().map_err(|e| invalid("adam", e))?;
+                node.op = Arc::new(AdamUpdateMultiTensor {
+                    params,
+                    members: group.members,
                 });
             } else if let Some(adam) = node.op_as::<AdamUpdate>() {
                 let params = wick_ops::AdamParams { lr, ..adam.params };

@@ -7,8 +7,9 @@ mod common;
 use candle_core::{DType, Device, Tensor};
 use common::*;
 use wick_graph::ops::optim::UpdateCheck;
-use wick_graph::{Executor, PassName, PassSet};
-use wick_ops::{Kernel, SgdParams};
+use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
+use wick_graph::{Executor, GraphBuilder, Mode, PassName, PassSet};
+use wick_ops::{AdamParams, Kernel, SgdParams};
 
 const SGD: SgdParams = SgdParams {
     lr: 0.05,
@@ -35,6 +36,41 @@ fn executor(merged: bool) -> Executor {
         .unwrap();
     exec.set("images", &images).unwrap();
     exec.set("labels", &Tensor::new(&[0u32, 2], &Device::Cpu).unwrap())
+        .unwrap();
+    exec
+}
+
+/// The small net with AdamW, and plain Adam for the 1-D parameters: two settings, so
+/// two merged nodes.
+fn adam_executor(merged: bool) -> Executor {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let net = small_net(&mut b, DType::F64, 2, 8, 3).unwrap();
+    let grads = b.backward(net.loss).unwrap();
+    let config = OptimizerConfig {
+        default: Optimizer::Adam(AdamParams {
+            weight_decay: 0.01,
+            ..AdamParams::adamw(0.01)
+        }),
+        groups: vec![ParamGroup {
+            select: ParamSelector::OneDimensional,
+            optimizer: Optimizer::Adam(AdamParams::adam(0.02)),
+        }],
+        clip_grad_norm: None,
+    };
+    b.optimize(&grads, &config).unwrap();
+    let mut graph = b.finish();
+    if merged {
+        let records = graph.apply_passes(PassSet::NONE.with(PassName::MultiTensorUpdate));
+        assert_eq!(records[0].subgraphs, 2, "AdamW and Adam");
+    }
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    init(&mut exec, DType::F64, 4);
+    let images = Tensor::from_vec(uniform(5, 2 * 3 * 8 * 8), (2, 3, 8, 8), &Device::Cpu)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap();
+    exec.set("images", &images).unwrap();
+    exec.set("labels", &Tensor::new(&[1u32, 2], &Device::Cpu).unwrap())
         .unwrap();
     exec
 }
@@ -132,5 +168,60 @@ fn the_learning_rate_and_the_finiteness_checks_reach_every_merged_parameter() {
             UpdateCheck::Finite
         };
         assert_eq!(check, expected, "{name}");
+    }
+}
+
+#[test]
+fn merged_adam_and_adamw_updates_give_the_same_weights_bit_for_bit() {
+    let (mut separate, mut merged) = (adam_executor(false), adam_executor(true));
+    let count =
+        |e: &Executor, k: Kernel| e.graph().nodes().iter().filter(|n| n.kernel() == k).count();
+    let updates = count(&separate, Kernel::AdamUpdate);
+    assert!(updates >= 4, "{updates} update nodes");
+    assert_eq!(
+        (
+            count(&merged, Kernel::AdamUpdate),
+            count(&merged, Kernel::AdamUpdateMultiTensor)
+        ),
+        (0, 2)
+    );
+    for step in 0..3i64 {
+        for e in [&mut separate, &mut merged] {
+            e.set("step", &Tensor::new(step, &Device::Cpu).unwrap())
+                .unwrap();
+            e.run().unwrap();
+        }
+    }
+    let (a, b) = (separate.state_dict().unwrap(), merged.state_dict().unwrap());
+    assert_eq!(a.len(), b.len());
+    for ((name, x), (_, y)) in a.iter().zip(&b) {
+        assert_eq!(bits(x), bits(y), "{name} differs after 3 steps");
+    }
+    // Every parameter is named by the checks (Adam leaves the looking to the caller).
+    let checks: Vec<(String, UpdateCheck)> = merged
+        .graph()
+        .take_update_checks()
+        .into_iter()
+        .map(|(n, c)| (n.to_string(), c))
+        .collect();
+    assert_eq!(checks.len(), updates);
+    assert!(
+        checks.iter().all(|c| c.1 == UpdateCheck::Unchecked),
+        "{checks:?}"
+    );
+    // The learning rate reaches both merged nodes: at 0 nothing moves.
+    merged.set_learning_rate(0.0).unwrap();
+    merged
+        .set("step", &Tensor::new(3i64, &Device::Cpu).unwrap())
+        .unwrap();
+    let before = merged.state_dict().unwrap();
+    merged.run().unwrap();
+    for (name, _) in &checks {
+        let old = &before.iter().find(|(n, _)| n == name).unwrap().1;
+        assert_eq!(
+            bits(merged.get(name).unwrap().unwrap()),
+            bits(old),
+            "{name} moved at lr 0"
+        );
     }
 }

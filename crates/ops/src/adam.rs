@@ -98,18 +98,8 @@ pub fn adam_step(
         return Err(OpError::invalid(OP, "the step number is 1-based, got 0"));
     }
     #[cfg(feature = "cuda")]
-    if crate::kernel::route(param.device()) == crate::kernel::Route::Cuda
-        && matches!(param.dtype(), DType::F32 | DType::F64)
-    {
-        // New tensors, as on every path: copies updated by wick's multi-tensor kernel in
-        // one launch (instead of a dozen tensor ops).
-        let fresh = |t: Option<&Tensor>| match t {
-            Some(t) => t.contiguous().ctx(OP)?.copy().ctx(OP),
-            None => param.zeros_like().ctx(OP),
-        };
-        let (w, m, v) = (fresh(Some(param))?, fresh(exp_avg)?, fresh(exp_avg_sq)?);
-        crate::gpu::optimizer::adam_multi_tensor(OP, &[&w], &[grad], [&[&m], &[&v]], step, p)?;
-        return Ok((w, m, v));
+    if let Some(mut one) = adam_cuda(&[(param, grad, exp_avg, exp_avg_sq)], step, p)? {
+        return Ok(one.remove(0));
     }
     let mut param = param.clone();
     let mut grad = grad.clone();
@@ -142,6 +132,72 @@ pub fn adam_step(
     let update = ((&m / &denom).ctx(OP)? * step_size).ctx(OP)?;
     let param = (param - update).ctx(OP)?;
     Ok((param, m, v))
+}
+
+/// One Adam update's operands: the parameter, its gradient and its two moments (`None`
+/// before the first step).
+pub type AdamMember<'a> = (
+    &'a Tensor,
+    &'a Tensor,
+    Option<&'a Tensor>,
+    Option<&'a Tensor>,
+);
+
+/// [`adam_step`] on many parameters with the same settings and step number. On CUDA, when
+/// every parameter is an f32 or f64 tensor of one dtype, it is **one launch for all of
+/// them**; elsewhere one update after another.
+pub fn adam_step_multi_tensor(
+    members: &[AdamMember<'_>],
+    step: u64,
+    p: &AdamParams,
+) -> Result<Vec<(Tensor, Tensor, Tensor)>> {
+    #[cfg(feature = "cuda")]
+    if let Some(out) = adam_cuda(members, step, p)? {
+        return Ok(out);
+    }
+    members
+        .iter()
+        .map(|&(w, g, m, v)| adam_step(w, g, m, v, step, p))
+        .collect()
+}
+
+/// The multi-tensor kernel on copies of `members` (one launch), or `None` when they do
+/// not qualify. New tensors, as on every path.
+#[cfg(feature = "cuda")]
+fn adam_cuda(
+    members: &[AdamMember<'_>],
+    step: u64,
+    p: &AdamParams,
+) -> Result<Option<Vec<(Tensor, Tensor, Tensor)>>> {
+    let Some(&(first, ..)) = members.first() else {
+        return Ok(Some(Vec::new()));
+    };
+    let qualifies = members.iter().all(|&(w, ..)| {
+        crate::kernel::route(w.device()) == crate::kernel::Route::Cuda
+            && w.dtype() == first.dtype()
+            && matches!(w.dtype(), DType::F32 | DType::F64)
+    });
+    if !qualifies {
+        return Ok(None);
+    }
+    p.validate()?;
+    let mut out = Vec::with_capacity(members.len());
+    for &(w, g, m, v) in members {
+        crate::shape::same(OP, "gradient", g.dims(), "parameter", w.dims())?;
+        let fresh = |t: Option<&Tensor>| match t {
+            Some(t) => {
+                crate::shape::same(OP, "moment", t.dims(), "parameter", w.dims())?;
+                t.contiguous().ctx(OP)?.copy().ctx(OP)
+            }
+            None => w.zeros_like().ctx(OP),
+        };
+        out.push((fresh(Some(w))?, fresh(m)?, fresh(v)?));
+    }
+    let refs = |f: fn(&(Tensor, Tensor, Tensor)) -> &Tensor| out.iter().map(f).collect::<Vec<_>>();
+    let (ws, ms, vs) = (refs(|t| &t.0), refs(|t| &t.1), refs(|t| &t.2));
+    let grads: Vec<&Tensor> = members.iter().map(|m| m.1).collect();
+    crate::gpu::optimizer::adam_multi_tensor(OP, &ws, &grads, [&ms, &vs], step, p)?;
+    Ok(Some(out))
 }
 
 /// The factor `clip_grad_norm_` multiplies every gradient by: `min(1, max_norm / (‖g‖ + 1e-6))`

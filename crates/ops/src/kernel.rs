@@ -140,6 +140,8 @@ pub enum Kernel {
     LossGradSeed,
     /// Fused Adam or AdamW update of one parameter.
     AdamUpdate,
+    /// The same Adam or AdamW update of many parameters in one node (one launch on CUDA).
+    AdamUpdateMultiTensor,
     /// Global-norm gradient clipping over every gradient.
     ClipGradNorm,
     /// Transposed convolution forward.
@@ -226,7 +228,11 @@ impl Kernel {
             }
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
-            SgdUpdate | SgdUpdateMultiTensor | AdamUpdate | ClipGradNorm => C::Optimizer,
+            SgdUpdate
+            | SgdUpdateMultiTensor
+            | AdamUpdate
+            | AdamUpdateMultiTensor
+            | ClipGradNorm => C::Optimizer,
             Activation(_) | ActivationBackward(_) | Binary(_) | BinaryBackward(_) | Scale => {
                 C::Elementwise
             }
@@ -299,7 +305,11 @@ impl Kernel {
             | ConvTransposeBackwardData
             | ConvTransposeBackwardFilter
             | UpsampleBackward => KernelPhase::Backward,
-            SgdUpdate | SgdUpdateMultiTensor | AdamUpdate | ClipGradNorm => KernelPhase::Optimizer,
+            SgdUpdate
+            | SgdUpdateMultiTensor
+            | AdamUpdate
+            | AdamUpdateMultiTensor
+            | ClipGradNorm => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             // Serves forward and backward alike, like a reshape.
             Reshape | Permute | Scale => return None,
@@ -373,6 +383,7 @@ impl Kernel {
                 LossBackward(l) => l.backward_name(),
                 LossGradSeed => "LossGradSeed",
                 AdamUpdate => "AdamUpdate",
+                AdamUpdateMultiTensor => "AdamUpdateMultiTensor",
                 ClipGradNorm => "ClipGradNorm",
                 ConvTransposeForward => "ConvTransposeForward",
                 ConvTransposeBackwardData => "ConvTransposeBackwardData",
@@ -410,6 +421,7 @@ impl Kernel {
                 SgdUpdate => "GpuSgdUpdate",
                 SgdUpdateMultiTensor => "GpuSgdUpdateMultiTensor",
                 AdamUpdate => "GpuAdamUpdate",
+                AdamUpdateMultiTensor => "GpuAdamUpdateMultiTensor",
                 // Element-wise ops, reshapes and communication keep their CPU names.
                 _ => self.name(DeviceKind::Cpu),
             },

@@ -17,7 +17,8 @@ pub enum PassName {
     BatchNormRelu,
     /// Fuses add + ReLU.
     AddRelu,
-    /// Merges the SGD updates with equal settings into one node (one CUDA launch).
+    /// Merges the SGD (and the Adam) updates with equal settings into one node (one CUDA
+    /// launch).
     MultiTensorUpdate,
 }
 

@@ -1,5 +1,5 @@
-//! SGD's fused update node (kernels in `wick_ops::optim`); the optimizer phase that
-//! records it is in `optimizer.rs`.
+//! SGD's fused update node and the multi-tensor update nodes (kernels in `wick_ops::optim`
+//! and `wick_ops::adam`); the optimizer phase that records updates is in `optimizer.rs`.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -81,15 +81,24 @@ impl Graph {
             .filter(|n| n.op.kernel() != Kernel::ClipGradNorm)
             .flat_map(|n| {
                 let name = |i: usize| self.values[n.inputs[i].0].name.as_str();
-                match (n.op_as::<SgdUpdate>(), n.op_as::<SgdUpdateMultiTensor>()) {
-                    (Some(sgd), _) => vec![(name(0), sgd.health.take())],
-                    (_, Some(group)) => group
-                        .health
-                        .iter()
-                        .enumerate()
+                if let Some(sgd) = n.op_as::<SgdUpdate>() {
+                    vec![(name(0), sgd.health.take())]
+                } else if let Some(group) = n.op_as::<SgdUpdateMultiTensor>() {
+                    let health = group.health.iter().enumerate();
+                    health
                         .map(|(k, h)| (name(k * group.stride()), h.take()))
-                        .collect(),
-                    _ => vec![(name(0), UpdateCheck::Unchecked)],
+                        .collect()
+                } else if let Some(group) = n.op_as::<AdamUpdateMultiTensor>() {
+                    (0..group.members)
+                        .map(|k| {
+                            (
+                                name(AdamUpdateMultiTensor::param_input(k)),
+                                UpdateCheck::Unchecked,
+                            )
+                        })
+                        .collect()
+                } else {
+                    vec![(name(0), UpdateCheck::Unchecked)]
                 }
             })
             .collect()
@@ -179,5 +188,57 @@ impl NodeOp for SgdUpdateMultiTensor {
     /// The momentum buffers are empty before the first step.
     fn optional_input(&self, i: usize) -> bool {
         self.stride() == 3 && i % 3 == 2
+    }
+}
+
+/// The same Adam or AdamW update of many parameters in one node, made by the
+/// `multi_tensor_update` pass from [`AdamUpdate`](crate::ops::optimizer::AdamUpdate) nodes
+/// with equal settings: one launch for all of them on CUDA. in: the step counter, then per
+/// parameter `param, grad, [exp_avg], [exp_avg_sq]`; out: per parameter `param, exp_avg,
+/// exp_avg_sq`.
+#[derive(Debug, Clone)]
+pub struct AdamUpdateMultiTensor {
+    /// The settings every member shares.
+    pub params: wick_ops::AdamParams,
+    /// How many parameters it updates.
+    pub members: usize,
+}
+
+impl AdamUpdateMultiTensor {
+    /// The input index of member `k`'s parameter (its gradient and moments follow).
+    pub fn param_input(k: usize) -> usize {
+        1 + 4 * k
+    }
+}
+
+impl NodeOp for AdamUpdateMultiTensor {
+    fn kernel(&self) -> Kernel {
+        Kernel::AdamUpdateMultiTensor
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let done = wick_ops::dropout::read_step(crate::ir::arg(inputs, 0, "adam")?)
+            .map_err(|e| wick_ops::OpError::invalid("adam", format!("the step input: {e}")))?;
+        let mut members = Vec::with_capacity(self.members);
+        for k in 0..self.members {
+            let at = Self::param_input(k);
+            let state = |i: usize| inputs.get(i).copied().flatten();
+            members.push((
+                crate::ir::arg(inputs, at, "adam")?,
+                crate::ir::arg(inputs, at + 1, "adam")?,
+                state(at + 2),
+                state(at + 3),
+            ));
+        }
+        let updated = wick_ops::adam::adam_step_multi_tensor(&members, done + 1, &self.params)?;
+        Ok(updated
+            .into_iter()
+            .flat_map(|(p, m, v)| [Some(p), Some(m), Some(v)])
+            .collect())
+    }
+
+    /// The moments are empty before the first step.
+    fn optional_input(&self, i: usize) -> bool {
+        i >= 1 && (i - 1) % 4 >= 2
     }
 }

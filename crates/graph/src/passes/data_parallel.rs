@@ -21,7 +21,7 @@ use crate::ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 use crate::ops::all_reduce::{DistAllReduce, DistWait};
 use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
 use crate::ops::fused_train::BatchNormReluTrain;
-use crate::ops::optim::SgdUpdateMultiTensor;
+use crate::ops::optim::{AdamUpdateMultiTensor, SgdUpdateMultiTensor};
 use crate::ops::sync_batchnorm::{SyncBatchNormTrain, SyncBatchNormTrainBackward};
 
 /// PyTorch DDP's default bucket size.
@@ -343,6 +343,12 @@ fn gradient_inputs(node: &crate::ir::Node) -> Vec<ValueId> {
                 .skip(1)
                 .step_by(group.stride())
                 .copied()
+                .collect(),
+            None => Vec::new(),
+        },
+        Kernel::AdamUpdateMultiTensor => match node.op_as::<AdamUpdateMultiTensor>() {
+            Some(group) => (0..group.members)
+                .map(|k| node.inputs[AdamUpdateMultiTensor::param_input(k) + 1])
                 .collect(),
             None => Vec::new(),
         },

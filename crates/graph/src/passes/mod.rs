@@ -19,8 +19,8 @@
 //! - [`batch_norm_relu`](PassName::BatchNormRelu): batch norm + ReLU forward in one
 //!   output pass, and their backward with ReLU's mask read inside batch norm's;
 //! - [`add_relu`](PassName::AddRelu): add + ReLU in one pass;
-//! - [`multi_tensor_update`](PassName::MultiTensorUpdate): the SGD updates with equal
-//!   settings as one node, one launch on CUDA (not in `default` on the CPU: it merges the
+//! - [`multi_tensor_update`](PassName::MultiTensorUpdate): the SGD (or Adam) updates
+//!   with equal settings as one node, one launch on CUDA (not in `default` on the CPU: it merges the
 //!   per-layer optimizer rows).
 //!
 //! Each pass leaves a graph it has no pattern in as recorded.

@@ -132,6 +132,7 @@ pub fn launches(name: &str) -> Option<Launches> {
         // All parameters in one launch; generic: 7 per parameter (see `predict`).
         "SgdUpdateMultiTensor" => (1, 7),
         "AdamUpdate" => (1, 12),
+        "AdamUpdateMultiTensor" => (1, 12),
         "Reshape" | "Permute" => (0, 0),
         _ => return None,
     };
@@ -210,16 +211,16 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
             wick: 1,
             generic: 1,
         });
-        // A merged update's parameters: per parameter it reads param, grad[, buffer] and
-        // writes param[, buffer]. The generic path updates them one by one.
+        // A merged update's parameters, which the generic path updates one by one. SGD
+        // reads param, grad[, buffer] and writes param[, buffer] per parameter; Adam reads
+        // the step, then param, grad and two moments per parameter.
+        let (inputs, outputs) = (op.input_shapes.len(), op.output_shapes.len());
         let members = match op.name.as_str() {
-            "SgdUpdateMultiTensor" => op
-                .input_shapes
-                .len()
-                .saturating_sub(op.output_shapes.len())
-                .max(1),
+            "SgdUpdateMultiTensor" => inputs.saturating_sub(outputs),
+            "AdamUpdateMultiTensor" => inputs.saturating_sub(1) / 4,
             _ => 1,
-        };
+        }
+        .max(1);
         l.generic *= members as u32;
         let row = match rows.iter_mut().find(|r| r.name == op.name) {
             Some(r) => r,
@@ -435,5 +436,14 @@ mod tests {
             a.generic_step_sec(),
             b.generic_step_sec()
         );
+        // Adam: the step, then param, grad and two moments per parameter.
+        let mut adam = update("AdamUpdateMultiTensor", 3);
+        adam.input_shapes = vec![vec![1_000_000]; 1 + 4 * 3];
+        adam.output_shapes = vec![vec![1_000_000]; 3 * 3];
+        let merged_adam = Profile {
+            ops: vec![adam],
+            ..Default::default()
+        };
+        assert_eq!(predict(&merged_adam, &h200).launches(), (1, 36));
     }
 }
