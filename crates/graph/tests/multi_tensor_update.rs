@@ -8,7 +8,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use wick_graph::ops::optim::UpdateCheck;
 use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
-use wick_graph::{Executor, GraphBuilder, Mode, PassName, PassSet};
+use wick_graph::{Executor, GraphBuilder, Mode, PassName, PassSet, TimeProfiler};
 use wick_ops::{AdamParams, Kernel, SgdParams};
 
 const SGD: SgdParams = SgdParams {
@@ -110,6 +110,21 @@ fn merged_updates_give_the_same_weights_bit_for_bit_in_one_node() {
     for ((name, x), (_, y)) in a.iter().zip(&b) {
         assert_eq!(bits(x), bits(y), "{name} differs after 3 steps");
     }
+    // The profiler counts every member's parameters for the merged node, as it counts
+    // each update's for the separate ones.
+    let params = |e: &mut Executor| {
+        e.add_hook(TimeProfiler::new(2, 0)).unwrap();
+        e.run().unwrap();
+        let p = e.hook::<TimeProfiler>().unwrap().profile();
+        let optimizer = p
+            .ops
+            .iter()
+            .filter(|o| o.phase == wick_graph::Phase::Optimizer);
+        optimizer.map(|o| o.parameter_elements).sum::<u64>()
+    };
+    let (total, merged_total) = (params(&mut separate), params(&mut merged));
+    assert!(total > 0);
+    assert_eq!(merged_total, total);
 }
 
 #[test]

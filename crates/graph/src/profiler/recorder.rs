@@ -266,10 +266,7 @@ impl TimeProfiler {
                     input_shapes: info.input_shapes.clone(),
                     output_shapes: info.output_shapes.clone(),
                     origin: info.origin.clone(),
-                    parameter_elements: match (&info.origin.parameter, info.input_shapes.first()) {
-                        (Some(_), Some(shape)) => wick_ops::shape::flop_count(1, shape),
-                        _ => 0,
-                    },
+                    parameter_elements: updated_elements(info),
                     bytes: info.bytes,
                     dtype: format!("{:?}", info.dtype),
                     memory: self.last_op_memory.get(info.op_id).copied(),
@@ -558,6 +555,28 @@ impl Hook for TimeProfiler {
         }
         self.timed += 1;
         Ok(())
+    }
+}
+
+/// Elements of the parameters an optimizer node updates: its parameter's, or every
+/// member's for a merged update (SGD: `param, grad[, buffer]` per member; Adam: the step,
+/// then `param, grad, exp_avg, exp_avg_sq` per member). 0 for other nodes.
+fn updated_elements(info: &NodeInfo) -> u64 {
+    let shapes = &info.input_shapes;
+    let elements = |s: &Vec<usize>| wick_ops::shape::flop_count(1, s);
+    match info.kernel {
+        wick_ops::Kernel::SgdUpdateMultiTensor => {
+            let members = shapes.len().saturating_sub(info.output_shapes.len()).max(1);
+            let stride = (shapes.len() / members).max(1);
+            shapes.iter().step_by(stride).map(elements).sum()
+        }
+        wick_ops::Kernel::AdamUpdateMultiTensor => {
+            shapes.iter().skip(1).step_by(4).map(elements).sum()
+        }
+        _ => match (&info.origin.parameter, shapes.first()) {
+            (Some(_), Some(shape)) => elements(shape),
+            _ => 0,
+        },
     }
 }
 
