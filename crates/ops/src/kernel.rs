@@ -216,20 +216,26 @@ impl Kernel {
             ConvBackwardData | ConvBackwardFilter | ConvBackwardBias => C::Convolution,
             LinearForward | LinearBackward => C::Linear,
             BatchNormForwardTraining | BatchNormForwardInference => C::Normalization,
-            BatchNormBackward | BatchNormReLUBackward => C::Normalization,
-            BatchNormReLUForwardTraining => C::Normalization,
+            BatchNormBackward | BatchNormReLUForwardTraining | BatchNormReLUBackward => {
+                C::Normalization
+            }
             // Synchronised batch norm waits for the other ranks' statistics.
             SyncBatchNormForwardTraining | SyncBatchNormBackward => C::Communication,
             DistAllReduce | DistWait => C::Communication,
             ReLU | ReLUBackward | Add | AddReLU | AccumulateGrad => C::Elementwise,
-            PoolingForward | PoolingBackward => C::Pooling,
-            GlobalAvgPoolForward | GlobalAvgPoolBackward => C::Pooling,
+            PoolingForward | PoolingBackward | GlobalAvgPoolForward | GlobalAvgPoolBackward => {
+                C::Pooling
+            }
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
-            SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => C::Optimizer,
-            AdamUpdate | AdamUpdateMultiTensor => C::Optimizer,
-            Activation(_) | ActivationBackward(_) | Scale => C::Elementwise,
-            Binary(_) | BinaryBackward(_) => C::Elementwise,
+            SgdUpdate
+            | SgdUpdateMultiTensor
+            | AdamUpdate
+            | AdamUpdateMultiTensor
+            | ClipGradNorm => C::Optimizer,
+            Activation(_) | ActivationBackward(_) | Binary(_) | BinaryBackward(_) | Scale => {
+                C::Elementwise
+            }
             Dropout | DropoutBackward => C::Elementwise,
             Concat | ConcatBackward | Permute => C::Reshape,
             SoftmaxForward | SoftmaxBackward => C::Normalization,
@@ -299,8 +305,11 @@ impl Kernel {
             | ConvTransposeBackwardData
             | ConvTransposeBackwardFilter
             | UpsampleBackward => KernelPhase::Backward,
-            SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => KernelPhase::Optimizer,
-            AdamUpdate | AdamUpdateMultiTensor => KernelPhase::Optimizer,
+            SgdUpdate
+            | SgdUpdateMultiTensor
+            | AdamUpdate
+            | AdamUpdateMultiTensor
+            | ClipGradNorm => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             // Serves forward and backward alike, like a reshape.
             Reshape | Permute | Scale => return None,
