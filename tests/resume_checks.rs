@@ -1,8 +1,9 @@
 //! Issue #31: resume checks the run. A checkpoint records the settings that define the
 //! trajectory and a resume with other settings is refused, naming the setting, unless
 //! `--resume-override`; the step comes from the checkpoint, not its folder's name;
-//! resuming at or past the target does nothing; the metrics log keeps one line per
-//! epoch; wick replaces only checkpoints it wrote; one run at a time writes a folder.
+//! resuming at the target only writes `--save`, past it nothing; the metrics log keeps
+//! one line per epoch; wick replaces only checkpoints it wrote; one run at a time writes
+//! a folder.
 
 mod common;
 
@@ -56,6 +57,8 @@ fn resume_refuses_a_changed_run_and_trusts_the_checkpoint_not_its_name() {
         "3",
         "--log",
         "m.jsonl",
+        "--save",
+        "final.safetensors",
     ];
     ok(&train(p, &first));
     let log = std::fs::read_to_string(p.join("m.jsonl")).unwrap();
@@ -71,14 +74,33 @@ fn resume_refuses_a_changed_run_and_trusts_the_checkpoint_not_its_name() {
         refused(&out, &[named, "--resume-override"]);
         cases += 1;
     }
-    // At or past the target: says so, writes nothing.
+    // At the target: nothing to train, the log untouched, and --save writes the run's
+    // final weights (a run killed after its last checkpoint still gets its file).
     let before = std::fs::read_to_string(p.join("m.jsonl")).unwrap();
+    let at_end = ["--steps", "6", "--resume", "ck", "--log", "m.jsonl"];
     let out = ok(&train(
         p,
-        &["--steps", "6", "--resume", "ck", "--log", "m.jsonl"],
+        &[&at_end[..], &["--save", "again.safetensors"]].concat(),
     ));
-    assert!(out.contains("nothing to train, nothing written"), "{out}");
+    assert!(
+        out.contains("the run's end (6 steps): nothing to train; saved again.safetensors"),
+        "{out}"
+    );
     assert_eq!(std::fs::read_to_string(p.join("m.jsonl")).unwrap(), before);
+    let weights = |f: &str| std::fs::read(p.join(f)).unwrap();
+    assert_eq!(weights("again.safetensors"), weights("final.safetensors"));
+    // Past it: the checkpoint is not this run's end, so nothing is written.
+    let past = [
+        "--steps",
+        "4",
+        "--resume",
+        "ck",
+        "--save",
+        "past.safetensors",
+    ];
+    let out = ok(&train(p, &past));
+    assert!(out.contains("nothing to train; nothing written"), "{out}");
+    assert!(!p.join("past.safetensors").exists());
     cases += 1;
     // From an older checkpoint: the log redoes the later epochs instead of repeating them.
     std::fs::remove_dir_all(p.join("ck/step-6")).unwrap();

@@ -37,7 +37,8 @@ use args::{Args, OptimizerKind};
 
 use data::{add, evaluate_on, open_data, Data};
 use run_state::{
-    augmentation_text, interrupted_flag, logged_epoch, parameter_checksum, resume_from, trajectory,
+    at_the_end, augmentation_text, interrupted_flag, logged_epoch, parameter_checksum, resume_from,
+    trajectory,
 };
 
 fn main() -> std::process::ExitCode {
@@ -103,11 +104,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     let resumed = resume_from(&a, &plan, &mut session)?;
     let start = resumed.as_ref().map_or(0, |r| r.step as usize);
     if start >= plan.steps {
-        println!(
-            "--resume: the checkpoint is at step {start}, at or past the run's {} steps: nothing to train, nothing written",
-            plan.steps
-        );
-        return Ok(());
+        return at_the_end(&a, &plan, start, &session);
     }
     if plan.lead() {
         if plan.ranks > 1 {

@@ -1,6 +1,6 @@
 //! A run's state across processes: the settings a checkpoint records and a resume
-//! checks, the augmentation in words, the metrics log's epochs, the replicas' checksum
-//! and the SIGINT flag.
+//! checks, a resume with nothing left to train, the augmentation in words, the metrics
+//! log's epochs, the replicas' checksum and the SIGINT flag.
 
 use anyhow::Result;
 use wick::models::{resume, ModelConfig, Session};
@@ -92,6 +92,29 @@ pub(crate) fn resume_from(
 }
 
 /// Whether `dir` is one checkpoint (its model and training state), not a run's folder.
+/// A resume at or past the run's target trains nothing. At exactly its end the
+/// checkpoint holds the run's final weights, and `--save` writes them: a run killed
+/// between its last checkpoint and its `--save` still ends with the file.
+pub(crate) fn at_the_end(a: &Args, plan: &Plan, start: usize, session: &Session) -> Result<()> {
+    let saved = match (&a.save, start == plan.steps && plan.lead()) {
+        (Some(path), true) => {
+            session.save_checkpoint(path)?;
+            format!("saved {} from it", path.display())
+        }
+        _ => "nothing written".into(),
+    };
+    let at = if start == plan.steps {
+        "the run's end"
+    } else {
+        "past the run's"
+    };
+    println!(
+        "--resume: the checkpoint is at step {start}, {at} ({} steps): nothing to train; {saved}",
+        plan.steps
+    );
+    Ok(())
+}
+
 fn is_checkpoint(dir: &std::path::Path) -> bool {
     dir.join("model.safetensors").is_file() && dir.join("training.safetensors").is_file()
 }
