@@ -6,18 +6,14 @@
 //! phases and ops, and each op runs inside a `tracing` span (`op`, with its name, OP_ID
 //! and phase), so any `tracing` subscriber sees the ops.
 
-use std::sync::Arc;
-
 use candle_core::{DType, Device, Tensor};
 use wick_ops::conv::ConvAlgorithm;
-use wick_ops::{DeviceKind, KernelPath, SgdParams};
+use wick_ops::{DeviceKind, KernelPath};
 
 use crate::error::{GraphError, Result};
 use crate::hooks::{Hook, NodeInfo};
 use crate::ir::Outputs;
 use crate::ir::{Graph, Phase, ValueId, ValueKind};
-use crate::ops::optim::{AdamUpdateMultiTensor, SgdUpdate, SgdUpdateMultiTensor};
-use crate::ops::optimizer::AdamUpdate;
 
 /// Runs a [`Graph`] on a device.
 ///
@@ -323,37 +319,9 @@ impl Executor {
     /// Changes the learning rate of every SGD and Adam update node from the next iteration
     /// on (for a learning-rate schedule); `lr` must be finite and non-negative.
     pub fn set_learning_rate(&mut self, lr: f64) -> Result<()> {
-        let invalid = |op, source| GraphError::Build {
-            op,
-            layer: None,
-            source,
-        };
         for node in &mut self.graph.nodes {
-            if let Some(sgd) = node.op_as::<SgdUpdate>() {
-                let params = SgdParams { lr, ..sgd.params };
-                params.validate().map_err(|e| invalid("sgd", e))?;
-                node.op = Arc::new(SgdUpdate {
-                    params,
-                    health: sgd.health.clone(),
-                });
-            } else if let Some(group) = node.op_as::<SgdUpdateMultiTensor>() {
-                let params = SgdParams { lr, ..group.params };
-                params.validate().map_err(|e| invalid("sgd", e))?;
-                node.op = Arc::new(SgdUpdateMultiTensor {
-                    params,
-                    health: group.health.clone(),
-                });
-            } else if let Some(group) = node.op_as::<AdamUpdateMultiTensor>() {
-                let params = wick_ops::AdamParams { lr, ..group.params };
-                params.validate().map_err(|e| invalid("adam", e))?;
-                node.op = Arc::new(AdamUpdateMultiTensor {
-                    params,
-                    members: group.members,
-                });
-            } else if let Some(adam) = node.op_as::<AdamUpdate>() {
-                let params = wick_ops::AdamParams { lr, ..adam.params };
-                params.validate().map_err(|e| invalid("adam", e))?;
-                node.op = Arc::new(AdamUpdate { params });
+            if let Some(op) = node.op.with_learning_rate(lr) {
+                node.op = op?;
             }
         }
         Ok(())

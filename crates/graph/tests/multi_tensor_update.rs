@@ -28,16 +28,7 @@ fn executor(merged: bool) -> Executor {
             "one group: every update has SGD's settings"
         );
     }
-    let mut exec = Executor::new(graph, &Device::Cpu);
-    init(&mut exec, DType::F64, 3);
-    let images = Tensor::from_vec(uniform(9, 2 * 3 * 8 * 8), (2, 3, 8, 8), &Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
-    exec.set("images", &images).unwrap();
-    exec.set("labels", &Tensor::new(&[0u32, 2], &Device::Cpu).unwrap())
-        .unwrap();
-    exec
+    ready(graph, 3, 9, [0, 2])
 }
 
 /// The small net with AdamW, and plain Adam for the 1-D parameters: two settings, so
@@ -63,14 +54,24 @@ fn adam_executor(merged: bool) -> Executor {
         let records = graph.apply_passes(PassSet::NONE.with(PassName::MultiTensorUpdate));
         assert_eq!(records[0].subgraphs, 2, "AdamW and Adam");
     }
+    ready(graph, 4, 5, [1, 2])
+}
+
+/// An executor of `graph`, initialised with `init_seed`, fed images from `image_seed`
+/// and `labels`.
+fn ready(graph: wick_graph::Graph, init_seed: u64, image_seed: u64, labels: [u32; 2]) -> Executor {
     let mut exec = Executor::new(graph, &Device::Cpu);
-    init(&mut exec, DType::F64, 4);
-    let images = Tensor::from_vec(uniform(5, 2 * 3 * 8 * 8), (2, 3, 8, 8), &Device::Cpu)
-        .unwrap()
-        .to_dtype(DType::F64)
-        .unwrap();
+    init(&mut exec, DType::F64, init_seed);
+    let images = Tensor::from_vec(
+        uniform(image_seed, 2 * 3 * 8 * 8),
+        (2, 3, 8, 8),
+        &Device::Cpu,
+    )
+    .unwrap()
+    .to_dtype(DType::F64)
+    .unwrap();
     exec.set("images", &images).unwrap();
-    exec.set("labels", &Tensor::new(&[1u32, 2], &Device::Cpu).unwrap())
+    exec.set("labels", &Tensor::new(&labels, &Device::Cpu).unwrap())
         .unwrap();
     exec
 }

@@ -216,26 +216,20 @@ impl Kernel {
             ConvBackwardData | ConvBackwardFilter | ConvBackwardBias => C::Convolution,
             LinearForward | LinearBackward => C::Linear,
             BatchNormForwardTraining | BatchNormForwardInference => C::Normalization,
-            BatchNormBackward | BatchNormReLUForwardTraining | BatchNormReLUBackward => {
-                C::Normalization
-            }
+            BatchNormBackward | BatchNormReLUBackward => C::Normalization,
+            BatchNormReLUForwardTraining => C::Normalization,
             // Synchronised batch norm waits for the other ranks' statistics.
             SyncBatchNormForwardTraining | SyncBatchNormBackward => C::Communication,
             DistAllReduce | DistWait => C::Communication,
             ReLU | ReLUBackward | Add | AddReLU | AccumulateGrad => C::Elementwise,
-            PoolingForward | PoolingBackward | GlobalAvgPoolForward | GlobalAvgPoolBackward => {
-                C::Pooling
-            }
+            PoolingForward | PoolingBackward => C::Pooling,
+            GlobalAvgPoolForward | GlobalAvgPoolBackward => C::Pooling,
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
-            SgdUpdate
-            | SgdUpdateMultiTensor
-            | AdamUpdate
-            | AdamUpdateMultiTensor
-            | ClipGradNorm => C::Optimizer,
-            Activation(_) | ActivationBackward(_) | Binary(_) | BinaryBackward(_) | Scale => {
-                C::Elementwise
-            }
+            SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => C::Optimizer,
+            AdamUpdate | AdamUpdateMultiTensor => C::Optimizer,
+            Activation(_) | ActivationBackward(_) | Scale => C::Elementwise,
+            Binary(_) | BinaryBackward(_) => C::Elementwise,
             Dropout | DropoutBackward => C::Elementwise,
             Concat | ConcatBackward | Permute => C::Reshape,
             SoftmaxForward | SoftmaxBackward => C::Normalization,
@@ -305,11 +299,8 @@ impl Kernel {
             | ConvTransposeBackwardData
             | ConvTransposeBackwardFilter
             | UpsampleBackward => KernelPhase::Backward,
-            SgdUpdate
-            | SgdUpdateMultiTensor
-            | AdamUpdate
-            | AdamUpdateMultiTensor
-            | ClipGradNorm => KernelPhase::Optimizer,
+            SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => KernelPhase::Optimizer,
+            AdamUpdate | AdamUpdateMultiTensor => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             // Serves forward and backward alike, like a reshape.
             Reshape | Permute | Scale => return None,

@@ -55,6 +55,13 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
         false
     }
 
+    /// For an optimizer update: the same op with learning rate `lr`, or an error when the
+    /// settings would be invalid ([`Executor::set_learning_rate`](crate::Executor::set_learning_rate)).
+    /// `None` for ops without a learning rate.
+    fn with_learning_rate(&self, _lr: f64) -> Option<Result<Op>> {
+        None
+    }
+
     /// Bytes the op itself keeps between iterations, beyond the graph's values, given
     /// the bytes of each of its inputs: a cache such as a folded batch norm's weights.
     /// The memory plan counts them as pass products.

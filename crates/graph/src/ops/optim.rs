@@ -7,7 +7,8 @@ use std::sync::Arc;
 use wick_ops::optim::FiniteCheck;
 use wick_ops::{optim, Kernel, SgdParams};
 
-use crate::ir::{args, Graph, Inputs, KernelResult, NodeOp};
+use crate::error::{GraphError, Result};
+use crate::ir::{args, Graph, Inputs, KernelResult, NodeOp, Op};
 
 /// One parameter's fused SGD update. in: param, grad, `[momentum_buf]`; out: the param
 /// and (with momentum) the momentum buffer, updated in place.
@@ -70,6 +71,20 @@ impl UpdateHealth {
     }
 }
 
+/// `params` validated for a learning-rate change, as a graph error naming `op`.
+pub(crate) fn checked<P>(
+    op: &'static str,
+    params: P,
+    validate: fn(&P) -> wick_ops::Result<()>,
+) -> Result<P> {
+    validate(&params).map_err(|source| GraphError::Build {
+        op,
+        layer: None,
+        source,
+    })?;
+    Ok(params)
+}
+
 impl Graph {
     /// Every update node's parameter (by value name) with what its last run found, in
     /// OP_ID order; each node's finding is then forgotten. Updates that do not check
@@ -127,6 +142,16 @@ impl NodeOp for SgdUpdate {
     /// The momentum buffer is empty before the first step.
     fn optional_input(&self, i: usize) -> bool {
         i == 2
+    }
+
+    fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
+        let params = checked("sgd", SgdParams { lr, ..self.params }, SgdParams::validate);
+        Some(params.map(|params| {
+            Arc::new(SgdUpdate {
+                params,
+                health: self.health.clone(),
+            }) as Op
+        }))
     }
 }
 
@@ -189,6 +214,16 @@ impl NodeOp for SgdUpdateMultiTensor {
     fn optional_input(&self, i: usize) -> bool {
         self.stride() == 3 && i % 3 == 2
     }
+
+    fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
+        let params = checked("sgd", SgdParams { lr, ..self.params }, SgdParams::validate);
+        Some(params.map(|params| {
+            Arc::new(SgdUpdateMultiTensor {
+                params,
+                health: self.health.clone(),
+            }) as Op
+        }))
+    }
 }
 
 /// The same Adam or AdamW update of many parameters in one node, made by the
@@ -240,5 +275,12 @@ impl NodeOp for AdamUpdateMultiTensor {
     /// The moments are empty before the first step.
     fn optional_input(&self, i: usize) -> bool {
         i >= 1 && (i - 1) % 4 >= 2
+    }
+
+    fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
+        let params = wick_ops::AdamParams { lr, ..self.params };
+        let params = checked("adam", params, wick_ops::AdamParams::validate);
+        let members = self.members;
+        Some(params.map(|params| Arc::new(AdamUpdateMultiTensor { params, members }) as Op))
     }
 }

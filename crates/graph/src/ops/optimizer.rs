@@ -301,6 +301,15 @@ impl NodeOp for AdamUpdate {
     fn optional_input(&self, i: usize) -> bool {
         i >= 3
     }
+
+    fn with_learning_rate(&self, lr: f64) -> Option<Result<crate::ir::Op>> {
+        let params = crate::ops::optim::checked(
+            "adam",
+            AdamParams { lr, ..self.params },
+            AdamParams::validate,
+        );
+        Some(params.map(|params| Arc::new(AdamUpdate { params }) as crate::ir::Op))
+    }
 }
 
 impl NodeOp for ClipGradNorm {
