@@ -8,6 +8,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick_ops::conv::ConvAlgorithm;
+use wick_ops::gpu::Workspace;
 use wick_ops::{DeviceKind, KernelPath};
 
 use crate::error::{GraphError, Result};
@@ -47,6 +48,11 @@ pub struct Executor {
     /// Whether a node talks to other ranks (MPI, NCCL): then iterations stay on the
     /// calling thread.
     communicates: bool,
+    /// The kernels' scratch, lent to every kernel of an iteration; allocated at the first
+    /// run, at `workspace_bytes`.
+    workspace: Workspace,
+    /// The largest scratch any node's kernel takes on this device (the memory plan's).
+    workspace_bytes: u64,
 }
 
 impl std::fmt::Debug for Executor {
@@ -69,7 +75,7 @@ impl Executor {
     /// [`set`](Executor::set) before the first [`run`](Executor::run).
     pub fn new(graph: Graph, device: &Device) -> Self {
         let kind = DeviceKind::of(device);
-        let plan = graph.memory_plan();
+        let plan = graph.memory_plan_on(kind);
         let infos = graph
             .nodes
             .iter()
@@ -119,6 +125,8 @@ impl Executor {
             iteration: 0,
             detect_anomaly: false,
             communicates,
+            workspace: Workspace::default(),
+            workspace_bytes: plan.split.kernel_workspace,
         }
     }
 
@@ -206,7 +214,7 @@ impl Executor {
     /// Attaches a hook; it is called from the next iteration on.
     pub fn add_hook<H: Hook>(&mut self, mut hook: H) -> Result<()> {
         hook.on_attach(&self.infos, &self.device)?;
-        hook.on_memory_plan(&self.graph.memory_plan());
+        hook.on_memory_plan(&self.graph.memory_plan_on(DeviceKind::of(&self.device)));
         self.hooks.push(Box::new(hook));
         Ok(())
     }
@@ -351,8 +359,32 @@ impl Executor {
         self.device.is_cpu() && rayon::current_thread_index().is_none() && !self.communicates
     }
 
-    /// [`run`](Executor::run) on the calling thread.
+    /// The kernels' scratch: allocated once, at the size of the memory plan's
+    /// `kernel_workspace` (0 on the CPU), and lent to every kernel of an iteration. Its
+    /// [`misses`](Workspace::misses) count kernel calls that had to allocate their own.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// [`run`](Executor::run) on the calling thread, with the workspace lent to the
+    /// kernels.
     fn run_here(&mut self) -> Result<()> {
+        if self.workspace.bytes() < self.workspace_bytes {
+            self.workspace = Workspace::new(&self.device, self.workspace_bytes).map_err(|e| {
+                GraphError::Cuda {
+                    what: "allocating the kernels' workspace",
+                    message: e.to_string(),
+                }
+            })?;
+        }
+        let mut workspace = std::mem::take(&mut self.workspace);
+        let done = workspace.lend(|| self.run_nodes());
+        self.workspace = workspace;
+        done
+    }
+
+    /// One iteration: every node in OP_ID order, with the hooks around them.
+    fn run_nodes(&mut self) -> Result<()> {
         let hooked = !self.hooks.is_empty();
         let iteration = self.iteration;
         if hooked {

@@ -1,12 +1,14 @@
 //! The memory a graph holds while the [`Executor`](crate::Executor) runs it: every
 //! value's bytes, the live bytes after each node (the executor frees each intermediate
 //! right after its last use), the peak, the node where it happens, and what the peak is
-//! made of. This is the prediction; the profiler sets a counting allocator's measured peak
-//! beside it.
+//! made of, with the kernels' scratch on the device. This is the prediction; the profiler
+//! sets a counting allocator's measured peak beside it.
 
 use serde::Serialize;
 
-use crate::ir::{Graph, Phase, ValueKind};
+use wick_ops::DeviceKind;
+
+use crate::ir::{Graph, Phase, ValueInfo, ValueKind};
 
 /// What the bytes live at the peak are.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -29,6 +31,10 @@ pub struct MemorySplit {
     /// weights and bias, per fused convolution.
     #[serde(default)]
     pub pass_products: u64,
+    /// The kernels' scratch, allocated once and lent to each kernel in turn: the largest
+    /// any node's kernel takes on the device (wick's CUDA kernels; 0 on the CPU).
+    #[serde(default)]
+    pub kernel_workspace: u64,
 }
 
 impl MemorySplit {
@@ -43,6 +49,7 @@ impl MemorySplit {
             self.saved_for_backward,
             self.transient,
             self.pass_products,
+            self.kernel_workspace,
         ]
         .iter()
         .fold(0u64, |a, b| a.saturating_add(*b))
@@ -63,11 +70,32 @@ pub struct MemoryPlan {
     pub peak_op: Option<usize>,
     /// What the peak is made of.
     pub split: MemorySplit,
+    /// The node whose kernel takes the largest scratch (`split.kernel_workspace`), if any.
+    pub workspace_op: Option<usize>,
 }
 
 impl Graph {
-    /// The memory the executor will hold running this graph, node by node.
+    /// The memory the executor will hold running this graph on the CPU, node by node.
     pub fn memory_plan(&self) -> MemoryPlan {
+        self.memory_plan_on(DeviceKind::Cpu)
+    }
+
+    /// The largest scratch any node's kernel takes on `device`, and that node.
+    pub fn kernel_workspace(&self, device: DeviceKind) -> (u64, Option<usize>) {
+        let mut largest = (0, None);
+        for (op_id, node) in self.nodes.iter().enumerate() {
+            let inputs: Vec<&ValueInfo> = node.inputs.iter().map(|v| &self.values[v.0]).collect();
+            let bytes = node.op.workspace_bytes(&inputs, device);
+            if bytes > largest.0 {
+                largest = (bytes, Some(op_id));
+            }
+        }
+        largest
+    }
+
+    /// The memory the executor will hold running this graph on `device`, node by node:
+    /// on CUDA, the kernels' scratch is part of it.
+    pub fn memory_plan_on(&self, device: DeviceKind) -> MemoryPlan {
         let value_bytes: Vec<u64> = self
             .values
             .iter()
@@ -96,6 +124,8 @@ impl Graph {
                 .pass_products
                 .saturating_add(node.op.held_bytes(&inputs));
         }
+        let workspace_op;
+        (resident.kernel_workspace, workspace_op) = self.kernel_workspace(device);
         let (made_by, last_phase) = self.producers_and_last_readers();
         let frees = self.last_uses();
         let mut live: Vec<usize> = Vec::new();
@@ -137,6 +167,7 @@ impl Graph {
             peak_bytes,
             peak_op,
             split,
+            workspace_op,
         }
     }
 

@@ -81,6 +81,13 @@ fn training_step_matches_pytorch_logits_loss_and_gradients() {
     );
     let e = max_rel(s.logits().unwrap(), &exp["logits_train"]);
     assert!(e <= 1e-4, "logits_train relative error {e:.2e}");
+    // The kernels' scratch came from one workspace the memory plan sized (on CUDA; none
+    // on the CPU): no kernel call allocated its own.
+    let exec = s.executor();
+    let kind = wick_ops::DeviceKind::of(&device());
+    let planned = exec.graph().memory_plan_on(kind).split.kernel_workspace;
+    let ws = exec.workspace();
+    assert_eq!((ws.bytes(), ws.misses()), (planned, 0), "on {kind:?}");
     for (name, tol) in [
         ("conv1.weight", 1e-2),
         ("bn1.weight", 1e-2),

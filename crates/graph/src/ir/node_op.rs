@@ -7,7 +7,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use candle_core::{DType, Tensor};
-use wick_ops::{Kernel, OpError};
+use wick_ops::{DeviceKind, Kernel, OpError};
 
 use super::value::{ValueId, ValueInfo};
 use crate::error::{GraphError, Result};
@@ -60,6 +60,14 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
     /// `None` for ops without a learning rate.
     fn with_learning_rate(&self, _lr: f64) -> Option<Result<Op>> {
         None
+    }
+
+    /// Scratch bytes the op's kernel takes on `device` beside its inputs and outputs, for
+    /// inputs as `inputs` describe them: wick's CUDA kernels' partial sums and tables.
+    /// The executor allocates the largest of any node once, from its memory plan, and
+    /// lends it to every kernel ([`wick_ops::gpu::Workspace`]).
+    fn workspace_bytes(&self, _inputs: &[&ValueInfo], _device: DeviceKind) -> u64 {
+        0
     }
 
     /// Bytes the op itself keeps between iterations, beyond the graph's values, given

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use wick_ops::batchnorm::{self, BatchNorm2dParams, BatchNormGrads};
-use wick_ops::Kernel;
+use wick_ops::{DeviceKind, Kernel};
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
 use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, Outputs};
-use crate::ir::{ValueId, ValueKind};
+use crate::ir::{ValueId, ValueInfo, ValueKind};
 
 const OP: &str = "batch_norm";
 
@@ -145,6 +145,13 @@ impl NodeOp for BatchNormTrain {
         Kernel::BatchNormForwardTraining
     }
 
+    fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+        // Input 0 has the input's NCHW shape (x, or the output gradient).
+        inputs.first().map_or(0, |x| {
+            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
+        })
+    }
+
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = |i| arg(inputs, i, OP);
         let o = batchnorm::batch_norm_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
@@ -188,6 +195,13 @@ impl NodeOp for BatchNormEval {
 impl NodeOp for BatchNormTrainBackward {
     fn kernel(&self) -> Kernel {
         Kernel::BatchNormBackward
+    }
+
+    fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+        // Input 0 has the input's NCHW shape (x, or the output gradient).
+        inputs.first().map_or(0, |x| {
+            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
+        })
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

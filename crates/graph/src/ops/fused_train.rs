@@ -3,9 +3,9 @@
 //! Kernels in `wick_ops::batchnorm` and `wick_ops::elementwise`.
 
 use wick_ops::batchnorm::{self, BatchNorm2dParams};
-use wick_ops::{elementwise, Kernel};
+use wick_ops::{elementwise, DeviceKind, Kernel};
 
-use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp};
+use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp, ValueInfo};
 use crate::ops::batchnorm::{grads, train_outputs};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
@@ -32,6 +32,13 @@ impl NodeOp for BatchNormReluTrain {
         Kernel::BatchNormReLUForwardTraining
     }
 
+    fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+        // Input 0 has the input's NCHW shape (x, or the output gradient).
+        inputs.first().map_or(0, |x| {
+            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
+        })
+    }
+
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = |i| arg(inputs, i, "batch_norm_relu");
         let o = batchnorm::batch_norm_relu_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
@@ -42,6 +49,13 @@ impl NodeOp for BatchNormReluTrain {
 impl NodeOp for BatchNormReluTrainBackward {
     fn kernel(&self) -> Kernel {
         Kernel::BatchNormReLUBackward
+    }
+
+    fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+        // Input 0 has the input's NCHW shape (x, or the output gradient).
+        inputs.first().map_or(0, |x| {
+            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
+        })
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use wick_ops::optim::FiniteCheck;
-use wick_ops::{optim, Kernel, SgdParams};
+use wick_ops::{optim, DeviceKind, Kernel, SgdParams};
 
 use crate::error::{GraphError, Result};
-use crate::ir::{args, Graph, Inputs, KernelResult, NodeOp, Op};
+use crate::ir::{args, Graph, Inputs, KernelResult, NodeOp, Op, ValueInfo};
 
 /// One parameter's fused SGD update. in: param, grad, `[momentum_buf]`; out: the param
 /// and (with momentum) the momentum buffer, updated in place.
@@ -155,6 +155,17 @@ impl NodeOp for SgdUpdate {
     }
 }
 
+/// The element counts of a multi-tensor node's parameters: every `stride`-th input from
+/// `first`.
+fn member_sizes(inputs: &[&ValueInfo], first: usize, stride: usize) -> Vec<usize> {
+    inputs
+        .iter()
+        .skip(first)
+        .step_by(stride)
+        .map(|v| v.shape.iter().product())
+        .collect()
+}
+
 /// The same SGD update of many parameters in one node, made by the `multi_tensor_update`
 /// pass from [`SgdUpdate`] nodes with equal settings: one launch for all of them on CUDA.
 /// in: per parameter `param, grad[, momentum_buf]`; out: per parameter `param[,
@@ -213,6 +224,12 @@ impl NodeOp for SgdUpdateMultiTensor {
     /// The momentum buffers are empty before the first step.
     fn optional_input(&self, i: usize) -> bool {
         self.stride() == 3 && i % 3 == 2
+    }
+
+    /// The tables of one launch: a pointer per parameter and role, and the chunks.
+    fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+        let sizes = member_sizes(inputs, 0, self.stride());
+        wick_ops::gpu::multi_tensor_workspace_bytes(device, &sizes, self.stride())
     }
 
     fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
@@ -275,6 +292,11 @@ impl NodeOp for AdamUpdateMultiTensor {
     /// The moments are empty before the first step.
     fn optional_input(&self, i: usize) -> bool {
         i >= 1 && (i - 1) % 4 >= 2
+    }
+
+    fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+        let sizes = member_sizes(inputs, 1, 4);
+        wick_ops::gpu::multi_tensor_workspace_bytes(device, &sizes, 4)
     }
 
     fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {

@@ -130,6 +130,7 @@ impl MemoryProfile {
             s.statistics,
             s.inputs,
             s.pass_products,
+            s.kernel_workspace,
         ]
         .iter()
         .fold(0u64, |a, b| a.saturating_add(*b));
@@ -180,6 +181,7 @@ impl MemoryProfile {
             ("inputs", s.inputs),
             ("running statistics", s.statistics),
             ("pass products (folded weights)", s.pass_products),
+            ("kernel workspace", s.kernel_workspace),
         ]
         .iter()
         .filter(|(name, bytes)| *bytes > 0 || *name == "parameters")

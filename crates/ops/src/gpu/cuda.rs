@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use candle_core::cuda::cudarc::driver::{CudaModule, CudaSlice, CudaView, LaunchConfig};
+use candle_core::cuda::cudarc::driver::{
+    CudaModule, CudaSlice, CudaView, CudaViewMut, LaunchConfig,
+};
 use candle_core::cuda::cudarc::nvrtc::compile_ptx;
 use candle_core::cuda::CudaDType;
 use candle_core::{CudaDevice, CudaStorage, DType, Device, Layout, Storage, Tensor};
@@ -140,6 +142,37 @@ pub(crate) fn output<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRep
     // slice is read.
     unsafe { dev.cuda_stream().alloc::<T>(len.max(1)) }
         .map_err(cuda_err(op, "allocating an output"))
+}
+
+/// Runs `f` on `bytes` of scratch on `dev`: the lent [`Workspace`](super::Workspace)'s
+/// buffer when one is lent and holds them, otherwise a buffer allocated for this call.
+/// Its contents are undefined: `f` writes every value it reads.
+pub(crate) fn with_scratch<R>(
+    op: &'static str,
+    dev: &CudaDevice,
+    bytes: usize,
+    f: impl FnOnce(CudaViewMut<'_, u8>) -> Result<R>,
+) -> Result<R> {
+    super::Workspace::with_lent(|lent| {
+        if let Some(buffer) = lent.and_then(|ws| ws.buffer_for(dev, bytes)) {
+            return f(buffer.slice_mut(0..bytes));
+        }
+        let mut own = output::<u8>(op, dev, bytes)?;
+        f(own.slice_mut(0..bytes))
+    })
+}
+
+/// `len` values of `T` at `range` of `scratch`, or an error when the region is too small.
+pub(crate) fn region<'a, T>(
+    op: &'static str,
+    scratch: &CudaView<'a, u8>,
+    range: std::ops::Range<usize>,
+    len: usize,
+) -> Result<CudaView<'a, T>> {
+    // SAFETY: the region holds bytes the caller wrote as `T` (or a kernel writes before
+    // reading); `transmute` checks the length.
+    unsafe { scratch.slice(range).transmute::<T>(len) }
+        .ok_or_else(|| OpError::invalid(op, "a scratch region is smaller than its table"))
 }
 
 impl From<Launch> for LaunchConfig {

@@ -2,12 +2,13 @@
 //! has not checked already, makes its inputs contiguous, and launches wick's kernels with
 //! the [`Launch`] the emulated tests use.
 
+use candle_core::cuda::cudarc::driver::CudaViewMut;
 use candle_core::{DType, Tensor};
 
-use super::cuda::{device_of, dispatch, launch, output, suffix, view, wrap, Source};
-use super::Launch;
+use super::cuda::{device_of, dispatch, launch, output, suffix, view, with_scratch, wrap, Source};
+use super::{Launch, WorkspaceLayout};
 use crate::batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
-use crate::error::{CandleContext, Result};
+use crate::error::{CandleContext, OpError, Result};
 
 fn contiguous(op: &'static str, t: &Tensor) -> Result<Tensor> {
     t.contiguous().ctx(op)
@@ -224,7 +225,9 @@ pub(crate) fn batch_norm_train(
     dispatch!(op, x.dtype(), T => {
         let (xs, xl) = x.storage_and_layout();
         let xv = view::<T>(op, &xs, xl)?;
-        let mut partial = output::<T>(op, &dev, launch.batch_norm_workspace())?;
+        let layout = WorkspaceLayout::batch_norm(&launch, std::mem::size_of::<T>());
+        with_scratch(op, &dev, layout.bytes(), |mut scratch| {
+        let mut partial = partial_moments::<T>(op, &mut scratch, &launch)?;
         launch!(op, dev, Source::BatchNorm, format!("batch_norm_moments_{sfx}"), launch,
             [&xv, &mut partial, &ni, &ci, &hwi]);
         let ((ws, wl), (bs, bl)) = (wt.storage_and_layout(), bt.storage_and_layout());
@@ -234,6 +237,7 @@ pub(crate) fn batch_norm_train(
         let mut y = output::<T>(op, &dev, x.elem_count())?;
         let (mut mean, mut inv_std) = (output::<T>(op, &dev, c)?, output::<T>(op, &dev, c)?);
         let (mut rm, mut rv) = (output::<T>(op, &dev, c)?, output::<T>(op, &dev, c)?);
+        let partial = partial.slice(..);
         launch!(op, dev, Source::BatchNorm, format!("batch_norm_train_forward_{sfx}"), launch,
             [&xv, &mut y, &partial, &wv, &bv, &mv, &vv, &mut mean, &mut inv_std, &mut rm, &mut rv,
              &ni, &ci, &hwi, &relu_i, &p.eps, &p.momentum]);
@@ -243,6 +247,7 @@ pub(crate) fn batch_norm_train(
             inv_std: wrap(inv_std, &dev, &[c]),
             running_mean: wrap(rm, &dev, &[c]),
             running_var: wrap(rv, &dev, &[c]),
+        })
         })
     })
 }
@@ -283,7 +288,9 @@ pub(crate) fn batch_norm_train_backward(
             Some((s, l)) => Some(view::<T>(op, s, l)?),
             None => None,
         };
-        let mut partial = output::<T>(op, &dev, launch.batch_norm_workspace())?;
+        let layout = WorkspaceLayout::batch_norm(&launch, std::mem::size_of::<T>());
+        with_scratch(op, &dev, layout.bytes(), |mut scratch| {
+        let mut partial = partial_moments::<T>(op, &mut scratch, &launch)?;
         let mut dx = output::<T>(op, &dev, x.elem_count())?;
         let (mut dw, mut db) = (output::<T>(op, &dev, c)?, output::<T>(op, &dev, c)?);
         let null = 0u64;
@@ -291,12 +298,14 @@ pub(crate) fn batch_norm_train_backward(
             Some(zv) => {
                 launch!(op, dev, Source::BatchNorm, format!("batch_norm_backward_sums_{sfx}"), launch,
                     [&gv, zv, &xv, &mv, &mut partial, &ni, &ci, &hwi]);
+                let partial = partial.slice(..);
                 launch!(op, dev, Source::BatchNorm, format!("batch_norm_train_backward_{sfx}"), launch,
                     [&gv, zv, &xv, &wv, &mv, &iv, &partial, &mut dx, &mut dw, &mut db, &ni, &ci, &hwi]);
             }
             None => {
                 launch!(op, dev, Source::BatchNorm, format!("batch_norm_backward_sums_{sfx}"), launch,
                     [&gv, &null, &xv, &mv, &mut partial, &ni, &ci, &hwi]);
+                let partial = partial.slice(..);
                 launch!(op, dev, Source::BatchNorm, format!("batch_norm_train_backward_{sfx}"), launch,
                     [&gv, &null, &xv, &wv, &mv, &iv, &partial, &mut dx, &mut dw, &mut db, &ni, &ci, &hwi]);
             }
@@ -306,7 +315,20 @@ pub(crate) fn batch_norm_train_backward(
             weight: wrap(dw, &dev, &[c]),
             bias: wrap(db, &dev, &[c]),
         })
+        })
     })
+}
+
+/// Batch norm's partial moments in `scratch` (its first region).
+fn partial_moments<'a, T>(
+    op: &'static str,
+    scratch: &'a mut CudaViewMut<'_, u8>,
+    launch: &Launch,
+) -> Result<CudaViewMut<'a, T>> {
+    // SAFETY: the moments kernel writes every partial value before the second kernel
+    // reads them; `transmute_mut` checks the length.
+    unsafe { scratch.transmute_mut::<T>(launch.batch_norm_workspace()) }
+        .ok_or_else(|| OpError::invalid(op, "the workspace is smaller than the partial moments"))
 }
 
 /// Batch norm inference forward: one pass.

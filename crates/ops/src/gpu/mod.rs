@@ -14,10 +14,18 @@
 //!   source for the host with a CPU emulation of the grid (`cuda/emulator`), and
 //!   `gpu::emulated` holds the generated entry points: the tests named `emulated_*` run every
 //!   kernel against wick's CPU kernels with no GPU and no CUDA installed.
+//! - [`Workspace`] is the kernels' scratch memory: the executor allocates it once, at the
+//!   size its memory plan gives ([`WorkspaceLayout`] per kernel call), and lends it to
+//!   every kernel of a step, so a step allocates no scratch.
 
 mod launch;
+mod workspace;
 
 pub use launch::{ChunkTable, Launch, BLOCK, CHUNK_LEN};
+pub use workspace::{
+    batch_norm_workspace_bytes, multi_tensor_workspace_bytes, Workspace, WorkspaceLayout,
+    WORKSPACE_ALIGN,
+};
 
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;

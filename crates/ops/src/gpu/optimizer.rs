@@ -1,13 +1,20 @@
 //! The multi-tensor optimizer updates on CUDA: one launch updates every parameter in
-//! place, through tables of device pointers and the [`ChunkTable`]. The flags of
+//! place, through tables of device pointers and the [`ChunkTable`], uploaded into the
+//! lent [`Workspace`](super::Workspace) (laid out by [`WorkspaceLayout::multi_tensor`]). The flags of
 //! parameters that became non-finite stay on the device (a `u32` tensor, one per
 //! parameter) until the caller reads them where it synchronises anyway.
 
-use candle_core::cuda::cudarc::driver::{CudaSlice, DevicePtr};
+use std::sync::Arc;
+
+use candle_core::cuda::cudarc::driver::{
+    CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DeviceRepr,
+};
 use candle_core::{Storage, Tensor};
 
-use super::cuda::{cuda_err, device_of, dispatch, launch, suffix, wrap, Source};
-use super::{ChunkTable, Launch, CHUNK_LEN};
+use super::cuda::{
+    cuda_err, device_of, dispatch, launch, region, suffix, with_scratch, wrap, Source,
+};
+use super::{ChunkTable, Launch, WorkspaceLayout, CHUNK_LEN};
 use crate::adam::AdamParams;
 use crate::error::{CandleContext, OpError, Result};
 use crate::optim::SgdParams;
@@ -43,47 +50,106 @@ fn addresses<T: candle_core::cuda::CudaDType>(
         .collect()
 }
 
-/// The uploaded tables of one launch: pointers per role, sizes, chunks, and the flags.
-struct Tables {
-    pointers: Vec<CudaSlice<u64>>,
-    sizes: CudaSlice<i64>,
-    tensor: CudaSlice<i32>,
-    start: CudaSlice<i64>,
-    flags: CudaSlice<u32>,
+/// What one launch's tables hold, on the host: the device addresses per role, and the
+/// chunk table.
+struct HostTables {
+    pointers: Vec<Vec<u64>>,
     table: ChunkTable,
 }
 
-fn upload<T: candle_core::cuda::CudaDType>(
+impl HostTables {
+    fn new<T: candle_core::cuda::CudaDType>(
+        op: &'static str,
+        roles: &[&[&Tensor]],
+    ) -> Result<HostTables> {
+        let sizes: Vec<usize> = roles[0].iter().map(|t| t.elem_count()).collect();
+        for role in &roles[1..] {
+            if role.len() != sizes.len()
+                || role.iter().zip(&sizes).any(|(t, &n)| t.elem_count() != n)
+            {
+                return Err(OpError::invalid(
+                    op,
+                    "every role of the multi-tensor update needs one tensor of each parameter's size",
+                ));
+            }
+        }
+        Ok(HostTables {
+            pointers: roles
+                .iter()
+                .map(|r| addresses::<T>(op, r))
+                .collect::<Result<_>>()?,
+            table: ChunkTable::new(op, &sizes, CHUNK_LEN)?,
+        })
+    }
+
+    fn layout(&self) -> WorkspaceLayout {
+        WorkspaceLayout::multi_tensor(&self.table, self.pointers.len())
+    }
+}
+
+/// The tables of one launch on the device, in the scratch they were uploaded to.
+struct Tables<'a> {
+    pointers: Vec<CudaView<'a, u64>>,
+    sizes: CudaView<'a, i64>,
+    tensor: CudaView<'a, i32>,
+    start: CudaView<'a, i64>,
+}
+
+/// Copies `host` into `range` of `scratch`, on `stream` (ordered after the kernels
+/// before it that used the same scratch).
+fn put<T: DeviceRepr>(
+    op: &'static str,
+    stream: &Arc<CudaStream>,
+    scratch: &mut CudaViewMut<'_, u8>,
+    range: std::ops::Range<usize>,
+    host: &[T],
+) -> Result<()> {
+    if host.is_empty() {
+        return Ok(());
+    }
+    let mut bytes = scratch.slice_mut(range);
+    // SAFETY: the bytes are overwritten whole with `T` values; the length is checked.
+    let mut dst = unsafe { bytes.transmute_mut::<T>(host.len()) }
+        .ok_or_else(|| OpError::invalid(op, "a scratch region is smaller than its table"))?;
+    stream
+        .memcpy_htod(host, &mut dst)
+        .map_err(cuda_err(op, "uploading the multi-tensor tables"))
+}
+
+/// Uploads `host` into `scratch` (laid out by [`HostTables::layout`]) and returns views
+/// of the tables there.
+fn upload<'a>(
     op: &'static str,
     dev: &candle_core::CudaDevice,
-    roles: &[&[&Tensor]],
-) -> Result<Tables> {
-    let sizes: Vec<usize> = roles[0].iter().map(|t| t.elem_count()).collect();
-    for role in &roles[1..] {
-        if role.len() != sizes.len() || role.iter().zip(&sizes).any(|(t, &n)| t.elem_count() != n) {
-            return Err(OpError::invalid(
-                op,
-                "every role of the multi-tensor update needs one tensor of each parameter's size",
-            ));
-        }
+    scratch: &'a mut CudaViewMut<'_, u8>,
+    host: &HostTables,
+) -> Result<Tables<'a>> {
+    let (layout, stream, t) = (host.layout(), dev.cuda_stream(), &host.table);
+    let roles = host.pointers.len();
+    for (i, p) in host.pointers.iter().enumerate() {
+        put(op, &stream, scratch, layout.region(i), p)?;
     }
-    let table = ChunkTable::new(op, &sizes, CHUNK_LEN)?;
-    let stream = dev.cuda_stream();
-    let err = || cuda_err(op, "uploading the multi-tensor tables");
-    let pointers = roles
-        .iter()
-        .map(|r| stream.clone_htod(&addresses::<T>(op, r)?).map_err(err()))
-        .collect::<Result<Vec<_>>>()?;
+    put(op, &stream, scratch, layout.region(roles), &t.sizes)?;
+    put(op, &stream, scratch, layout.region(roles + 1), &t.tensor)?;
+    put(op, &stream, scratch, layout.region(roles + 2), &t.start)?;
+    let written: &'a CudaViewMut<'_, u8> = scratch;
+    let base: CudaView<'a, u8> = written.slice(..);
+    let (params, chunks) = (t.sizes.len(), t.tensor.len());
     Ok(Tables {
-        pointers,
-        sizes: stream.clone_htod(&table.sizes).map_err(err())?,
-        tensor: stream.clone_htod(&table.tensor).map_err(err())?,
-        start: stream.clone_htod(&table.start).map_err(err())?,
-        flags: stream
-            .alloc_zeros::<u32>(sizes.len().max(1))
-            .map_err(err())?,
-        table,
+        pointers: (0..roles)
+            .map(|i| region(op, &base, layout.region(i), params))
+            .collect::<Result<_>>()?,
+        sizes: region(op, &base, layout.region(roles), params)?,
+        tensor: region(op, &base, layout.region(roles + 1), chunks)?,
+        start: region(op, &base, layout.region(roles + 2), chunks)?,
     })
+}
+
+/// One non-finite flag per parameter, zeroed, on the device.
+fn flags(op: &'static str, dev: &candle_core::CudaDevice, n: usize) -> Result<CudaSlice<u32>> {
+    dev.cuda_stream()
+        .alloc_zeros::<u32>(n.max(1))
+        .map_err(cuda_err(op, "allocating the non-finite flags"))
 }
 
 /// The device and dtype of the first parameter, and the gradients made contiguous: what
@@ -125,22 +191,26 @@ pub(crate) fn sgd_multi_tensor(
         if let Some(b) = bufs {
             roles.push(b);
         }
-        let mut t = upload::<T>(op, &dev, &roles)?;
-        let null = 0u64;
-        let (chunks, chunk_len) = (t.table.chunks(), t.table.chunk_len);
+        let host = HostTables::new::<T>(op, &roles)?;
+        let mut flags = flags(op, &dev, params.len())?;
+        let (chunks, chunk_len) = (host.table.chunks(), host.table.chunk_len);
         let (lr, momentum, dampening, wd) = (p.lr as T, p.momentum as T, p.dampening as T, p.weight_decay as T);
         let (nesterov, first_i) = (p.nesterov as i32, first_step as i32);
-        let launch_config = Launch::multi_tensor(&t.table);
-        let bufs_ptr = t.pointers.get(2);
-        match bufs_ptr {
-            Some(b) => launch!(op, dev, Source::Optimizer, format!("sgd_multi_tensor_{sfx}"), launch_config,
-                [&t.pointers[0], &t.pointers[1], b, &t.sizes, &t.tensor, &t.start, &chunks, &chunk_len,
-                 &lr, &momentum, &dampening, &wd, &nesterov, &first_i, &mut t.flags]),
-            None => launch!(op, dev, Source::Optimizer, format!("sgd_multi_tensor_{sfx}"), launch_config,
-                [&t.pointers[0], &t.pointers[1], &null, &t.sizes, &t.tensor, &t.start, &chunks, &chunk_len,
-                 &lr, &momentum, &dampening, &wd, &nesterov, &first_i, &mut t.flags]),
-        }
-        Ok(wrap(t.flags, &dev, &[params.len()]))
+        let launch_config = Launch::multi_tensor(&host.table);
+        with_scratch(op, &dev, host.layout().bytes(), |mut scratch| {
+            let t = upload(op, &dev, &mut scratch, &host)?;
+            let null = 0u64;
+            match t.pointers.get(2) {
+                Some(b) => launch!(op, dev, Source::Optimizer, format!("sgd_multi_tensor_{sfx}"), launch_config,
+                    [&t.pointers[0], &t.pointers[1], b, &t.sizes, &t.tensor, &t.start, &chunks, &chunk_len,
+                     &lr, &momentum, &dampening, &wd, &nesterov, &first_i, &mut flags]),
+                None => launch!(op, dev, Source::Optimizer, format!("sgd_multi_tensor_{sfx}"), launch_config,
+                    [&t.pointers[0], &t.pointers[1], &null, &t.sizes, &t.tensor, &t.start, &chunks, &chunk_len,
+                     &lr, &momentum, &dampening, &wd, &nesterov, &first_i, &mut flags]),
+            }
+            Ok(())
+        })?;
+        Ok(wrap(flags, &dev, &[params.len()]))
     })
 }
 
@@ -164,13 +234,19 @@ pub(crate) fn adam_multi_tensor(
     let step_size = p.lr / (1.0 - p.beta1.powf(t_f));
     let bias2_sqrt = (1.0 - p.beta2.powf(t_f)).sqrt();
     dispatch!(op, dtype, T => {
-        let mut t = upload::<T>(op, &dev, &[params, &grads, exp_avg, exp_avg_sq])?;
-        let (chunks, chunk_len) = (t.table.chunks(), t.table.chunk_len);
+        let host = HostTables::new::<T>(op, &[params, &grads, exp_avg, exp_avg_sq])?;
+        let mut flags = flags(op, &dev, params.len())?;
+        let (chunks, chunk_len) = (host.table.chunks(), host.table.chunk_len);
         let (lr, b1, b2, eps, wd) = (p.lr as T, p.beta1 as T, p.beta2 as T, p.eps as T, p.weight_decay as T);
         let (decoupled, ss, b2s) = (p.decoupled as i32, step_size as T, bias2_sqrt as T);
-        launch!(op, dev, Source::Optimizer, format!("adam_multi_tensor_{sfx}"), Launch::multi_tensor(&t.table),
-            [&t.pointers[0], &t.pointers[1], &t.pointers[2], &t.pointers[3], &t.sizes, &t.tensor, &t.start,
-             &chunks, &chunk_len, &lr, &b1, &b2, &eps, &wd, &decoupled, &ss, &b2s, &mut t.flags]);
-        Ok(wrap(t.flags, &dev, &[params.len()]))
+        let launch_config = Launch::multi_tensor(&host.table);
+        with_scratch(op, &dev, host.layout().bytes(), |mut scratch| {
+            let t = upload(op, &dev, &mut scratch, &host)?;
+            launch!(op, dev, Source::Optimizer, format!("adam_multi_tensor_{sfx}"), launch_config,
+                [&t.pointers[0], &t.pointers[1], &t.pointers[2], &t.pointers[3], &t.sizes, &t.tensor, &t.start,
+                 &chunks, &chunk_len, &lr, &b1, &b2, &eps, &wd, &decoupled, &ss, &b2s, &mut flags]);
+            Ok(())
+        })?;
+        Ok(wrap(flags, &dev, &[params.len()]))
     })
 }

@@ -6,7 +6,8 @@ use crate::emulated::{assert_near, f32s, host, tensor, uniform, Buf};
 use candle_core::Tensor;
 use wick_ops::batchnorm::*;
 use wick_ops::emulate;
-use wick_ops::gpu::Launch;
+use wick_ops::gpu::{batch_norm_workspace_bytes, Launch};
+use wick_ops::DeviceKind;
 
 /// What the emulated training forward and backward give.
 struct Emulated<T> {
@@ -42,8 +43,14 @@ macro_rules! train_emulated {
             let launch = Launch::batch_norm("batch_norm", n, c, h * w).unwrap();
             let (ni, ci, hwi) = (n as i32, c as i32, (h * w) as i32);
             let xb = Buf::new("x", x);
-            let mut partial = Buf::filled("partial", launch.batch_norm_workspace(), 0.0 as $t);
-            emulate!($moments(launch, xb.ptr(), partial.mut_ptr(), ni, ci, hwi)).unwrap();
+            // The scratch as the executor lends it: sized by the memory plan's figure, one
+            // buffer for the forward and then the backward. Its guard zones catch a
+            // figure smaller than what the kernels write.
+            let dtype = <$t as candle_core::WithDType>::DTYPE;
+            let bytes = batch_norm_workspace_bytes(DeviceKind::Cuda, &shape, dtype) as usize;
+            let mut scratch =
+                Buf::filled("workspace", bytes / std::mem::size_of::<$t>(), 0.0 as $t);
+            emulate!($moments(launch, xb.ptr(), scratch.mut_ptr(), ni, ci, hwi)).unwrap();
             let (wb, bb, rmb, rvb) = (
                 Buf::new("w", &ch.w),
                 Buf::new("b", &ch.b),
@@ -62,7 +69,7 @@ macro_rules! train_emulated {
                 launch,
                 xb.ptr(),
                 y.mut_ptr(),
-                partial.ptr(),
+                scratch.ptr(),
                 wb.ptr(),
                 bb.ptr(),
                 rmb.ptr(),
@@ -82,14 +89,13 @@ macro_rules! train_emulated {
             // Backward: the ReLU variant masks by the forward's output.
             let gb = Buf::new("g", g);
             let z = if relu { y.ptr() } else { std::ptr::null() };
-            let mut sums = Buf::filled("sums", launch.batch_norm_workspace(), 0.0 as $t);
             emulate!($sums(
                 launch,
                 gb.ptr(),
                 z,
                 xb.ptr(),
                 mean.ptr(),
-                sums.mut_ptr(),
+                scratch.mut_ptr(),
                 ni,
                 ci,
                 hwi
@@ -105,7 +111,7 @@ macro_rules! train_emulated {
                 wb.ptr(),
                 mean.ptr(),
                 inv_std.ptr(),
-                sums.ptr(),
+                scratch.ptr(),
                 gx.mut_ptr(),
                 gw.mut_ptr(),
                 gbias.mut_ptr(),
@@ -114,8 +120,7 @@ macro_rules! train_emulated {
                 hwi
             ))
             .unwrap();
-            partial.values();
-            sums.values();
+            scratch.values();
             Emulated {
                 y: y.values(),
                 mean: mean.values(),
