@@ -11,10 +11,10 @@ use std::time::Duration;
 use candle_core::{Device, Tensor};
 use candle_resnet::CandleResNet;
 use criterion::{criterion_group, criterion_main, Criterion};
-use wick::graph::TimeProfiler;
 use wick::models::data::{BatchSource, SyntheticImages};
 use wick::models::{Depth, ResNetConfig, Session, Stem, TrainOptions, WeightInit};
 use wick::ops::SgdParams;
+use wick::profiler::TimeProfiler;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]

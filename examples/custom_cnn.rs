@@ -10,14 +10,15 @@ use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
 use wick::graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
-use wick::graph::profiler::{RecordLevel, Schedule};
 use wick::graph::{
     arg, args, one, BackwardCtx, Executor, GraphBuilder, Inputs, KernelResult, Mode, NodeOp,
-    TimeProfiler, ValueId,
+    ValueId,
 };
 use wick::models::data::{BatchSource, SyntheticImages};
 use wick::models::nn::{self, Conv, Init, Layers};
 use wick::ops::{AdamParams, CustomKernel, Kernel, KernelClass, KernelPhase, OpError};
+use wick::profiler::TimeProfiler;
+use wick::profiler::{RecordLevel, Schedule};
 
 #[derive(Parser, Debug)]
 #[command(about = "Train and profile a user-defined CNN with a custom op and AdamW")]

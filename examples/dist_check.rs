@@ -23,10 +23,11 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor};
 use wick::graph::collective::{Communicator, MpiCommunicator};
 use wick::graph::passes::data_parallel::{DataParallelOptions, DEFAULT_BUCKET_BYTES};
-use wick::graph::{Executor, Graph, GraphBuilder, Mode, TimeProfiler, ValueKind};
+use wick::graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
 use wick::models::init::formula::{self, uniform};
 use wick::models::{Depth, ResNetConfig, Session, Stem, WeightInit};
 use wick::ops::{Conv2dParams, KernelPath, SgdParams};
+use wick::profiler::TimeProfiler;
 
 const BATCH: usize = 8;
 const STEPS: u64 = 3;

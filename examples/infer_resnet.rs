@@ -14,10 +14,10 @@ use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
 use wick::graph::file_roles::FileRoles;
-use wick::graph::profiler::Schedule;
 use wick::graph::PassSet;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
 use wick::models::{checkpoint, ImageSize, Session, WeightInit};
+use wick::profiler::Schedule;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]

@@ -36,7 +36,7 @@ fn freed(size: usize) {
 }
 
 /// The allocation counts of [`HugePageAlloc`] (zero unless it is the global allocator),
-/// as the profiler's [`MemoryCounter`](wick_graph::profiler::MemoryCounter).
+/// as the profiler's [`MemoryCounter`](wick_profiler::MemoryCounter).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Counter;
 
@@ -47,7 +47,7 @@ impl Counter {
     }
 }
 
-impl wick_graph::profiler::MemoryCounter for Counter {
+impl wick_profiler::MemoryCounter for Counter {
     fn reset_peak(&self) {
         PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
     }
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn the_counter_follows_allocations_and_keeps_the_peak() {
-        use wick_graph::profiler::MemoryCounter;
+        use wick_profiler::MemoryCounter;
         // The test binary's global allocator is the system's, so these counts move only
         // by what the tests do through `HugePageAlloc`, one test at a time.
         let _turn = ONE_AT_A_TIME.lock().unwrap();

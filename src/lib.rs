@@ -4,13 +4,16 @@
 //! This crate re-exports wick's parts:
 //!
 //! - [`ops`] (`wick-ops`): forward and backward kernels, shapes, FLOPs and kernel names;
-//! - [`graph`] (`wick-graph`): the buffered computation graph, executor, hooks and profiler;
+//! - [`graph`] (`wick-graph`): the buffered computation graph, passes, executor and hooks;
+//! - [`profiler`] (`wick-profiler`): the time profiler, a hook on the executor, its views
+//!   and its comparisons;
 //! - [`models`] (`wick-models`): the ResNet family and torchvision-named checkpoints.
 
 pub use candle_core;
 pub use wick_graph as graph;
 pub use wick_models as models;
 pub use wick_ops as ops;
+pub use wick_profiler as profiler;
 
 /// The README's Rust blocks, compiled and run as doctests.
 #[cfg(doctest)]

@@ -3,9 +3,10 @@
 //! allocates while it runs).
 
 use candle_core::{DType, Device, Tensor};
-use wick::graph::profiler::{RecordLevel, Schedule};
-use wick::graph::{Executor, GraphBuilder, Mode, TimeProfiler};
+use wick::graph::{Executor, GraphBuilder, Mode};
 use wick::ops::Conv2dParams;
+use wick::profiler::TimeProfiler;
+use wick::profiler::{RecordLevel, Schedule};
 
 #[global_allocator]
 static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;

@@ -8,7 +8,8 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use wick::graph::{Executor, GraphBuilder, Mode, TimeProfiler};
+use wick::graph::{Executor, GraphBuilder, Mode};
+use wick::profiler::TimeProfiler;
 
 fn wick_prof(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_wick-prof"))

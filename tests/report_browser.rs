@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::process::Command;
 
 use candle_core::Device;
-use wick::graph::profiler::{html, LayerLevel, MachinePeaks};
-use wick::graph::{Profile, TimeProfiler};
 use wick::models::{Depth, ResNetConfig, Session, Stem, WeightInit};
+use wick::profiler::{views::html, LayerLevel, MachinePeaks};
+use wick::profiler::{Profile, TimeProfiler};
 
 /// A real profile: ResNet-18 (CIFAR stem) trained 4 steps at batch 4, 16x16, verbosity 2.
 fn profile() -> Profile {
@@ -120,9 +120,9 @@ fn num(attrs: &HashMap<String, String>, key: &str) -> f64 {
 #[test]
 #[ignore = "needs Debian's chromium: bash scripts/browser-test.sh"]
 fn the_roofline_is_drawn_to_the_scale_of_its_axes() {
-    use wick::graph::profiler::OpProfile;
     use wick::graph::Phase;
     use wick::ops::{DeviceKind, Kernel};
+    use wick::profiler::OpProfile;
     let op = |kernel: Kernel, sec: f64, flops: u64, bytes: u64| OpProfile {
         op_id: 0,
         name: kernel.name(DeviceKind::Cpu).into(),

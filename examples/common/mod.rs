@@ -121,8 +121,8 @@ impl ModelArgs {
 }
 
 /// What a profile records about the run: model, sizes, passes, device and machine.
-pub fn run_info(session: &wick::models::Session) -> wick::graph::profiler::RunInfo {
-    wick::graph::profiler::RunInfo {
+pub fn run_info(session: &wick::models::Session) -> wick::profiler::RunInfo {
+    wick::profiler::RunInfo {
         wick_version: env!("CARGO_PKG_VERSION").to_string(),
         model: session.config().describe(),
         batch: session.batch_size(),
@@ -137,7 +137,7 @@ pub fn run_info(session: &wick::models::Session) -> wick::graph::profiler::RunIn
             .collect(),
         dtype: "F32".into(),
         device_name: format!("{:?}", session.executor().device().location()),
-        ..wick::graph::profiler::RunInfo::detect()
+        ..wick::profiler::RunInfo::detect()
     }
 }
 
@@ -148,29 +148,29 @@ pub fn compare_passes(
     plain: &mut wick::models::Session,
     fused: &mut wick::models::Session,
     iterations: usize,
-    schedule: wick::graph::profiler::Schedule,
+    schedule: wick::profiler::Schedule,
     mut run: impl FnMut(&mut wick::models::Session) -> Result<()>,
 ) -> Result<()> {
     for s in [&mut *plain, &mut *fused] {
-        let per_op = wick::graph::profiler::RecordLevel::PerOp;
-        let profiler =
-            wick::graph::TimeProfiler::with_schedule(schedule, per_op).with_run_info(run_info(s));
+        let per_op = wick::profiler::RecordLevel::PerOp;
+        let profiler = wick::profiler::TimeProfiler::with_schedule(schedule, per_op)
+            .with_run_info(run_info(s));
         s.executor_mut().add_hook(profiler)?;
     }
     for _ in 0..iterations {
         run(plain)?;
         run(fused)?;
     }
-    let profile = |s: &wick::models::Session| -> Result<wick::graph::Profile> {
+    let profile = |s: &wick::models::Session| -> Result<wick::profiler::Profile> {
         Ok(s.executor()
-            .hook::<wick::graph::TimeProfiler>()
+            .hook::<wick::profiler::TimeProfiler>()
             .ok_or_else(|| anyhow::anyhow!("no profiler attached"))?
             .profile())
     };
     let (before, after) = (profile(plain)?, profile(fused)?);
     print!(
         "{}",
-        wick::graph::profiler::pass_comparison::compare_passes(&before, &after)
+        wick::profiler::compare::pass_comparison::compare_passes(&before, &after)
     );
     Ok(())
 }
@@ -251,7 +251,7 @@ pub struct ProfileArgs {
     /// `wait=W,warmup=U,active=A,repeat=R` (missing keys are 0; active=0 times every
     /// later iteration). Replaces --skip; recorded in the JSON.
     #[arg(long, conflicts_with = "skip")]
-    pub schedule: Option<wick::graph::profiler::Schedule>,
+    pub schedule: Option<wick::profiler::Schedule>,
     /// Write a Chrome/Perfetto trace of the last timed iteration here (needs verbosity 2).
     #[arg(long)]
     pub trace: Option<std::path::PathBuf>,
@@ -283,9 +283,9 @@ impl ProfileArgs {
     }
 
     /// The schedule: `--schedule` if given, else SINGA's `--skip`.
-    pub fn schedule(&self) -> wick::graph::profiler::Schedule {
+    pub fn schedule(&self) -> wick::profiler::Schedule {
         self.schedule
-            .unwrap_or(wick::graph::profiler::Schedule::skip(self.skip()))
+            .unwrap_or(wick::profiler::Schedule::skip(self.skip()))
     }
 
     /// `--skip`, or SINGA's 5.
@@ -327,8 +327,8 @@ impl ProfileArgs {
     pub fn attach(&self, session: &mut wick::models::Session) -> Result<()> {
         let level = self.level();
         if level > 0 {
-            let record = wick::graph::profiler::RecordLevel::from_verbosity(level);
-            let profiler = wick::graph::TimeProfiler::with_schedule(self.schedule(), record)
+            let record = wick::profiler::RecordLevel::from_verbosity(level);
+            let profiler = wick::profiler::TimeProfiler::with_schedule(self.schedule(), record)
                 .reporting_at(level)
                 .with_memory_counter(Box::new(wick::allocator::Counter))
                 .with_run_info(run_info(session));
@@ -347,9 +347,9 @@ impl ProfileArgs {
     pub fn report_with(
         &self,
         session: &wick::models::Session,
-        distributed: Option<wick::graph::profiler::DistProfile>,
+        distributed: Option<wick::profiler::DistProfile>,
     ) -> Result<()> {
-        let Some(profiler) = session.executor().hook::<wick::graph::TimeProfiler>() else {
+        let Some(profiler) = session.executor().hook::<wick::profiler::TimeProfiler>() else {
             return Ok(());
         };
         let mut profile = profiler.profile();
@@ -359,7 +359,7 @@ impl ProfileArgs {
         // machine from a slower build.
         if !profile.ops.is_empty() || self.json.is_some() {
             let device = session.executor().device();
-            profile.machine = Some(wick::graph::profiler::MachinePeaks::measure(device)?);
+            profile.machine = Some(wick::profiler::MachinePeaks::measure(device)?);
             // The probe's copy buffers raised the process's peak: the report gives both.
             if let Some(memory) = profile.memory.as_mut() {
                 memory.refresh_process_peak();
@@ -372,7 +372,7 @@ impl ProfileArgs {
         }
         if let Some(path) = &self.trace {
             let trace = profile
-                .chrome_trace_capped(wick::graph::profiler::trace::MAX_EVENTS)
+                .chrome_trace_capped(wick::profiler::views::trace::MAX_EVENTS)
                 .ok_or_else(|| {
                     anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")
                 })?;
@@ -393,7 +393,7 @@ impl ProfileArgs {
             println!("profile written to {}", path.display());
         }
         if let Some(path) = &self.report {
-            let page = wick::graph::profiler::html::report(&profile, None);
+            let page = wick::profiler::views::html::report(&profile, None);
             wick::graph::output::write_bytes_atomically(path, page.as_bytes())?;
             println!("HTML report written to {}", path.display());
         }

@@ -149,10 +149,10 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     // Every rank's step times and all-reduce timings, gathered to rank 0 (a collective).
     let distributed = match (
         session.data_parallel(),
-        session.executor().hook::<wick::graph::TimeProfiler>(),
+        session.executor().hook::<wick::profiler::TimeProfiler>(),
     ) {
         (Some(dp), Some(profiler)) => Some(
-            wick::graph::profiler::DistProfile::gather(&profiler.profile(), dp)
+            wick::profiler::DistProfile::gather(&profiler.profile(), dp)
                 .map_err(anyhow::Error::msg)?,
         ),
         _ => None,

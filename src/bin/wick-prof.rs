@@ -11,9 +11,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use wick::graph::file_roles::FileRoles;
-use wick::graph::profiler::gpu_prediction::predict;
-use wick::graph::profiler::{diff, diff_runs, html, DeviceSheet, DiffOptions};
-use wick::graph::Profile;
+use wick::profiler::compare::predict::predict;
+use wick::profiler::Profile;
+use wick::profiler::{diff, diff_runs, views::html, DeviceSheet, DiffOptions};
 
 #[derive(Parser)]
 #[command(

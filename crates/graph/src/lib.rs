@@ -4,12 +4,12 @@
 //! (forward ops, the loss, the backward ops and the optimizer's updates), each with an
 //! `OP_ID` (its recording index) and a [`Phase`] set when it is recorded. An [`Executor`]
 //! runs the graph many times, freeing each intermediate right after its last use, and
-//! calls [`Hook`]s around iterations, phases and ops. The [`TimeProfiler`] is such a hook:
-//! it reproduces Apache SINGA's time-profiling output and goes beyond it.
+//! calls [`Hook`]s around iterations, phases and ops. wick-profiler's `TimeProfiler` is
+//! such a hook: it reproduces Apache SINGA's time-profiling output and goes beyond it.
 //!
 //! ```no_run
 //! use candle_core::{DType, Device};
-//! use wick_graph::{Executor, GraphBuilder, Mode, TimeProfiler};
+//! use wick_graph::{Executor, GraphBuilder, Mode};
 //! use wick_ops::{Conv2dParams, SgdParams};
 //!
 //! # fn main() -> wick_graph::Result<()> {
@@ -28,9 +28,7 @@
 //! let grads = b.backward(loss)?;
 //! b.sgd(&grads, SgdParams { lr: 0.1, momentum: 0.9, ..Default::default() })?;
 //! let mut exec = Executor::new(b.finish(), &Device::Cpu);
-//! exec.add_hook(TimeProfiler::new(2, 5))?;
 //! // exec.set(...) every parameter, feed images and labels, then exec.run()? in a loop;
-//! // finally: exec.hook::<TimeProfiler>().unwrap().print();
 //! # Ok(()) }
 //! ```
 
@@ -41,7 +39,6 @@ pub mod device;
 pub mod error;
 pub mod executor;
 pub mod file_roles;
-pub mod float_format;
 pub mod hooks;
 pub mod ir;
 pub mod memory;
@@ -49,9 +46,7 @@ pub mod ops;
 pub mod output;
 pub mod passes;
 pub mod phase;
-pub mod profiler;
 pub mod state;
-pub mod timer;
 
 pub use autodiff::Gradients;
 pub use builder::{GraphBuilder, Mode};
@@ -63,6 +58,4 @@ pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use memory::{MemoryPlan, MemorySplit};
 pub use output::OutputError;
 pub use passes::{PassName, PassRecord, PassSet};
-pub use profiler::{OpProfile, OpTypeRow, PhaseProfile, Profile, Schedule, TimeProfiler};
 pub use state::{LoadMode, LoadReport};
-pub use timer::{EventSource, EventTimer, HostTimer, Timer};

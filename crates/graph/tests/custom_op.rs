@@ -4,10 +4,10 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick_graph::{
-    arg, args, one, BackwardCtx, Executor, GraphBuilder, Inputs, KernelResult, Mode, NodeOp,
-    Result, TimeProfiler,
+    arg, args, one, BackwardCtx, Executor, GraphBuilder, Inputs, KernelResult, Mode, NodeOp, Result,
 };
 use wick_ops::{CustomKernel, Kernel, KernelClass, KernelPhase, OpError};
+use wick_profiler::TimeProfiler;
 
 /// `y = x³` (forward). in: x; out: y.
 #[derive(Debug)]

@@ -16,9 +16,9 @@ use common::uniform;
 use wick_graph::collective::{Communicator, SingleProcess};
 use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
 use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
-use wick_graph::profiler::DistProfile;
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
 use wick_ops::{AdamParams, Conv2dParams, SgdParams};
+use wick_profiler::DistProfile;
 
 /// A communicator whose all-reduce fails, as a rank whose peer died would.
 #[derive(Debug)]
@@ -333,12 +333,12 @@ fn verbosity_3_prints_only_the_communication_ops() {
     let mut printed = Vec::new();
     for verbosity in [2, 3] {
         let mut exec = executor(graph.clone());
-        exec.add_hook(wick_graph::TimeProfiler::new(verbosity, 0))
+        exec.add_hook(wick_profiler::TimeProfiler::new(verbosity, 0))
             .unwrap();
         feed(&mut exec, 0, 0, 4);
         exec.run().unwrap();
         let text = exec
-            .hook::<wick_graph::TimeProfiler>()
+            .hook::<wick_profiler::TimeProfiler>()
             .unwrap()
             .profile()
             .singa_lines();
@@ -476,12 +476,16 @@ fn the_distributed_profile_gathers_every_rank_to_every_rank() {
         let mut graph = training_graph(4);
         let dp = graph.apply_data_parallel(Arc::new(comm), 200).unwrap();
         let mut exec = executor(graph);
-        exec.add_hook(wick_graph::TimeProfiler::new(2, 1)).unwrap();
+        exec.add_hook(wick_profiler::TimeProfiler::new(2, 1))
+            .unwrap();
         for step in 0..4 {
             feed(&mut exec, step, rank * 4, rank * 4 + 4);
             exec.run().unwrap();
         }
-        let profile = exec.hook::<wick_graph::TimeProfiler>().unwrap().profile();
+        let profile = exec
+            .hook::<wick_profiler::TimeProfiler>()
+            .unwrap()
+            .profile();
         let dist = DistProfile::gather(&profile, &dp).unwrap();
         (profile, dist, dp.buckets)
     });

@@ -8,8 +8,9 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use wick_graph::ops::optim::UpdateCheck;
 use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
-use wick_graph::{Executor, GraphBuilder, Mode, PassName, PassSet, TimeProfiler};
+use wick_graph::{Executor, GraphBuilder, Mode, PassName, PassSet};
 use wick_ops::{AdamParams, Kernel, SgdParams};
+use wick_profiler::TimeProfiler;
 
 const SGD: SgdParams = SgdParams {
     lr: 0.05,

@@ -1,0 +1,231 @@
+//! Whether two sets of runs can be compared at all: the settings that change a step's
+//! time without a change in the code (threads, CPU, device, batch, passes), and the
+//! machine's measured peaks, whose drift between runs (a loaded machine, a lower clock)
+//! moves every figure. `wick-prof diff` states each difference above its verdict, and can
+//! normalise the times by the peaks.
+
+use crate::profile::contention::CONTENDED_SHARE;
+use crate::profile::data::Profile;
+use crate::profile::machine_peaks::MachinePeaks;
+use crate::profile::roofline::Bound;
+
+/// A measured peak's range over a side's runs, from each run's slowest to its fastest
+/// measurement (just the peak when a profile has no range).
+fn peak_range(
+    side: &[Profile],
+    peak: fn(&MachinePeaks) -> f64,
+    range: fn(&MachinePeaks) -> Option<[f64; 2]>,
+) -> Option<[f64; 2]> {
+    let mut out: Option<[f64; 2]> = None;
+    for m in side.iter().map(|p| p.machine.as_ref()) {
+        let m = m?;
+        let [lo, hi] = range(m).unwrap_or([peak(m), peak(m)]);
+        out = Some(match out {
+            Some([a, b]) => [a.min(lo), b.max(hi)],
+            None => [lo, hi],
+        });
+    }
+    out
+}
+
+/// Whether any run of a side was saved without the machine's peaks.
+fn lacks_peaks(side: &[Profile]) -> bool {
+    side.iter().any(|p| p.machine.is_none())
+}
+
+/// Without measured ranges, two peaks this far apart are not the same machine state.
+const PEAK_TOLERANCE: f64 = 0.10;
+
+/// Every difference between A's and B's runs that can move a time by itself: one line
+/// each, naming the setting and both values.
+pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if a.is_empty() || b.is_empty() {
+        return out;
+    }
+    let mut setting = |name: &str, get: &dyn Fn(&Profile) -> String| {
+        let values = |side: &[Profile]| {
+            let mut v: Vec<String> = side.iter().map(get).collect();
+            v.dedup();
+            v.join(" / ")
+        };
+        let (va, vb) = (values(a), values(b));
+        if va != vb || va.contains(" / ") {
+            out.push(format!("{name} differs: A {va}, B {vb}"));
+        }
+    };
+    setting("threads", &|p| p.run.threads.to_string());
+    let threads_differ = a.iter().chain(b).any(|p| p.run.threads != a[0].run.threads);
+    setting("CPU", &|p| p.run.cpu_model.clone());
+    setting("device", &|p| format!("{} {}", p.device, p.run.device_name));
+    setting("batch", &|p| p.run.batch.to_string());
+    setting("image size", &|p| p.run.image_size.clone());
+    setting("dtype", &|p| p.run.dtype.clone());
+    setting("passes", &|p| p.run.passes.join(", "));
+    setting("wick version", &|p| p.run.wick_version.clone());
+    // Measured during the timed iterations, where the peaks come after them.
+    let waiting = |side: &[Profile]| {
+        side.iter()
+            .filter_map(|p| p.cpu_contention.map(|c| c.waiting_share()))
+            .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w))))
+    };
+    if let (Some(wa), Some(wb)) = (waiting(a), waiting(b)) {
+        if wa.max(wb) >= CONTENDED_SHARE {
+            let who = match (wa >= CONTENDED_SHARE, wb >= CONTENDED_SHARE) {
+                (true, true) => "both runs shared their cores with another load",
+                (true, false) => "A shared its cores with another load",
+                _ => "B shared its cores with another load",
+            };
+            out.push(format!(
+                "CPU contention: the threads waited for a core {:.1}% (A) and {:.1}% (B) of their runnable time during the timed iterations: {who}, and its times are inflated by it; rerun on a quiet machine",
+                100.0 * wa,
+                100.0 * wb
+            ));
+        }
+    }
+    for (name, unit, scale, peak, range) in [
+        (
+            "GEMM peak",
+            "GFLOP/s",
+            1e9,
+            (|m: &MachinePeaks| m.flops_per_sec) as fn(&MachinePeaks) -> f64,
+            (|m: &MachinePeaks| m.flops_range) as fn(&MachinePeaks) -> Option<[f64; 2]>,
+        ),
+        (
+            "copy bandwidth",
+            "GB/s",
+            1e9,
+            |m: &MachinePeaks| m.bytes_per_sec,
+            |m: &MachinePeaks| m.bytes_range,
+        ),
+    ] {
+        let (Some(ra), Some(rb)) = (peak_range(a, peak, range), peak_range(b, peak, range)) else {
+            let lacking = match (lacks_peaks(a), lacks_peaks(b)) {
+                (true, true) => "A and B",
+                (true, false) => "A",
+                _ => "B",
+            };
+            out.push(format!(
+                "{lacking} carry no measured machine peaks (profiles without them, such as older ones): a loaded machine cannot be told from a slower build; profile both with --json to measure them"
+            ));
+            break;
+        };
+        let had_ranges = a
+            .iter()
+            .chain(b)
+            .all(|p| p.machine.as_ref().and_then(range).is_some());
+        let apart = if had_ranges {
+            ra[1] < rb[0] || rb[1] < ra[0]
+        } else {
+            (rb[1] / ra[1] - 1.0).abs() > PEAK_TOLERANCE
+        };
+        if apart {
+            let cause = if threads_differ {
+                // The probe runs on the run's own threads.
+                "measured on each run's threads, so it follows the threads setting, not the machine's state".to_string()
+            } else {
+                format!(
+                    "the machine itself was {} during B",
+                    if rb[1] < ra[1] { "slower" } else { "faster" }
+                )
+            };
+            out.push(format!(
+                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): {cause}; {}",
+                ra[0] / scale,
+                ra[1] / scale,
+                rb[0] / scale,
+                rb[1] / scale,
+                rb[1] / ra[1],
+                if threads_differ {
+                    "compare runs with the same --threads"
+                } else if normalized {
+                    "the times are normalised by these peaks, which were measured after each run: rerun both on a quiet machine to be sure"
+                } else {
+                    "try --normalize-by-peak, or rerun both on a quiet machine"
+                }
+            ));
+        }
+    }
+    out
+}
+
+/// The factor that puts a run's times on the reference machine's scale: its peak over
+/// the reference's (a run on a machine at half its GEMM peak has its compute-bound times
+/// halved).
+pub(crate) struct PeakScale {
+    gemm: f64,
+    copy: f64,
+}
+
+impl PeakScale {
+    /// `run`'s peaks against `reference`'s; `None` when either lacks them.
+    pub(crate) fn new(run: &Profile, reference: &Profile) -> Option<Self> {
+        let (m, r) = (run.machine.as_ref()?, reference.machine.as_ref()?);
+        Some(PeakScale {
+            gemm: m.flops_per_sec / r.flops_per_sec,
+            copy: m.bytes_per_sec / r.bytes_per_sec,
+        })
+    }
+
+    /// The factor for an op type of this bound, or for a mixed row whose op time is
+    /// `compute_share` compute-bound.
+    pub(crate) fn factor(&self, bound: Option<Bound>, compute_share: f64) -> f64 {
+        match bound {
+            Some(Bound::Compute) => self.gemm,
+            Some(Bound::Memory) => self.copy,
+            None => compute_share * self.gemm + (1.0 - compute_share) * self.copy,
+        }
+    }
+}
+
+/// Scales each run's series onto `reference`'s machine (see
+/// `DiffOptions::normalize_by_peak`). Errs with the side (`"A"` or `"B"`) whose profile
+/// lacks the machine peaks.
+pub(crate) fn normalize(
+    runs: &[Profile],
+    series: &mut [RowSeries],
+    reference: &Profile,
+    side: &'static str,
+) -> Result<(), &'static str> {
+    let bounds: std::collections::BTreeMap<String, crate::profile::roofline::Bound> =
+        match &reference.machine {
+            Some(m) => reference
+                .roofline(m)
+                .into_iter()
+                .map(|r| (r.name, r.bound))
+                .collect(),
+            None => return Err("A"),
+        };
+    let op_time: f64 = reference.ops.iter().map(|o| o.mean_sec).sum();
+    let compute: f64 = reference
+        .ops
+        .iter()
+        .filter(|o| bounds.get(&o.name) == Some(&crate::profile::roofline::Bound::Compute))
+        .map(|o| o.mean_sec)
+        .sum();
+    // Without per-op rows, a mixed row counts as compute-bound.
+    let compute_share = if op_time > 0.0 {
+        compute / op_time
+    } else {
+        1.0
+    };
+    for (run, rows) in runs.iter().zip(series) {
+        let scale = PeakScale::new(run, reference).ok_or(side)?;
+        for (kind, rows) in rows.iter_mut() {
+            for (name, values) in rows.iter_mut() {
+                let bound = (*kind == "op type")
+                    .then(|| bounds.get(name).copied())
+                    .flatten();
+                let f = scale.factor(bound, compute_share);
+                values.iter_mut().for_each(|v| *v *= f);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Per-iteration totals by name, for one kind of row.
+pub(crate) type Series = std::collections::BTreeMap<String, Vec<f64>>;
+
+/// A run's samples per row, for each kind of row (iteration, phase, op type, layer).
+pub(crate) type RowSeries = [(&'static str, Series); 4];

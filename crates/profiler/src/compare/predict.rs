@@ -1,0 +1,449 @@
+//! A predicted training step on a GPU, from a profile taken anywhere (the CPU included):
+//! each op type's FLOPs and bytes, which do not depend on the device, against a device's
+//! datasheet (given as data: [`DeviceSheet`]), and the kernel launches each op makes on
+//! wick's CUDA path and on candle's device-generic path.
+//!
+//! Per op type, the predicted time is the larger of
+//! - its roof: FLOPs over the compute peak (TF32 tensor cores for convolutions and
+//!   matrix products, FP32 for the rest) or bytes over the memory bandwidth, whichever
+//!   is longer, divided by the efficiency the datasheet assumes real kernels reach;
+//! - its launches times the datasheet's cost of one launch (a step of many small kernels
+//!   is bound by launching them, not by the GPU).
+//!
+//! The step is the sum over op types. It is a model: it ignores caches (an op's inputs
+//! may still be in the 50 MB L2), overlap between kernels and cuDNN's algorithm choice.
+
+use serde::{Deserialize, Serialize};
+
+use crate::profile::data::Profile;
+use wick_graph::ir::Phase;
+use wick_ops::KernelClass;
+
+/// A GPU's peaks, as its datasheet gives them, and the assumptions that turn peaks into
+/// predicted times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSheet {
+    /// Short name (`h200`).
+    pub name: String,
+    /// What it is.
+    pub description: String,
+    /// Memory bandwidth, bytes per second.
+    pub memory_bytes_per_sec: f64,
+    /// FP32 peak (CUDA cores), FLOP per second.
+    pub fp32_flops_per_sec: f64,
+    /// TF32 tensor-core peak (dense), FLOP per second.
+    pub tf32_flops_per_sec: f64,
+    /// The share of the bandwidth memory-bound kernels reach (an assumption).
+    pub memory_efficiency: f64,
+    /// The share of the compute peak convolutions and GEMMs reach (an assumption).
+    pub compute_efficiency: f64,
+    /// Seconds one kernel launch costs when launches are back to back (an assumption).
+    pub launch_sec: f64,
+    /// Where the figures come from.
+    pub source: String,
+}
+
+/// The datasheets wick knows (H200, H100, A100), as JSON.
+pub const DATASHEETS: &str = include_str!("gpu_datasheets.json");
+
+impl DeviceSheet {
+    /// Every datasheet of [`DATASHEETS`].
+    pub fn known() -> Vec<DeviceSheet> {
+        serde_json::from_str(DATASHEETS).expect("gpu_datasheets.json is valid (tested)")
+    }
+
+    /// The known datasheet named `name` (case-insensitive).
+    pub fn named(name: &str) -> Option<DeviceSheet> {
+        Self::known()
+            .into_iter()
+            .find(|d| d.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Checks that every figure is a positive number (a user's datasheet file).
+    pub fn validate(&self) -> Result<(), String> {
+        let figures = [
+            ("memory_bytes_per_sec", self.memory_bytes_per_sec),
+            ("fp32_flops_per_sec", self.fp32_flops_per_sec),
+            ("tf32_flops_per_sec", self.tf32_flops_per_sec),
+            ("memory_efficiency", self.memory_efficiency),
+            ("compute_efficiency", self.compute_efficiency),
+            ("launch_sec", self.launch_sec),
+        ];
+        match figures.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
+            Some((name, v)) => Err(format!(
+                "datasheet {}: {name} must be a positive number, got {v}",
+                self.name
+            )),
+            None if self.memory_efficiency > 1.0 || self.compute_efficiency > 1.0 => Err(format!(
+                "datasheet {}: efficiencies are shares of the peak, at most 1",
+                self.name
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Kernel launches of one node of a kernel type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launches {
+    /// With wick's CUDA kernels (crates/ops/cuda) where the family has them.
+    pub wick: u32,
+    /// With candle's device-generic tensor ops, one launch per tensor op: the path CUDA
+    /// tensors took before wick's kernels.
+    pub generic: u32,
+}
+
+/// Launches per node of the kernel named `name` (its CPU name, as a CPU profile records
+/// it), counted from the code of each path. `None` for a kernel this table does not know.
+pub fn launches(name: &str) -> Option<Launches> {
+    let (wick, generic) = match name {
+        // cuDNN on both paths; the input gradient is candle's transposed convolution.
+        "ConvForward" | "ConvBackwardData" | "ConvBackwardFilter" => (1, 1),
+        // Gradient accumulation is an addition.
+        "AccumulateGrad" => (1, 1),
+        // Statistics, then normalise; the generic path: 19 tensor ops (mean, centre,
+        // square, sum, scale, shift, running statistics), 3 more for the ReLU.
+        "BatchNormForwardTraining" => (2, 19),
+        "BatchNormReLUForwardTraining" => (2, 22),
+        "BatchNormForwardInference" => (1, 7),
+        // Partial sums, then the input gradient; generic: 12 tensor ops, 3 for the mask.
+        "BatchNormBackward" => (2, 12),
+        "BatchNormReLUBackward" => (2, 15),
+        // le, zeros, where on the generic path.
+        "ReLU" | "ReLUBackward" => (1, 3),
+        "Add" => (1, 1),
+        "AddReLU" => (1, 4),
+        // Pools: wick's kernels on both paths (plus zeroing the gradient for max).
+        "PoolingForward" => (2, 2),
+        "PoolingBackward" => (2, 2),
+        // Two means (sum and divide each) / divide, broadcast, copy.
+        "GlobalAvgPoolForward" => (1, 4),
+        "GlobalAvgPoolBackward" => (1, 3),
+        // A matrix product and the bias; backward two products and a sum.
+        "LinearForward" => (2, 2),
+        "LinearBackward" => (3, 3),
+        // Rows, mean (and the labels' cast); generic: log-softmax (6), gather, sum, scale.
+        "SoftmaxCrossEntropyForward" => (3, 10),
+        // Rows again, then the gradient (and two casts); generic: 15 tensor ops.
+        "SoftmaxCrossEntropyBackward" => (5, 15),
+        // Per parameter: one launch of the multi-tensor kernel; generic: weight decay,
+        // momentum (2), update (2), 7 with both.
+        "SgdUpdate" => (1, 7),
+        // All parameters in one launch; generic: 7 per parameter (see `predict`).
+        "SgdUpdateMultiTensor" => (1, 7),
+        "AdamUpdate" => (1, 12),
+        "AdamUpdateMultiTensor" => (1, 12),
+        "Reshape" | "Permute" => (0, 0),
+        _ => return None,
+    };
+    Some(Launches { wick, generic })
+}
+
+/// One op type's prediction.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PredictedRow {
+    /// The kernel's name.
+    pub name: String,
+    /// Nodes of this type in the step.
+    pub nodes: usize,
+    /// FLOPs per step.
+    pub flops: u64,
+    /// Bytes moved per step.
+    pub bytes: u64,
+    /// Whether its FLOPs run on tensor cores (TF32).
+    pub tensor_cores: bool,
+    /// Seconds at the peaks: max(FLOPs / compute peak, bytes / bandwidth).
+    pub roof_sec: f64,
+    /// Launches per step on wick's path and on the generic path.
+    pub launches: Launches,
+    /// Predicted seconds on wick's path: max(roof / efficiency, launches * launch cost).
+    pub wick_sec: f64,
+    /// Predicted seconds on the generic path: its extra launches, and a memory pass per
+    /// launch beyond wick's (each generic tensor op reads and writes the activation).
+    pub generic_sec: f64,
+}
+
+/// A predicted step on a device.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GpuPrediction {
+    /// The datasheet.
+    pub device: DeviceSheet,
+    /// Per op type, largest predicted time first.
+    pub rows: Vec<PredictedRow>,
+    /// Kernel types the launch table does not know (counted as one launch, generic too).
+    pub unknown_kernels: Vec<String>,
+    /// Images per step (the profile's batch), when the profile records one.
+    pub batch: Option<usize>,
+    /// Predicted seconds per phase (forward, backward, optimizer) on wick's path.
+    pub phase_sec: [f64; 3],
+}
+
+impl GpuPrediction {
+    /// Predicted step seconds on wick's path.
+    pub fn step_sec(&self) -> f64 {
+        self.rows.iter().map(|r| r.wick_sec).sum()
+    }
+
+    /// Predicted step seconds on candle's generic path.
+    pub fn generic_step_sec(&self) -> f64 {
+        self.rows.iter().map(|r| r.generic_sec).sum()
+    }
+
+    /// Launches per step on (wick's, the generic) path.
+    pub fn launches(&self) -> (u64, u64) {
+        self.rows.iter().fold((0, 0), |(w, g), r| {
+            (w + r.launches.wick as u64, g + r.launches.generic as u64)
+        })
+    }
+}
+
+/// The predicted step of `profile`'s graph on `device`.
+pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
+    let mut rows: Vec<PredictedRow> = Vec::new();
+    let mut unknown = Vec::new();
+    let mut phase_sec = [0.0; 3];
+    for op in &profile.ops {
+        let known = launches(&op.name);
+        if known.is_none() && !unknown.contains(&op.name) {
+            unknown.push(op.name.clone());
+        }
+        let mut l = known.unwrap_or(Launches {
+            wick: 1,
+            generic: 1,
+        });
+        // A merged update's parameters, which the generic path updates one by one. SGD
+        // reads param, grad[, buffer] and writes param[, buffer] per parameter; Adam reads
+        // the step, then param, grad and two moments per parameter.
+        let (inputs, outputs) = (op.input_shapes.len(), op.output_shapes.len());
+        let members = match op.name.as_str() {
+            "SgdUpdateMultiTensor" => inputs.saturating_sub(outputs),
+            "AdamUpdateMultiTensor" => inputs.saturating_sub(1) / 4,
+            _ => 1,
+        }
+        .max(1);
+        l.generic *= members as u32;
+        let row = match rows.iter_mut().find(|r| r.name == op.name) {
+            Some(r) => r,
+            None => {
+                rows.push(PredictedRow {
+                    name: op.name.clone(),
+                    nodes: 0,
+                    flops: 0,
+                    bytes: 0,
+                    tensor_cores: matches!(
+                        op.class,
+                        KernelClass::Convolution | KernelClass::Linear
+                    ),
+                    roof_sec: 0.0,
+                    launches: Launches {
+                        wick: 0,
+                        generic: 0,
+                    },
+                    wick_sec: 0.0,
+                    generic_sec: 0.0,
+                });
+                rows.last_mut().expect("just pushed")
+            }
+        };
+        row.nodes += 1;
+        row.flops += op.flops;
+        row.bytes += op.bytes;
+        row.launches.wick += l.wick;
+        row.launches.generic += l.generic;
+        let peak = if row.tensor_cores {
+            device.tf32_flops_per_sec
+        } else {
+            device.fp32_flops_per_sec
+        };
+        let compute = op.flops as f64 / peak;
+        let memory = op.bytes as f64 / device.memory_bytes_per_sec;
+        row.roof_sec += compute.max(memory);
+        let efficiency = if compute > memory {
+            device.compute_efficiency
+        } else {
+            device.memory_efficiency
+        };
+        let kernel_sec = compute.max(memory) / efficiency;
+        let wick_sec = kernel_sec.max(l.wick as f64 * device.launch_sec);
+        row.wick_sec += wick_sec;
+        phase_sec[Phase::ALL.iter().position(|p| *p == op.phase).unwrap_or(0)] += wick_sec;
+        // Each generic launch past wick's count is one more pass over the op's output (over
+        // one parameter's, for a merged update: as many passes per parameter).
+        let out_bytes: u64 = op
+            .output_shapes
+            .iter()
+            .map(|s| s.iter().product::<usize>() as u64 * 4)
+            .sum();
+        let extra = (l.generic as f64 / members as f64 - l.wick as f64).max(0.0);
+        let generic_kernel = kernel_sec
+            + extra * 2.0 * out_bytes as f64
+                / (device.memory_bytes_per_sec * device.memory_efficiency);
+        row.generic_sec += generic_kernel.max(l.generic as f64 * device.launch_sec);
+    }
+    rows.sort_by(|a, b| b.wick_sec.total_cmp(&a.wick_sec));
+    GpuPrediction {
+        device: device.clone(),
+        rows,
+        unknown_kernels: unknown,
+        batch: (profile.run.batch > 0).then_some(profile.run.batch),
+        phase_sec,
+    }
+}
+
+impl std::fmt::Display for GpuPrediction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = &self.device;
+        writeln!(f, "Predicted step on {} ({}):", d.name, d.description)?;
+        writeln!(
+            f,
+            "  peaks {:.0} GB/s, FP32 {:.1} TFLOP/s, TF32 {:.1} TFLOP/s; assumed {:.0}% of bandwidth, {:.0}% of compute, {:.1} us per launch",
+            d.memory_bytes_per_sec / 1e9,
+            d.fp32_flops_per_sec / 1e12,
+            d.tf32_flops_per_sec / 1e12,
+            d.memory_efficiency * 100.0,
+            d.compute_efficiency * 100.0,
+            d.launch_sec * 1e6
+        )?;
+        writeln!(
+            f,
+            "  {:<30} {:>5} {:>10} {:>10} {:>9} {:>8} {:>9} {:>9} {:>10}",
+            "op type",
+            "nodes",
+            "GFLOP",
+            "MB",
+            "roof ms",
+            "launches",
+            "wick ms",
+            "generic",
+            "generic ms"
+        )?;
+        for r in &self.rows {
+            writeln!(
+                f,
+                "  {:<30} {:>5} {:>10.1} {:>10.1} {:>9.3} {:>8} {:>9.3} {:>9} {:>10.3}",
+                r.name,
+                r.nodes,
+                r.flops as f64 / 1e9,
+                r.bytes as f64 / 1e6,
+                r.roof_sec * 1e3,
+                r.launches.wick,
+                r.wick_sec * 1e3,
+                r.launches.generic,
+                r.generic_sec * 1e3
+            )?;
+        }
+        let (lw, lg) = self.launches();
+        let [fwd, bwd, opt] = self.phase_sec;
+        writeln!(
+            f,
+            "  step: {:.2} ms with wick's kernels ({lw} launches; forward {:.2} ms, backward {:.2} ms, optimizer {:.2} ms), {:.2} ms on candle's generic path ({lg} launches)",
+            self.step_sec() * 1e3,
+            fwd * 1e3,
+            bwd * 1e3,
+            opt * 1e3,
+            self.generic_step_sec() * 1e3
+        )?;
+        if let Some(b) = self.batch {
+            writeln!(
+                f,
+                "  {:.0} images/s at batch {b} with wick's kernels",
+                b as f64 / self.step_sec()
+            )?;
+        }
+        if !self.unknown_kernels.is_empty() {
+            writeln!(
+                f,
+                "  counted as one launch each (not in the launch table): {}",
+                self.unknown_kernels.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_datasheets_parse_and_are_valid() {
+        let known = DeviceSheet::known();
+        assert_eq!(
+            known.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+            ["h200", "h100", "a100"]
+        );
+        for d in &known {
+            d.validate().unwrap();
+        }
+        let mut bad = DeviceSheet::named("H200").unwrap();
+        bad.memory_efficiency = 1.5;
+        assert!(bad.validate().unwrap_err().contains("at most 1"));
+        bad.launch_sec = f64::NAN;
+        assert!(bad.validate().unwrap_err().contains("launch_sec"));
+    }
+
+    #[test]
+    fn fused_families_launch_fewer_kernels_than_the_generic_path() {
+        for name in [
+            "BatchNormReLUForwardTraining",
+            "BatchNormReLUBackward",
+            "AddReLU",
+            "SgdUpdate",
+        ] {
+            let l = launches(name).unwrap();
+            assert!(l.wick < l.generic, "{name}: {l:?}");
+        }
+        assert_eq!(launches("NoSuchKernel"), None);
+    }
+
+    #[test]
+    fn a_merged_update_is_one_launch_and_the_generic_path_updates_each_parameter() {
+        let update = |name: &str, params: usize| crate::OpProfile {
+            op_id: 0,
+            name: name.into(),
+            class: KernelClass::Optimizer,
+            phase: Phase::Optimizer,
+            mean_sec: 1e-3,
+            min_sec: 1e-3,
+            max_sec: 1e-3,
+            flops: 4_000_000 * params as u64,
+            // param, grad, buffer in; param, buffer out, per parameter.
+            input_shapes: vec![vec![1_000_000]; 3 * params],
+            output_shapes: vec![vec![1_000_000]; 2 * params],
+            origin: Default::default(),
+            parameter_elements: 0,
+            bytes: 20_000_000 * params as u64,
+            dtype: "F32".into(),
+            host_sec: None,
+            memory: None,
+        };
+        let h200 = DeviceSheet::named("h200").unwrap();
+        let separate = Profile {
+            ops: (0..3).map(|_| update("SgdUpdate", 1)).collect(),
+            ..Default::default()
+        };
+        let merged = Profile {
+            ops: vec![update("SgdUpdateMultiTensor", 3)],
+            ..Default::default()
+        };
+        let (a, b) = (predict(&separate, &h200), predict(&merged, &h200));
+        assert_eq!((a.launches(), b.launches()), ((3, 21), (1, 21)));
+        // The same bytes on the generic path, however the nodes are grouped.
+        let rel = (a.generic_step_sec() - b.generic_step_sec()).abs() / a.generic_step_sec();
+        assert!(
+            rel < 1e-9,
+            "{} vs {}",
+            a.generic_step_sec(),
+            b.generic_step_sec()
+        );
+        // Adam: the step, then param, grad and two moments per parameter.
+        let mut adam = update("AdamUpdateMultiTensor", 3);
+        adam.input_shapes = vec![vec![1_000_000]; 1 + 4 * 3];
+        adam.output_shapes = vec![vec![1_000_000]; 3 * 3];
+        let merged_adam = Profile {
+            ops: vec![adam],
+            ..Default::default()
+        };
+        assert_eq!(predict(&merged_adam, &h200).launches(), (1, 36));
+    }
+}

@@ -1,0 +1,156 @@
+//! A profile read from a file is checked before anything is computed from it: every time
+//! is a finite number of seconds, at least 0, and the per-iteration samples have the
+//! shape the profile declares. A bad file is an error naming the field, never a silent
+//! "faster x-1.000" or a dropped row.
+
+use crate::profile::data::Profile;
+
+impl Profile {
+    /// Checks the profile's times and samples (see the module docs); the error names the
+    /// first bad field.
+    pub fn validate(&self) -> Result<(), String> {
+        let time = |field: String, v: f64| {
+            if v.is_finite() && v >= 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{field} is {v}: a time must be a finite number of seconds, at least 0"
+                ))
+            }
+        };
+        for (field, v) in [
+            ("forward_sec", self.forward_sec),
+            ("backward_sec", self.backward_sec),
+            ("optimizer_sec", self.optimizer_sec),
+            ("iteration_sec", self.iteration_sec),
+            ("iteration_median_sec", self.iteration_median_sec),
+            ("iteration_min_sec", self.iteration_min_sec),
+            ("iteration_max_sec", self.iteration_max_sec),
+        ] {
+            time(field.to_string(), v)?;
+        }
+        for (i, p) in self.phases.iter().enumerate() {
+            time(format!("phases[{i}].sec"), p.sec)?;
+            time(format!("phases[{i}].ops_sec"), p.ops_sec)?;
+        }
+        for (i, op) in self.ops.iter().enumerate() {
+            for (name, v) in [
+                ("mean_sec", op.mean_sec),
+                ("min_sec", op.min_sec),
+                ("max_sec", op.max_sec),
+            ] {
+                time(
+                    format!("ops[{i}] (OP_ID{} {}).{name}", op.op_id, op.name),
+                    v,
+                )?;
+            }
+            if op.op_id != i {
+                return Err(format!(
+                    "ops[{i}] has OP_ID{}: the rows must be in OP_ID order",
+                    op.op_id
+                ));
+            }
+        }
+        let s = &self.samples;
+        if s.iterations.len() != self.timed_iterations {
+            return Err(format!(
+                "samples.iterations has {} values for {} timed iterations",
+                s.iterations.len(),
+                self.timed_iterations
+            ));
+        }
+        if s.phases.len() != s.iterations.len() {
+            return Err(format!(
+                "samples.phases has {} rows for {} timed iterations",
+                s.phases.len(),
+                s.iterations.len()
+            ));
+        }
+        if s.ops.len() > s.iterations.len() {
+            return Err(format!(
+                "samples.ops has {} rows for {} timed iterations",
+                s.ops.len(),
+                s.iterations.len()
+            ));
+        }
+        for (k, v) in s.iterations.iter().enumerate() {
+            time(format!("samples.iterations[{k}]"), *v)?;
+        }
+        for (k, row) in s.phases.iter().enumerate() {
+            for (j, v) in row.iter().enumerate() {
+                time(format!("samples.phases[{k}][{j}]"), *v)?;
+            }
+        }
+        for (k, row) in s.ops.iter().enumerate() {
+            if row.len() != self.ops.len() {
+                return Err(format!(
+                    "samples.ops[{k}] has {} values for {} ops",
+                    row.len(),
+                    self.ops.len()
+                ));
+            }
+            for (j, v) in row.iter().enumerate() {
+                time(format!("samples.ops[{k}][{j}]"), *v)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Profile;
+
+    fn valid() -> Profile {
+        let mut p = Profile {
+            timed_iterations: 2,
+            iteration_sec: 0.5,
+            ..Default::default()
+        };
+        p.samples.iterations = vec![0.4, 0.6];
+        p.samples.phases = vec![[0.1, 0.2, 0.1], [0.2, 0.3, 0.1]];
+        p
+    }
+
+    #[test]
+    fn bad_times_and_mismatched_samples_are_named() {
+        assert_eq!(valid().validate(), Ok(()));
+        type Break = Box<dyn Fn(&mut Profile)>;
+        let cases: Vec<(Break, &str)> = vec![
+            (
+                Box::new(|p| p.iteration_sec = -0.5),
+                "iteration_sec is -0.5",
+            ),
+            (
+                Box::new(|p| p.samples.iterations[1] = f64::NAN),
+                "samples.iterations[1] is NaN",
+            ),
+            (
+                Box::new(|p| p.samples.iterations.pop().map(drop).unwrap()),
+                "samples.iterations has 1 values for 2",
+            ),
+            (
+                Box::new(|p| p.samples.phases[0][2] = -1.0),
+                "samples.phases[0][2] is -1",
+            ),
+            (
+                Box::new(|p| p.samples.phases.truncate(1)),
+                "samples.phases has 1 rows",
+            ),
+            (
+                Box::new(|p| p.samples.ops = vec![vec![0.1]]),
+                "samples.ops[0] has 1 values for 0 ops",
+            ),
+            (
+                Box::new(|p| p.samples.ops = vec![vec![]; 3]),
+                "samples.ops has 3 rows",
+            ),
+        ];
+        for (break_it, needle) in cases {
+            let mut p = valid();
+            break_it(&mut p);
+            let e = p.validate().unwrap_err();
+            assert!(e.contains(needle), "{e} lacks {needle}");
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! This machine's measured peaks, a GEMM's FLOP/s and a streaming copy's bytes/s: the
+//! roofs of the [`roofline`](crate::views::roofline).
+
+use std::time::Instant;
+
+use candle_core::{DType, Device, Tensor};
+
+use wick_graph::Result;
+
+use crate::profile::machine_peaks::MachinePeaks;
+
+/// GEMM size: 2·N³ FLOPs, large enough to reach the peak, short on any machine.
+const GEMM_N: usize = 1024;
+/// Copy size in f32 elements: 128 MB, far beyond any cache.
+const COPY_ELEMS: usize = 32 << 20;
+
+impl MachinePeaks {
+    /// Measures the peaks on `device` (about a second on a CPU).
+    pub fn measure(device: &Device) -> Result<Self> {
+        let a = Tensor::ones((GEMM_N, GEMM_N), DType::F32, device)?;
+        let b = Tensor::ones((GEMM_N, GEMM_N), DType::F32, device)?;
+        let gemm = timed_runs(5, device, || a.matmul(&b).map(drop))?;
+        let flops = 2.0 * (GEMM_N as f64).powi(3);
+        let copy = match device {
+            Device::Cpu => {
+                let src = vec![1.0f32; COPY_ELEMS];
+                let mut dst = vec![0.0f32; COPY_ELEMS];
+                timed_runs(5, device, || {
+                    parallel_copy(&src, &mut dst);
+                    Ok(())
+                })?
+            }
+            _ => {
+                let src = Tensor::ones(COPY_ELEMS, DType::F32, device)?;
+                timed_runs(5, device, || src.copy().map(drop))?
+            }
+        };
+        let bytes = 2.0 * (COPY_ELEMS * 4) as f64;
+        Ok(MachinePeaks {
+            flops_per_sec: flops / gemm[0],
+            bytes_per_sec: bytes / copy[0],
+            flops_range: Some([flops / gemm[gemm.len() - 1], flops / gemm[0]]),
+            bytes_range: Some([bytes / copy[copy.len() - 1], bytes / copy[0]]),
+        })
+    }
+}
+
+/// The seconds of `runs` timed runs of `f` after one untimed, synchronising the device,
+/// fastest first.
+fn timed_runs(
+    runs: usize,
+    device: &Device,
+    mut f: impl FnMut() -> candle_core::Result<()>,
+) -> Result<Vec<f64>> {
+    f()?;
+    device.synchronize()?;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let start = Instant::now();
+        f()?;
+        device.synchronize()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
+/// A copy split over the CPU threads, as the kernels use them.
+fn parallel_copy(src: &[f32], dst: &mut [f32]) {
+    use rayon::prelude::*;
+    dst.par_chunks_mut(1 << 18)
+        .zip(src.par_chunks(1 << 18))
+        .for_each(|(d, s)| d.copy_from_slice(s));
+}

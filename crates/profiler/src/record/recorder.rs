@@ -1,0 +1,598 @@
+//! The measuring half of the profiler: [`TimeProfiler`], the hook that marks iterations,
+//! phases and ops on a [`Timer`] and accumulates the figures a [`Profile`] reports.
+
+use candle_core::Device;
+
+use crate::profile::contention::CpuContention;
+use crate::profile::data::{OpProfile, PhaseProfile, Profile};
+use crate::profile::memory::{MemoryProfile, OpMemory};
+use crate::profile::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
+use crate::profile::schedule::{RecordLevel, Schedule};
+use crate::profile::stats::median;
+use crate::record::memory_probe::MemoryCounter;
+use crate::record::slots::{Mark, SlotLayout};
+use crate::record::step_parts::{instant_clock, StepRecorder, WallClock};
+use crate::record::thread_times::ThreadTimes;
+use crate::record::timer::{HostTimer, Timer};
+use wick_graph::error::{GraphError, Result};
+use wick_graph::hooks::{Hook, NodeInfo, StepPart};
+use wick_graph::ir::Phase;
+use wick_graph::MemoryPlan;
+
+/// Running sums of one node's timings, over the iterations that timed it.
+#[derive(Debug, Clone, Copy)]
+struct OpStats {
+    count: usize,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Default for OpStats {
+    fn default() -> Self {
+        OpStats {
+            count: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: 0.0,
+        }
+    }
+}
+
+/// SINGA-style time profiler. Attach it to an [`Executor`](wick_graph::Executor), run, then
+/// [`print`](TimeProfiler::print) it or take its [`profile`](TimeProfiler::profile).
+pub struct TimeProfiler {
+    level: RecordLevel,
+    /// The SINGA verbosity the report prints at (3: only the communication ops' lines).
+    report_verbosity: u8,
+    schedule: Schedule,
+    timer: Option<Box<dyn Timer>>,
+    nodes: Vec<NodeInfo>,
+    device: String,
+    phases_present: [bool; 3],
+    layout: SlotLayout,
+    marks: Vec<f64>,
+    prepared: bool,
+    timing: bool,
+    seen: usize,
+    timed: usize,
+    iter_times: Vec<f64>,
+    phase_sum: [f64; 3],
+    phase_ops_sum: [f64; 3],
+    ops: Vec<OpStats>,
+    samples: Samples,
+    timeline: Timeline,
+    /// Whether the last timeline entry still waits for its read-back.
+    timeline_open: bool,
+    run: RunInfo,
+    graph_hash: String,
+    wall: WallClock,
+    run_started: f64,
+    steps: StepRecorder,
+    memory_plan: Option<MemoryPlan>,
+    counter: Option<Box<dyn MemoryCounter>>,
+    counting: bool,
+    measured_peak: Option<u64>,
+    /// The counter's bytes at the start of the iteration in progress and of the last
+    /// timed one, and each op's measured memory in them.
+    start_live: Option<u64>,
+    last_start_live: Option<u64>,
+    op_memory: Vec<OpMemory>,
+    last_op_memory: Vec<OpMemory>,
+    /// On a device: each node's host dispatch seconds, summed over timed iterations.
+    host_ops: Option<Vec<f64>>,
+    host_started: Option<std::time::Instant>,
+    /// The device, to ask its driver for memory in use; the most seen.
+    device_handle: Option<Device>,
+    device_used: Option<u64>,
+    /// The threads' scheduler counters at the timed iteration's start, and the run-queue
+    /// wait summed over the timed iterations.
+    threads_at_start: ThreadTimes,
+    threads_now: ThreadTimes,
+    contention: Option<CpuContention>,
+}
+
+impl std::fmt::Debug for TimeProfiler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimeProfiler")
+            .field("level", &self.level)
+            .field("schedule", &self.schedule)
+            .field("seen", &self.seen)
+            .field("timed", &self.timed)
+            .finish()
+    }
+}
+
+impl TimeProfiler {
+    /// SINGA's two settings: a profiler at `verbosity` (0 off, 1 phases, 2 every op, 3 as
+    /// 2 but the report prints SINGA's per-op lines only for the communication ops; higher
+    /// values are clamped to 3) that leaves the first `skip` iterations untimed (SINGA's
+    /// default is 5). It picks the timer that fits the executor's device when attached.
+    pub fn new(verbosity: u8, skip: usize) -> Self {
+        let mut p =
+            Self::with_schedule(Schedule::skip(skip), RecordLevel::from_verbosity(verbosity));
+        p.report_verbosity = verbosity.min(3);
+        p
+    }
+
+    /// A profiler that records at `level` in the iterations `schedule` times.
+    pub fn with_schedule(schedule: Schedule, level: RecordLevel) -> Self {
+        TimeProfiler {
+            level,
+            report_verbosity: level.verbosity(),
+            schedule,
+            timer: None,
+            nodes: Vec::new(),
+            device: String::new(),
+            phases_present: [false; 3],
+            layout: SlotLayout::new(0),
+            marks: Vec::new(),
+            prepared: false,
+            timing: false,
+            seen: 0,
+            timed: 0,
+            iter_times: Vec::new(),
+            phase_sum: [0.0; 3],
+            phase_ops_sum: [0.0; 3],
+            ops: Vec::new(),
+            samples: Samples::default(),
+            timeline: Timeline::new(),
+            timeline_open: false,
+            run: RunInfo::default(),
+            graph_hash: String::new(),
+            wall: instant_clock(),
+            run_started: 0.0,
+            steps: StepRecorder::default(),
+            memory_plan: None,
+            counter: None,
+            counting: false,
+            measured_peak: None,
+            start_live: None,
+            last_start_live: None,
+            op_memory: Vec::new(),
+            last_op_memory: Vec::new(),
+            host_ops: None,
+            host_started: None,
+            device_handle: None,
+            device_used: None,
+            threads_at_start: ThreadTimes::default(),
+            threads_now: ThreadTimes::default(),
+            contention: None,
+        }
+    }
+
+    /// The same profiler measuring the process's allocation peak over the timed
+    /// iterations with `counter` (the examples pass `wick::allocator::Counter`).
+    pub fn with_memory_counter(mut self, counter: Box<dyn MemoryCounter>) -> Self {
+        self.counter = Some(counter);
+        self
+    }
+
+    /// The same profiler recording `run` (model, sizes, device, command line) in its
+    /// profiles.
+    pub fn with_run_info(mut self, run: RunInfo) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// The same profiler with an injected host clock for the whole-step figures (a
+    /// scripted clock in tests).
+    pub fn with_wall_clock(mut self, clock: WallClock) -> Self {
+        self.wall = clock;
+        self
+    }
+
+    /// The same profiler with an injected timer (a fake clock in tests, say).
+    pub fn with_timer(mut self, timer: Box<dyn Timer>) -> Self {
+        self.timer = Some(timer);
+        self
+    }
+
+    /// The SINGA verbosity its report prints at ([`Profile::verbosity`]); 3 keeps only the
+    /// communication ops' per-op lines. Recording is unchanged.
+    pub fn reporting_at(mut self, verbosity: u8) -> Self {
+        self.report_verbosity = verbosity.min(3);
+        self
+    }
+
+    /// What the profiler records.
+    pub fn level(&self) -> RecordLevel {
+        self.level
+    }
+
+    /// Changes what the iterations that follow record. Figures taken so far stay; each
+    /// op's mean is over the iterations that timed it.
+    pub fn set_level(&mut self, level: RecordLevel) {
+        self.level = level;
+        self.report_verbosity = level.verbosity();
+    }
+
+    /// The schedule.
+    pub fn schedule(&self) -> Schedule {
+        self.schedule
+    }
+
+    /// How many iterations have been timed so far.
+    pub fn timed_iterations(&self) -> usize {
+        self.timed
+    }
+
+    /// Forgets every measurement; the schedule starts over (the next `skip` iterations
+    /// are skipped again).
+    pub fn reset(&mut self) {
+        self.seen = 0;
+        self.timed = 0;
+        self.iter_times.clear();
+        self.phase_sum = [0.0; 3];
+        self.phase_ops_sum = [0.0; 3];
+        self.ops.iter_mut().for_each(|s| *s = OpStats::default());
+        self.samples = Samples::default();
+        self.timeline.clear();
+        self.steps = StepRecorder::default();
+        self.counting = false;
+        self.measured_peak = None;
+        self.start_live = None;
+        self.last_start_live = None;
+        self.last_op_memory.clear();
+        self.device_used = None;
+        self.contention = None;
+        if let Some(h) = self.host_ops.as_mut() {
+            h.iter_mut().for_each(|s| *s = 0.0);
+        }
+    }
+
+    fn mark(&mut self, mark: Mark) {
+        let slot = self.layout.slot(mark);
+        if let Some(t) = self.timer.as_mut() {
+            t.mark(slot);
+        }
+    }
+
+    /// The results so far.
+    pub fn profile(&self) -> Profile {
+        let n = self.timed.max(1) as f64;
+        let per_op = self.level == RecordLevel::PerOp && self.ops.iter().any(|s| s.count > 0);
+        let ops = if per_op {
+            self.nodes
+                .iter()
+                .zip(&self.ops)
+                .map(|(info, s)| OpProfile {
+                    op_id: info.op_id,
+                    name: info.name.to_string(),
+                    class: info.kernel.class(),
+                    phase: info.phase,
+                    mean_sec: s.sum / s.count.max(1) as f64,
+                    min_sec: if s.count > 0 { s.min } else { 0.0 },
+                    max_sec: s.max,
+                    flops: info.flops,
+                    input_shapes: info.input_shapes.clone(),
+                    output_shapes: info.output_shapes.clone(),
+                    origin: info.origin.clone(),
+                    parameter_elements: updated_elements(info),
+                    bytes: info.bytes,
+                    dtype: format!("{:?}", info.dtype),
+                    memory: self.last_op_memory.get(info.op_id).copied(),
+                    host_sec: self
+                        .host_ops
+                        .as_ref()
+                        .map(|h| h[info.op_id] / s.count.max(1) as f64),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let phases = Phase::ALL
+            .iter()
+            .filter(|p| self.phases_present[**p as usize])
+            .map(|&phase| PhaseProfile {
+                phase,
+                sec: self.phase_sum[phase as usize] / n,
+                ops_sec: self.phase_ops_sum[phase as usize] / n,
+            })
+            .collect();
+        let timed = self.timed > 0;
+        let spread = |f: fn(f64, f64) -> f64, init: f64| {
+            if timed {
+                self.iter_times.iter().copied().fold(init, f)
+            } else {
+                0.0
+            }
+        };
+        Profile {
+            verbosity: self.report_verbosity,
+            schedule: self.schedule,
+            skipped: timed.then_some(self.seen - self.timed),
+            timed_iterations: self.timed,
+            device: self.device.clone(),
+            method: self
+                .timer
+                .as_ref()
+                .filter(|_| timed)
+                .map(|t| t.method().to_string()),
+            forward_sec: self.phase_sum[Phase::Forward as usize] / n,
+            backward_sec: self.phase_sum[Phase::Backward as usize] / n,
+            optimizer_sec: self.phase_sum[Phase::Optimizer as usize] / n,
+            phases,
+            iteration_sec: self.iter_times.iter().sum::<f64>() / n,
+            iteration_median_sec: median(&self.iter_times),
+            iteration_min_sec: spread(f64::min, f64::INFINITY),
+            iteration_max_sec: spread(f64::max, 0.0),
+            ops,
+            schema: SCHEMA.to_string(),
+            run: self.run.clone(),
+            graph_hash: self.graph_hash.clone(),
+            samples: self.samples.clone(),
+            timeline: {
+                // The last iteration's read-back arrives after it ended.
+                let mut t = self.timeline.clone();
+                if let (Some(last), true) = (t.last_mut(), self.timeline_open) {
+                    last.read_back = self.steps.pending_read_back();
+                }
+                t
+            },
+            step: self.steps.profile(),
+            memory: self.memory_plan.as_ref().filter(|_| timed).map(|plan| {
+                let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
+                let mut m = MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used);
+                m.start_live_bytes = self.last_start_live;
+                m.ops = self.last_op_memory.clone();
+                m
+            }),
+            machine: None,
+            cpu_contention: self.contention.filter(|_| timed),
+            distributed: None,
+        }
+    }
+
+    /// Prints the report (SINGA's lines, then wick's) to standard output.
+    pub fn print(&self) {
+        print!("{}", self.profile());
+    }
+}
+
+impl Hook for TimeProfiler {
+    fn on_attach(&mut self, nodes: &[NodeInfo], device: &Device) -> Result<()> {
+        self.nodes = nodes.to_vec();
+        self.graph_hash = graph_hash(nodes);
+        self.device = format!("{:?}", device.location());
+        self.phases_present = [false; 3];
+        for n in nodes {
+            self.phases_present[n.phase as usize] = true;
+        }
+        if self.timer.is_none() {
+            self.timer = Some(default_timer(device)?);
+        }
+        // On a device the timer measures device time; the host clock measures dispatch.
+        self.host_ops = (!device.is_cpu()).then(|| vec![0.0; nodes.len()]);
+        self.device_handle = (!device.is_cpu()).then(|| device.clone());
+        self.layout = SlotLayout::new(nodes.len());
+        self.ops = vec![OpStats::default(); nodes.len()];
+        self.marks = vec![0.0; self.layout.len()];
+        self.prepared = false;
+        self.reset();
+        Ok(())
+    }
+
+    fn on_iteration_start(&mut self, _iteration: usize) {
+        self.timing = self.level > RecordLevel::Off && self.schedule.is_timed(self.seen);
+        if self.timing && !self.prepared {
+            let slots = self.layout.len();
+            if let Some(t) = self.timer.as_mut() {
+                // A timer that cannot prepare leaves this iteration untimed.
+                self.timing = t.prepare(slots).is_ok();
+            }
+            self.prepared = self.timing;
+        }
+        if self.timing {
+            // Before the memory counter starts: reading the counters allocates.
+            self.threads_at_start.read();
+            if let Some(c) = &self.counter {
+                c.reset_peak();
+                self.counting = true;
+                self.start_live = Some(c.live_bytes());
+                self.op_memory.clear();
+            }
+            self.mark(Mark::IterationStart);
+        }
+        if self.timeline_open {
+            if let Some(last) = self.timeline.last_mut() {
+                last.read_back = self.steps.pending_read_back();
+            }
+            self.timeline_open = false;
+        }
+        let now = (self.wall)();
+        self.steps.iteration_start(now, self.timing);
+        self.run_started = now;
+    }
+
+    fn on_memory_plan(&mut self, plan: &MemoryPlan) {
+        self.memory_plan = Some(plan.clone());
+    }
+
+    fn on_step_part(&mut self, part: StepPart, sec: f64) {
+        self.steps.part(part, sec);
+    }
+
+    fn on_phase_start(&mut self, phase: Phase) {
+        if self.timing {
+            self.mark(Mark::PhaseStart(phase));
+        }
+    }
+
+    fn on_phase_end(&mut self, phase: Phase) {
+        if self.timing {
+            self.mark(Mark::PhaseEnd(phase));
+        }
+    }
+
+    fn before_op(&mut self, node: &NodeInfo) {
+        if self.timing {
+            // Read before the op's mark, so that the reading is not in its time.
+            if let (Some(c), RecordLevel::PerOp) = (&self.counter, self.level) {
+                let entry = c.live_bytes();
+                c.reset_peak();
+                self.op_memory.push(OpMemory {
+                    entry_bytes: entry,
+                    ..Default::default()
+                });
+            }
+            self.mark(Mark::OpStart(node.op_id));
+            if self.host_ops.is_some() && self.level == RecordLevel::PerOp {
+                self.host_started = Some(std::time::Instant::now());
+            }
+        }
+    }
+
+    fn after_op(&mut self, node: &NodeInfo) {
+        if self.timing {
+            if let (Some(h), Some(t)) = (self.host_ops.as_mut(), self.host_started.take()) {
+                h[node.op_id] += t.elapsed().as_secs_f64();
+            }
+            self.mark(Mark::OpEnd(node.op_id));
+            if let (Some(c), Some(m)) = (&self.counter, self.op_memory.last_mut()) {
+                m.peak_bytes = c.peak_bytes();
+                m.exit_bytes = c.live_bytes();
+            }
+        }
+    }
+
+    fn on_iteration_end(&mut self, _iteration: usize) -> Result<()> {
+        let now = (self.wall)();
+        self.steps.iteration_end(now - self.run_started);
+        self.seen += 1;
+        if !self.timing {
+            return Ok(());
+        }
+        self.mark(Mark::IterationEnd);
+        if self.threads_now.read() {
+            let total = self.contention.get_or_insert_with(Default::default);
+            self.threads_now.add_since(&self.threads_at_start, total);
+        }
+        if let Some(c) = &self.counter {
+            // Each op restarted the peak: the iteration's is the largest of theirs.
+            let peak = self
+                .op_memory
+                .iter()
+                .map(|m| m.peak_bytes)
+                .fold(c.peak_bytes(), u64::max);
+            self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
+            self.last_start_live = self.start_live;
+            if self.op_memory.len() == self.nodes.len() {
+                self.last_op_memory = self.op_memory.clone();
+            }
+        }
+        if let Some(used) = self
+            .device_handle
+            .as_ref()
+            .and_then(crate::record::memory_probe::device_used)
+        {
+            self.device_used = Some(self.device_used.map_or(used, |m| m.max(used)));
+        }
+        let Some(timer) = self.timer.as_mut() else {
+            return Ok(());
+        };
+        timer.read(&mut self.marks)?;
+        let (m, layout) = (&self.marks, self.layout);
+        let span = |a: Mark, b: Mark| m[layout.slot(b)] - m[layout.slot(a)];
+        let length = span(Mark::IterationStart, Mark::IterationEnd);
+        self.iter_times.push(length);
+        self.samples.iterations.push(length);
+        let mut phase_secs = [0.0; 3];
+        for p in Phase::ALL {
+            if self.phases_present[p as usize] {
+                phase_secs[p as usize] = span(Mark::PhaseStart(p), Mark::PhaseEnd(p));
+                self.phase_sum[p as usize] += phase_secs[p as usize];
+            }
+        }
+        self.samples.phases.push(phase_secs);
+        let per_op = self.level == RecordLevel::PerOp;
+        let mut op_secs = Vec::with_capacity(if per_op { self.nodes.len() } else { 0 });
+        for (info, stats) in self.nodes.iter().zip(&mut self.ops) {
+            let d = span(Mark::OpStart(info.op_id), Mark::OpEnd(info.op_id));
+            self.phase_ops_sum[info.phase as usize] += d;
+            if per_op {
+                stats.count += 1;
+                stats.sum += d;
+                stats.min = stats.min.min(d);
+                stats.max = stats.max.max(d);
+                op_secs.push(d);
+            }
+        }
+        if per_op {
+            let at = |mark: Mark| m[layout.slot(mark)] - m[layout.slot(Mark::IterationStart)];
+            let phases = Phase::ALL
+                .into_iter()
+                .filter(|p| self.phases_present[*p as usize])
+                .map(|p| {
+                    (
+                        p,
+                        at(Mark::PhaseStart(p)),
+                        span(Mark::PhaseStart(p), Mark::PhaseEnd(p)),
+                    )
+                })
+                .collect();
+            let ops = self
+                .nodes
+                .iter()
+                .zip(&op_secs)
+                .map(|(info, d)| (at(Mark::OpStart(info.op_id)), *d))
+                .collect();
+            let (input_wait, copy, read_back) = self.steps.last_parts();
+            self.timeline.push(IterationTimeline {
+                memory: if self.op_memory.len() == self.nodes.len() {
+                    self.op_memory.clone()
+                } else {
+                    Vec::new()
+                },
+                start: self.run_started,
+                input_wait,
+                copy,
+                read_back,
+                length,
+                phases,
+                ops,
+            });
+            self.samples.ops.push(op_secs);
+            self.timeline_open = true;
+        }
+        self.timed += 1;
+        Ok(())
+    }
+}
+
+/// Elements of the parameters an optimizer node updates: its parameter's, or every
+/// member's for a merged update (SGD: `param, grad[, buffer]` per member; Adam: the step,
+/// then `param, grad, exp_avg, exp_avg_sq` per member). 0 for other nodes.
+fn updated_elements(info: &NodeInfo) -> u64 {
+    let shapes = &info.input_shapes;
+    let elements = |s: &Vec<usize>| wick_ops::shape::flop_count(1, s);
+    match info.kernel {
+        wick_ops::Kernel::SgdUpdateMultiTensor => {
+            let members = shapes.len().saturating_sub(info.output_shapes.len()).max(1);
+            let stride = (shapes.len() / members).max(1);
+            shapes.iter().step_by(stride).map(elements).sum()
+        }
+        wick_ops::Kernel::AdamUpdateMultiTensor => {
+            shapes.iter().skip(1).step_by(4).map(elements).sum()
+        }
+        _ => match (&info.origin.parameter, shapes.first()) {
+            (Some(_), Some(shape)) => elements(shape),
+            _ => 0,
+        },
+    }
+}
+
+/// The timer for `device`: the host clock on the CPU, CUDA events on a CUDA device.
+fn default_timer(device: &Device) -> Result<Box<dyn Timer>> {
+    match device {
+        Device::Cpu => Ok(Box::new(HostTimer::default())),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(dev) => Ok(Box::new(crate::record::timer::EventTimer::new(
+            crate::record::timer::CudaEvents::new(dev),
+        ))),
+        other => Err(GraphError::Usage(format!(
+            "the time profiler has no timer for {:?}; build wick with the `cuda` feature for CUDA devices",
+            other.location()
+        ))),
+    }
+}

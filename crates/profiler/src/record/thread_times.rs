@@ -1,0 +1,89 @@
+//! Reading the threads' scheduler counters (`/proc/self/task/*/schedstat`) around the
+//! timed iterations, summed into a [`CpuContention`].
+
+use crate::profile::contention::CpuContention;
+
+/// Each thread's (id, nanoseconds run, nanoseconds waited) at one moment.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadTimes(Vec<(u64, u64, u64)>);
+
+impl ThreadTimes {
+    /// Reads every thread's counters into `self`; false where the system has none (not
+    /// Linux, or a kernel without schedstat).
+    pub(crate) fn read(&mut self) -> bool {
+        self.0.clear();
+        let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+            return false;
+        };
+        for task in tasks.flatten() {
+            let Some(id) = task.file_name().to_str().and_then(|s| s.parse().ok()) else {
+                continue;
+            };
+            // A thread that ended since the listing has no file: it is left out.
+            let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+                continue;
+            };
+            let mut fields = text.split_whitespace().map(|v| v.parse::<u64>());
+            if let (Some(Ok(ran)), Some(Ok(waited))) = (fields.next(), fields.next()) {
+                self.0.push((id, ran, waited));
+            }
+        }
+        !self.0.is_empty()
+    }
+
+    /// Adds what each thread ran and waited from `start` to `self` to `total`. A thread
+    /// that started in between counts from zero; one that ended is left out.
+    pub(crate) fn add_since(&self, start: &ThreadTimes, total: &mut CpuContention) {
+        for &(id, ran, waited) in &self.0 {
+            let (ran0, waited0) = start
+                .0
+                .iter()
+                .find(|t| t.0 == id)
+                .map_or((0, 0), |t| (t.1, t.2));
+            total.ran_sec += ran.saturating_sub(ran0) as f64 * 1e-9;
+            total.waited_sec += waited.saturating_sub(waited0) as f64 * 1e-9;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_that_spins_runs_and_the_counters_see_it() {
+        let mut start = ThreadTimes::default();
+        if !start.read() {
+            return; // no schedstat on this system
+        }
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed().as_millis() < 30 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        let mut end = ThreadTimes::default();
+        assert!(end.read());
+        let mut total = CpuContention::default();
+        end.add_since(&start, &mut total);
+        // Spinning, the thread is runnable the whole 30 ms: on a core or waiting for one
+        // (a loaded machine moves time from one to the other). The counters lag by up to
+        // a scheduler tick.
+        assert!(total.ran_sec + total.waited_sec >= 0.015, "{total:?}");
+        assert!((0.0..=1.0).contains(&total.waiting_share()));
+    }
+
+    #[test]
+    fn the_share_and_its_verdict() {
+        let quiet = CpuContention {
+            ran_sec: 0.99,
+            waited_sec: 0.01,
+        };
+        let shared = CpuContention {
+            ran_sec: 0.5,
+            waited_sec: 0.5,
+        };
+        assert!(!quiet.is_contended() && shared.is_contended());
+        assert!(shared.line().contains("50.0% of their runnable time"));
+        assert_eq!(CpuContention::default().waiting_share(), 0.0);
+    }
+}

@@ -1,0 +1,342 @@
+//! Recommendations: short rules, each fired by a measured figure that it quotes. No
+//! figure, no advice. The thresholds are constants here, each with its reason.
+
+use serde::Serialize;
+use wick_ops::KernelClass;
+
+use crate::profile::data::Profile;
+use crate::profile::machine_peaks::MachinePeaks;
+use crate::profile::roofline::Bound;
+use crate::profile::step::PARTLY_INPUT_BOUND;
+use wick_graph::ir::Phase;
+
+/// One fired rule: what it looked at, the figure that fired it, and what to do.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Recommendation {
+    /// The rule's name (`input`, `fusion`, `precision`, `overhead`, `roofline`).
+    pub rule: &'static str,
+    /// The measured figure that fired it.
+    pub figure: String,
+    /// What to do.
+    pub advice: String,
+}
+
+/// Elementwise kernels' share of op time from which fusing them pays: each reads and
+/// writes a whole activation for one or two FLOPs per element, so past a seventh of the
+/// step the memory traffic a fused kernel saves is worth a pass.
+pub const FUSION_SHARE: f64 = 0.15;
+/// The executor's overhead inside phases (work between ops), as a share of the
+/// iteration, from which a bigger batch pays: the overhead is per op, not per image.
+pub const OVERHEAD_SHARE: f64 = 0.10;
+/// On a GPU, the f32 share of op time from which mixed precision is worth trying.
+pub const F32_SHARE: f64 = 0.90;
+/// An op type is named as far below its roof when it uses less than this share of it...
+pub const FAR_BELOW_ROOF: f64 = 0.20;
+/// ... and takes at least this share of op time (smaller ones do not move the step).
+pub const ROOF_MIN_SHARE: f64 = 0.05;
+
+/// The optimizer phase's share of the iteration from which its cost is worth a rule:
+/// it reads and writes every parameter, gradient and state once per step whatever the
+/// batch, so at a tenth of the step a larger batch or a fused update moves the step.
+pub const OPTIMIZER_SHARE: f64 = 0.10;
+
+/// Kernels that do a few FLOPs per element they read and write: element-wise ones and
+/// batch norm, whose passes a fused kernel would save. Every class is decided here, so a
+/// new one must be.
+fn few_flops_per_element(class: KernelClass) -> bool {
+    match class {
+        KernelClass::Elementwise | KernelClass::Normalization => true,
+        KernelClass::Convolution
+        | KernelClass::Linear
+        | KernelClass::Pooling
+        | KernelClass::Reshape
+        | KernelClass::Loss
+        | KernelClass::Optimizer
+        | KernelClass::Communication => false,
+    }
+}
+
+impl Profile {
+    /// The rules that fire on this profile (the roofline rule needs `machine`).
+    pub fn recommendations(&self) -> Vec<Recommendation> {
+        let mut out = Vec::new();
+        if let Some(step) = &self.step {
+            let share = step.input_share();
+            if share >= PARTLY_INPUT_BOUND {
+                out.push(Recommendation {
+                    rule: "input",
+                    figure: format!("{:.1}% of the step waits for data", 100.0 * share),
+                    advice: "prefetch deeper (Prefetcher's depth) or prepare batches on more loader threads".into(),
+                });
+            }
+        }
+        let op_time: f64 = self.ops.iter().map(|o| o.mean_sec).sum();
+        if op_time > 0.0 {
+            let elementwise_time: f64 = self
+                .ops
+                .iter()
+                .filter(|o| few_flops_per_element(o.class))
+                .map(|o| o.mean_sec)
+                .sum();
+            let share = elementwise_time / op_time;
+            if share >= FUSION_SHARE {
+                out.push(Recommendation {
+                    rule: "fusion",
+                    figure: format!("elementwise kernels (ReLU, Add, batch norm, gradient sums) take {:.1}% of op time", 100.0 * share),
+                    advice: "fuse them into their neighbours (conv + batch norm + ReLU) to save a read and a write of each activation".into(),
+                });
+            }
+            let f32_time: f64 = self
+                .ops
+                .iter()
+                .filter(|o| o.dtype == "F32")
+                .map(|o| o.mean_sec)
+                .sum();
+            let f32_share = f32_time / op_time;
+            if !self.device.starts_with("Cpu") && f32_share >= F32_SHARE {
+                out.push(Recommendation {
+                    rule: "precision",
+                    figure: format!("{:.1}% of op time computes in f32 on {}", 100.0 * f32_share, self.device),
+                    advice: "try mixed precision (bf16 or f16 compute, f32 weights): tensor cores run those several times faster".into(),
+                });
+            }
+        }
+        if self.iteration_sec > 0.0 {
+            let share = self.overhead_in_phases_sec() / self.iteration_sec;
+            if share >= OVERHEAD_SHARE {
+                out.push(Recommendation {
+                    rule: "overhead",
+                    figure: format!(
+                        "the executor's work between ops is {:.1}% of the iteration",
+                        100.0 * share
+                    ),
+                    advice: "use a bigger batch: this overhead is per op, not per image".into(),
+                });
+            }
+        }
+        if let Some(r) = self.optimizer_rule() {
+            out.push(r);
+        }
+        if let Some(machine) = &self.machine {
+            out.extend(self.far_below_roof(machine));
+        }
+        out
+    }
+
+    /// The optimizer rule: its phase's share of the iteration, and, with the machine's
+    /// peaks, how close its update kernels run to the memory roof.
+    fn optimizer_rule(&self) -> Option<Recommendation> {
+        let phase = self.phases.iter().find(|p| p.phase == Phase::Optimizer)?;
+        let share = phase.sec / self.iteration_sec;
+        if !(self.iteration_sec > 0.0 && share >= OPTIMIZER_SHARE) {
+            return None;
+        }
+        let updates = self
+            .ops
+            .iter()
+            .filter(|o| o.class == KernelClass::Optimizer)
+            .count();
+        // How close the update kernels run to their roof: at it, only less work helps.
+        let at_roof = self.machine.as_ref().and_then(|m| {
+            let (sec, roof) = self
+                .roofline(m)
+                .iter()
+                .filter(|r| {
+                    self.ops
+                        .iter()
+                        .any(|o| o.name == r.name && o.class == KernelClass::Optimizer)
+                })
+                .fold((0.0, 0.0), |(t, a), r| (t + r.total_sec, a + r.roof_sec));
+            (sec > 0.0).then_some(roof / sec)
+        });
+        let roof = at_roof.map_or(String::new(), |r| {
+            format!("; its kernels run at {:.0}% of the memory roof", 100.0 * r)
+        });
+        let advice = if at_roof.is_some_and(|r| r >= 0.8) {
+            "its cost is per parameter, not per image, and its kernels already stream at the memory roof: a larger batch spreads it over more images; fusing the update into fewer passes (a fused multi-tensor update) or lighter state (bf16 momentum) is the other lever"
+        } else {
+            "its cost is per parameter, not per image: a larger batch spreads it over more images; a fused multi-tensor update (one pass over all parameters, as PyTorch's foreach and fused optimizers) saves the per-tensor passes"
+        };
+        Some(Recommendation {
+            rule: "optimizer",
+            figure: format!(
+                "the optimizer takes {:.1}% of the iteration ({:.3} ms, {updates} update nodes){roof}",
+                100.0 * share,
+                phase.sec * 1e3
+            ),
+            advice: advice.into(),
+        })
+    }
+
+    fn far_below_roof(&self, machine: &MachinePeaks) -> Vec<Recommendation> {
+        self.roofline(machine)
+            .into_iter()
+            .filter(|r| r.share >= ROOF_MIN_SHARE && r.roofline_share < FAR_BELOW_ROOF)
+            .map(|r| {
+                let roof = match r.bound {
+                    Bound::Compute => format!(
+                        "{:.1} GFLOP/s of the GEMM's {:.1}",
+                        r.gflops_per_sec,
+                        machine.flops_per_sec / 1e9
+                    ),
+                    Bound::Memory => format!(
+                        "{:.1} GB/s of the copy's {:.1}",
+                        r.gbytes_per_sec,
+                        machine.bytes_per_sec / 1e9
+                    ),
+                };
+                Recommendation {
+                    rule: "roofline",
+                    figure: format!(
+                        "{} takes {:.1}% of op time at {:.0}% of its roof ({roof})",
+                        r.name,
+                        100.0 * r.share,
+                        100.0 * r.roofline_share
+                    ),
+                    advice: format!("{} is the kernel to tune first", r.name),
+                }
+            })
+            .collect()
+    }
+
+    /// The recommendations as text: one line per fired rule, or a line saying none did.
+    pub fn advice_lines(&self) -> String {
+        let fired = self.recommendations();
+        if fired.is_empty() {
+            return "Recommendations : none (no rule's measured trigger reached its threshold)\n"
+                .into();
+        }
+        let mut s = String::from("Recommendations :\n");
+        for r in fired {
+            s.push_str(&format!("  [{}] {} -> {}\n", r.rule, r.figure, r.advice));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wick_ops::{DeviceKind, Kernel};
+
+    use crate::profile::data::{OpProfile, PhaseProfile};
+    use crate::profile::step::StepProfile;
+    use wick_graph::ir::{Origin, Phase};
+
+    fn op(kernel: Kernel, sec: f64, flops: u64, bytes: u64) -> OpProfile {
+        OpProfile {
+            op_id: 0,
+            name: kernel.name(DeviceKind::Cpu).into(),
+            class: kernel.class(),
+            phase: Phase::Forward,
+            mean_sec: sec,
+            min_sec: sec,
+            max_sec: sec,
+            flops,
+            input_shapes: vec![],
+            output_shapes: vec![],
+            origin: Origin::default(),
+            parameter_elements: 0,
+            bytes,
+            dtype: "F32".into(),
+            host_sec: None,
+            memory: None,
+        }
+    }
+
+    /// A CPU profile whose conv takes 0.9 s near its roof and a ReLU 0.1 s: no rule fires.
+    fn quiet() -> Profile {
+        Profile {
+            device: "Cpu".into(),
+            iteration_sec: 1.0,
+            phases: vec![PhaseProfile {
+                phase: Phase::Forward,
+                sec: 1.0,
+                ops_sec: 0.99,
+            }],
+            ops: vec![
+                op(Kernel::ConvForward, 0.9, 90_000_000_000, 1_000_000_000),
+                op(Kernel::ReLU, 0.1, 100_000_000, 800_000_000),
+            ],
+            step: Some(StepProfile {
+                intervals: 3,
+                wall_sec: 1.0,
+                input_wait_sec: 0.01,
+                run_sec: 0.99,
+                ..Default::default()
+            }),
+            machine: Some(MachinePeaks::new(100e9, 10e9)),
+            ..Default::default()
+        }
+    }
+
+    fn rules(p: &Profile) -> Vec<&'static str> {
+        p.recommendations().iter().map(|r| r.rule).collect()
+    }
+
+    #[test]
+    fn no_rule_fires_without_its_trigger() {
+        assert_eq!(rules(&quiet()), Vec::<&str>::new());
+        assert!(quiet().advice_lines().contains("none"));
+    }
+
+    #[test]
+    fn each_rule_fires_on_its_own_trigger_and_quotes_it() {
+        let mut p = quiet();
+        p.step.as_mut().unwrap().input_wait_sec = 0.3;
+        assert_eq!(rules(&p), ["input"]);
+        assert!(p
+            .advice_lines()
+            .contains("30.0% of the step waits for data"));
+
+        let mut p = quiet();
+        p.ops[1].mean_sec = 0.3;
+        assert_eq!(rules(&p), ["fusion"]);
+        assert!(p.recommendations()[0].figure.contains("25.0% of op time"));
+
+        let mut p = quiet();
+        p.device = "Cuda { gpu_id: 0 }".into();
+        assert_eq!(rules(&p), ["precision"]);
+        p.ops.iter_mut().for_each(|o| o.dtype = "BF16".into());
+        assert_eq!(rules(&p), Vec::<&str>::new(), "not f32: silent");
+
+        let mut p = quiet();
+        p.phases[0].ops_sec = 0.85;
+        assert_eq!(rules(&p), ["overhead"]);
+        assert!(p.recommendations()[0].figure.contains("15.0%"));
+
+        let mut p = quiet();
+        p.ops[0].mean_sec = 9.0; // 10 GFLOP/s of a 100 GFLOP/s roof
+        assert_eq!(rules(&p), ["roofline"]);
+        let r = &p.recommendations()[0];
+        assert!(
+            r.figure.starts_with("ConvForward") && r.figure.contains("10% of its roof"),
+            "{r:?}"
+        );
+        p.machine = None;
+        assert_eq!(rules(&p), Vec::<&str>::new(), "no measured roof: silent");
+
+        // The optimizer at 12% of the iteration, its update streaming 1.2 GB in 0.12 s:
+        // 10 GB/s, the copy's roof.
+        let mut p = quiet();
+        p.phases[0].sec = 0.88;
+        p.phases.push(PhaseProfile {
+            phase: Phase::Optimizer,
+            sec: 0.12,
+            ops_sec: 0.12,
+        });
+        let mut update = op(Kernel::SgdUpdate, 0.12, 100_000_000, 1_200_000_000);
+        update.phase = Phase::Optimizer;
+        p.ops.push(update);
+        assert_eq!(rules(&p), ["optimizer"]);
+        let r = &p.recommendations()[0];
+        assert!(
+            r.figure.contains("12.0% of the iteration")
+                && r.figure.contains("100% of the memory roof")
+                && r.advice.contains("already stream at the memory roof"),
+            "{r:?}"
+        );
+        p.phases[1].sec = 0.09;
+        assert_eq!(rules(&p), Vec::<&str>::new(), "9%: under the threshold");
+    }
+}
