@@ -342,7 +342,7 @@ fn load(root: &Path) -> Crate {
             reexports: BTreeMap::new(),
         };
         let bindings = use_statements(&krate, module, code, &mut file);
-        inline_paths(&krate, module, code, &bindings, &mut file);
+        inline_paths(&krate, module, &without_uses(code), &bindings, &mut file);
         krate.files.insert(module.clone(), file);
     }
     krate
@@ -390,6 +390,23 @@ fn use_statements(
         search = end;
     }
     bindings
+}
+
+/// The code with each `use` statement blanked: its paths are read by [`use_statements`].
+fn without_uses(code: &str) -> String {
+    let mut out = code.to_string();
+    let mut search = 0;
+    while let Some(at) = code[search..].find("use ") {
+        let start = search + at;
+        search = start + 4;
+        if code[..start].chars().next_back().is_some_and(is_ident) {
+            continue;
+        }
+        let end = start + code[start..].find(';').unwrap();
+        out.replace_range(start..end, &" ".repeat(end - start));
+        search = end;
+    }
+    out
 }
 
 /// Reads every path in the code (`a::b::c`, outside `use` statements too) whose first
@@ -591,7 +608,7 @@ fn the_check_sees_real_dependencies() {
     // The executor names the IR and the hooks; passes/mod.rs calls its passes through
     // their child modules, with no `use` of them.
     let exec = &graph[&module("executor")];
-    assert!(exec.contains(&module("ir")), "{exec:?}");
+    assert!(exec.contains(&module("ir::graph")), "{exec:?}");
     assert!(exec.contains(&module("hooks")), "{exec:?}");
     let passes = &graph[&module("passes")];
     assert!(

@@ -234,7 +234,7 @@ fn adamw_in_the_graph_follows_the_kernel_with_groups_and_clipping() {
             .iter()
             .map(|g| exec.get_id(*g).unwrap().unwrap().copy().unwrap())
             .collect();
-        let (_, coef) = wick_ops::adam::clip_factor(&[&g[0], &g[1]], 0.5).unwrap();
+        let (_, coef) = wick_ops::optim::clip_factor(&[&g[0], &g[1]], 0.5).unwrap();
         assert!(coef < 1.0, "the test's gradients are clipped");
         for i in 0..2 {
             let p = if i == 1 {
@@ -247,7 +247,7 @@ fn adamw_in_the_graph_follows_the_kernel_with_groups_and_clipping() {
             };
             let gi = wick_ops::broadcast::scale(&g[i], coef).unwrap();
             let m = moments[i].clone();
-            let (np, nm, nv) = wick_ops::adam::adam_step(
+            let (np, nm, nv) = wick_ops::optim::adam::adam_step(
                 &expected[i],
                 &gi,
                 m.as_ref().map(|m| &m.0),

@@ -4,7 +4,7 @@ use candle_core::{DType, Tensor};
 
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, Result};
-use crate::kernel::{route, Route};
+use crate::route::{route, Route};
 
 const OP: &str = "relu";
 
@@ -15,7 +15,7 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
         (Route::Cpu, DType::F32 | DType::F64) => dispatch_float!(OP, x.dtype(), relu_cpu(x)),
         #[cfg(feature = "cuda")]
         (Route::Cuda, DType::F32 | DType::F64) => {
-            crate::gpu::families::activation_forward(OP, "relu", x, 0.0)
+            crate::gpu::elementwise::activation_forward(OP, "relu", x, 0.0)
         }
         // candle's relu is `max(x, 0)`, which maps NaN to 0 on the GPU.
         _ => x
@@ -40,7 +40,7 @@ pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
         && x.dtype() == grad_y.dtype()
         && matches!(x.dtype(), DType::F32 | DType::F64)
     {
-        return crate::gpu::families::activation_backward(OP, "relu", grad_y, x, 0.0);
+        return crate::gpu::elementwise::activation_backward(OP, "relu", grad_y, x, 0.0);
     }
     let mask = x.le(0.0).ctx(OP)?;
     mask.where_cond(&grad_y.zeros_like().ctx(OP)?, grad_y)

@@ -5,7 +5,7 @@ use candle_core::{DType, Tensor};
 use crate::cpu::{self, dispatch_float, Float};
 
 use crate::error::{CandleContext, Result};
-use crate::kernel::{route, Route};
+use crate::route::{route, Route};
 
 const OP: &str = "add";
 
@@ -33,7 +33,7 @@ pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     #[cfg(feature = "cuda")]
     if on_cuda_kernel(a, b) {
-        return crate::gpu::families::binary(OP, "add", a, b);
+        return crate::gpu::elementwise::binary(OP, "add", a, b);
     }
     (a + b).ctx(OP)
 }
@@ -51,7 +51,7 @@ pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     }
     #[cfg(feature = "cuda")]
     if on_cuda_kernel(a, b) {
-        return crate::gpu::families::binary(OP, "add_relu", a, b);
+        return crate::gpu::elementwise::binary(OP, "add_relu", a, b);
     }
     crate::activation::relu(&(a + b).ctx(OP)?)
 }

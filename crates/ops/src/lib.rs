@@ -21,13 +21,12 @@
 //! This crate knows nothing about graphs: `wick-graph` records these kernels as nodes.
 
 pub mod activation;
-pub mod adam;
 pub mod batchnorm;
 pub mod broadcast;
-mod broadcast_cpu;
 pub mod compare;
 pub mod conv;
 mod cpu;
+pub mod device_kind;
 pub mod dropout;
 pub mod elementwise;
 pub mod error;
@@ -43,23 +42,24 @@ pub mod pointwise;
 pub mod pool;
 pub mod regression_loss;
 pub mod resample;
+pub mod route;
 pub mod shape;
 
 pub use activation::{relu, relu_backward};
-pub use adam::AdamParams;
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 pub use broadcast::{BinaryOp, Operand};
 pub use compare::{max_abs_diff, max_rel_diff};
 pub use conv::Conv2dParams;
+pub use device_kind::DeviceKind;
 pub use elementwise::add;
 pub use error::{OpError, Result};
-pub use kernel::{
-    CustomKernel, DeviceKind, Kernel, KernelClass, KernelPath, KernelPathGuard, KernelPhase,
-};
+pub use kernel::{CustomKernel, Kernel, KernelClass, KernelPhase};
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
 pub use numeric::{first_non_finite, first_non_finite_of};
+pub use optim::AdamParams;
 pub use optim::{sgd_step, SgdParams};
 pub use pointwise::Activation;
 pub use pool::{Pool2dParams, PoolKind};
 pub use regression_loss::ElementwiseLoss;
+pub use route::{KernelPath, KernelPathGuard};

@@ -5,7 +5,7 @@ use rayon::prelude::*;
 
 use crate::cpu::{self, Float};
 use crate::error::{CandleContext, Result};
-use crate::kernel::{route, Route};
+use crate::route::{route, Route};
 
 const OP: &str = "finite_check";
 

@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
-use crate::kernel::{route, Route};
+use crate::route::{route, Route};
 
 /// An activation function. [`LeakyRelu`](Activation::LeakyRelu)'s negative slope is a
 /// setting of the graph node, not of the kernel's name.
@@ -298,7 +298,7 @@ pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
     }
     #[cfg(feature = "cuda")]
     if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
-        return crate::gpu::families::activation_forward(op, kind.cuda_kernel(), x, slope);
+        return crate::gpu::elementwise::activation_forward(op, kind.cuda_kernel(), x, slope);
     }
     forward_generic(kind, slope, x).ctx(op)
 }
@@ -371,7 +371,7 @@ pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -
     }
     #[cfg(feature = "cuda")]
     if route(saved.device()) == Route::Cuda && matches!(saved.dtype(), DType::F32 | DType::F64) {
-        return crate::gpu::families::activation_backward(
+        return crate::gpu::elementwise::activation_backward(
             op,
             kind.cuda_kernel(),
             grad_y,

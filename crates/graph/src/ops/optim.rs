@@ -282,7 +282,8 @@ impl NodeOp for AdamUpdateMultiTensor {
                 state(at + 3),
             ));
         }
-        let updated = wick_ops::adam::adam_step_multi_tensor(&members, done + 1, &self.params)?;
+        let updated =
+            wick_ops::optim::adam::adam_step_multi_tensor(&members, done + 1, &self.params)?;
         Ok(updated
             .into_iter()
             .flat_map(|(p, m, v)| [Some(p), Some(m), Some(v)])

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use candle_core::Tensor;
-use wick_ops::{adam, AdamParams, Kernel, OpError, SgdParams};
+use wick_ops::optim::{adam, clip_factor};
+use wick_ops::{AdamParams, Kernel, OpError, SgdParams};
 
 use crate::autodiff::{param_layer, Gradients};
 use crate::builder::GraphBuilder;
@@ -321,7 +322,7 @@ impl NodeOp for ClipGradNorm {
         let grads: Vec<&Tensor> = (0..inputs.len())
             .map(|i| arg(inputs, i, "clip_grad_norm"))
             .collect::<std::result::Result<_, _>>()?;
-        let (total, coef) = adam::clip_factor(&grads, self.max_norm)?;
+        let (total, coef) = clip_factor(&grads, self.max_norm)?;
         let candle = |e| OpError::candle("clip_grad_norm", e);
         let mut out = Vec::with_capacity(grads.len() + 1);
         for g in &grads {

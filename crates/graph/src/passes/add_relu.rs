@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use wick_ops::Kernel;
 
-use super::{remove_nodes, Uses};
+use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
 use crate::ops::fused_train::AddRelu;
 

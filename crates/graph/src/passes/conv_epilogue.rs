@@ -8,7 +8,7 @@ use wick_ops::Kernel;
 
 use wick_ops::conv::epilogue_flops;
 
-use super::{remove_nodes, Uses};
+use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
 use crate::ops::conv_fused::{BiasSource, ConvBiasActivation};
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use wick_ops::Kernel;
 
-use super::Uses;
+use super::rewrite::Uses;
 use crate::collective::{CommQueue, Communicator};
 use crate::error::{GraphError, Result};
 use crate::ir::Op;

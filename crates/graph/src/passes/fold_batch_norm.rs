@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use wick_ops::conv::epilogue_flops;
 
-use super::{remove_nodes, Uses};
+use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
 use crate::ops::batchnorm::BatchNormEval;
 use crate::ops::conv::Conv2d;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use wick_ops::pool::PoolKind;
 
-use super::Uses;
+use super::rewrite::Uses;
 use crate::ir::Graph;
 use crate::ops::pool::Pool2d;
 

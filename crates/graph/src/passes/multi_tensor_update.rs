@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use wick_ops::{AdamParams, SgdParams};
 
-use super::remove_nodes;
+use super::rewrite::remove_nodes;
 use crate::ir::{Graph, Node, Op, Origin, Phase, ValueId};
 use crate::ops::optim::{AdamUpdateMultiTensor, SgdUpdate, SgdUpdateMultiTensor};
 use crate::ops::optimizer::AdamUpdate;

@@ -4,7 +4,7 @@
 
 use wick_graph::ValueId;
 
-use super::ZooConfig;
+use super::config::ZooConfig;
 use crate::nn::{Conv, Init, Layers, TensorRole};
 
 /// Stages: channels in, channels out (after the stage's downsampling), blocks.

@@ -4,7 +4,7 @@
 use wick_graph::ValueId;
 use wick_ops::Pool2dParams;
 
-use super::ZooConfig;
+use super::config::ZooConfig;
 use crate::nn::{Conv, Init, Layers};
 
 const GROWTH: usize = 32;

@@ -4,7 +4,7 @@
 use wick_graph::ValueId;
 
 use super::blocks::{conv_norm_act, squeeze_excitation, Act};
-use super::ZooConfig;
+use super::config::ZooConfig;
 use crate::nn::{Conv, Init, Layers};
 
 /// MBConv stages: expansion, kernel, stride, input and output channels, repeats.

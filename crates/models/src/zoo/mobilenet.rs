@@ -6,7 +6,7 @@ use wick_graph::ValueId;
 use wick_ops::BatchNorm2dParams;
 
 use super::blocks::{conv_norm_act, make_divisible, squeeze_excitation, Act};
-use super::ZooConfig;
+use super::config::ZooConfig;
 use crate::nn::{Conv, Init, Layers};
 
 /// MobileNetV2's inverted residual settings: expansion t, channels c, repeats n, stride s.

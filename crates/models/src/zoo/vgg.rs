@@ -5,7 +5,7 @@
 use wick_graph::ValueId;
 use wick_ops::Pool2dParams;
 
-use super::ZooConfig;
+use super::config::ZooConfig;
 use crate::nn::{Conv, Init, Layers};
 
 /// A layer of the feature extractor: a convolution to this many channels, or a max pool.

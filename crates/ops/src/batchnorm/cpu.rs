@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
-use super::{BatchNormGrads, BatchNormOutput, Layer, Stats, OP};
+use super::params::{BatchNormGrads, BatchNormOutput, Layer, Stats, OP};
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;

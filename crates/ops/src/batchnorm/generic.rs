@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::{BatchNormGrads, BatchNormOutput, Layer, Stats, OP};
+use super::params::{BatchNormGrads, BatchNormOutput, Layer, Stats, OP};
 use crate::error::{CandleContext, Result};
 
 /// A `[C]` tensor as `[1, C, 1, 1]`, to broadcast over an NCHW tensor.

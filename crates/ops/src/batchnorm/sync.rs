@@ -8,7 +8,9 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{check_per_channel, BatchNorm2dParams, BatchNormGrads, BatchNormOutput, OP};
+use super::params::{
+    check_per_channel, BatchNorm2dParams, BatchNormGrads, BatchNormOutput, Layer, OP,
+};
 use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;
 
@@ -61,7 +63,7 @@ pub fn train_from_stats(
     stats: &GlobalStats,
     relu: bool,
 ) -> Result<BatchNormOutput> {
-    let (layer, _) = super::Layer::checked(x, [weight, bias, running_mean, running_var], p)?;
+    let (layer, _) = Layer::checked(x, [weight, bias, running_mean, running_var], p)?;
     check_per_channel(
         x.dims(),
         &[("mean", stats.mean.dims()), ("var", stats.var.dims())],

@@ -20,11 +20,13 @@ use std::ops::Range;
 use candle_core::Tensor;
 use rayon::prelude::*;
 
+use super::epilogue::CpuEpilogue;
 use super::im2col::{
     batch_columns, batch_rows, col2im, col2im_pixels, col2im_plane, gather_outputs, im2col,
     scatter_outputs, transpose,
 };
-use super::{depthwise, winograd, winograd_filter, Geom, OP};
+use super::params::{Geom, OP};
+use super::{depthwise, winograd, winograd_filter};
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
@@ -114,79 +116,11 @@ fn group_of<'a, T>(data: &'a [T], n: usize, grp: usize, g: &Geom, per_group: usi
     &data[(n * g.groups + grp) * per_group..][..per_group]
 }
 
-/// An [`Epilogue`](super::Epilogue)'s data on the CPU.
-pub(super) struct CpuEpilogue<'a, T> {
-    bias: Option<Vec<T>>,
-    residual: Option<&'a [T]>,
-    relu: bool,
-}
-
-impl<T: Float> CpuEpilogue<'_, T> {
-    pub(super) fn is_empty(&self) -> bool {
-        self.bias.is_none() && self.residual.is_none() && !self.relu
-    }
-
-    /// Applies the epilogue to `row`: pixels `p0..` of image `n`'s channel `c`.
-    #[inline]
-    pub(super) fn apply_row(&self, g: &Geom, n: usize, c: usize, p0: usize, row: &mut [T]) {
-        let relu = |v: T| {
-            if self.relu && v <= T::ZERO {
-                T::ZERO
-            } else {
-                v
-            }
-        };
-        let b = self.bias.as_ref().map_or(T::ZERO, |b| b[c]);
-        match self.residual {
-            Some(r) => {
-                let r = &r[(n * g.c_out + c) * g.pixels() + p0..][..row.len()];
-                for (v, r) in row.iter_mut().zip(r) {
-                    *v = relu(*v + b + *r);
-                }
-            }
-            None => row.iter_mut().for_each(|v| *v = relu(*v + b)),
-        }
-    }
-
-    /// Applies the epilogue to `out`, the whole planes of image `n`'s channels from `c0` on.
-    fn apply(&self, g: &Geom, n: usize, c0: usize, out: &mut [T]) {
-        for (i, plane) in out.chunks_mut(g.pixels()).enumerate() {
-            self.apply_row(g, n, c0 + i, 0, plane);
-        }
-    }
-
-    /// Columns `p0..p0 + cols` of `planes` (image `n`'s channels from `c0` on), which a
-    /// GEMM has just written: the epilogue, over the threads by channel when `parallel`
-    /// (the GEMM used every thread; the epilogue must too). Splitting the GEMM into
-    /// column blocks to run the epilogue while each is in L2 was measured slower: the
-    /// smaller GEMMs lose more than the epilogue gains.
-    fn apply_columns(
-        &self,
-        g: &Geom,
-        n: usize,
-        c0: usize,
-        planes: &mut [MaybeUninit<T>],
-        (p0, cols): (usize, usize),
-        parallel: bool,
-    ) {
-        let one = |(i, plane): (usize, &mut [MaybeUninit<T>])| {
-            // SAFETY: the GEMM before this call wrote columns p0..p0 + cols of every row.
-            let row = unsafe { cpu::assume_init_mut(&mut plane[p0..p0 + cols]) };
-            self.apply_row(g, n, c0 + i, p0, row);
-        };
-        if parallel && cpu::threads() > 1 {
-            planes.par_chunks_mut(g.pixels()).enumerate().for_each(one);
-        } else {
-            planes.chunks_mut(g.pixels()).enumerate().for_each(one);
-        }
-    }
-}
-
 pub(super) fn forward<T: Float>(
     g: &Geom,
     x: &Tensor,
     w: &Tensor,
-    epilogue: &super::Epilogue<'_>,
+    epilogue: &super::params::Epilogue<'_>,
 ) -> Result<Tensor> {
     let bias = epilogue
         .bias
@@ -209,7 +143,7 @@ pub(super) fn forward<T: Float>(
 /// The Winograd shape of `g` when Winograd's F(2x2, 3x3) runs it: 3x3, stride 1, no
 /// dilation, one group, padding up to 2, at least [`winograd::MIN_CHANNELS`] channels in
 /// and out, enough output tiles to pay for the weight transform, and
-/// [`ConvAlgorithm::Auto`](super::ConvAlgorithm) in force.
+/// [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in force.
 fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
     let per_image = g.oh.div_ceil(2) * g.ow.div_ceil(2);
     let tiles = g.n * per_image;
@@ -222,7 +156,7 @@ fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
         && g.c_in.min(g.c_out) >= winograd::MIN_CHANNELS
         && tiles >= winograd::MIN_TILES
         && per_image >= winograd::MIN_TILES_PER_IMAGE
-        && super::ConvAlgorithm::current() == super::ConvAlgorithm::Auto;
+        && super::algorithm::ConvAlgorithm::current() == super::algorithm::ConvAlgorithm::Auto;
     fits.then_some(winograd::Shape {
         n: g.n,
         c_in: g.c_in,

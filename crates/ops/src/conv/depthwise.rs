@@ -11,8 +11,8 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::cpu::CpuEpilogue;
-use super::Geom;
+use super::epilogue::CpuEpilogue;
+use super::params::Geom;
 use crate::cpu::Float;
 
 /// Whether `g` is a depthwise convolution with one filter per channel.

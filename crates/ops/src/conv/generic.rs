@@ -4,7 +4,7 @@
 
 use candle_core::{Device, Tensor};
 
-use super::{Geom, OP};
+use super::params::{Geom, OP};
 use crate::error::{CandleContext, OpError, Result};
 
 pub(super) fn forward(g: &Geom, x: &Tensor, w: &Tensor) -> Result<Tensor> {

@@ -7,7 +7,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::Geom;
+use super::params::Geom;
 use crate::cpu::Float;
 use crate::shape::{outputs_in_bounds, split_phases as split_row};
 

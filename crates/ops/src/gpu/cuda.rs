@@ -144,24 +144,6 @@ pub(crate) fn output<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRep
         .map_err(cuda_err(op, "allocating an output"))
 }
 
-/// Runs `f` on `bytes` of scratch on `dev`: the lent [`Workspace`](super::Workspace)'s
-/// buffer when one is lent and holds them, otherwise a buffer allocated for this call.
-/// Its contents are undefined: `f` writes every value it reads.
-pub(crate) fn with_scratch<R>(
-    op: &'static str,
-    dev: &CudaDevice,
-    bytes: usize,
-    f: impl FnOnce(CudaViewMut<'_, u8>) -> Result<R>,
-) -> Result<R> {
-    super::Workspace::with_lent(|lent| {
-        if let Some(buffer) = lent.and_then(|ws| ws.buffer_for(dev, bytes)) {
-            return f(buffer.slice_mut(0..bytes));
-        }
-        let mut own = output::<u8>(op, dev, bytes)?;
-        f(own.slice_mut(0..bytes))
-    })
-}
-
 /// `len` values of `T` at `range` of `scratch`, or an error when the region is too small.
 pub(crate) fn region<'a, T>(
     op: &'static str,
@@ -237,3 +219,13 @@ macro_rules! dispatch {
     };
 }
 pub(crate) use dispatch;
+
+/// `t` contiguous (a no-op when it is).
+pub(crate) fn contiguous(op: &'static str, t: &Tensor) -> Result<Tensor> {
+    t.contiguous().ctx(op)
+}
+
+/// A zero tensor of `shape` with `t`'s dtype and device.
+pub(crate) fn empty_like(op: &'static str, t: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    Tensor::zeros(shape, t.dtype(), t.device()).ctx(op)
+}

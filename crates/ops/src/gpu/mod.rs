@@ -8,8 +8,11 @@
 //!
 //! - [`Launch`] computes every launch configuration. It is plain Rust, compiled on every
 //!   machine, so the same grid and block arithmetic runs on a GPU and in the tests.
-//! - With the `cuda` feature, the families' CUDA route runs these kernels
-//!   (compiled with NVRTC once per device, then cached).
+//! - With the `cuda` feature, the families' CUDA route runs these kernels (compiled with
+//!   NVRTC once per device, then cached). Each family keeps its CUDA entry points beside
+//!   its CPU kernels (`batchnorm/cuda.rs`, `pool/cuda.rs`, `loss/cuda.rs`,
+//!   `optim/cuda.rs`); [`cuda`] launches them, and `elementwise` holds the element-wise
+//!   kernels that the activations and the residual add share.
 //! - With the `emulate` feature (wick-ops' own tests), `build.rs` compiles the same
 //!   source for the host with a CPU emulation of the grid (`cuda/emulator`), and
 //!   `gpu::emulated` holds the generated entry points: the tests named `emulated_*` run every
@@ -18,8 +21,8 @@
 //!   size its memory plan gives ([`WorkspaceLayout`] per kernel call), and lends it to
 //!   every kernel of a step, so a step allocates no scratch.
 
-mod launch;
-mod workspace;
+pub(crate) mod launch;
+pub(crate) mod workspace;
 
 pub use launch::{ChunkTable, Launch, BLOCK, CHUNK_LEN};
 pub use workspace::{
@@ -30,9 +33,7 @@ pub use workspace::{
 #[cfg(feature = "cuda")]
 pub(crate) mod cuda;
 #[cfg(feature = "cuda")]
-pub(crate) mod families;
-#[cfg(feature = "cuda")]
-pub(crate) mod optimizer;
+pub(crate) mod elementwise;
 
 #[cfg(feature = "emulate")]
 pub mod emulated;

@@ -15,8 +15,8 @@ use std::ops::Range;
 use candle_core::{DType, Device};
 
 use super::{ChunkTable, Launch, CHUNK_LEN};
+use crate::device_kind::DeviceKind;
 use crate::error::Result;
-use crate::kernel::DeviceKind;
 
 /// Every region starts on this many bytes: CUDA's allocation alignment, enough for every
 /// element type a kernel reads.
@@ -198,6 +198,25 @@ impl Workspace {
             }
         }
     }
+}
+
+#[cfg(feature = "cuda")]
+/// Runs `f` on `bytes` of scratch on `dev`: the lent [`Workspace`](Workspace)'s
+/// buffer when one is lent and holds them, otherwise a buffer allocated for this call.
+/// Its contents are undefined: `f` writes every value it reads.
+pub(crate) fn with_scratch<R>(
+    op: &'static str,
+    dev: &candle_core::CudaDevice,
+    bytes: usize,
+    f: impl FnOnce(candle_core::cuda::cudarc::driver::CudaViewMut<'_, u8>) -> Result<R>,
+) -> Result<R> {
+    Workspace::with_lent(|lent| {
+        if let Some(buffer) = lent.and_then(|ws| ws.buffer_for(dev, bytes)) {
+            return f(buffer.slice_mut(0..bytes));
+        }
+        let mut own = super::cuda::output::<u8>(op, dev, bytes)?;
+        f(own.slice_mut(0..bytes))
+    })
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::ops::Range;
 use candle_core::Tensor;
 use rayon::prelude::*;
 
-use super::{Geom, MaxPoolOutput};
+use super::params::{Geom, MaxPoolOutput};
 use crate::cpu::{self, Float};
 use crate::error::{OpError, Result};
 

@@ -4,7 +4,7 @@
 use candle_core::Tensor;
 use rayon::prelude::*;
 
-use super::GAP;
+use super::params::GAP;
 use crate::cpu::{self, Float};
 use crate::error::Result;
 

@@ -7,7 +7,7 @@ use std::ops::Range;
 use candle_core::Tensor;
 use rayon::prelude::*;
 
-use super::Geom;
+use super::params::Geom;
 use crate::cpu::{self, Float};
 use crate::error::Result;
 use crate::shape::{outputs_in_bounds, split_phases};

@@ -13,171 +13,17 @@ mod cpu_global;
 mod cpu_values;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_global;
+mod params;
 
 use crate::cpu::dispatch_float;
 use crate::error::{CandleContext, OpError, Result};
-use crate::kernel::{route, Route};
-use crate::shape::{nchw, window_out};
+use crate::route::{route, Route};
+use crate::shape::nchw;
 
-/// Max or average pooling: which function is called says which; this names it in errors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum PoolKind {
-    /// Max pooling (padding acts as -inf).
-    Max,
-    /// Average pooling (padding counts as zeros in the divisor).
-    Avg,
-}
-
-impl PoolKind {
-    /// The op's name as a user writes it (`max_pool2d`, `avg_pool2d`).
-    pub fn op_name(self) -> &'static str {
-        match self {
-            PoolKind::Max => "max_pool2d",
-            PoolKind::Avg => "avg_pool2d",
-        }
-    }
-}
-
-/// The window settings of a 2-D pooling layer (max or average alike).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Pool2dParams {
-    /// Window size along (H, W).
-    pub kernel: [usize; 2],
-    /// Stride along (H, W).
-    pub stride: [usize; 2],
-    /// Padding along (H, W), on both sides.
-    pub padding: [usize; 2],
-}
-
-impl Pool2dParams {
-    /// A square window of size `kernel` with the given stride and padding.
-    pub fn new(kernel: usize, stride: usize, padding: usize) -> Self {
-        Pool2dParams {
-            kernel: [kernel, kernel],
-            stride: [stride, stride],
-            padding: [padding, padding],
-        }
-    }
-
-    /// The output shape of a `kind` pool for an input of shape `input`, or an error naming
-    /// the op and the shape.
-    pub fn output_shape(&self, kind: PoolKind, input: &[usize]) -> Result<[usize; 4]> {
-        let op = kind.op_name();
-        let [n, c, h, w] = nchw(op, "input", input)?;
-        for axis in 0..2 {
-            if self.padding[axis] * 2 > self.kernel[axis] {
-                return Err(OpError::invalid(
-                    op,
-                    format!(
-                        "padding {:?} must be at most half the kernel {:?} (input {input:?})",
-                        self.padding, self.kernel
-                    ),
-                ));
-            }
-        }
-        let oh = window_out(
-            op,
-            "H",
-            h,
-            self.kernel[0],
-            self.stride[0],
-            self.padding[0],
-            1,
-        )?;
-        let ow = window_out(
-            op,
-            "W",
-            w,
-            self.kernel[1],
-            self.stride[1],
-            self.padding[1],
-            1,
-        )?;
-        Ok([n, c, oh, ow])
-    }
-
-    /// FLOPs of the forward pass, and of the backward pass alike: one per window element.
-    pub fn flops(&self, input: &[usize]) -> u64 {
-        match self.output_shape(PoolKind::Max, input) {
-            Ok(out) => crate::shape::flop_count(1, &[&out[..], &self.kernel[..]].concat()),
-            Err(_) => 0,
-        }
-    }
-}
-
-/// The result of a max-pool forward: the output and, per output element, the flat
-/// `h*W + w` index of the chosen input element in its plane (u32, on the CPU).
-#[derive(Debug, Clone)]
-pub struct MaxPoolOutput {
-    /// Pooled values.
-    pub y: Tensor,
-    /// Argmax indices (u32), as PyTorch's `return_indices=True` gives them.
-    pub indices: Tensor,
-}
-
-/// Sizes of one pooling call.
-#[derive(Debug, Clone, Copy)]
-struct Geom {
-    n: usize,
-    c: usize,
-    planes: usize,
-    h: usize,
-    w: usize,
-    oh: usize,
-    ow: usize,
-    p: Pool2dParams,
-}
-
-impl Geom {
-    fn new(kind: PoolKind, p: &Pool2dParams, input: &[usize]) -> Result<Self> {
-        let [n, c, oh, ow] = p.output_shape(kind, input)?;
-        Ok(Geom {
-            n,
-            c,
-            planes: n * c,
-            h: input[2],
-            w: input[3],
-            oh,
-            ow,
-            p: *p,
-        })
-    }
-
-    /// The geometry of a backward pass, after checking that `grad_y` (and any
-    /// `per_output` tensor, such as max-pool's indices) has the pooled output's shape.
-    fn for_backward(
-        kind: PoolKind,
-        p: &Pool2dParams,
-        input: &[usize],
-        outputs: &[(&str, &Tensor)],
-    ) -> Result<Self> {
-        let g = Geom::new(kind, p, input)?;
-        let out = [g.n, g.c, g.oh, g.ow];
-        for (what, t) in outputs {
-            crate::shape::same(kind.op_name(), what, t.dims(), "pooled output", &out)?;
-        }
-        Ok(g)
-    }
-
-    /// The sizes wick's CUDA pooling kernels take.
-    #[cfg(feature = "cuda")]
-    fn cuda_dims(&self) -> cuda::PoolDims {
-        let p = &self.p;
-        let v = [
-            self.h,
-            self.w,
-            self.oh,
-            self.ow,
-            p.kernel[0],
-            p.kernel[1],
-            p.stride[0],
-            p.stride[1],
-            p.padding[0],
-            p.padding[1],
-        ];
-        cuda::PoolDims(v.map(|x| x as i32))
-    }
-}
+use params::{Geom, GAP};
+pub use params::{MaxPoolOutput, Pool2dParams, PoolKind};
 
 /// The error for a pool on a path with no kernel: candle's own pools have no padding and
 /// wrong gradients, so pools run wick's CPU and CUDA kernels only.
@@ -322,8 +168,6 @@ pub fn avg_pool2d_backward(
     }
 }
 
-const GAP: &str = "global_avg_pool";
-
 /// FLOPs of global average pooling, forward or backward: one per input element.
 pub fn global_avg_pool_flops(input: &[usize]) -> u64 {
     crate::shape::flop_count(1, input)
@@ -338,7 +182,7 @@ pub fn global_avg_pool(x: &Tensor) -> Result<Tensor> {
     }
     #[cfg(feature = "cuda")]
     if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
-        return crate::gpu::families::global_avg_pool(GAP, x, dims);
+        return cuda_global::global_avg_pool(GAP, x, dims);
     }
     x.mean_keepdim(3).ctx(GAP)?.mean_keepdim(2).ctx(GAP)
 }
@@ -362,7 +206,7 @@ pub fn global_avg_pool_backward(grad_y: &Tensor, input_shape: &[usize]) -> Resul
     }
     #[cfg(feature = "cuda")]
     if route(grad_y.device()) == Route::Cuda && matches!(grad_y.dtype(), DType::F32 | DType::F64) {
-        return crate::gpu::families::global_avg_pool_backward(GAP, grad_y, [n, c, h, w]);
+        return cuda_global::global_avg_pool_backward(GAP, grad_y, [n, c, h, w]);
     }
     (grad_y / (h * w) as f64)
         .ctx(GAP)?

@@ -3,9 +3,9 @@
 
 use crate::emulated::{assert_near, f32s, host, tensor, uniform, Buf};
 use candle_core::Tensor;
-use wick_ops::adam::{adam_step, AdamParams};
 use wick_ops::emulate;
 use wick_ops::gpu::{ChunkTable, Launch, CHUNK_LEN};
+use wick_ops::optim::{adam_step, AdamParams};
 use wick_ops::optim::{sgd_step, SgdParams};
 
 /// Tensor sizes around the chunk length: 1, one short, exact, one past, empty, several.

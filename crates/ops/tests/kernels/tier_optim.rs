@@ -1,8 +1,8 @@
 //! Adam and AdamW after global-norm clipping, three float32 steps against
 //! `torch.optim.Adam`/`AdamW` (`foreach=False`) and `clip_grad_norm_` (fixtures/ops-tier).
 
-use wick_ops::adam::{self, AdamParams};
 use wick_ops::broadcast;
+use wick_ops::optim::{adam, clip_factor, AdamParams};
 
 use crate::common::*;
 
@@ -25,7 +25,7 @@ fn adam_and_adamw_with_clipping_match_pytorch_over_three_steps() {
                 f.t(&format!("grad_p_step{step}")),
                 f.t(&format!("grad_q_step{step}")),
             );
-            let (norm, coef) = adam::clip_factor(&[gp, gq], f.f64("max_norm")).unwrap();
+            let (norm, coef) = clip_factor(&[gp, gq], f.f64("max_norm")).unwrap();
             let torch_norm = f.t(&format!("norm_step{step}")).to_scalar::<f32>().unwrap() as f64;
             assert!(
                 (norm - torch_norm).abs() <= 1e-6 * torch_norm,
@@ -101,8 +101,5 @@ fn adam_settings_are_checked_as_pytorch_does() {
         adam::adam_step(&t, &t, None, None, 0, &AdamParams::adam(0.1)),
         &["adam", "1-based"],
     );
-    assert_error_names(
-        adam::clip_factor(&[&t], 0.0),
-        &["clip_grad_norm", "max_norm"],
-    );
+    assert_error_names(clip_factor(&[&t], 0.0), &["clip_grad_norm", "max_norm"]);
 }

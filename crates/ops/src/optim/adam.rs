@@ -2,79 +2,12 @@
 //! path, no amsgrad): one fused update per parameter, and global-norm gradient clipping
 //! (`torch.nn.utils.clip_grad_norm_`).
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
+use super::params::AdamParams;
 use crate::error::{CandleContext, OpError, Result};
 
 const OP: &str = "adam";
-
-/// The settings of Adam and AdamW.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AdamParams {
-    /// Learning rate.
-    pub lr: f64,
-    /// Decay of the first moment's running average.
-    pub beta1: f64,
-    /// Decay of the second moment's running average.
-    pub beta2: f64,
-    /// Added to the denominator.
-    pub eps: f64,
-    /// Weight decay: an L2 penalty added to the gradient (Adam), or decoupled (AdamW:
-    /// `p *= 1 - lr · weight_decay` before the update).
-    pub weight_decay: f64,
-    /// AdamW's decoupled weight decay.
-    pub decoupled: bool,
-}
-
-impl AdamParams {
-    /// `torch.optim.Adam`'s defaults at learning rate `lr` (betas 0.9, 0.999, eps 1e-8,
-    /// no weight decay).
-    pub fn adam(lr: f64) -> Self {
-        AdamParams {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            decoupled: false,
-        }
-    }
-
-    /// `torch.optim.AdamW`'s defaults at learning rate `lr` (weight decay 0.01).
-    pub fn adamw(lr: f64) -> Self {
-        AdamParams {
-            weight_decay: 0.01,
-            decoupled: true,
-            ..Self::adam(lr)
-        }
-    }
-
-    /// Checks the settings as PyTorch does.
-    pub fn validate(&self) -> Result<()> {
-        let ok = |v: f64| v.is_finite() && v >= 0.0;
-        let beta = |b: f64| (0.0..1.0).contains(&b);
-        if !ok(self.lr)
-            || !ok(self.eps)
-            || !ok(self.weight_decay)
-            || !beta(self.beta1)
-            || !beta(self.beta2)
-        {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "lr, eps and weight decay must be non-negative and betas in [0, 1), got lr {}, betas ({}, {}), eps {}, weight decay {}",
-                    self.lr, self.beta1, self.beta2, self.eps, self.weight_decay
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// FLOPs of one update of a parameter with `n` elements.
-    pub fn flops(&self, n: usize) -> u64 {
-        crate::shape::flop_count(12, &[n])
-    }
-}
 
 /// One Adam step of `param` with gradient `grad`; `step` is the 1-based step number (for
 /// the bias corrections). `exp_avg` and `exp_avg_sq` are the moments from the previous
@@ -173,7 +106,7 @@ fn adam_cuda(
         return Ok(Some(Vec::new()));
     };
     let qualifies = members.iter().all(|&(w, ..)| {
-        crate::kernel::route(w.device()) == crate::kernel::Route::Cuda
+        crate::route::route(w.device()) == crate::route::Route::Cuda
             && w.dtype() == first.dtype()
             && matches!(w.dtype(), DType::F32 | DType::F64)
     });
@@ -196,35 +129,6 @@ fn adam_cuda(
     let refs = |f: fn(&(Tensor, Tensor, Tensor)) -> &Tensor| out.iter().map(f).collect::<Vec<_>>();
     let (ws, ms, vs) = (refs(|t| &t.0), refs(|t| &t.1), refs(|t| &t.2));
     let grads: Vec<&Tensor> = members.iter().map(|m| m.1).collect();
-    crate::gpu::optimizer::adam_multi_tensor(OP, &ws, &grads, [&ms, &vs], step, p)?;
+    super::cuda::adam_multi_tensor(OP, &ws, &grads, [&ms, &vs], step, p)?;
     Ok(Some(out))
-}
-
-/// The factor `clip_grad_norm_` multiplies every gradient by: `min(1, max_norm / (‖g‖ + 1e-6))`
-/// with `‖g‖` the L2 norm of all the gradients together (accumulated in f64). Returns the
-/// total norm and the factor.
-pub fn clip_factor(grads: &[&Tensor], max_norm: f64) -> Result<(f64, f64)> {
-    const CLIP: &str = "clip_grad_norm";
-    if !(max_norm.is_finite() && max_norm > 0.0) {
-        return Err(OpError::invalid(
-            CLIP,
-            format!("max_norm must be positive, got {max_norm}"),
-        ));
-    }
-    let mut sum = 0.0f64;
-    for g in grads {
-        let sq = g
-            .to_dtype(DType::F64)
-            .ctx(CLIP)?
-            .sqr()
-            .ctx(CLIP)?
-            .sum_all()
-            .ctx(CLIP)?
-            .to_scalar::<f64>()
-            .ctx(CLIP)?;
-        sum += sq;
-    }
-    let total = sum.sqrt();
-    let coef = (max_norm / (total + 1e-6)).min(1.0);
-    Ok((total, coef))
 }

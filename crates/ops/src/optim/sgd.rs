@@ -7,66 +7,12 @@ use candle_core::Tensor;
 use rayon::prelude::*;
 
 use crate::cpu::CHUNK;
-use crate::kernel::{route, Route};
+use crate::route::{route, Route};
 
-use crate::error::{CandleContext, OpError, Result};
+use super::params::SgdParams;
+use crate::error::{CandleContext, Result};
 
 const OP: &str = "sgd";
-
-/// The settings of SGD.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct SgdParams {
-    /// Learning rate.
-    pub lr: f64,
-    /// Momentum factor (0 disables the momentum buffer).
-    pub momentum: f64,
-    /// L2 penalty added to the gradient: `d = g + weight_decay * p`.
-    pub weight_decay: f64,
-    /// Dampening of the gradient in the momentum update.
-    pub dampening: f64,
-    /// Nesterov momentum.
-    pub nesterov: bool,
-}
-
-impl Default for SgdParams {
-    fn default() -> Self {
-        SgdParams {
-            lr: 0.01,
-            momentum: 0.0,
-            weight_decay: 0.0,
-            dampening: 0.0,
-            nesterov: false,
-        }
-    }
-}
-
-impl SgdParams {
-    /// Checks the settings as PyTorch does.
-    pub fn validate(&self) -> Result<()> {
-        let valid = |v: f64| v.is_finite() && v >= 0.0;
-        if !valid(self.lr) || !valid(self.momentum) || !valid(self.weight_decay) {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "lr, momentum and weight decay must be non-negative, got lr {}, momentum {}, weight decay {}",
-                    self.lr, self.momentum, self.weight_decay
-                ),
-            ));
-        }
-        if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
-            return Err(OpError::invalid(
-                OP,
-                "nesterov momentum needs a momentum above 0 and zero dampening",
-            ));
-        }
-        Ok(())
-    }
-
-    /// FLOPs of one update of a parameter with `n` elements.
-    pub fn flops(&self, n: usize) -> u64 {
-        crate::shape::flop_count(6, &[n])
-    }
-}
 
 /// One SGD step (`SgdUpdate`) of `param` with gradient `grad`. `momentum_buf` is the
 /// buffer from the previous step (`None` on the first step, when the buffer becomes the
@@ -214,14 +160,7 @@ fn sgd_cuda(members: &[SgdMember<'_>], p: &SgdParams) -> Result<Option<Vec<SgdUp
     let params: Vec<&Tensor> = members.iter().map(|m| m.0).collect();
     let grads: Vec<&Tensor> = members.iter().map(|m| m.1).collect();
     let buf_refs: Option<Vec<&Tensor>> = bufs.as_ref().map(|v| v.iter().collect());
-    crate::gpu::optimizer::sgd_multi_tensor(
-        OP,
-        &params,
-        &grads,
-        buf_refs.as_deref(),
-        p,
-        first_step,
-    )?;
+    super::cuda::sgd_multi_tensor(OP, &params, &grads, buf_refs.as_deref(), p, first_step)?;
     Ok(Some(
         members
             .iter()

@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 use rayon::prelude::*;
 
-use crate::broadcast::BinaryOp;
+use super::op::BinaryOp;
 use crate::cpu::{self, Float};
 use crate::error::Result;
 

@@ -2,62 +2,16 @@
 //! scale `[N, C, 1, 1]` in squeeze-excitation, `[C, 1, 1]` in layer scale), its gradients
 //! (summed back to each operand's shape) and multiplication by a constant.
 
+mod op;
+mod plane_kernels;
+
+pub use op::{BinaryOp, Operand};
+
 use candle_core::{DType, Tensor};
 
-use crate::broadcast_cpu;
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
-use crate::kernel::{route, Route};
-
-/// A binary element-wise operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b`.
-    Div,
-}
-
-/// Which operand of a binary op a gradient is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Operand {
-    /// The left operand, `a`.
-    Lhs,
-    /// The right operand, `b`.
-    Rhs,
-}
-
-impl BinaryOp {
-    /// The forward kernel's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "BroadcastAdd",
-            BinaryOp::Sub => "Sub",
-            BinaryOp::Mul => "Mul",
-            BinaryOp::Div => "Div",
-        }
-    }
-
-    /// The backward kernel's name.
-    pub fn backward_name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "BroadcastAddBackward",
-            BinaryOp::Sub => "SubBackward",
-            BinaryOp::Mul => "MulBackward",
-            BinaryOp::Div => "DivBackward",
-        }
-    }
-
-    /// Whether an operand's gradient needs the operands' values (not only the output
-    /// gradient).
-    pub fn backward_reads_operands(self) -> bool {
-        matches!(self, BinaryOp::Mul | BinaryOp::Div)
-    }
-}
+use crate::route::{route, Route};
 
 /// The broadcast shape of `a` and `b` by PyTorch's rules: dimensions are aligned from the
 /// right, and each pair must be equal or contain a 1.
@@ -93,16 +47,16 @@ pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let out = broadcast_shape(name, a.dims(), b.dims())?;
     if on_cpu_kernel(a) {
         if let Some(p) = (a.dims() == out.as_slice())
-            .then(|| broadcast_cpu::planes(a.dims(), b.dims()))
+            .then(|| plane_kernels::planes(a.dims(), b.dims()))
             .flatten()
         {
-            return dispatch_float!(name, a.dtype(), broadcast_cpu::forward(op, a, b, false, &p));
+            return dispatch_float!(name, a.dtype(), plane_kernels::forward(op, a, b, false, &p));
         }
         if let Some(p) = (b.dims() == out.as_slice())
-            .then(|| broadcast_cpu::planes(b.dims(), a.dims()))
+            .then(|| plane_kernels::planes(b.dims(), a.dims()))
             .flatten()
         {
-            return dispatch_float!(name, a.dtype(), broadcast_cpu::forward(op, b, a, true, &p));
+            return dispatch_float!(name, a.dtype(), plane_kernels::forward(op, b, a, true, &p));
         }
     }
     match op {
@@ -183,12 +137,12 @@ pub fn sum_to_shape(op: &'static str, t: &Tensor, shape: &[usize]) -> Result<Ten
         return Ok(t.clone());
     }
     if on_cpu_kernel(t) {
-        if let Some(p) = broadcast_cpu::planes(t.dims(), shape) {
+        if let Some(p) = plane_kernels::planes(t.dims(), shape) {
             let len = shape.iter().product();
             return dispatch_float!(
                 op,
                 t.dtype(),
-                broadcast_cpu::reduce_planes(op, t, None, len, &p, shape)
+                plane_kernels::reduce_planes(op, t, None, len, &p, shape)
             );
         }
     }

@@ -1,6 +1,6 @@
 //! The multi-tensor optimizer updates on CUDA: one launch updates every parameter in
 //! place, through tables of device pointers and the [`ChunkTable`], uploaded into the
-//! lent [`Workspace`](super::Workspace) (laid out by [`WorkspaceLayout::multi_tensor`]). The flags of
+//! lent [`Workspace`](crate::gpu::Workspace) (laid out by [`WorkspaceLayout::multi_tensor`]). The flags of
 //! parameters that became non-finite stay on the device (a `u32` tensor, one per
 //! parameter) until the caller reads them where it synchronises anyway.
 
@@ -11,13 +11,11 @@ use candle_core::cuda::cudarc::driver::{
 };
 use candle_core::{Storage, Tensor};
 
-use super::cuda::{
-    cuda_err, device_of, dispatch, launch, region, suffix, with_scratch, wrap, Source,
-};
-use super::{ChunkTable, Launch, WorkspaceLayout, CHUNK_LEN};
-use crate::adam::AdamParams;
+use super::params::{AdamParams, SgdParams};
 use crate::error::{CandleContext, OpError, Result};
-use crate::optim::SgdParams;
+use crate::gpu::cuda::{cuda_err, device_of, dispatch, launch, region, suffix, wrap, Source};
+use crate::gpu::workspace::with_scratch;
+use crate::gpu::{ChunkTable, Launch, WorkspaceLayout, CHUNK_LEN};
 
 /// The device addresses of the tensors' elements (each contiguous), in order.
 fn addresses<T: candle_core::cuda::CudaDType>(

@@ -1,6 +1,9 @@
 //! Softmax cross-entropy with integer class labels, mean over the batch (PyTorch's
 //! `F.cross_entropy` with its defaults).
 
+#[cfg(feature = "cuda")]
+mod cuda;
+
 use candle_core::{DType, Tensor};
 
 use crate::error::{CandleContext, OpError, Result};
@@ -109,10 +112,10 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
         check_labels(labels, c)?;
     }
     #[cfg(feature = "cuda")]
-    if crate::kernel::route(logits.device()) == crate::kernel::Route::Cuda
+    if crate::route::route(logits.device()) == crate::route::Route::Cuda
         && matches!(logits.dtype(), DType::F32 | DType::F64)
     {
-        return crate::gpu::families::cross_entropy(OP, logits, labels);
+        return cuda::cross_entropy(OP, logits, labels);
     }
     let log_probs = log_softmax(logits)?;
     let picked = log_probs
@@ -140,10 +143,10 @@ pub fn cross_entropy_backward(
         ));
     }
     #[cfg(feature = "cuda")]
-    if crate::kernel::route(logits.device()) == crate::kernel::Route::Cuda
+    if crate::route::route(logits.device()) == crate::route::Route::Cuda
         && matches!(logits.dtype(), DType::F32 | DType::F64)
     {
-        return crate::gpu::families::cross_entropy_backward(OP, grad_loss, logits, labels);
+        return cuda::cross_entropy_backward(OP, grad_loss, logits, labels);
     }
     let probs = log_softmax(logits)?.exp().ctx(OP)?;
     let classes = Tensor::arange(0u32, c as u32, logits.device())

@@ -1,0 +1,59 @@
+//! What the pattern-matching passes share: who reads and writes each value
+//! ([`Uses`]), and dropping matched nodes from a graph ([`remove_nodes`]).
+
+use crate::ir::{Graph, Node, ValueId};
+
+/// Who reads and who writes each value, for pattern matching.
+pub(crate) struct Uses {
+    /// For each value, the nodes that read it, in order.
+    pub readers: Vec<Vec<usize>>,
+    /// For each value, the node that writes it last (its producer for intermediates).
+    pub writer: Vec<Option<usize>>,
+}
+
+impl Uses {
+    pub(crate) fn of(graph: &Graph) -> Self {
+        let mut readers = vec![Vec::new(); graph.values.len()];
+        let mut writer = vec![None; graph.values.len()];
+        for (i, node) in graph.nodes.iter().enumerate() {
+            for v in &node.inputs {
+                readers[v.0].push(i);
+            }
+            for v in &node.outputs {
+                writer[v.0] = Some(i);
+            }
+        }
+        Uses { readers, writer }
+    }
+
+    /// The one node that reads `v`, if exactly one does and `v` is not a graph output.
+    pub(crate) fn only_reader(&self, graph: &Graph, v: ValueId) -> Option<usize> {
+        match self.readers[v.0].as_slice() {
+            [one] if !graph.outputs.contains(&v) => Some(*one),
+            _ => None,
+        }
+    }
+}
+
+/// Drops the nodes marked in `removed` and renumbers the rest; backward nodes' links to
+/// their forward node follow the renumbering.
+pub(crate) fn remove_nodes(graph: &mut Graph, removed: &[bool]) {
+    let mut new_id = vec![None; graph.nodes.len()];
+    let mut next = 0;
+    for (i, gone) in removed.iter().enumerate() {
+        if !gone {
+            new_id[i] = Some(next);
+            next += 1;
+        }
+    }
+    let nodes: Vec<Node> = std::mem::take(&mut graph.nodes)
+        .into_iter()
+        .zip(removed)
+        .filter(|(_, gone)| !**gone)
+        .map(|(mut node, _)| {
+            node.origin.forward_op = node.origin.forward_op.and_then(|f| new_id[f]);
+            node
+        })
+        .collect();
+    graph.nodes = nodes;
+}
