@@ -136,6 +136,7 @@ fn the_roofline_is_drawn_to_the_scale_of_its_axes() {
         output_shapes: vec![],
         origin: Default::default(),
         parameter_elements: 0,
+        updated_parameters: None,
         bytes,
         host_sec: None,
         dtype: "F32".into(),

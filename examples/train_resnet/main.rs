@@ -15,7 +15,7 @@ use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use wick::graph::collective::Communicator;
 use wick::graph::file_roles::FileRoles;
-use wick::graph::ops::optimizer::{Optimizer, OptimizerConfig, ParamSelector};
+use wick::graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::{PassSet, StepPart};
 use wick::models::data::Prefetcher;

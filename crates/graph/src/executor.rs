@@ -82,6 +82,7 @@ impl Executor {
             .enumerate()
             .map(|(op_id, n)| NodeInfo {
                 op_id,
+                param_slots: n.op.param_slots(),
                 kernel: n.op.kernel(),
                 name: n.op.kernel().name(kind),
                 phase: n.phase,

@@ -31,6 +31,9 @@ pub struct NodeInfo {
     pub bytes: u64,
     /// The dtype it computes in (its first output's).
     pub dtype: candle_core::DType,
+    /// For an optimizer's update node, which inputs are each parameter, its gradient and
+    /// its state ([`NodeOp::param_slots`](crate::NodeOp::param_slots)); empty otherwise.
+    pub param_slots: Vec<crate::ir::ParamSlots>,
 }
 
 /// A part of a training step outside the graph's nodes, timed by the host clock and

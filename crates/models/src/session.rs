@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
 use wick_graph::ops::dropout::STEP_INPUT;
-use wick_graph::ops::optimizer::{Optimizer, OptimizerConfig};
+use wick_graph::ops::optim::{Optimizer, OptimizerConfig};
 use wick_graph::passes::data_parallel::{DataParallel, DataParallelOptions};
 use wick_graph::{Executor, GraphBuilder, Mode, PassSet, StepPart, ValueId};
 use wick_ops::SgdParams;

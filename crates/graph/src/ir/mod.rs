@@ -8,6 +8,7 @@
 mod graph;
 mod node_op;
 mod pass_set;
+mod update;
 mod value;
 
 pub use crate::phase::Phase;
@@ -17,4 +18,5 @@ pub use node_op::{
     arg, args, one, AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs,
 };
 pub use pass_set::{PassName, PassRecord, PassSet};
+pub use update::{ParamSlots, UpdateCheck};
 pub use value::{Origin, ValueId, ValueInfo, ValueKind};

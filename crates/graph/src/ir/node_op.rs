@@ -9,6 +9,7 @@ use std::sync::Arc;
 use candle_core::{DType, Tensor};
 use wick_ops::{DeviceKind, Kernel, OpError};
 
+use super::update::{ParamSlots, UpdateCheck};
 use super::value::{ValueId, ValueInfo};
 use crate::error::{GraphError, Result};
 
@@ -60,6 +61,20 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
     /// `None` for ops without a learning rate.
     fn with_learning_rate(&self, _lr: f64) -> Option<Result<Op>> {
         None
+    }
+
+    /// For an optimizer's update node: one [`ParamSlots`] per parameter it updates, in
+    /// input order, saying which inputs are the parameter, its gradient and its state.
+    /// Empty for every other node (the default).
+    fn param_slots(&self) -> Vec<ParamSlots> {
+        Vec::new()
+    }
+
+    /// For an update node: what its last run found about each parameter of
+    /// [`param_slots`](NodeOp::param_slots), in that order, then forgotten. The default:
+    /// [`UpdateCheck::Unchecked`] for each (the update did not look).
+    fn take_update_checks(&self) -> Vec<UpdateCheck> {
+        vec![UpdateCheck::Unchecked; self.param_slots().len()]
     }
 
     /// Scratch bytes the op's kernel takes on `device` beside its inputs and outputs, for

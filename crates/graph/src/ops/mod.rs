@@ -18,7 +18,6 @@ pub mod linear;
 pub mod loss;
 pub mod norm;
 pub mod optim;
-pub mod optimizer;
 pub mod pool;
 pub mod regression_loss;
 pub mod resample;

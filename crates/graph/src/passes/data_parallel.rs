@@ -21,7 +21,6 @@ use crate::ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 use crate::ops::all_reduce::{DistAllReduce, DistWait};
 use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
 use crate::ops::fused_train::BatchNormReluTrain;
-use crate::ops::optim::{AdamUpdateMultiTensor, SgdUpdateMultiTensor};
 use crate::ops::sync_batchnorm::{SyncBatchNormTrain, SyncBatchNormTrainBackward};
 
 /// PyTorch DDP's default bucket size.
@@ -331,28 +330,16 @@ fn plan_buckets(
     buckets
 }
 
-/// The backward pass's gradients a node reads: an update's gradient (input 1) unless
-/// clipping produced it, or every input of the clipping node.
+/// The backward pass's gradients a node reads: each gradient an update node names
+/// ([`NodeOp::param_slots`](crate::NodeOp::param_slots)) unless clipping produced it, or
+/// every input of the clipping node.
 fn gradient_inputs(node: &crate::ir::Node) -> Vec<ValueId> {
-    match node.kernel() {
-        Kernel::SgdUpdate | Kernel::AdamUpdate => node.inputs[1..2].to_vec(),
-        Kernel::SgdUpdateMultiTensor => match node.op_as::<SgdUpdateMultiTensor>() {
-            Some(group) => node
-                .inputs
-                .iter()
-                .skip(1)
-                .step_by(group.stride())
-                .copied()
-                .collect(),
-            None => Vec::new(),
-        },
-        Kernel::AdamUpdateMultiTensor => match node.op_as::<AdamUpdateMultiTensor>() {
-            Some(group) => (0..group.members)
-                .map(|k| node.inputs[AdamUpdateMultiTensor::param_input(k) + 1])
-                .collect(),
-            None => Vec::new(),
-        },
-        Kernel::ClipGradNorm => node.inputs.clone(),
-        _ => Vec::new(),
+    if node.kernel() == Kernel::ClipGradNorm {
+        return node.inputs.clone();
     }
+    node.op
+        .param_slots()
+        .iter()
+        .map(|s| node.inputs[s.grad])
+        .collect()
 }

@@ -94,49 +94,15 @@ pub struct Launches {
 }
 
 /// Launches per node of the kernel named `name` (its CPU name, as a CPU profile records
-/// it), counted from the code of each path. `None` for a kernel this table does not know.
+/// it): the kernel's own count ([`Kernel::cuda_launches`](wick_ops::Kernel::cuda_launches)).
+/// `None` for a kernel whose launches wick does not know.
 pub fn launches(name: &str) -> Option<Launches> {
-    let (wick, generic) = match name {
-        // cuDNN on both paths; the input gradient is candle's transposed convolution.
-        "ConvForward" | "ConvBackwardData" | "ConvBackwardFilter" => (1, 1),
-        // Gradient accumulation is an addition.
-        "AccumulateGrad" => (1, 1),
-        // Statistics, then normalise; the generic path: 19 tensor ops (mean, centre,
-        // square, sum, scale, shift, running statistics), 3 more for the ReLU.
-        "BatchNormForwardTraining" => (2, 19),
-        "BatchNormReLUForwardTraining" => (2, 22),
-        "BatchNormForwardInference" => (1, 7),
-        // Partial sums, then the input gradient; generic: 12 tensor ops, 3 for the mask.
-        "BatchNormBackward" => (2, 12),
-        "BatchNormReLUBackward" => (2, 15),
-        // le, zeros, where on the generic path.
-        "ReLU" | "ReLUBackward" => (1, 3),
-        "Add" => (1, 1),
-        "AddReLU" => (1, 4),
-        // Pools: wick's kernels on both paths (plus zeroing the gradient for max).
-        "PoolingForward" => (2, 2),
-        "PoolingBackward" => (2, 2),
-        // Two means (sum and divide each) / divide, broadcast, copy.
-        "GlobalAvgPoolForward" => (1, 4),
-        "GlobalAvgPoolBackward" => (1, 3),
-        // A matrix product and the bias; backward two products and a sum.
-        "LinearForward" => (2, 2),
-        "LinearBackward" => (3, 3),
-        // Rows, mean (and the labels' cast); generic: log-softmax (6), gather, sum, scale.
-        "SoftmaxCrossEntropyForward" => (3, 10),
-        // Rows again, then the gradient (and two casts); generic: 15 tensor ops.
-        "SoftmaxCrossEntropyBackward" => (5, 15),
-        // Per parameter: one launch of the multi-tensor kernel; generic: weight decay,
-        // momentum (2), update (2), 7 with both.
-        "SgdUpdate" => (1, 7),
-        // All parameters in one launch; generic: 7 per parameter (see `predict`).
-        "SgdUpdateMultiTensor" => (1, 7),
-        "AdamUpdate" => (1, 12),
-        "AdamUpdateMultiTensor" => (1, 12),
-        "Reshape" | "Permute" => (0, 0),
-        _ => return None,
-    };
-    Some(Launches { wick, generic })
+    wick_ops::Kernel::named(name)
+        .and_then(wick_ops::Kernel::cuda_launches)
+        .map(|l| Launches {
+            wick: l.wick,
+            generic: l.generic,
+        })
 }
 
 /// One op type's prediction.
@@ -197,6 +163,20 @@ impl GpuPrediction {
     }
 }
 
+/// The parameters a merged update of a profile written before wick recorded
+/// [`OpProfile::updated_parameters`] updates, from its input layout: SGD reads param,
+/// grad[, buffer] and writes param[, buffer] per parameter; Adam reads the step, then
+/// param, grad and two moments per parameter.
+fn members_before_slots(op: &crate::profile::OpProfile) -> usize {
+    let (inputs, outputs) = (op.input_shapes.len(), op.output_shapes.len());
+    match op.name.as_str() {
+        "SgdUpdateMultiTensor" => inputs.saturating_sub(outputs),
+        "AdamUpdateMultiTensor" => inputs.saturating_sub(1) / 4,
+        _ => 1,
+    }
+    .max(1)
+}
+
 /// The predicted step of `profile`'s graph on `device`.
 pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
     let mut rows: Vec<PredictedRow> = Vec::new();
@@ -214,13 +194,9 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
         // A merged update's parameters, which the generic path updates one by one. SGD
         // reads param, grad[, buffer] and writes param[, buffer] per parameter; Adam reads
         // the step, then param, grad and two moments per parameter.
-        let (inputs, outputs) = (op.input_shapes.len(), op.output_shapes.len());
-        let members = match op.name.as_str() {
-            "SgdUpdateMultiTensor" => inputs.saturating_sub(outputs),
-            "AdamUpdateMultiTensor" => inputs.saturating_sub(1) / 4,
-            _ => 1,
-        }
-        .max(1);
+        let members = op
+            .updated_parameters
+            .unwrap_or_else(|| members_before_slots(op));
         l.generic *= members as u32;
         let row = match rows.iter_mut().find(|r| r.name == op.name) {
             Some(r) => r,
@@ -412,6 +388,7 @@ mod tests {
             output_shapes: vec![vec![1_000_000]; 2 * params],
             origin: Default::default(),
             parameter_elements: 0,
+            updated_parameters: Some(params),
             bytes: 20_000_000 * params as u64,
             dtype: "F32".into(),
             host_sec: None,
@@ -436,8 +413,10 @@ mod tests {
             a.generic_step_sec(),
             b.generic_step_sec()
         );
-        // Adam: the step, then param, grad and two moments per parameter.
+        // Adam in a profile written before wick recorded the updated parameters: counted
+        // from the layout, the step, then param, grad and two moments per parameter.
         let mut adam = update("AdamUpdateMultiTensor", 3);
+        adam.updated_parameters = None;
         adam.input_shapes = vec![vec![1_000_000]; 1 + 4 * 3];
         adam.output_shapes = vec![vec![1_000_000]; 3 * 3];
         let merged_adam = Profile {

@@ -34,6 +34,10 @@ pub struct OpProfile {
     pub origin: Origin,
     /// Elements of the parameter an optimizer node updates (0 for other nodes).
     pub parameter_elements: u64,
+    /// For an optimizer's update node, the parameters it updates (several for a merged
+    /// update); 0 for other nodes. Absent in profiles written before wick recorded it.
+    #[serde(default)]
+    pub updated_parameters: Option<usize>,
     /// Bytes moved: inputs read and outputs written, once each.
     pub bytes: u64,
     /// On a device: mean host seconds of the node's dispatch (launching its kernels),

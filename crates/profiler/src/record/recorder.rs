@@ -269,6 +269,7 @@ impl TimeProfiler {
                     output_shapes: info.output_shapes.clone(),
                     origin: info.origin.clone(),
                     parameter_elements: updated_elements(info),
+                    updated_parameters: Some(info.param_slots.len()),
                     bytes: info.bytes,
                     dtype: format!("{:?}", info.dtype),
                     memory: self.last_op_memory.get(info.op_id).copied(),
@@ -560,25 +561,22 @@ impl Hook for TimeProfiler {
     }
 }
 
-/// Elements of the parameters an optimizer node updates: its parameter's, or every
-/// member's for a merged update (SGD: `param, grad[, buffer]` per member; Adam: the step,
-/// then `param, grad, exp_avg, exp_avg_sq` per member). 0 for other nodes.
+/// Elements of the parameters an optimizer node updates: every parameter its inputs
+/// name ([`NodeInfo::param_slots`]), or, for a custom update op recorded for a parameter
+/// that does not describe its inputs, its first input's. 0 for other nodes.
 fn updated_elements(info: &NodeInfo) -> u64 {
     let shapes = &info.input_shapes;
     let elements = |s: &Vec<usize>| wick_ops::shape::flop_count(1, s);
-    match info.kernel {
-        wick_ops::Kernel::SgdUpdateMultiTensor => {
-            let members = shapes.len().saturating_sub(info.output_shapes.len()).max(1);
-            let stride = (shapes.len() / members).max(1);
-            shapes.iter().step_by(stride).map(elements).sum()
-        }
-        wick_ops::Kernel::AdamUpdateMultiTensor => {
-            shapes.iter().skip(1).step_by(4).map(elements).sum()
-        }
-        _ => match (&info.origin.parameter, shapes.first()) {
-            (Some(_), Some(shape)) => elements(shape),
-            _ => 0,
-        },
+    if !info.param_slots.is_empty() {
+        return info
+            .param_slots
+            .iter()
+            .map(|slot| elements(&shapes[slot.param]))
+            .sum();
+    }
+    match (&info.origin.parameter, shapes.first()) {
+        (Some(_), Some(shape)) => elements(shape),
+        _ => 0,
     }
 }
 

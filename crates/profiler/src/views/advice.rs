@@ -237,6 +237,7 @@ mod tests {
             output_shapes: vec![],
             origin: Origin::default(),
             parameter_elements: 0,
+            updated_parameters: None,
             bytes,
             dtype: "F32".into(),
             host_sec: None,

@@ -109,6 +109,7 @@ mod tests {
             output_shapes: vec![],
             origin: Origin::default(),
             parameter_elements: 0,
+            updated_parameters: None,
             bytes: 0,
             dtype: "F32".into(),
             host_sec,

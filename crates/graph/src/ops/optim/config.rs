@@ -1,19 +1,18 @@
 //! The optimizer phase: [`GraphBuilder::optimize`] appends one fused update node per
-//! parameter (SGD, Adam or AdamW, chosen per parameter group) after an optional
-//! global-norm gradient clipping node. Adam's node and the clipping node live here; SGD's
-//! in `optim.rs`.
+//! parameter (SGD, Adam or AdamW, chosen per parameter group by [`OptimizerConfig`]) after
+//! an optional global-norm gradient clipping node.
 
 use std::sync::Arc;
 
-use candle_core::Tensor;
-use wick_ops::optim::{adam, clip_factor};
-use wick_ops::{AdamParams, Kernel, OpError, SgdParams};
+use wick_ops::{AdamParams, OpError, SgdParams};
 
+use super::adam::AdamUpdate;
+use super::clip::ClipGradNorm;
+use super::sgd::SgdUpdate;
 use crate::autodiff::{param_layer, Gradients};
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
-use crate::ir::{arg, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind};
-use crate::ops::optim::SgdUpdate;
+use crate::ir::{Origin, Phase, ValueId, ValueKind};
 
 /// An optimizer and its settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,23 +131,6 @@ impl OptimizerConfig {
             .find(|g| g.select.selects(name, shape))
             .map_or(self.default, |g| g.optimizer)
     }
-}
-
-/// One parameter's fused Adam/AdamW update. in: param, grad, step (the 0-dim count of
-/// steps done before this one), `[exp_avg]`, `[exp_avg_sq]`; out: param, exp_avg,
-/// exp_avg_sq, updated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AdamUpdate {
-    /// lr, betas, eps, weight decay and whether it is decoupled (AdamW).
-    pub params: AdamParams,
-}
-
-/// Global-norm gradient clipping. in: every gradient; out: every gradient times
-/// `min(1, max_norm / (‖g‖ + 1e-6))`, then the total norm `‖g‖` (0-dim).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ClipGradNorm {
-    /// The largest global norm let through.
-    pub max_norm: f64,
 }
 
 impl GraphBuilder {
@@ -280,63 +262,5 @@ impl GraphBuilder {
         let norm = *out.last().expect("the clip node has a norm output");
         self.output(norm);
         Ok(norm)
-    }
-}
-
-impl NodeOp for AdamUpdate {
-    fn kernel(&self) -> Kernel {
-        Kernel::AdamUpdate
-    }
-
-    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let param = arg(inputs, 0, "adam")?;
-        let grad = arg(inputs, 1, "adam")?;
-        let done = wick_ops::dropout::read_step(arg(inputs, 2, "adam")?)
-            .map_err(|e| OpError::invalid("adam", format!("the step input: {e}")))?;
-        let state = |i: usize| inputs.get(i).copied().flatten();
-        let (p, m, v) = adam::adam_step(param, grad, state(3), state(4), done + 1, &self.params)?;
-        Ok(vec![Some(p), Some(m), Some(v)])
-    }
-
-    /// The moments are empty before the first step.
-    fn optional_input(&self, i: usize) -> bool {
-        i >= 3
-    }
-
-    fn with_learning_rate(&self, lr: f64) -> Option<Result<crate::ir::Op>> {
-        let params = crate::ops::optim::checked(
-            "adam",
-            AdamParams { lr, ..self.params },
-            AdamParams::validate,
-        );
-        Some(params.map(|params| Arc::new(AdamUpdate { params }) as crate::ir::Op))
-    }
-}
-
-impl NodeOp for ClipGradNorm {
-    fn kernel(&self) -> Kernel {
-        Kernel::ClipGradNorm
-    }
-
-    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let grads: Vec<&Tensor> = (0..inputs.len())
-            .map(|i| arg(inputs, i, "clip_grad_norm"))
-            .collect::<std::result::Result<_, _>>()?;
-        let (total, coef) = clip_factor(&grads, self.max_norm)?;
-        let candle = |e| OpError::candle("clip_grad_norm", e);
-        let mut out = Vec::with_capacity(grads.len() + 1);
-        for g in &grads {
-            out.push(Some(wick_ops::broadcast::scale(g, coef)?));
-        }
-        let dtype = grads.first().map_or(candle_core::DType::F32, |g| g.dtype());
-        let device = grads
-            .first()
-            .map_or(candle_core::Device::Cpu, |g| g.device().clone());
-        let norm = Tensor::new(total, &device)
-            .map_err(candle)?
-            .to_dtype(dtype)
-            .map_err(candle)?;
-        out.push(Some(norm));
-        Ok(out)
     }
 }
