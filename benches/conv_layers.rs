@@ -13,7 +13,7 @@
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use std::time::Duration;
-use wick::graph::ops::conv::Conv2d;
+use wick::graph::nodes::conv::Conv2d;
 use wick::graph::{GraphBuilder, Mode};
 use wick::models::{Depth, ResNetConfig, Stem};
 use wick::ops::{conv, Conv2dParams};

@@ -9,7 +9,7 @@
 use anyhow::Result;
 use candle_core::{DType, Device, Tensor};
 use clap::Parser;
-use wick::graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
+use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::{
     arg, args, one, BackwardCtx, Executor, GraphBuilder, Inputs, KernelResult, Mode, NodeOp,
     ValueId,

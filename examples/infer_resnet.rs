@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Result;
 use candle_core::{Device, Tensor};
 use clap::Parser;
-use wick::graph::file_roles::FileRoles;
+use wick::file_roles::FileRoles;
 use wick::graph::PassSet;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
 use wick::models::{checkpoint, ImageSize, Session, WeightInit};
@@ -78,7 +78,7 @@ fn run() -> Result<()> {
     // Every file of the command, before any work: no output may be an input or another
     // output, however its path is spelled.
     let mut files = FileRoles::default();
-    wick::graph::output::allow_read_only_replacement(a.profile.replace_read_only);
+    wick::graph::atomic_write::allow_read_only_replacement(a.profile.replace_read_only);
     for (flag, path) in [("--weights", &a.weights), ("--input", &a.input)] {
         if let Some(path) = path {
             files.input(flag, path)?;

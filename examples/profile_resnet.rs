@@ -8,7 +8,7 @@
 
 use anyhow::Result;
 use clap::Parser;
-use wick::graph::file_roles::FileRoles;
+use wick::file_roles::FileRoles;
 use wick::graph::PassSet;
 use wick::models::data::{BatchSource, SyntheticImages};
 use wick::models::{ImageSize, Session, TrainOptions, WeightInit};

@@ -21,8 +21,9 @@ pub use wick_profiler as profiler;
 pub struct ReadmeDoctests;
 
 pub mod allocator;
-pub use wick_graph::device;
 pub mod denormals;
+pub mod device;
+pub mod file_roles;
 
 /// The process settings wick's CPU figures are measured under, for a program's first line:
 /// freed memory stays mapped (huge pages stay warm, see [`allocator`]) and denormal floats

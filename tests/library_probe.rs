@@ -3,7 +3,7 @@
 //! recorded into one training graph that runs a step with AdamW.
 
 use wick::candle_core::{DType, Device, Tensor};
-use wick::graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
+use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::{Executor, GraphBuilder, LoadMode, Mode};
 use wick::models::nn::{self, Conv, Init, Layers};
 use wick::ops::conv::Conv2dParams;

@@ -5,7 +5,7 @@
 
 use anyhow::Result;
 use candle_core::Device;
-use wick::graph::file_roles::FileRoles;
+use wick::file_roles::FileRoles;
 use wick::models::{ModelConfig, Stem};
 
 /// The device flag.
@@ -297,7 +297,7 @@ impl ProfileArgs {
     /// per-op timings, a profile file without a profile, a path that cannot be written,
     /// or one that is another of the command's files (`files`, by identity).
     pub fn check(&self, files: &mut FileRoles) -> Result<()> {
-        wick::graph::output::allow_read_only_replacement(self.replace_read_only);
+        wick::graph::atomic_write::allow_read_only_replacement(self.replace_read_only);
         if let Some(skip) = self.skip {
             at_most_repeats("--skip", skip)?;
         }
@@ -376,7 +376,7 @@ impl ProfileArgs {
                 .ok_or_else(|| {
                     anyhow::anyhow!("no per-op timings to trace (was any iteration timed?)")
                 })?;
-            wick::graph::output::write_bytes_atomically(path, trace.json.as_bytes())?;
+            wick::graph::atomic_write::write_bytes_atomically(path, trace.json.as_bytes())?;
             println!(
                 "trace of {} timed iterations ({} events, {:.1} MB) written to {} (open in ui.perfetto.dev)",
                 profile.timeline.len(),
@@ -389,12 +389,12 @@ impl ProfileArgs {
             }
         }
         if let Some(path) = &self.json {
-            wick::graph::output::write_bytes_atomically(path, profile.to_json().as_bytes())?;
+            wick::graph::atomic_write::write_bytes_atomically(path, profile.to_json().as_bytes())?;
             println!("profile written to {}", path.display());
         }
         if let Some(path) = &self.report {
             let page = wick::profiler::views::html::report(&profile, None);
-            wick::graph::output::write_bytes_atomically(path, page.as_bytes())?;
+            wick::graph::atomic_write::write_bytes_atomically(path, page.as_bytes())?;
             println!("HTML report written to {}", path.display());
         }
         Ok(())

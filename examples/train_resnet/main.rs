@@ -13,9 +13,9 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use wick::file_roles::FileRoles;
 use wick::graph::collective::Communicator;
-use wick::graph::file_roles::FileRoles;
-use wick::graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
+use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::passes::data_parallel::DataParallelOptions;
 use wick::graph::{PassSet, StepPart};
 use wick::models::data::Prefetcher;
@@ -182,7 +182,7 @@ fn check_args(a: &Args, distributed: bool) -> Result<()> {
     // Every file of the command, before any work: no output may be an input or another
     // output, however its path is spelled, and the checkpoint folder must take files.
     let mut files = FileRoles::default();
-    wick::graph::output::allow_read_only_replacement(a.profile.replace_read_only);
+    wick::graph::atomic_write::allow_read_only_replacement(a.profile.replace_read_only);
     for (flag, path) in [
         ("--weights", &a.weights),
         ("--data", &a.data),
@@ -574,7 +574,7 @@ impl<'a> TrainLoop<'a> {
                 train.loss(), train.top1_accuracy(), test.loss(), test.top1_accuracy(),
                 if top5 { test.top5_accuracy().to_string() } else { "null".into() }, test.images,
             ));
-            wick::graph::output::write_bytes_atomically(path, self.log.as_bytes())?;
+            wick::graph::atomic_write::write_bytes_atomically(path, self.log.as_bytes())?;
         }
         Ok(())
     }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
-use wick::graph::file_roles::FileRoles;
+use wick::file_roles::FileRoles;
 use wick::profiler::compare::predict::predict;
 use wick::profiler::Profile;
 use wick::profiler::{diff, diff_runs, views::html, DeviceSheet, DiffOptions};
@@ -110,7 +110,7 @@ fn read(path: &Path) -> Result<Profile> {
 
 fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
-    wick::graph::output::allow_read_only_replacement(cli.replace_read_only);
+    wick::graph::atomic_write::allow_read_only_replacement(cli.replace_read_only);
     match cli.command {
         Command::Diff {
             a,
@@ -165,7 +165,7 @@ fn run() -> Result<ExitCode> {
             print!("{}", d.text());
             if let Some(path) = &json {
                 let text = serde_json::to_string_pretty(&d)?;
-                wick::graph::output::write_bytes_atomically(path, text.as_bytes())?;
+                wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
             }
             Ok(if d.regressions().next().is_some() {
                 ExitCode::from(1)
@@ -202,7 +202,7 @@ fn run() -> Result<ExitCode> {
                 None => None,
             };
             let page = html::report(&p, d.as_ref());
-            wick::graph::output::write_bytes_atomically(&output, page.as_bytes())?;
+            wick::graph::atomic_write::write_bytes_atomically(&output, page.as_bytes())?;
             println!("report written to {}", output.display());
             Ok(ExitCode::SUCCESS)
         }
@@ -227,7 +227,7 @@ fn run() -> Result<ExitCode> {
             print!("{prediction}");
             if let Some(path) = &json {
                 let text = serde_json::to_string_pretty(&prediction)?;
-                wick::graph::output::write_bytes_atomically(path, text.as_bytes())?;
+                wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -65,7 +65,7 @@ pub trait Hook: Any + Send {
         Ok(())
     }
     /// Once, right after [`on_attach`](Hook::on_attach): the graph's predicted memory.
-    fn on_memory_plan(&mut self, _plan: &crate::memory::MemoryPlan) {}
+    fn on_memory_plan(&mut self, _plan: &crate::memory_plan::MemoryPlan) {}
     /// Before the first node of iteration `iteration` (counted from 0 for this executor).
     fn on_iteration_start(&mut self, _iteration: usize) {}
     /// After the last node of the iteration.

@@ -32,22 +32,21 @@
 //! # Ok(()) }
 //! ```
 
+pub mod atomic_write;
 pub mod autodiff;
 pub mod builder;
 pub mod collective;
-pub mod device;
 pub mod error;
 pub mod executor;
-pub mod file_roles;
 pub mod hooks;
 pub mod ir;
-pub mod memory;
-pub mod ops;
-pub mod output;
+pub mod memory_plan;
+pub mod nodes;
 pub mod passes;
 pub mod phase;
-pub mod state;
+pub mod state_dict;
 
+pub use atomic_write::OutputError;
 pub use autodiff::Gradients;
 pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
@@ -55,7 +54,6 @@ pub use executor::Executor;
 pub use hooks::{Hook, NodeInfo, StepPart};
 pub use ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op};
 pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
-pub use memory::{MemoryPlan, MemorySplit};
-pub use output::OutputError;
+pub use memory_plan::{MemoryPlan, MemorySplit};
 pub use passes::{PassName, PassRecord, PassSet};
-pub use state::{LoadMode, LoadReport};
+pub use state_dict::{LoadMode, LoadReport};

@@ -14,7 +14,7 @@ use candle_core::{DType, Device, Tensor};
 use common::ranks::on_two_ranks;
 use common::uniform;
 use wick_graph::collective::{Communicator, SingleProcess};
-use wick_graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
+use wick_graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick_graph::passes::data_parallel::{Bucket, DataParallelOptions};
 use wick_graph::{Executor, Graph, GraphBuilder, Mode, ValueKind};
 use wick_ops::{AdamParams, Conv2dParams, SgdParams};

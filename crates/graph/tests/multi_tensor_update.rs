@@ -6,8 +6,8 @@ mod common;
 
 use candle_core::{DType, Device, Tensor};
 use common::*;
-use wick_graph::ops::optim::UpdateCheck;
-use wick_graph::ops::optim::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
+use wick_graph::nodes::optim::UpdateCheck;
+use wick_graph::nodes::optim::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
 use wick_graph::{Executor, GraphBuilder, Mode, PassName, PassSet};
 use wick_ops::{AdamParams, Kernel, SgdParams};
 use wick_profiler::TimeProfiler;

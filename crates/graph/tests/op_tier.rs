@@ -6,7 +6,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
-use wick_graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
+use wick_graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick_graph::{Executor, GraphBuilder, GraphError, Mode, Result, ValueId, ValueKind};
 use wick_ops::{AdamParams, BinaryOp};
 

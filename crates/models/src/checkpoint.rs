@@ -230,7 +230,7 @@ pub fn write_safetensors(tensors: &StateDict, path: &Path) -> Result<()> {
         path: path.to_path_buf(),
         message: format!("cannot serialise the tensors: {e}"),
     })?;
-    wick_graph::output::write_bytes_atomically(path, &bytes)?;
+    wick_graph::atomic_write::write_bytes_atomically(path, &bytes)?;
     Ok(())
 }
 

@@ -173,9 +173,9 @@ pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) ->
             path: partial.join(TRAINING),
             message: format!("cannot serialise the training state: {e}"),
         })?;
-    wick_graph::output::write_bytes_atomically(&partial.join(TRAINING), &bytes)?;
+    wick_graph::atomic_write::write_bytes_atomically(&partial.join(TRAINING), &bytes)?;
     let marker = format!("a wick training checkpoint, step {}\n", state.step);
-    wick_graph::output::write_bytes_atomically(&partial.join(MARKER), marker.as_bytes())?;
+    wick_graph::atomic_write::write_bytes_atomically(&partial.join(MARKER), marker.as_bytes())?;
     let target = dir.join(name);
     let old = dir.join(format!(".{name}.old"));
     if target.exists() {

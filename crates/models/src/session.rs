@@ -1,13 +1,14 @@
-//! A ResNet ready to run: its graph (training or inference), executor and weights. The
-//! examples and the fixture tests go through these same calls.
+//! A model ready to run: its graph (training or inference), executor and weights, for any
+//! model of the registry ([`ModelConfig`](crate::ModelConfig)). The examples and the fixture
+//! tests go through these same calls.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
-use wick_graph::ops::dropout::STEP_INPUT;
-use wick_graph::ops::optim::{Optimizer, OptimizerConfig};
+use wick_graph::nodes::dropout::STEP_INPUT;
+use wick_graph::nodes::optim::{Optimizer, OptimizerConfig};
 use wick_graph::passes::data_parallel::{DataParallel, DataParallelOptions};
 use wick_graph::{Executor, GraphBuilder, Mode, PassSet, StepPart, ValueId};
 use wick_ops::SgdParams;
@@ -95,7 +96,8 @@ fn forward_graph(
     }
 }
 
-/// A ResNet as a buffered graph on a device, with its weights.
+/// A model (any [`ModelConfig`](crate::ModelConfig)) as a buffered graph on a device, with
+/// its weights.
 #[derive(Debug)]
 pub struct Session {
     config: ModelConfig,

@@ -126,7 +126,7 @@ fn periodic_checkpoints_are_kept_to_the_newest_and_partial_folders_removed() {
 }
 
 /// EfficientNet-B0 (dropout and stochastic depth on) at 16x16 trained by `optimizer`.
-fn zoo_session(optimizer: wick_graph::ops::optim::OptimizerConfig) -> Session {
+fn zoo_session(optimizer: wick_graph::nodes::optim::OptimizerConfig) -> Session {
     use wick_models::{ZooArch, ZooConfig};
     let config = ZooConfig {
         dropout: 0.3,
@@ -138,7 +138,7 @@ fn zoo_session(optimizer: wick_graph::ops::optim::OptimizerConfig) -> Session {
 
 #[test]
 fn adam_adamw_and_dropout_resume_bit_for_bit() {
-    use wick_graph::ops::optim::{Optimizer, OptimizerConfig, ParamSelector};
+    use wick_graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
     use wick_ops::AdamParams;
     let configs = [
         OptimizerConfig::from(Optimizer::Adam(AdamParams::adam(1e-3))).clip_grad_norm(1.0),
@@ -191,7 +191,7 @@ fn adam_adamw_and_dropout_resume_bit_for_bit() {
 
 #[test]
 fn a_checkpoint_of_another_optimizer_is_refused_naming_the_entry() {
-    use wick_graph::ops::optim::Optimizer;
+    use wick_graph::nodes::optim::Optimizer;
     use wick_ops::AdamParams;
     let dir = common::scratch("wick-resume-mismatch-");
     let mut sgd = session();

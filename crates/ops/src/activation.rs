@@ -1,66 +1,523 @@
-//! ReLU and its gradient.
+//! The smooth and piecewise activations beyond ReLU: sigmoid, tanh, SiLU, GELU (exact and
+//! tanh forms), ReLU6, hardswish, hardsigmoid and LeakyReLU, forward and backward, with
+//! PyTorch's definitions, including its choices at the kinks: ReLU6's and hardsigmoid's
+//! gradient is 0 at both ends of their linear range, hardswish's is 0 at -3 and 1 at 3.
+//!
+//! On the CPU the piecewise-linear ones run in the tensor's dtype, as PyTorch computes
+//! them; f32 sigmoid and SiLU use a vectorisable `exp` within 2 ulp (results within 4
+//! ulp); the others are computed in f64 per element and rounded once. The device-generic
+//! path uses candle's tensor ops in the tensor's dtype.
 
 use candle_core::{DType, Tensor};
 
 use crate::cpu::{self, dispatch_float, Float};
-use crate::error::{CandleContext, Result};
+use crate::error::{CandleContext, OpError, Result};
 use crate::route::{route, Route};
 
-const OP: &str = "relu";
+/// An activation function. [`LeakyRelu`](Activation::LeakyRelu)'s negative slope is a
+/// setting of the graph node, not of the kernel's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Activation {
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `tanh(x)`.
+    Tanh,
+    /// `x * sigmoid(x)` (swish).
+    Silu,
+    /// `x * Φ(x)`, Φ the standard normal CDF (PyTorch's `approximate="none"`).
+    Gelu,
+    /// GELU's tanh approximation (PyTorch's `approximate="tanh"`).
+    GeluTanh,
+    /// `min(max(x, 0), 6)`.
+    Relu6,
+    /// `x * relu6(x + 3) / 6`.
+    Hardswish,
+    /// `relu6(x + 3) / 6`.
+    Hardsigmoid,
+    /// `x` for `x > 0`, else `slope * x`.
+    LeakyRelu,
+}
 
-/// ReLU forward: `max(x, 0)`, with NaN passed through as in PyTorch (a `max` that drops
-/// NaN would hide a diverging run behind a finite loss).
-pub fn relu(x: &Tensor) -> Result<Tensor> {
-    match (route(x.device()), x.dtype()) {
-        (Route::Cpu, DType::F32 | DType::F64) => dispatch_float!(OP, x.dtype(), relu_cpu(x)),
-        #[cfg(feature = "cuda")]
-        (Route::Cuda, DType::F32 | DType::F64) => {
-            crate::gpu::elementwise::activation_forward(OP, "relu", x, 0.0)
+impl Activation {
+    /// Every activation, in declaration order.
+    pub const ALL: [Activation; 9] = [
+        Activation::Sigmoid,
+        Activation::Tanh,
+        Activation::Silu,
+        Activation::Gelu,
+        Activation::GeluTanh,
+        Activation::Relu6,
+        Activation::Hardswish,
+        Activation::Hardsigmoid,
+        Activation::LeakyRelu,
+    ];
+
+    /// The forward kernel's name (`Sigmoid`, `GELU`, `Hardswish`...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "Sigmoid",
+            Activation::Tanh => "Tanh",
+            Activation::Silu => "SiLU",
+            Activation::Gelu => "GELU",
+            Activation::GeluTanh => "GELUTanh",
+            Activation::Relu6 => "ReLU6",
+            Activation::Hardswish => "Hardswish",
+            Activation::Hardsigmoid => "Hardsigmoid",
+            Activation::LeakyRelu => "LeakyReLU",
         }
-        // candle's relu is `max(x, 0)`, which maps NaN to 0 on the GPU.
-        _ => x
-            .le(0.0)
-            .ctx(OP)?
-            .where_cond(&x.zeros_like().ctx(OP)?, x)
-            .ctx(OP),
+    }
+
+    /// The backward kernel's name (`SigmoidBackward`...).
+    pub fn backward_name(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "SigmoidBackward",
+            Activation::Tanh => "TanhBackward",
+            Activation::Silu => "SiLUBackward",
+            Activation::Gelu => "GELUBackward",
+            Activation::GeluTanh => "GELUTanhBackward",
+            Activation::Relu6 => "ReLU6Backward",
+            Activation::Hardswish => "HardswishBackward",
+            Activation::Hardsigmoid => "HardsigmoidBackward",
+            Activation::LeakyRelu => "LeakyReLUBackward",
+        }
+    }
+
+    /// The name of its kernels in `crates/ops/cuda/elementwise.cu`
+    /// (`<name>_forward_f32`, `<name>_backward_f64`...).
+    pub fn cuda_kernel(self) -> &'static str {
+        match self {
+            Activation::Sigmoid => "sigmoid",
+            Activation::Tanh => "tanh",
+            Activation::Silu => "silu",
+            Activation::Gelu => "gelu",
+            Activation::GeluTanh => "gelu_tanh",
+            Activation::Relu6 => "relu6",
+            Activation::Hardswish => "hardswish",
+            Activation::Hardsigmoid => "hardsigmoid",
+            Activation::LeakyRelu => "leaky_relu",
+        }
+    }
+
+    /// Whether the gradient is computed from the forward output (sigmoid, tanh) rather
+    /// than the input: the backward node then keeps the output alive, not the input.
+    pub fn backward_reads_output(self) -> bool {
+        matches!(self, Activation::Sigmoid | Activation::Tanh)
+    }
+
+    /// FLOPs per element of the forward pass (a transcendental counts as one).
+    pub fn flops_per_element(self) -> u64 {
+        match self {
+            Activation::Relu6 | Activation::LeakyRelu => 1,
+            Activation::Hardsigmoid | Activation::Tanh => 3,
+            Activation::Sigmoid | Activation::Hardswish => 4,
+            Activation::Silu | Activation::Gelu => 5,
+            Activation::GeluTanh => 8,
+        }
+    }
+
+    /// FLOPs per element of the backward pass.
+    pub fn backward_flops_per_element(self) -> u64 {
+        match self {
+            Activation::Relu6 | Activation::LeakyRelu | Activation::Hardsigmoid => 1,
+            Activation::Hardswish | Activation::Tanh | Activation::Sigmoid => 3,
+            Activation::Silu => 7,
+            Activation::Gelu => 8,
+            Activation::GeluTanh => 12,
+        }
     }
 }
 
-/// ReLU backward: 0 where `x <= 0`, else `grad_y` (PyTorch's `threshold_backward`, so a
-/// NaN input passes its gradient on). The gradient at exactly 0 is 0, as in PyTorch
-/// (candle's autograd gives 1 there). `x` may be the forward input or output: both are
-/// positive (and NaN) at the same places.
-pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
-    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
-    if route(x.device()) == Route::Cpu && x.dtype() == grad_y.dtype() {
-        return dispatch_float!(OP, x.dtype(), relu_backward_cpu(grad_y, x));
+const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
+const GELU_TANH_C: f64 = 0.044715;
+
+/// `out[i] = f(x[i], g[i])` (`g[i]` = 0 without `g`) over f32 CPU tensors, each chunk
+/// compiled for the CPU's widest vectors ([`cpu::vectorized`]).
+fn wide_f32(
+    op: &'static str,
+    x: &Tensor,
+    g: Option<&Tensor>,
+    f: impl Fn(f32, f32) -> f32 + Sync + Copy,
+) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let mut out = vec![0f32; x.elem_count()];
+    cpu::with_slice::<f32, _>(op, x, |xs| {
+        let mut body = |gs: Option<&[f32]>| {
+            out.par_chunks_mut(cpu::CHUNK)
+                .enumerate()
+                .for_each(|(i, o)| {
+                    let a = &xs[i * cpu::CHUNK..][..o.len()];
+                    match gs {
+                        Some(gs) => {
+                            let b = &gs[i * cpu::CHUNK..][..o.len()];
+                            cpu::vectorized(|| {
+                                for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+                                    *o = f(*a, *b);
+                                }
+                            })
+                        }
+                        None => cpu::vectorized(|| {
+                            for (o, a) in o.iter_mut().zip(a) {
+                                *o = f(*a, 0.0);
+                            }
+                        }),
+                    }
+                });
+        };
+        match g {
+            Some(g) => cpu::with_slice::<f32, _>(op, g, |gs| {
+                body(Some(gs));
+                Ok(())
+            }),
+            None => {
+                body(None);
+                Ok(())
+            }
+        }
+    })?;
+    cpu::tensor(op, out, x.dims())
+}
+
+/// `e^x` in f32 by Cephes' `expf`: `2^n · p(r)` with `n = round(x / ln 2)`, `r` the
+/// remainder and a degree-6 polynomial, within 2 ulp; branch-free, so loops over it
+/// vectorise. NaN stays NaN; the input is clamped to where the result is finite.
+#[inline(always)]
+fn exp_f32(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
+    let x = x.clamp(-87.336_55, 88.376_26);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let mut p = 1.987_569_2e-4f32;
+    p = p * r + 1.398_199_9e-3;
+    p = p * r + 8.333_452e-3;
+    p = p * r + 4.166_579_6e-2;
+    p = p * r + 0.166_666_65;
+    p = p * r + 0.5;
+    let y = p * r * r + r + 1.0;
+    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// `1 / (1 + e^-x)` in f32, within 3 ulp.
+#[inline(always)]
+fn sigmoid_f32(x: f32) -> f32 {
+    1.0 / (1.0 + exp_f32(-x))
+}
+
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `f(x)` in f64.
+fn forward64(kind: Activation, slope: f64, x: f64) -> f64 {
+    match kind {
+        Activation::Sigmoid => sigmoid64(x),
+        Activation::Tanh => x.tanh(),
+        Activation::Silu => x * sigmoid64(x),
+        Activation::Gelu => 0.5 * x * (1.0 + candle_core::cpu::erf::erf_f64(x / 2f64.sqrt())),
+        Activation::GeluTanh => {
+            0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x)).tanh())
+        }
+        Activation::Relu6 => relu6(x),
+        Activation::Hardswish => x * relu6(x + 3.0) / 6.0,
+        Activation::Hardsigmoid => relu6(x + 3.0) / 6.0,
+        Activation::LeakyRelu => {
+            if x > 0.0 {
+                x
+            } else {
+                x * slope
+            }
+        }
+    }
+}
+
+/// `min(max(x, 0), 6)` with NaN passed through.
+fn relu6(x: f64) -> f64 {
+    if x.is_nan() {
+        x
+    } else {
+        x.clamp(0.0, 6.0)
+    }
+}
+
+/// `f'(x)` in f64, from the input `x` or (for sigmoid and tanh) the output `y`.
+fn derivative64(kind: Activation, slope: f64, x: f64) -> f64 {
+    match kind {
+        Activation::Sigmoid => x * (1.0 - x),
+        Activation::Tanh => 1.0 - x * x,
+        Activation::Silu => {
+            let s = sigmoid64(x);
+            s * (1.0 + x * (1.0 - s))
+        }
+        Activation::Gelu => {
+            let cdf = 0.5 * (1.0 + candle_core::cpu::erf::erf_f64(x / 2f64.sqrt()));
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            cdf + x * pdf
+        }
+        Activation::GeluTanh => {
+            let inner = SQRT_2_OVER_PI * (x + GELU_TANH_C * x * x * x);
+            let t = inner.tanh();
+            let d_inner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * x * x);
+            0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * d_inner
+        }
+        Activation::Relu6 => f64::from(u8::from(x > 0.0 && x < 6.0)),
+        Activation::Hardswish => {
+            if x <= -3.0 {
+                0.0
+            } else if x < 3.0 {
+                x / 3.0 + 0.5
+            } else {
+                1.0
+            }
+        }
+        Activation::Hardsigmoid => {
+            if x > -3.0 && x < 3.0 {
+                1.0 / 6.0
+            } else {
+                0.0
+            }
+        }
+        Activation::LeakyRelu => {
+            if x > 0.0 {
+                1.0
+            } else {
+                slope
+            }
+        }
+    }
+}
+
+fn op_name(kind: Activation) -> &'static str {
+    kind.name()
+}
+
+/// The activation `kind` of `x` (`slope` is LeakyReLU's negative slope; the others ignore it).
+pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
+    let op = op_name(kind);
+    if route(x.device()) == Route::Cpu && matches!(x.dtype(), DType::F32 | DType::F64) {
+        return dispatch_float!(op, x.dtype(), forward_cpu(kind, slope, x));
     }
     #[cfg(feature = "cuda")]
-    if route(x.device()) == Route::Cuda
-        && x.dtype() == grad_y.dtype()
-        && matches!(x.dtype(), DType::F32 | DType::F64)
-    {
-        return crate::gpu::elementwise::activation_backward(OP, "relu", grad_y, x, 0.0);
+    if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
+        return crate::gpu::elementwise::activation_forward(op, kind.cuda_kernel(), x, slope);
     }
-    let mask = x.le(0.0).ctx(OP)?;
-    mask.where_cond(&grad_y.zeros_like().ctx(OP)?, grad_y)
-        .ctx(OP)
+    forward_generic(kind, slope, x).ctx(op)
 }
 
-fn relu_backward_cpu<T: Float>(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
-    cpu::zip_map::<T>(OP, grad_y, x, |g, v| if v <= T::ZERO { T::ZERO } else { g })
+fn forward_cpu<T: Float>(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
+    let op = op_name(kind);
+    // The piecewise-linear ones in the tensor's own dtype, as PyTorch computes them (and
+    // as fast as a copy); the smooth ones in f64, rounded once.
+    let (three, six, k) = (T::from_f64(3.0), T::from_f64(6.0), T::from_f64(slope));
+    let relu6 = move |v: T| {
+        if v <= T::ZERO {
+            T::ZERO
+        } else if v >= six {
+            six
+        } else {
+            v
+        }
+    };
+    match kind {
+        Activation::Relu6 => cpu::map::<T>(op, x, relu6),
+        Activation::Hardswish => cpu::map::<T>(op, x, move |v| v * relu6(v + three) / six),
+        Activation::Hardsigmoid => cpu::map::<T>(op, x, move |v| relu6(v + three) / six),
+        Activation::LeakyRelu => cpu::map::<T>(op, x, move |v| if v > T::ZERO { v } else { v * k }),
+        Activation::Sigmoid if x.dtype() == DType::F32 => {
+            wide_f32(op, x, None, |v, _| sigmoid_f32(v))
+        }
+        Activation::Silu if x.dtype() == DType::F32 => {
+            wide_f32(op, x, None, |v, _| v * sigmoid_f32(v))
+        }
+        _ => cpu::map::<T>(op, x, |v| T::from_f64(forward64(kind, slope, v.to_f64()))),
+    }
 }
 
-fn relu_cpu<T: Float>(x: &Tensor) -> Result<Tensor> {
-    cpu::map::<T>(OP, x, |v| if v <= T::ZERO { T::ZERO } else { v })
+fn forward_generic(kind: Activation, slope: f64, x: &Tensor) -> candle_core::Result<Tensor> {
+    let sigmoid = |x: &Tensor| (x.neg()?.exp()? + 1.0)?.recip();
+    let relu6 = |x: &Tensor| x.clamp(0.0, 6.0);
+    match kind {
+        Activation::Sigmoid => sigmoid(x),
+        Activation::Tanh => x.tanh(),
+        Activation::Silu => x * sigmoid(x)?,
+        Activation::Gelu => x.gelu_erf(),
+        Activation::GeluTanh => x.gelu(),
+        Activation::Relu6 => relu6(x),
+        Activation::Hardswish => x * (relu6(&(x + 3.0)?)? / 6.0)?,
+        Activation::Hardsigmoid => relu6(&(x + 3.0)?)? / 6.0,
+        Activation::LeakyRelu => {
+            let neg = (x * slope)?;
+            x.gt(0.0)?.where_cond(x, &neg)
+        }
+    }
 }
 
-/// ReLU FLOPs: one comparison per element.
-pub fn relu_flops(shape: &[usize]) -> u64 {
-    crate::shape::flop_count(1, shape)
+/// The gradient of activation `kind`: `grad_y * f'(x)`, where `saved` is the forward
+/// input `x`, or the forward output `y` when [`Activation::backward_reads_output`].
+pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -> Result<Tensor> {
+    let op = kind.backward_name();
+    crate::shape::same(op, "output gradient", grad_y.dims(), "saved", saved.dims())?;
+    if grad_y.dtype() != saved.dtype() {
+        return Err(OpError::invalid(
+            op,
+            format!(
+                "output gradient has dtype {:?} but the saved tensor {:?}",
+                grad_y.dtype(),
+                saved.dtype()
+            ),
+        ));
+    }
+    if route(saved.device()) == Route::Cpu && matches!(saved.dtype(), DType::F32 | DType::F64) {
+        return dispatch_float!(op, saved.dtype(), backward_cpu(kind, slope, grad_y, saved));
+    }
+    #[cfg(feature = "cuda")]
+    if route(saved.device()) == Route::Cuda && matches!(saved.dtype(), DType::F32 | DType::F64) {
+        return crate::gpu::elementwise::activation_backward(
+            op,
+            kind.cuda_kernel(),
+            grad_y,
+            saved,
+            slope,
+        );
+    }
+    let d = derivative_generic(kind, slope, saved).ctx(op)?;
+    (grad_y * d).ctx(op)
 }
 
-/// ReLU backward FLOPs: one comparison (select) per element.
-pub fn relu_backward_flops(shape: &[usize]) -> u64 {
-    crate::shape::flop_count(1, shape)
+fn backward_cpu<T: Float>(
+    kind: Activation,
+    slope: f64,
+    grad_y: &Tensor,
+    saved: &Tensor,
+) -> Result<Tensor> {
+    let op = kind.backward_name();
+    let (three, six, half, k) = (
+        T::from_f64(3.0),
+        T::from_f64(6.0),
+        T::from_f64(0.5),
+        T::from_f64(slope),
+    );
+    let zero = T::ZERO;
+    match kind {
+        Activation::Relu6 => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| {
+            if x > zero && x < six {
+                g
+            } else {
+                zero
+            }
+        }),
+        Activation::Hardswish => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| {
+            if x <= zero - three {
+                zero
+            } else if x < three {
+                g * (x / three + half)
+            } else {
+                g
+            }
+        }),
+        Activation::Hardsigmoid => cpu::zip_map::<T>(op, grad_y, saved, move |g, x| {
+            if x > zero - three && x < three {
+                g / six
+            } else {
+                zero
+            }
+        }),
+        Activation::LeakyRelu => {
+            cpu::zip_map::<T>(
+                op,
+                grad_y,
+                saved,
+                move |g, x| if x > zero { g } else { g * k },
+            )
+        }
+        Activation::Sigmoid => cpu::zip_map::<T>(op, grad_y, saved, |g, y| g * (y * (T::ONE - y))),
+        Activation::Silu if saved.dtype() == DType::F32 => {
+            wide_f32(op, saved, Some(grad_y), |x, g| {
+                let s = sigmoid_f32(x);
+                g * (s * (1.0 + x * (1.0 - s)))
+            })
+        }
+        _ => cpu::zip_map::<T>(op, grad_y, saved, |g, s| {
+            T::from_f64(g.to_f64() * derivative64(kind, slope, s.to_f64()))
+        }),
+    }
+}
+
+fn derivative_generic(kind: Activation, slope: f64, s: &Tensor) -> candle_core::Result<Tensor> {
+    let ones = s.ones_like()?;
+    let zeros = s.zeros_like()?;
+    let select = |mask: Tensor, a: &Tensor, b: &Tensor| mask.where_cond(a, b);
+    match kind {
+        Activation::Sigmoid => s * (1.0 - s)?,
+        Activation::Tanh => 1.0 - s.sqr()?,
+        Activation::Silu => {
+            let sig = (s.neg()?.exp()? + 1.0)?.recip()?;
+            let inner = ((s * (1.0 - &sig)?)? + 1.0)?;
+            sig * inner
+        }
+        Activation::Gelu => {
+            let cdf = (((s / 2f64.sqrt())?.erf()? + 1.0)? * 0.5)?;
+            let pdf = ((s.sqr()? * -0.5)?.exp()? / (2.0 * std::f64::consts::PI).sqrt())?;
+            cdf + (s * pdf)?
+        }
+        Activation::GeluTanh => {
+            let inner = ((s + (s.powf(3.0)? * GELU_TANH_C)?)? * SQRT_2_OVER_PI)?;
+            let t = inner.tanh()?;
+            let d_inner = (((s.sqr()? * (3.0 * GELU_TANH_C))? + 1.0)? * SQRT_2_OVER_PI)?;
+            let left = ((&t + 1.0)? * 0.5)?;
+            let right = (((s * 0.5)? * (1.0 - t.sqr()?)?)? * d_inner)?;
+            left + right
+        }
+        Activation::Relu6 => {
+            let inside = (s.gt(0.0)? * s.lt(6.0)?)?;
+            select(inside, &ones, &zeros)
+        }
+        Activation::Hardswish => {
+            let mid = ((s / 3.0)? + 0.5)?;
+            let upper = select(s.lt(3.0)?, &mid, &ones)?;
+            select(s.le(-3.0)?, &zeros, &upper)
+        }
+        Activation::Hardsigmoid => {
+            let inside = (s.gt(-3.0)? * s.lt(3.0)?)?;
+            select(inside, &(ones / 6.0)?, &zeros)
+        }
+        Activation::LeakyRelu => select(s.gt(0.0)?, &ones, &(ones.clone() * slope)?),
+    }
+}
+
+/// Forward FLOPs of `kind` over a tensor of `shape`.
+pub fn flops(kind: Activation, shape: &[usize]) -> u64 {
+    crate::shape::flop_count(kind.flops_per_element(), shape)
+}
+
+/// Backward FLOPs of `kind` over a tensor of `shape`.
+pub fn backward_flops(kind: Activation, shape: &[usize]) -> u64 {
+    crate::shape::flop_count(kind.backward_flops_per_element(), shape)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// |a - b| in units of b's f32 ulp.
+    fn ulps(a: f32, b: f64) -> f64 {
+        let b32 = b as f32;
+        let ulp = (f32::from_bits(b32.abs().to_bits() + 1) - b32.abs()) as f64;
+        (a as f64 - b).abs() / ulp
+    }
+
+    #[test]
+    fn f32_exp_and_sigmoid_stay_within_their_ulp_bounds() {
+        let (mut worst_exp, mut worst_sigmoid) = (0f64, 0f64);
+        for i in 0..=2_000_000 {
+            let x = -87.0 + 175.0 * i as f32 / 2_000_000.0;
+            worst_exp = worst_exp.max(ulps(exp_f32(x), (x as f64).exp()));
+            worst_sigmoid = worst_sigmoid.max(ulps(sigmoid_f32(x), sigmoid64(x as f64)));
+        }
+        assert!(worst_exp <= 2.0, "exp: {worst_exp} ulp");
+        assert!(worst_sigmoid <= 3.0, "sigmoid: {worst_sigmoid} ulp");
+        assert!(exp_f32(f32::NAN).is_nan() && sigmoid_f32(f32::NAN).is_nan());
+        assert_eq!(sigmoid_f32(f32::INFINITY), 1.0);
+        assert!(sigmoid_f32(f32::NEG_INFINITY) < 1e-37);
+        assert_eq!(exp_f32(0.0), 1.0);
+    }
 }

@@ -43,7 +43,7 @@ fn add_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 }
 
 /// `relu(a + b)` in one pass (`AddReLU`, a residual block's end): ReLU as
-/// [`relu`](crate::activation::relu) (0 where the sum is <= 0, NaN kept).
+/// [`relu`](crate::relu::relu) (0 where the sum is <= 0, NaN kept).
 pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
     if on_cpu_kernel(a, b) {
@@ -53,7 +53,7 @@ pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if on_cuda_kernel(a, b) {
         return crate::gpu::elementwise::binary(OP, "add_relu", a, b);
     }
-    crate::activation::relu(&(a + b).ctx(OP)?)
+    crate::relu::relu(&(a + b).ctx(OP)?)
 }
 
 fn add_relu_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {

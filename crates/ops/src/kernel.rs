@@ -6,9 +6,9 @@
 
 use candle_core::Device;
 
+use crate::activation::Activation;
 use crate::broadcast::BinaryOp;
 use crate::device_kind::DeviceKind;
-use crate::pointwise::Activation;
 use crate::regression_loss::ElementwiseLoss;
 
 /// Every kernel wick-ops runs. A graph node carries one; [`Kernel::name`] gives the text.

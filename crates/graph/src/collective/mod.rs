@@ -9,10 +9,10 @@
 //! this trait; wick adds no network layer of its own.
 
 mod communicator;
-mod launch;
+mod launch_env;
 mod queue;
 pub use communicator::{Communicator, SingleProcess};
-pub use launch::LaunchEnv;
+pub use launch_env::LaunchEnv;
 pub use queue::{BucketTiming, CommQueue, Pending, DEFAULT_TIMEOUT};
 
 #[cfg(feature = "nccl")]

@@ -17,7 +17,7 @@ use cudarc::driver::CudaStream;
 use cudarc::nccl::safe::{Comm, Id, ReduceOp};
 
 use super::communicator::Communicator;
-use super::launch::LaunchEnv;
+use super::launch_env::LaunchEnv;
 
 /// How long the bootstrap waits for rank 0 or for the other ranks.
 const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(300);

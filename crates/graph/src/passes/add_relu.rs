@@ -7,7 +7,7 @@ use wick_ops::Kernel;
 
 use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
-use crate::ops::fused_train::AddRelu;
+use crate::nodes::fused_train::AddRelu;
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);

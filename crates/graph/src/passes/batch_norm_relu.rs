@@ -8,8 +8,8 @@ use wick_ops::Kernel;
 
 use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
-use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
-use crate::ops::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
+use crate::nodes::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
+use crate::nodes::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);

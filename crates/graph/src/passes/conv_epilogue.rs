@@ -10,7 +10,7 @@ use wick_ops::conv::epilogue_flops;
 
 use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
-use crate::ops::conv_fused::{BiasSource, ConvBiasActivation};
+use crate::nodes::conv_fused::{BiasSource, ConvBiasActivation};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);

@@ -18,10 +18,10 @@ use crate::collective::{CommQueue, Communicator};
 use crate::error::{GraphError, Result};
 use crate::ir::Op;
 use crate::ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
-use crate::ops::all_reduce::{DistAllReduce, DistWait};
-use crate::ops::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
-use crate::ops::fused_train::BatchNormReluTrain;
-use crate::ops::sync_batchnorm::{SyncBatchNormTrain, SyncBatchNormTrainBackward};
+use crate::nodes::all_reduce::{DistAllReduce, DistWait};
+use crate::nodes::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
+use crate::nodes::fused_train::BatchNormReluTrain;
+use crate::nodes::sync_batchnorm::{SyncBatchNormTrain, SyncBatchNormTrainBackward};
 
 /// PyTorch DDP's default bucket size.
 pub const DEFAULT_BUCKET_BYTES: u64 = 25 * 1024 * 1024;

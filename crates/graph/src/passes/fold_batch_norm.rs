@@ -8,9 +8,9 @@ use wick_ops::conv::epilogue_flops;
 
 use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
-use crate::ops::batchnorm::BatchNormEval;
-use crate::ops::conv::Conv2d;
-use crate::ops::conv_fused::{BiasSource, ConvBiasActivation};
+use crate::nodes::batchnorm::BatchNormEval;
+use crate::nodes::conv::Conv2d;
+use crate::nodes::conv_fused::{BiasSource, ConvBiasActivation};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);

@@ -8,7 +8,7 @@ use wick_ops::pool::PoolKind;
 
 use super::rewrite::Uses;
 use crate::ir::Graph;
-use crate::ops::pool::Pool2d;
+use crate::nodes::pool::Pool2d;
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);

@@ -11,8 +11,8 @@ use wick_ops::{AdamParams, SgdParams};
 
 use super::rewrite::remove_nodes;
 use crate::ir::{Graph, Node, Op, Origin, Phase, ValueId};
-use crate::ops::optim::AdamUpdate;
-use crate::ops::optim::{AdamUpdateMultiTensor, SgdUpdate, SgdUpdateMultiTensor};
+use crate::nodes::optim::AdamUpdate;
+use crate::nodes::optim::{AdamUpdateMultiTensor, SgdUpdate, SgdUpdateMultiTensor};
 
 /// The layer name the merged nodes report in the profiler's per-layer views.
 pub const MERGED_LAYER: &str = "optimizer (all parameters)";

@@ -33,7 +33,7 @@ impl Session {
     /// statistics, parameters a device or Adam updated) are scanned. When an update saw a
     /// non-finite value, everything is scanned, to name the first.
     pub(super) fn first_non_finite_after_update(&self) -> Result<Option<(String, usize, f64)>> {
-        use wick_graph::ops::optim::UpdateCheck;
+        use wick_graph::nodes::optim::UpdateCheck;
         let checks = self.exec.graph().take_update_checks();
         if checks.iter().any(|(_, c)| *c == UpdateCheck::NonFinite) {
             return self.first_non_finite_parameter();

@@ -84,7 +84,7 @@ fn train(
         Route::Cuda | Route::Generic => {
             let mut out = generic::train(x, &layer)?;
             if relu {
-                out.y = crate::activation::relu(&out.y)?;
+                out.y = crate::relu::relu(&out.y)?;
             }
             Ok(out)
         }
@@ -205,7 +205,7 @@ fn batch_stats<'a>(
 
 /// The backward of [`batch_norm_relu_train`] (`BatchNormReLUBackward`): ReLU's mask
 /// folded into batch norm's backward. `grad_z` is the gradient of the ReLU output `z`;
-/// where `z <= 0` no gradient passes (as [`relu_backward`](crate::activation::relu_backward),
+/// where `z <= 0` no gradient passes (as [`relu_backward`](crate::relu::relu_backward),
 /// so exactly 0 passes none), read on the fly instead of written out by a separate pass.
 pub fn batch_norm_relu_train_backward(
     grad_z: &Tensor,
@@ -256,7 +256,7 @@ fn backward(
         }
         Route::Cuda | Route::Generic => match relu_out {
             Some(z) => {
-                let grad_y = crate::activation::relu_backward(grad_y, z)?;
+                let grad_y = crate::relu::relu_backward(grad_y, z)?;
                 generic::backward(&grad_y, x, weight, stats)
             }
             None => generic::backward(grad_y, x, weight, stats),

@@ -91,11 +91,7 @@ pub fn train_from_stats(
         .ctx(OP)?
         .broadcast_add(&per_channel(bias)?)
         .ctx(OP)?;
-    let y = if relu {
-        crate::activation::relu(&y)?
-    } else {
-        y
-    };
+    let y = if relu { crate::relu::relu(&y)? } else { y };
     let n = stats.count as f64;
     let unbiased = (&stats.var * (n / (n - 1.0))).ctx(OP)?;
     let blend = |running: &Tensor, batch: &Tensor| -> Result<Tensor> {
@@ -122,7 +118,7 @@ pub fn masked_grad(grad_y: &Tensor, relu_out: Option<&Tensor>) -> Result<Tensor>
                 "output gradient",
                 grad_y.dims(),
             )?;
-            crate::activation::relu_backward(grad_y, z)
+            crate::relu::relu_backward(grad_y, z)
         }
         None => Ok(grad_y.clone()),
     }

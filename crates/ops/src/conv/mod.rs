@@ -80,7 +80,7 @@ pub fn conv2d_fused(
                 out = (out + r).ctx(OP)?;
             }
             if epilogue.relu {
-                out = crate::activation::relu(&out)?;
+                out = crate::relu::relu(&out)?;
             }
             Ok(out)
         }

@@ -193,6 +193,6 @@ pub struct Epilogue<'a> {
     pub bias: Option<&'a Tensor>,
     /// The output's shape, added element-wise (a ResNet block's shortcut).
     pub residual: Option<&'a Tensor>,
-    /// ReLU last (`x <= 0` gives 0; NaN stays NaN, as in [`relu`](crate::activation::relu)).
+    /// ReLU last (`x <= 0` gives 0; NaN stays NaN, as in [`relu`](crate::relu::relu)).
     pub relu: bool,
 }

@@ -3,9 +3,9 @@
 //! difference is rounding) and f32; ReLU at exactly 0 and NaN behave as `relu`'s.
 
 use candle_core::{DType, Tensor};
-use wick_ops::activation::relu;
 use wick_ops::batchnorm::{batch_norm_eval, fold_into_conv, BatchNorm2dParams};
 use wick_ops::conv::{conv2d, conv2d_fused, Conv2dParams, Epilogue};
+use wick_ops::relu::relu;
 
 use crate::common::{assert_close, assert_error_names, rand_tensor, PATHS};
 

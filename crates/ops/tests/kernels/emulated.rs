@@ -7,10 +7,10 @@
 //! fixtures have their own files.
 
 use candle_core::{DType, Device, Tensor};
+use wick_ops::activation::{self, Activation};
 use wick_ops::emulate;
 use wick_ops::gpu::emulated::ffi;
 use wick_ops::gpu::Launch;
-use wick_ops::pointwise::{self, Activation};
 
 /// Guard elements either side of a buffer: more than a whole optimizer chunk, so even a
 /// chunk that runs past its tensor writes into the guard, not into other memory.
@@ -282,7 +282,7 @@ fn emulated_activations_match_the_cpu_kernels() {
             let slope = 0.01;
             let (fwd, bwd) = kernels_of(kind);
             let y = call_unary(fwd, &x, slope as f32);
-            let expected = host::<f32>(&pointwise::forward(kind, slope, &xt).unwrap());
+            let expected = host::<f32>(&activation::forward(kind, slope, &xt).unwrap());
             // In float, as PyTorch's CUDA kernels: within a few ulp of the f64 value, and
             // 1e-6 absolute where a tail cancels (GELU-tanh's gradient near -4).
             assert_near(
@@ -295,7 +295,7 @@ fn emulated_activations_match_the_cpu_kernels() {
             let saved = if kind.backward_reads_output() { &y } else { &x };
             let saved_t = tensor(saved, &[n]);
             let dx = call_backward(bwd, &g, saved, slope as f32);
-            let expected = host::<f32>(&pointwise::backward(kind, slope, &gt, &saved_t).unwrap());
+            let expected = host::<f32>(&activation::backward(kind, slope, &gt, &saved_t).unwrap());
             assert_near(
                 &format!("{kind:?} backward, n {n}"),
                 &dx,

@@ -5,10 +5,10 @@
 use crate::common::Fixture;
 use crate::emulated::{assert_near, call_backward, call_unary, host, Backward, Buf, Unary};
 use candle_core::Device;
+use wick_ops::activation::Activation;
 use wick_ops::emulate;
 use wick_ops::gpu::emulated::ffi;
 use wick_ops::gpu::{ChunkTable, Launch, CHUNK_LEN};
-use wick_ops::pointwise::Activation;
 
 type Forward64 = Unary<f64>;
 type Backward64 = Backward<f64>;

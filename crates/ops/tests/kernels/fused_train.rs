@@ -4,9 +4,9 @@
 //! match finite differences, and ReLU's mask at exactly 0 passes no gradient.
 
 use candle_core::{DType, Device, Tensor};
-use wick_ops::activation::{relu, relu_backward};
 use wick_ops::batchnorm::*;
 use wick_ops::elementwise::{add, add_relu};
+use wick_ops::relu::{relu, relu_backward};
 use wick_ops::KernelPath;
 
 use crate::common::*;

@@ -3,9 +3,9 @@
 //! wick's CPU kernels and on the device-generic path; and in float32 against float64.
 
 use candle_core::{DType, Tensor};
+use wick_ops::activation::{self, Activation};
 use wick_ops::broadcast::{self, BinaryOp, Operand};
 use wick_ops::norm;
-use wick_ops::pointwise::{self, Activation};
 use wick_ops::regression_loss::{self, ElementwiseLoss};
 
 use crate::common::*;
@@ -40,7 +40,7 @@ fn activations_match_pytorch_at_random_points_and_kinks() {
                 0.0
             };
             let x = f.t("x");
-            let y = pointwise::forward(kind, slope, x).unwrap();
+            let y = activation::forward(kind, slope, x).unwrap();
             // The generic path's erf is candle's approximation: 1e-7 where the CPU's is exact.
             let tol = if path == wick_ops::KernelPath::Generic {
                 1e-6
@@ -49,7 +49,7 @@ fn activations_match_pytorch_at_random_points_and_kinks() {
             };
             assert_close(&format!("{kind:?} out ({path:?})"), &y, f.t("out"), tol);
             let saved = if kind.backward_reads_output() { &y } else { x };
-            let dx = pointwise::backward(kind, slope, f.t("grad_out"), saved).unwrap();
+            let dx = activation::backward(kind, slope, f.t("grad_out"), saved).unwrap();
             // PyTorch's hardsigmoid gradient is the f32 constant 1/6 in every dtype; wick's
             // is 1/6 in the tensor's dtype.
             let tol = if kind == Activation::Hardsigmoid {
@@ -77,8 +77,8 @@ fn activations_in_f32_round_the_f64_result() {
             0.0
         };
         let x32 = f.t("x").to_dtype(DType::F32).unwrap();
-        let y32 = pointwise::forward(kind, slope, &x32).unwrap();
-        let y64 = pointwise::forward(kind, slope, &x32.to_dtype(DType::F64).unwrap()).unwrap();
+        let y32 = activation::forward(kind, slope, &x32).unwrap();
+        let y64 = activation::forward(kind, slope, &x32.to_dtype(DType::F64).unwrap()).unwrap();
         // Computed in f64 and rounded once, or in f32 (the piecewise-linear ones, as
         // PyTorch does; sigmoid and SiLU on a vectorised exp): within 4 f32 ulp of the
         // f64 result, relative to the largest value.
@@ -92,8 +92,8 @@ fn activations_in_f32_round_the_f64_result() {
         } else {
             (x32.clone(), x64)
         };
-        let d32 = pointwise::backward(kind, slope, &g32, &s32).unwrap();
-        let d64 = pointwise::backward(kind, slope, &g64, &s64).unwrap();
+        let d32 = activation::backward(kind, slope, &g32, &s32).unwrap();
+        let d64 = activation::backward(kind, slope, &g64, &s64).unwrap();
         let d32 = d32.to_dtype(DType::F64).unwrap();
         assert_close(&format!("{kind:?} f32 gradient"), &d32, &d64, 1e-6);
     }
@@ -106,10 +106,10 @@ fn activation_gradients_match_finite_differences() {
     let g = rand_tensor(8, &[3, 4, 5]);
     for kind in Activation::ALL {
         let slope = 0.3;
-        let y = pointwise::forward(kind, slope, &x).unwrap();
+        let y = activation::forward(kind, slope, &x).unwrap();
         let saved = if kind.backward_reads_output() { &y } else { &x };
-        let dx = pointwise::backward(kind, slope, &g, saved).unwrap();
-        let numeric = numeric_grad(|t| pointwise::forward(kind, slope, t).unwrap(), &x, &g);
+        let dx = activation::backward(kind, slope, &g, saved).unwrap();
+        let numeric = numeric_grad(|t| activation::forward(kind, slope, t).unwrap(), &x, &g);
         assert_close(&format!("{kind:?}"), &dx, &numeric, FD_TOL);
     }
 }

@@ -9,7 +9,7 @@ use wick_ops::{layout, Kernel, OpError};
 use crate::builder::GraphBuilder;
 use crate::error::Result;
 use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
-use crate::ops::linear::Reshape;
+use crate::nodes::linear::Reshape;
 
 /// Concatenation along `dim`. in: the parts; out: y.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,7 @@ use wick_ops::batchnorm::{self, BatchNorm2dParams};
 use wick_ops::{elementwise, DeviceKind, Kernel};
 
 use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp, ValueInfo};
-use crate::ops::batchnorm::{grads, train_outputs};
+use crate::nodes::batchnorm::{grads, train_outputs};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
 /// running_mean, running_var; out: z = relu(bn(x)), mean, inv_std, and the running

@@ -1,9 +1,9 @@
 //! The activations beyond ReLU (sigmoid, tanh, SiLU, GELU, ReLU6, hardswish, hardsigmoid,
-//! LeakyReLU): recording, backward rule, execution (kernels in `wick_ops::pointwise`).
+//! LeakyReLU): recording, backward rule, execution (kernels in `wick_ops::activation`).
 
 use std::sync::Arc;
 
-use wick_ops::pointwise::{self, Activation};
+use wick_ops::activation::{self, Activation};
 use wick_ops::{Kernel, OpError};
 
 use crate::builder::GraphBuilder;
@@ -50,7 +50,7 @@ impl GraphBuilder {
             )));
         }
         let xs = self.shape(x).to_vec();
-        let flops = pointwise::flops(kind, &xs);
+        let flops = activation::flops(kind, &xs);
         let new = vec![(op, xs, self.dtype_of(x))];
         let node = Arc::new(ActivationOp { kind, slope });
         Ok(self.push(node, vec![x], new, vec![], flops)[0])
@@ -109,7 +109,7 @@ impl NodeOp for ActivationOp {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = arg(inputs, 0, self.kind.name())?;
-        one(pointwise::forward(self.kind, self.slope, x)?)
+        one(activation::forward(self.kind, self.slope, x)?)
     }
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
@@ -120,7 +120,7 @@ impl NodeOp for ActivationOp {
             ctx.input(0)
         };
         let xs = ctx.shape(ctx.input(0));
-        let flops = pointwise::backward_flops(self.kind, &xs);
+        let flops = activation::backward_flops(self.kind, &xs);
         let op = ActivationBackward {
             kind: self.kind,
             slope: self.slope,
@@ -139,6 +139,6 @@ impl NodeOp for ActivationBackward {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, saved] = args(inputs, self.kind.backward_name())?;
-        one(pointwise::backward(self.kind, self.slope, gy, saved)?)
+        one(activation::backward(self.kind, self.slope, gy, saved)?)
     }
 }

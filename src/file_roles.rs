@@ -5,7 +5,7 @@
 //! exist by their canonical folder and name.
 //!
 //! ```
-//! use wick_graph::file_roles::FileRoles;
+//! use wick::file_roles::FileRoles;
 //! let dir = std::env::temp_dir();
 //! let mut files = FileRoles::default();
 //! files.output("--json", &dir.join("wick-doc-p.json"))?;
@@ -17,7 +17,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::output::{check_writable, resolve_target, OutputError};
+use wick_graph::atomic_write::{check_writable, resolve_target, OutputError};
 
 /// Where a file is, whatever the spelling of its path: its device and inode when it
 /// exists, and its canonical path (for a new file, its canonical folder and its name).

@@ -4,6 +4,7 @@
 
 pub mod activation;
 pub mod adaptive_pool;
+pub mod add;
 pub mod all_reduce;
 pub mod arithmetic;
 pub mod batchnorm;
@@ -11,7 +12,6 @@ pub mod conv;
 pub mod conv_fused;
 pub mod custom;
 pub mod dropout;
-pub mod elementwise;
 pub mod fused_train;
 pub mod layout;
 pub mod linear;
@@ -20,5 +20,6 @@ pub mod norm;
 pub mod optim;
 pub mod pool;
 pub mod regression_loss;
+pub mod relu;
 pub mod resample;
 pub mod sync_batchnorm;

@@ -217,7 +217,7 @@ impl NodeOp for ConvTranspose {
         }
         if self.has_bias && ctx.needs_grad(ctx.input(2)) {
             let b = ctx.input(2);
-            let op = crate::ops::conv::ConvBackwardBias;
+            let op = crate::nodes::conv::ConvBackwardBias;
             let g = ctx.record(
                 op,
                 vec![gy],

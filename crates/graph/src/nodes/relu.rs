@@ -1,0 +1,63 @@
+//! ReLU: recording, backward rule, execution (kernels in `wick_ops::relu`).
+
+use std::sync::Arc;
+
+use wick_ops::{relu, Kernel};
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// ReLU forward. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Relu;
+
+/// ReLU backward. in: grad_y, y (the forward output: y > 0 exactly where x > 0); out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReluBackward;
+
+impl GraphBuilder {
+    /// ReLU.
+    pub fn relu(&mut self, x: ValueId) -> Result<ValueId> {
+        self.forward_only("relu")?;
+        let xs = self.shape(x).to_vec();
+        let flops = relu::relu_flops(&xs);
+        let new = vec![("relu", xs, self.dtype_of(x))];
+        Ok(self.push(Arc::new(Relu), vec![x], new, vec![], flops)[0])
+    }
+}
+
+impl NodeOp for Relu {
+    fn kernel(&self) -> Kernel {
+        Kernel::ReLU
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(relu::relu(arg(inputs, 0, "relu")?)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let (gy, y) = (ctx.grad_y()?, ctx.output(0));
+        let xs = ctx.shape(ctx.input(0));
+        let flops = relu::relu_backward_flops(&xs);
+        let g = ctx.record(
+            ReluBackward,
+            vec![gy, y],
+            vec![("grad.relu", xs, ctx.dtype())],
+            flops,
+        );
+        ctx.contribute(ctx.input(0), g[0]);
+        Ok(())
+    }
+}
+
+impl NodeOp for ReluBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::ReLUBackward
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, y] = args(inputs, "relu")?;
+        one(relu::relu_backward(gy, y)?)
+    }
+}
