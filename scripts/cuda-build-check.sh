@@ -18,12 +18,23 @@ awk '/extern "C" \{/{getline; if (match($0,/fn [A-Za-z_0-9]+\(/)) print "void " 
 cc -shared -fPIC -Wl,-soname,libnccl.so.2 -o "$STUBS/libnccl.so" "$STUBS/libnccl.c"
 echo "cuda-build-check: NCCL link stub with $(wc -l <"$STUBS/libnccl.c") symbols in $STUBS"
 export RUSTFLAGS="${RUSTFLAGS:-} -L native=$STUBS"
-# A check that the code compiles and links needs no debug info and no incremental cache:
-# with them every test binary is ~280 MB and the build filled CI's disk (11 GB).
-export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-0} CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
-CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda} WORK=${WORK:-$PWD/target/cuda-ci} \
-  FEATURES="cudnn nccl" CARGO_CMD=build CARGO_ARGS="${CARGO_ARGS:---workspace --all-targets}" \
+# Two passes, both in the `cuda-check` profile (Cargo.toml: no optimisation, no debug info,
+# no incremental cache): clippy over every target (the whole workspace compiles and lints
+# with the CUDA features, warnings as errors), then a build that links what a GPU user
+# runs: the library, `wick-prof` and the examples. Test and bench binaries are checked,
+# not linked.
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda} WORK=${WORK:-$PWD/target/cuda-ci}
+start=$(date +%s)
+FEATURES="cudnn nccl" CARGO_CMD=clippy \
+  CARGO_ARGS="${CARGO_CHECK_ARGS:---workspace --all-targets --profile cuda-check -- -D warnings}" \
   bash "$SHARED/tools/cuda-build-check.sh"
+echo "cuda-build-check: clippy over every target took $(( $(date +%s) - start )) s"
+start=$(date +%s)
+FEATURES="cudnn nccl" CARGO_CMD=build \
+  CARGO_ARGS="${CARGO_LINK_ARGS:---workspace --lib --bins --examples --profile cuda-check}" \
+  bash "$SHARED/tools/cuda-build-check.sh"
+echo "cuda-build-check: linking the library, wick-prof and the examples took $(( $(date +%s) - start )) s"
 
 # wick's own kernels, compiled to PTX by nvcc for the H100/H200 (sm_90) and the A100
 # (sm_80), in the form NVRTC compiles at run time: the shared header in front, no
