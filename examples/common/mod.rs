@@ -64,26 +64,15 @@ impl ModelArgs {
         let stem: Stem = self.stem.parse()?;
         let name = self.model.as_deref().unwrap_or(default_model);
         let mut config = ModelConfig::by_name(name, stem, self.num_classes)?;
-        match &mut config {
-            ModelConfig::Zoo(zoo) => {
-                for (flag, value) in [
-                    ("--dropout", self.dropout),
-                    ("--stochastic-depth", self.stochastic_depth),
-                ] {
-                    if let Some(p) = value.filter(|p| !(0.0..1.0).contains(p)) {
-                        anyhow::bail!("{flag} {p}: a probability in [0, 1) is needed");
-                    }
-                }
-                zoo.dropout = self.dropout.unwrap_or(zoo.dropout);
-                zoo.stochastic_depth = self.stochastic_depth.unwrap_or(zoo.stochastic_depth);
-            }
-            ModelConfig::ResNet(_) => {
-                if self.dropout.is_some() || self.stochastic_depth.is_some() {
-                    anyhow::bail!(
-                        "--dropout and --stochastic-depth apply to zoo models; {name} has neither"
-                    );
-                }
-            }
+        if let Some(p) = self.dropout {
+            config = config
+                .with_dropout(p)
+                .map_err(|e| anyhow::anyhow!("--dropout: {e}"))?;
+        }
+        if let Some(p) = self.stochastic_depth {
+            config = config
+                .with_stochastic_depth(p)
+                .map_err(|e| anyhow::anyhow!("--stochastic-depth: {e}"))?;
         }
         Ok(config)
     }

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Normal, Uniform};
 
 use crate::error::{ModelError, Result};
 use crate::model::ModelConfig;
-use crate::resnet::{ResNetConfig, TensorRole};
+use crate::nn::{TensorRole, TensorSpec};
 
 /// How a session's weights are initialised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,23 +24,31 @@ pub enum WeightInit {
 impl WeightInit {
     /// The floating-point state dict of `config` under this initialiser (f32, CPU).
     pub fn state_dict(self, config: &ModelConfig) -> Result<HashMap<String, Tensor>> {
-        match (self, config) {
-            (WeightInit::Torchvision(seed), ModelConfig::ResNet(c)) => torchvision_init(c, seed),
-            (WeightInit::Torchvision(seed), _) => {
-                crate::nn::initial_state(&config.state_spec()?, seed)
-            }
-            (WeightInit::Formula, _) => formula::from_specs(&config.state_spec()?),
+        match self {
+            WeightInit::Torchvision(seed) => torchvision_init(*config, seed),
+            WeightInit::Formula => formula::from_specs(&config.state_spec()?),
         }
     }
 }
 
-/// Fresh weights as torchvision makes them: Kaiming-normal convolutions (fan out, relu
-/// gain), batch-norm weight 1 and bias 0, running mean 0 and variance 1, and `nn.Linear`'s
-/// default (uniform within ±1/sqrt(fan_in) for weight and bias). f32, on the CPU.
-pub fn torchvision_init(config: &ResNetConfig, seed: u64) -> Result<HashMap<String, Tensor>> {
+/// Fresh weights of `config` as torchvision makes them, from `seed` (its architecture's
+/// [`init`](crate::model::Architecture::init)). f32, on the CPU.
+pub fn torchvision_init(
+    config: impl Into<ModelConfig>,
+    seed: u64,
+) -> Result<HashMap<String, Tensor>> {
+    let config = config.into();
+    (config.arch.init)(&config.state_spec()?, seed)
+}
+
+/// A ResNet's weights as torchvision makes them, drawn in state-dict order from one
+/// generator: Kaiming-normal convolutions (fan out, relu gain), batch-norm weight 1 and
+/// bias 0, running mean 0 and variance 1, and `nn.Linear`'s default (uniform within
+/// ±1/sqrt(fan_in) for weight and bias). f32, on the CPU.
+pub fn resnet_init(specs: &[TensorSpec], seed: u64) -> Result<HashMap<String, Tensor>> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = HashMap::new();
-    for spec in config.state_spec()? {
+    for spec in specs.iter().cloned() {
         let n: usize = spec.shape.iter().product();
         let data: Vec<f32> = match spec.role {
             TensorRole::ConvWeight => {
@@ -50,7 +58,7 @@ pub fn torchvision_init(config: &ResNetConfig, seed: u64) -> Result<HashMap<Stri
                 (0..n).map(|_| normal.sample(&mut rng)).collect()
             }
             TensorRole::FcWeight | TensorRole::FcBias => {
-                let fan_in = config.features() as f32;
+                let fan_in = spec.fan_in as f32;
                 let bound = 1.0 / fan_in.sqrt();
                 let uniform = Uniform::new(-bound, bound)
                     .map_err(|e| ModelError::Config(format!("{}: {e}", spec.name)))?;
@@ -83,7 +91,8 @@ pub mod formula {
 
     use crate::error::Result;
     use crate::image::ImageSize;
-    use crate::resnet::{ResNetConfig, TensorRole};
+    use crate::model::ModelConfig;
+    use crate::nn::TensorRole;
 
     /// FNV-1a, 64 bits, of `name`'s UTF-8 bytes.
     pub fn fnv1a(name: &str) -> u64 {
@@ -130,8 +139,8 @@ pub mod formula {
     }
 
     /// Every floating-point state-dict entry of `config` by the formula (f32, CPU).
-    pub fn state_dict(config: &ResNetConfig) -> Result<HashMap<String, Tensor>> {
-        from_specs(&config.state_spec()?)
+    pub fn state_dict(config: impl Into<ModelConfig>) -> Result<HashMap<String, Tensor>> {
+        from_specs(&config.into().state_spec()?)
     }
 
     /// Every entry of `specs` by the formula (f32, CPU).

@@ -1,8 +1,10 @@
-//! # wick-models: the ResNet family on wick's graph
+//! # wick-models: torchvision's models on wick's graph
 //!
-//! - [`ResNetConfig`]: resnet18/34/50/101/152 with the ImageNet or CIFAR stem and any
-//!   number of classes, recorded on a [`wick_graph::GraphBuilder`] with torchvision's op
-//!   order and `state_dict` names;
+//! - [`registry`]: every model by torchvision's builder name (`resnet50`, `mobilenet_v2`,
+//!   ...), each an [`Architecture`] defined in its family's file in [`zoo`] and recorded
+//!   on [`nn::Layers`] with torchvision's op order and `state_dict` names;
+//!   [`ModelConfig::by_name`] gives one with its classes and settings;
+//! - [`ResNetConfig`]: resnet18/34/50/101/152 with the ImageNet or CIFAR stem, typed;
 //! - [`init::torchvision_init`]: torchvision's initialisation;
 //! - [`checkpoint`]: safetensors checkpoints that move to and from PyTorch;
 //! - [`Session`]: a training or inference graph with its weights, as the examples use it,
@@ -19,7 +21,7 @@ pub mod limits;
 pub mod lr_schedule;
 pub mod model;
 pub mod nn;
-pub mod resnet;
+pub mod registry;
 pub mod resume;
 pub mod session;
 pub mod zoo;
@@ -29,7 +31,6 @@ pub use error::{ModelError, Result};
 pub use image::ImageSize;
 pub use init::WeightInit;
 pub use lr_schedule::{LrSchedule, ScheduleUnit};
-pub use model::ModelConfig;
-pub use resnet::{Depth, ResNetConfig, Stem};
+pub use model::{Architecture, ModelConfig};
 pub use session::{Session, TrainOptions};
-pub use zoo::{ZooArch, ZooConfig};
+pub use zoo::resnet::{self, Depth, ResNetConfig, Stem};

@@ -1,113 +1,170 @@
-//! Any model wick-models can build: a ResNet or a zoo model, by torchvision's name.
+//! Any model wick-models can build: an [`Architecture`] from the registry
+//! ([`crate::registry`]) with its classes and settings, as a [`ModelConfig`].
 
-use candle_core::DType;
+use std::collections::HashMap;
+use std::fmt;
+
+use candle_core::{DType, Tensor};
 use wick_graph::{GraphBuilder, Mode, ValueId};
 
 use crate::error::{ModelError, Result};
 use crate::image::ImageSize;
 use crate::nn::{Layers, TensorRole, TensorSpec};
-use crate::resnet::{Depth, ResNetConfig, Stem};
-use crate::zoo::{ZooArch, ZooConfig};
+use crate::zoo::resnet::Stem;
 
-/// A model's configuration.
+/// Records a model's forward pass of images `[N, 3, H, W]` and returns the logits,
+/// creating every parameter and running statistic under its torchvision name.
+pub type RecordFn = fn(&mut Layers, ValueId, &ModelConfig) -> wick_graph::Result<ValueId>;
+
+/// Fresh weights as torchvision makes them for a model, from its state spec and a seed.
+pub type InitFn = fn(&[TensorSpec], u64) -> Result<HashMap<String, Tensor>>;
+
+/// One model of the registry: torchvision's builder name, how it is recorded, and the
+/// settings its builder takes. A model family's file defines one per name and
+/// [`crate::registry::MODELS`] lists them.
+pub struct Architecture {
+    /// torchvision's builder name (`resnet50`, `mobilenet_v2`).
+    pub name: &'static str,
+    /// Records the forward pass.
+    pub record: RecordFn,
+    /// torchvision's initialisation.
+    pub init: InitFn,
+    /// torchvision's default classifier dropout; `None` for a model without dropout.
+    pub dropout: Option<f64>,
+    /// torchvision's default stochastic depth (the last block's drop probability);
+    /// `None` for a model without it.
+    pub stochastic_depth: Option<f64>,
+    /// Whether the model takes a [`Stem`] (the ResNets; the CIFAR stem suits 32x32 images).
+    pub has_stem: bool,
+}
+
+impl fmt::Debug for Architecture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+impl PartialEq for Architecture {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+/// A model's configuration: its architecture, classes, stem and the probabilities of its
+/// random layers (0 makes a training step deterministic).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum ModelConfig {
-    /// resnet18 ... resnet152.
-    ResNet(ResNetConfig),
-    /// The torchvision CNN zoo beyond ResNet.
-    Zoo(ZooConfig),
-}
-
-impl From<ResNetConfig> for ModelConfig {
-    fn from(c: ResNetConfig) -> Self {
-        ModelConfig::ResNet(c)
-    }
-}
-
-impl From<ZooConfig> for ModelConfig {
-    fn from(c: ZooConfig) -> Self {
-        ModelConfig::Zoo(c)
-    }
+pub struct ModelConfig {
+    /// The architecture.
+    pub arch: &'static Architecture,
+    /// Output classes.
+    pub num_classes: usize,
+    /// The stem, for a model that takes one ([`Architecture::has_stem`]).
+    pub stem: Stem,
+    /// The classifier's dropout (0 for a model without dropout).
+    pub dropout: f64,
+    /// Stochastic depth: the last block's drop probability (0 for a model without it).
+    pub stochastic_depth: f64,
 }
 
 impl ModelConfig {
-    /// The model named `name` (torchvision's builder name: `resnet50`, `mobilenet_v2`,
-    /// `convnext_tiny`, ...) with `classes` classes (default: 1000, or 10 for a ResNet
-    /// with the CIFAR stem). `stem` applies to ResNets only.
-    pub fn by_name(name: &str, stem: Stem, classes: Option<usize>) -> Result<Self> {
-        if let Ok(depth) = name.parse::<Depth>() {
-            let classes = classes.unwrap_or(ResNetConfig::default_classes(stem));
-            return Ok(ResNetConfig::new(depth, stem, classes)?.into());
+    /// `arch` with `num_classes` classes, the ImageNet stem, and torchvision's default
+    /// dropout and stochastic depth.
+    pub fn new(arch: &'static Architecture, num_classes: usize) -> Result<Self> {
+        if num_classes == 0 {
+            return Err(ModelError::Config("num_classes must be at least 1".into()));
         }
-        let arch: ZooArch = name.parse().map_err(|_| {
-            let zoo: Vec<_> = ZooArch::ALL.iter().map(|a| a.name()).collect();
-            ModelError::Config(format!(
-                "unknown model `{name}`: expected resnet18, resnet34, resnet50, resnet101, resnet152, {}",
-                zoo.join(", ")
-            ))
-        })?;
-        Ok(ZooConfig::new(arch, classes.unwrap_or(1000))?.into())
+        Ok(ModelConfig {
+            arch,
+            num_classes,
+            stem: Stem::ImageNet,
+            dropout: arch.dropout.unwrap_or(0.0),
+            stochastic_depth: arch.stochastic_depth.unwrap_or(0.0),
+        })
+    }
+
+    /// The same model with `stem`; an error for a model without a stem choice.
+    pub fn with_stem(self, stem: Stem) -> Result<Self> {
+        if stem != Stem::ImageNet && !self.arch.has_stem {
+            return Err(ModelError::Config(format!(
+                "{} has no stem choice: --stem applies to the ResNets",
+                self.name()
+            )));
+        }
+        Ok(ModelConfig { stem, ..self })
+    }
+
+    /// The same model with this classifier dropout, a probability in [0, 1); an error for
+    /// a model without dropout.
+    pub fn with_dropout(self, p: f64) -> Result<Self> {
+        self.probability("dropout", self.arch.dropout, p)?;
+        Ok(ModelConfig { dropout: p, ..self })
+    }
+
+    /// The same model with this stochastic depth, a probability in [0, 1); an error for
+    /// a model without it.
+    pub fn with_stochastic_depth(self, p: f64) -> Result<Self> {
+        self.probability("stochastic depth", self.arch.stochastic_depth, p)?;
+        Ok(ModelConfig {
+            stochastic_depth: p,
+            ..self
+        })
+    }
+
+    fn probability(&self, what: &str, default: Option<f64>, p: f64) -> Result<()> {
+        if default.is_none() {
+            return Err(ModelError::Config(format!("{} has no {what}", self.name())));
+        }
+        if !(0.0..1.0).contains(&p) {
+            return Err(ModelError::Config(format!(
+                "{what} must be a probability in [0, 1), got {p}"
+            )));
+        }
+        Ok(())
     }
 
     /// torchvision's name of the model.
     pub fn name(&self) -> &'static str {
-        match self {
-            ModelConfig::ResNet(c) => c.depth.name(),
-            ModelConfig::Zoo(c) => c.arch.name(),
-        }
+        self.arch.name
     }
 
     /// Output classes.
     pub fn num_classes(&self) -> usize {
-        match self {
-            ModelConfig::ResNet(c) => c.num_classes,
-            ModelConfig::Zoo(c) => c.num_classes,
-        }
+        self.num_classes
     }
 
     /// A one-line description (`resnet18 (Cifar stem, 10 classes)`).
     pub fn describe(&self) -> String {
-        match self {
-            ModelConfig::ResNet(c) => format!(
+        if self.arch.has_stem {
+            format!(
                 "{} ({:?} stem, {} classes)",
-                c.depth.name(),
-                c.stem,
-                c.num_classes
-            ),
-            ModelConfig::Zoo(c) => format!("{} ({} classes)", c.arch.name(), c.num_classes),
+                self.name(),
+                self.stem,
+                self.num_classes
+            )
+        } else {
+            format!("{} ({} classes)", self.name(), self.num_classes)
         }
     }
 
-    /// The ResNet configuration, if this is a ResNet.
-    pub fn resnet(&self) -> Option<&ResNetConfig> {
-        match self {
-            ModelConfig::ResNet(c) => Some(c),
-            ModelConfig::Zoo(_) => None,
-        }
+    /// Records the forward pass of `images` `[N, 3, H, W]` on `nn` and returns the logits.
+    pub fn record(&self, nn: &mut Layers, images: ValueId) -> wick_graph::Result<ValueId> {
+        (self.arch.record)(nn, images, self)
     }
 
     /// Records the forward pass of `images` `[N, 3, H, W]` on `b` and returns the logits,
     /// creating the parameters and running statistics under their torchvision names.
     pub fn forward(&self, b: &mut GraphBuilder, images: ValueId) -> Result<ValueId> {
-        match self {
-            ModelConfig::ResNet(c) => c.forward(b, images),
-            ModelConfig::Zoo(c) => Ok(c.record(&mut Layers::new(b), images)?),
-        }
+        Ok(self.record(&mut Layers::new(b), images)?)
     }
 
     /// The state dict's tensors in torchvision's order (without `num_batches_tracked`).
     pub fn state_spec(&self) -> Result<Vec<TensorSpec>> {
-        match self {
-            ModelConfig::ResNet(c) => c.state_spec(),
-            ModelConfig::Zoo(c) => {
-                let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-                // Parameter shapes do not depend on the image size.
-                let images = b.input("images", &[1, 3, 224, 224], DType::F32)?;
-                let mut nn = Layers::new(&mut b);
-                c.record(&mut nn, images)?;
-                Ok(nn.into_specs())
-            }
-        }
+        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+        // Parameter shapes do not depend on the image size; 224 survives every model.
+        let images = b.input("images", &[1, 3, 224, 224], DType::F32)?;
+        let mut nn = Layers::new(&mut b);
+        self.record(&mut nn, images)?;
+        Ok(nn.into_specs())
     }
 
     /// The names of the batch-norm layers (each has a `num_batches_tracked` in a checkpoint).
@@ -121,11 +178,8 @@ impl ModelConfig {
     }
 
     /// The smallest square images the model's `mode` graph accepts for batches of `batch`
-    /// (every larger size too); `None` if no size up to 512x512 is accepted.
+    /// (every larger size too, square or not); `None` if no size up to 512x512 is accepted.
     pub fn smallest_image_size(&self, mode: Mode, batch: usize) -> Option<ImageSize> {
-        if let ModelConfig::ResNet(c) = self {
-            return c.smallest_image_size(mode, batch);
-        }
         let accepts = |side: usize| {
             let size = ImageSize::square(side);
             let mut b = GraphBuilder::new(mode, DType::F32);

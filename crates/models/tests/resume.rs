@@ -127,12 +127,10 @@ fn periodic_checkpoints_are_kept_to_the_newest_and_partial_folders_removed() {
 
 /// EfficientNet-B0 (dropout and stochastic depth on) at 16x16 trained by `optimizer`.
 fn zoo_session(optimizer: wick_graph::nodes::optim::OptimizerConfig) -> Session {
-    use wick_models::{ZooArch, ZooConfig};
-    let config = ZooConfig {
-        dropout: 0.3,
-        stochastic_depth: 0.5,
-        ..ZooConfig::new(ZooArch::EfficientNetB0, 10).unwrap()
-    };
+    let config = wick_models::ModelConfig::by_name("efficientnet_b0", Stem::ImageNet, Some(10))
+        .and_then(|c| c.with_dropout(0.3))
+        .and_then(|c| c.with_stochastic_depth(0.5))
+        .unwrap();
     Session::training(config, 2, 16, optimizer.into(), &Device::Cpu).unwrap()
 }
 

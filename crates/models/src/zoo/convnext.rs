@@ -4,7 +4,7 @@
 
 use wick_graph::ValueId;
 
-use super::config::ZooConfig;
+use crate::model::{Architecture, ModelConfig};
 use crate::nn::{Conv, Init, Layers, TensorRole};
 
 /// Stages: channels in, channels out (after the stage's downsampling), blocks.
@@ -18,7 +18,11 @@ const EPS: f64 = 1e-6;
 const LAYER_SCALE: f64 = 1e-6;
 
 /// ConvNeXt-Tiny's forward pass of `x`; returns the logits.
-pub fn convnext_tiny(nn: &mut Layers, x: ValueId, cfg: &ZooConfig) -> wick_graph::Result<ValueId> {
+pub fn convnext_tiny(
+    nn: &mut Layers,
+    x: ValueId,
+    cfg: &ModelConfig,
+) -> wick_graph::Result<ValueId> {
     let init = Init::TruncNormal(0.02);
     let mut h = nn.scope("features.0", |nn| {
         let h = nn.conv2d("0", x, Conv::new(3, 96, 4).stride(4).bias().init(init))?;
@@ -82,3 +86,13 @@ fn cn_block(
     })?;
     nn.builder().add(h, x)
 }
+
+/// `convnext_tiny`.
+pub const CONVNEXT_TINY: Architecture = Architecture {
+    name: "convnext_tiny",
+    record: convnext_tiny,
+    init: crate::nn::initial_state,
+    dropout: None,
+    stochastic_depth: Some(0.1),
+    has_stem: false,
+};

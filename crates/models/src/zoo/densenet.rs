@@ -4,7 +4,7 @@
 use wick_graph::ValueId;
 use wick_ops::Pool2dParams;
 
-use super::config::ZooConfig;
+use crate::model::{Architecture, ModelConfig};
 use crate::nn::{Conv, Init, Layers};
 
 const GROWTH: usize = 32;
@@ -13,7 +13,7 @@ const BLOCKS: [usize; 4] = [6, 12, 24, 16];
 const INIT_FEATURES: usize = 64;
 
 /// DenseNet-121's forward pass of `x`; returns the logits.
-pub fn densenet121(nn: &mut Layers, x: ValueId, cfg: &ZooConfig) -> wick_graph::Result<ValueId> {
+pub fn densenet121(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph::Result<ValueId> {
     let conv = |cin, cout, k| Conv::new(cin, cout, k).init(Init::KaimingNormalFanIn);
     let mut h = nn.scope("features", |nn| {
         let h = nn.conv2d("conv0", x, conv(3, INIT_FEATURES, 7).stride(2).padding(3))?;
@@ -73,3 +73,13 @@ pub fn densenet121(nn: &mut Layers, x: ValueId, cfg: &ZooConfig) -> wick_graph::
         bias,
     )
 }
+
+/// `densenet121`.
+pub const DENSENET121: Architecture = Architecture {
+    name: "densenet121",
+    record: densenet121,
+    init: crate::nn::initial_state,
+    dropout: None,
+    stochastic_depth: None,
+    has_stem: false,
+};

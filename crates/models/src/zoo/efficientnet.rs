@@ -4,7 +4,7 @@
 use wick_graph::ValueId;
 
 use super::blocks::{conv_norm_act, squeeze_excitation, Act};
-use super::config::ZooConfig;
+use crate::model::{Architecture, ModelConfig};
 use crate::nn::{Conv, Init, Layers};
 
 /// MBConv stages: expansion, kernel, stride, input and output channels, repeats.
@@ -22,7 +22,7 @@ const B0: [(usize, usize, usize, usize, usize, usize); 7] = [
 pub fn efficientnet_b0(
     nn: &mut Layers,
     x: ValueId,
-    cfg: &ZooConfig,
+    cfg: &ModelConfig,
 ) -> wick_graph::Result<ValueId> {
     let mut h = conv_norm_act(
         nn,
@@ -105,3 +105,13 @@ fn mbconv(
     }
     Ok(h)
 }
+
+/// `efficientnet_b0`.
+pub const EFFICIENTNET_B0: Architecture = Architecture {
+    name: "efficientnet_b0",
+    record: efficientnet_b0,
+    init: crate::nn::initial_state,
+    dropout: Some(0.2),
+    stochastic_depth: Some(0.2),
+    has_stem: false,
+};

@@ -6,7 +6,7 @@ use wick_graph::ValueId;
 use wick_ops::BatchNorm2dParams;
 
 use super::blocks::{conv_norm_act, make_divisible, squeeze_excitation, Act};
-use super::config::ZooConfig;
+use crate::model::{Architecture, ModelConfig};
 use crate::nn::{Conv, Init, Layers};
 
 /// MobileNetV2's inverted residual settings: expansion t, channels c, repeats n, stride s.
@@ -21,7 +21,7 @@ const V2_SETTING: [(usize, usize, usize, usize); 7] = [
 ];
 
 /// MobileNetV2's forward pass of `x`; returns the logits.
-pub fn mobilenet_v2(nn: &mut Layers, x: ValueId, cfg: &ZooConfig) -> wick_graph::Result<ValueId> {
+pub fn mobilenet_v2(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph::Result<ValueId> {
     let mut cin = 32;
     let mut h = conv_norm_act(
         nn,
@@ -133,7 +133,7 @@ const V3_SMALL: [V3Block; 11] = [
 pub fn mobilenet_v3(
     nn: &mut Layers,
     x: ValueId,
-    cfg: &ZooConfig,
+    cfg: &ModelConfig,
     large: bool,
 ) -> wick_graph::Result<ValueId> {
     nn.set_batch_norm(BatchNorm2dParams {
@@ -201,3 +201,33 @@ pub fn mobilenet_v3(
     let h = nn.scope("classifier.2", |nn| nn.builder().dropout(h, cfg.dropout))?;
     nn.linear("classifier.3", h, last, cfg.num_classes, Init::Normal(0.01))
 }
+
+/// `mobilenet_v2`.
+pub const MOBILENET_V2: Architecture = Architecture {
+    name: "mobilenet_v2",
+    record: mobilenet_v2,
+    init: crate::nn::initial_state,
+    dropout: Some(0.2),
+    stochastic_depth: None,
+    has_stem: false,
+};
+
+/// `mobilenet_v3_small`.
+pub const MOBILENET_V3_SMALL: Architecture = Architecture {
+    name: "mobilenet_v3_small",
+    record: |nn, x, c| mobilenet_v3(nn, x, c, false),
+    init: crate::nn::initial_state,
+    dropout: Some(0.2),
+    stochastic_depth: None,
+    has_stem: false,
+};
+
+/// `mobilenet_v3_large`.
+pub const MOBILENET_V3_LARGE: Architecture = Architecture {
+    name: "mobilenet_v3_large",
+    record: |nn, x, c| mobilenet_v3(nn, x, c, true),
+    init: crate::nn::initial_state,
+    dropout: Some(0.2),
+    stochastic_depth: None,
+    has_stem: false,
+};

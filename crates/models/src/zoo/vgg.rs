@@ -5,7 +5,7 @@
 use wick_graph::ValueId;
 use wick_ops::Pool2dParams;
 
-use super::config::ZooConfig;
+use crate::model::{Architecture, ModelConfig};
 use crate::nn::{Conv, Init, Layers};
 
 /// A layer of the feature extractor: a convolution to this many channels, or a max pool.
@@ -57,7 +57,7 @@ const VGG16: [Feature; 18] = [
 pub fn vgg_bn(
     nn: &mut Layers,
     x: ValueId,
-    cfg: &ZooConfig,
+    cfg: &ModelConfig,
     deep: bool,
 ) -> wick_graph::Result<ValueId> {
     let layers: &[Feature] = if deep { &VGG16 } else { &VGG11 };
@@ -89,3 +89,23 @@ pub fn vgg_bn(
     let h = nn.scope("classifier.5", |nn| nn.builder().dropout(h, cfg.dropout))?;
     nn.linear("classifier.6", h, 4096, cfg.num_classes, init)
 }
+
+/// `vgg11_bn`.
+pub const VGG11_BN: Architecture = Architecture {
+    name: "vgg11_bn",
+    record: |nn, x, c| vgg_bn(nn, x, c, false),
+    init: crate::nn::initial_state,
+    dropout: Some(0.5),
+    stochastic_depth: None,
+    has_stem: false,
+};
+
+/// `vgg16_bn`.
+pub const VGG16_BN: Architecture = Architecture {
+    name: "vgg16_bn",
+    record: |nn, x, c| vgg_bn(nn, x, c, true),
+    init: crate::nn::initial_state,
+    dropout: Some(0.5),
+    stochastic_depth: None,
+    has_stem: false,
+};

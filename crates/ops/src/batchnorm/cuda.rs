@@ -2,7 +2,7 @@
 //! ReLU), backward (with the ReLU mask) and inference forward.
 
 use candle_core::cuda::cudarc::driver::CudaViewMut;
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use super::params::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 use crate::error::{CandleContext, OpError, Result};

@@ -7,9 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use candle_core::cuda::cudarc::driver::{
-    CudaModule, CudaSlice, CudaView, CudaViewMut, LaunchConfig,
-};
+use candle_core::cuda::cudarc::driver::{CudaModule, CudaSlice, CudaView, LaunchConfig};
 use candle_core::cuda::cudarc::nvrtc::compile_ptx;
 use candle_core::cuda::CudaDType;
 use candle_core::{CudaDevice, CudaStorage, DType, Device, Layout, Storage, Tensor};

@@ -3,9 +3,11 @@
 
 use candle_core::Tensor;
 
-use super::cuda::{contiguous, device_of, dispatch, launch, output, suffix, view, wrap, Source};
+use super::cuda::{
+    contiguous, device_of, dispatch, empty_like, launch, output, suffix, view, wrap, Source,
+};
 use super::Launch;
-use crate::error::{CandleContext, Result};
+use crate::error::Result;
 
 /// `<base>_forward_<dtype>` of crates/ops/cuda/elementwise.cu on `x`.
 pub(crate) fn activation_forward(

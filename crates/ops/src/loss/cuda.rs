@@ -2,9 +2,9 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::gpu::cuda::{
-    contiguous, device_of, dispatch, empty_like, launch, output, suffix, view, wrap, Source,
+    contiguous, device_of, dispatch, launch, output, suffix, view, wrap, Source,
 };
 use crate::gpu::Launch;
 

@@ -108,7 +108,7 @@ fn adam_cuda(
     let qualifies = members.iter().all(|&(w, ..)| {
         crate::route::route(w.device()) == crate::route::Route::Cuda
             && w.dtype() == first.dtype()
-            && matches!(w.dtype(), DType::F32 | DType::F64)
+            && matches!(w.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
     });
     if !qualifies {
         return Ok(None);

@@ -40,6 +40,26 @@ fn with_view<T: candle_core::cuda::CudaDType, R>(
 /// Sizes passed to every pooling kernel: H, W, OH, OW, kh, kw, sh, sw, ph, pw.
 pub(crate) struct PoolDims(pub [i32; 10]);
 
+impl super::params::Geom {
+    /// The sizes wick's CUDA pooling kernels take.
+    pub(super) fn cuda_dims(&self) -> PoolDims {
+        let p = &self.p;
+        let v = [
+            self.h,
+            self.w,
+            self.oh,
+            self.ow,
+            p.kernel[0],
+            p.kernel[1],
+            p.stride[0],
+            p.stride[1],
+            p.padding[0],
+            p.padding[1],
+        ];
+        PoolDims(v.map(|x| x as i32))
+    }
+}
+
 macro_rules! launch {
     ($op:expr, $module:expr, $dev:expr, $name:expr, $total:expr, [$($arg:expr),* $(,)?]) => {{
         let func = $module.load_function($name).map_err(cuda_err($op, "loading a pooling kernel"))?;

@@ -144,25 +144,6 @@ impl Geom {
         }
         Ok(g)
     }
-
-    /// The sizes wick's CUDA pooling kernels take.
-    #[cfg(feature = "cuda")]
-    pub(super) fn cuda_dims(&self) -> cuda::PoolDims {
-        let p = &self.p;
-        let v = [
-            self.h,
-            self.w,
-            self.oh,
-            self.ow,
-            p.kernel[0],
-            p.kernel[1],
-            p.stride[0],
-            p.stride[1],
-            p.padding[0],
-            p.padding[1],
-        ];
-        cuda::PoolDims(v.map(|x| x as i32))
-    }
 }
 
 pub(super) const GAP: &str = "global_avg_pool";

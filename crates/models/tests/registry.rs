@@ -1,0 +1,68 @@
+//! The model registry: every name builds, is listed where a name is unknown, and the
+//! settings a model lacks are refused by name.
+
+use candle_core::DType;
+use wick_graph::{GraphBuilder, Mode};
+use wick_models::{registry, Depth, ModelConfig, ResNetConfig, Stem};
+
+#[test]
+fn every_registered_name_builds_and_is_listed_when_a_name_is_unknown() {
+    let names = registry::names();
+    assert_eq!(names.len(), 13, "{names:?}");
+    let err = ModelConfig::by_name("resnet19", Stem::ImageNet, None)
+        .unwrap_err()
+        .to_string();
+    for name in &names {
+        assert!(err.contains(name), "`{name}` missing from: {err}");
+        let config = ModelConfig::by_name(name, Stem::ImageNet, Some(7)).unwrap();
+        assert_eq!(config.name(), *name);
+        // The classifier's bias is the state dict's last tensor, with 7 classes.
+        let spec = config.state_spec().unwrap();
+        assert_eq!(spec.last().unwrap().shape, [7], "{name}");
+        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+        let x = b.input("images", &[1, 3, 64, 64], DType::F32).unwrap();
+        let logits = config.forward(&mut b, x).unwrap();
+        assert_eq!(b.shape(logits), &[1, 7], "{name}");
+    }
+    let mut unique = names.clone();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "a name registered twice");
+}
+
+#[test]
+fn a_resnet_config_is_the_registrys_resnet() {
+    let typed: ModelConfig = ResNetConfig::new(Depth::R50, Stem::Cifar, 10)
+        .unwrap()
+        .into();
+    let named = ModelConfig::by_name("resnet50", Stem::Cifar, None).unwrap();
+    assert_eq!(typed, named);
+    assert_eq!(named.describe(), "resnet50 (Cifar stem, 10 classes)");
+    assert_eq!(
+        typed.state_spec().unwrap().len(),
+        ModelConfig::by_name("resnet50", Stem::ImageNet, None)
+            .unwrap()
+            .state_spec()
+            .unwrap()
+            .len()
+    );
+}
+
+#[test]
+fn settings_a_model_lacks_are_refused_by_name() {
+    let mobilenet = ModelConfig::by_name("mobilenet_v2", Stem::Cifar, None).unwrap_err();
+    assert!(
+        mobilenet.to_string().contains("mobilenet_v2 has no stem"),
+        "{mobilenet}"
+    );
+    let resnet = ModelConfig::by_name("resnet18", Stem::ImageNet, None).unwrap();
+    let err = resnet.with_dropout(0.1).unwrap_err().to_string();
+    assert!(err.contains("resnet18 has no dropout"), "{err}");
+    let vgg = ModelConfig::by_name("vgg11_bn", Stem::ImageNet, None).unwrap();
+    assert_eq!(vgg.dropout, 0.5, "torchvision's default");
+    assert!(vgg.with_stochastic_depth(0.1).is_err());
+    let err = vgg.with_dropout(1.0).unwrap_err().to_string();
+    assert!(err.contains("probability in [0, 1)"), "{err}");
+    assert_eq!(vgg.with_dropout(0.0).unwrap().dropout, 0.0);
+    let convnext = ModelConfig::by_name("convnext_tiny", Stem::ImageNet, None).unwrap();
+    assert_eq!(convnext.stochastic_depth, 0.1);
+}
