@@ -38,6 +38,38 @@ pub struct Architecture {
     pub has_stem: bool,
 }
 
+impl Architecture {
+    /// A model `name` recorded by `record`, with the zoo's initialisation
+    /// ([`nn::initial_state`](crate::nn::initial_state)), no dropout, no stochastic depth
+    /// and no stem choice.
+    pub const fn new(name: &'static str, record: RecordFn) -> Self {
+        Architecture {
+            name,
+            record,
+            init: crate::nn::initial_state,
+            dropout: None,
+            stochastic_depth: None,
+            has_stem: false,
+        }
+    }
+
+    /// The same model with torchvision's default classifier dropout `p`.
+    pub const fn with_dropout(self, p: f64) -> Self {
+        Architecture {
+            dropout: Some(p),
+            ..self
+        }
+    }
+
+    /// The same model with torchvision's default stochastic depth `p`.
+    pub const fn with_stochastic_depth(self, p: f64) -> Self {
+        Architecture {
+            stochastic_depth: Some(p),
+            ..self
+        }
+    }
+}
+
 impl fmt::Debug for Architecture {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name)

@@ -88,11 +88,5 @@ fn cn_block(
 }
 
 /// `convnext_tiny`.
-pub const CONVNEXT_TINY: Architecture = Architecture {
-    name: "convnext_tiny",
-    record: convnext_tiny,
-    init: crate::nn::initial_state,
-    dropout: None,
-    stochastic_depth: Some(0.1),
-    has_stem: false,
-};
+pub const CONVNEXT_TINY: Architecture =
+    Architecture::new("convnext_tiny", convnext_tiny).with_stochastic_depth(0.1);

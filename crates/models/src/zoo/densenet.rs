@@ -75,11 +75,4 @@ pub fn densenet121(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph
 }
 
 /// `densenet121`.
-pub const DENSENET121: Architecture = Architecture {
-    name: "densenet121",
-    record: densenet121,
-    init: crate::nn::initial_state,
-    dropout: None,
-    stochastic_depth: None,
-    has_stem: false,
-};
+pub const DENSENET121: Architecture = Architecture::new("densenet121", densenet121);

@@ -107,11 +107,6 @@ fn mbconv(
 }
 
 /// `efficientnet_b0`.
-pub const EFFICIENTNET_B0: Architecture = Architecture {
-    name: "efficientnet_b0",
-    record: efficientnet_b0,
-    init: crate::nn::initial_state,
-    dropout: Some(0.2),
-    stochastic_depth: Some(0.2),
-    has_stem: false,
-};
+pub const EFFICIENTNET_B0: Architecture = Architecture::new("efficientnet_b0", efficientnet_b0)
+    .with_dropout(0.2)
+    .with_stochastic_depth(0.2);

@@ -203,31 +203,17 @@ pub fn mobilenet_v3(
 }
 
 /// `mobilenet_v2`.
-pub const MOBILENET_V2: Architecture = Architecture {
-    name: "mobilenet_v2",
-    record: mobilenet_v2,
-    init: crate::nn::initial_state,
-    dropout: Some(0.2),
-    stochastic_depth: None,
-    has_stem: false,
-};
+pub const MOBILENET_V2: Architecture =
+    Architecture::new("mobilenet_v2", mobilenet_v2).with_dropout(0.2);
 
 /// `mobilenet_v3_small`.
-pub const MOBILENET_V3_SMALL: Architecture = Architecture {
-    name: "mobilenet_v3_small",
-    record: |nn, x, c| mobilenet_v3(nn, x, c, false),
-    init: crate::nn::initial_state,
-    dropout: Some(0.2),
-    stochastic_depth: None,
-    has_stem: false,
-};
+pub const MOBILENET_V3_SMALL: Architecture = Architecture::new("mobilenet_v3_small", |nn, x, c| {
+    mobilenet_v3(nn, x, c, false)
+})
+.with_dropout(0.2);
 
 /// `mobilenet_v3_large`.
-pub const MOBILENET_V3_LARGE: Architecture = Architecture {
-    name: "mobilenet_v3_large",
-    record: |nn, x, c| mobilenet_v3(nn, x, c, true),
-    init: crate::nn::initial_state,
-    dropout: Some(0.2),
-    stochastic_depth: None,
-    has_stem: false,
-};
+pub const MOBILENET_V3_LARGE: Architecture = Architecture::new("mobilenet_v3_large", |nn, x, c| {
+    mobilenet_v3(nn, x, c, true)
+})
+.with_dropout(0.2);

@@ -206,12 +206,9 @@ impl Depth {
 /// A ResNet of `depth` in the registry: torchvision's initialisation, no dropout, a stem.
 const fn resnet(name: &'static str, record: crate::model::RecordFn) -> Architecture {
     Architecture {
-        name,
-        record,
         init: init::resnet_init,
-        dropout: None,
-        stochastic_depth: None,
         has_stem: true,
+        ..Architecture::new(name, record)
     }
 }
 

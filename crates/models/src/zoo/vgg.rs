@@ -91,21 +91,9 @@ pub fn vgg_bn(
 }
 
 /// `vgg11_bn`.
-pub const VGG11_BN: Architecture = Architecture {
-    name: "vgg11_bn",
-    record: |nn, x, c| vgg_bn(nn, x, c, false),
-    init: crate::nn::initial_state,
-    dropout: Some(0.5),
-    stochastic_depth: None,
-    has_stem: false,
-};
+pub const VGG11_BN: Architecture =
+    Architecture::new("vgg11_bn", |nn, x, c| vgg_bn(nn, x, c, false)).with_dropout(0.5);
 
 /// `vgg16_bn`.
-pub const VGG16_BN: Architecture = Architecture {
-    name: "vgg16_bn",
-    record: |nn, x, c| vgg_bn(nn, x, c, true),
-    init: crate::nn::initial_state,
-    dropout: Some(0.5),
-    stochastic_depth: None,
-    has_stem: false,
-};
+pub const VGG16_BN: Architecture =
+    Architecture::new("vgg16_bn", |nn, x, c| vgg_bn(nn, x, c, true)).with_dropout(0.5);
