@@ -3,14 +3,10 @@
 
 use std::collections::HashMap;
 
-use candle_core::{Device, Tensor};
-use rand::rngs::StdRng;
-use rand::SeedableRng;
-use rand_distr::{Distribution, Normal, Uniform};
+use candle_core::Tensor;
 
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::model::ModelConfig;
-use crate::nn::{TensorRole, TensorSpec};
 
 /// How a session's weights are initialised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,43 +35,6 @@ pub fn torchvision_init(
 ) -> Result<HashMap<String, Tensor>> {
     let config = config.into();
     (config.arch.init)(&config.state_spec()?, seed)
-}
-
-/// A ResNet's weights as torchvision makes them, drawn in state-dict order from one
-/// generator: Kaiming-normal convolutions (fan out, relu gain), batch-norm weight 1 and
-/// bias 0, running mean 0 and variance 1, and `nn.Linear`'s default (uniform within
-/// ±1/sqrt(fan_in) for weight and bias). f32, on the CPU.
-pub fn resnet_init(specs: &[TensorSpec], seed: u64) -> Result<HashMap<String, Tensor>> {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut out = HashMap::new();
-    for spec in specs.iter().cloned() {
-        let n: usize = spec.shape.iter().product();
-        let data: Vec<f32> = match spec.role {
-            TensorRole::ConvWeight => {
-                let fan_out = spec.shape[0] * spec.shape[2] * spec.shape[3];
-                let normal = Normal::new(0.0, (2.0 / fan_out as f32).sqrt())
-                    .map_err(|e| ModelError::Config(format!("{}: {e}", spec.name)))?;
-                (0..n).map(|_| normal.sample(&mut rng)).collect()
-            }
-            TensorRole::FcWeight | TensorRole::FcBias => {
-                let fan_in = spec.fan_in as f32;
-                let bound = 1.0 / fan_in.sqrt();
-                let uniform = Uniform::new(-bound, bound)
-                    .map_err(|e| ModelError::Config(format!("{}: {e}", spec.name)))?;
-                (0..n).map(|_| uniform.sample(&mut rng)).collect()
-            }
-            TensorRole::BnWeight | TensorRole::RunningVar => vec![1.0; n],
-            // A ResNet has no convolution biases or layer scales.
-            TensorRole::BnBias
-            | TensorRole::RunningMean
-            | TensorRole::ConvBias
-            | TensorRole::LayerScale => {
-                vec![0.0; n]
-            }
-        };
-        out.insert(spec.name, Tensor::from_vec(data, spec.shape, &Device::Cpu)?);
-    }
-    Ok(out)
 }
 
 /// The fixture formula: every value of a tensor is a function of its name and index, so

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::str::FromStr;
 
 use candle_core::{DType, Tensor};
 use wick_graph::{GraphBuilder, Mode, ValueId};
@@ -10,7 +11,28 @@ use wick_graph::{GraphBuilder, Mode, ValueId};
 use crate::error::{ModelError, Result};
 use crate::image::ImageSize;
 use crate::nn::{Layers, TensorRole, TensorSpec};
-use crate::zoo::resnet::Stem;
+
+/// The first layers of the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stem {
+    /// 7x7 stride-2 conv, batch norm, relu, 3x3 stride-2 padding-1 max pool (ImageNet).
+    ImageNet,
+    /// 3x3 stride-1 conv, batch norm, relu, no max pool (CIFAR-sized images).
+    Cifar,
+}
+
+impl FromStr for Stem {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "imagenet" => Ok(Stem::ImageNet),
+            "cifar" => Ok(Stem::Cifar),
+            _ => Err(ModelError::Config(format!(
+                "unknown stem `{s}`: expected imagenet or cifar"
+            ))),
+        }
+    }
+}
 
 /// Records a model's forward pass of images `[N, 3, H, W]` and returns the logits,
 /// creating every parameter and running statistic under its torchvision name.

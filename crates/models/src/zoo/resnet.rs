@@ -6,14 +6,19 @@
 //! `bn1.running_mean`, `layer1.0.downsample.0.weight`, `fc.bias`, ...), so checkpoints
 //! move between PyTorch and wick unchanged.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 
+use candle_core::{Device, Tensor};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal, Uniform};
 use wick_graph::{Mode, ValueId};
 use wick_ops::Pool2dParams;
 
 use crate::error::{ModelError, Result};
 use crate::image::ImageSize;
-use crate::init;
+pub use crate::model::Stem;
 use crate::model::{Architecture, ModelConfig};
 use crate::nn::{Conv, Init, Layers};
 
@@ -84,28 +89,6 @@ impl FromStr for Depth {
                 )))
             }
         })
-    }
-}
-
-/// The first layers of the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Stem {
-    /// 7x7 stride-2 conv, batch norm, relu, 3x3 stride-2 padding-1 max pool (ImageNet).
-    ImageNet,
-    /// 3x3 stride-1 conv, batch norm, relu, no max pool (CIFAR-sized images).
-    Cifar,
-}
-
-impl FromStr for Stem {
-    type Err = ModelError;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "imagenet" => Ok(Stem::ImageNet),
-            "cifar" => Ok(Stem::Cifar),
-            _ => Err(ModelError::Config(format!(
-                "unknown stem `{s}`: expected imagenet or cifar"
-            ))),
-        }
     }
 }
 
@@ -206,7 +189,7 @@ impl Depth {
 /// A ResNet of `depth` in the registry: torchvision's initialisation, no dropout, a stem.
 const fn resnet(name: &'static str, record: crate::model::RecordFn) -> Architecture {
     Architecture {
-        init: init::resnet_init,
+        init: resnet_init,
         has_stem: true,
         ..Architecture::new(name, record)
     }
@@ -312,4 +295,41 @@ fn record(
     let h = nn.scope("avgpool", |nn| nn.builder().global_avg_pool(x))?;
     let h = nn.scope("flatten", |nn| nn.builder().flatten(h))?;
     nn.linear("fc", h, inplanes, config.num_classes, Init::LinearDefault)
+}
+
+/// A ResNet's weights as torchvision makes them, drawn in state-dict order from one
+/// generator: Kaiming-normal convolutions (fan out, relu gain), batch-norm weight 1 and
+/// bias 0, running mean 0 and variance 1, and `nn.Linear`'s default (uniform within
+/// ±1/sqrt(fan_in) for weight and bias). f32, on the CPU.
+pub fn resnet_init(specs: &[TensorSpec], seed: u64) -> Result<HashMap<String, Tensor>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = HashMap::new();
+    for spec in specs.iter().cloned() {
+        let n: usize = spec.shape.iter().product();
+        let data: Vec<f32> = match spec.role {
+            TensorRole::ConvWeight => {
+                let fan_out = spec.shape[0] * spec.shape[2] * spec.shape[3];
+                let normal = Normal::new(0.0, (2.0 / fan_out as f32).sqrt())
+                    .map_err(|e| ModelError::Config(format!("{}: {e}", spec.name)))?;
+                (0..n).map(|_| normal.sample(&mut rng)).collect()
+            }
+            TensorRole::FcWeight | TensorRole::FcBias => {
+                let fan_in = spec.fan_in as f32;
+                let bound = 1.0 / fan_in.sqrt();
+                let uniform = Uniform::new(-bound, bound)
+                    .map_err(|e| ModelError::Config(format!("{}: {e}", spec.name)))?;
+                (0..n).map(|_| uniform.sample(&mut rng)).collect()
+            }
+            TensorRole::BnWeight | TensorRole::RunningVar => vec![1.0; n],
+            // A ResNet has no convolution biases or layer scales.
+            TensorRole::BnBias
+            | TensorRole::RunningMean
+            | TensorRole::ConvBias
+            | TensorRole::LayerScale => {
+                vec![0.0; n]
+            }
+        };
+        out.insert(spec.name, Tensor::from_vec(data, spec.shape, &Device::Cpu)?);
+    }
+    Ok(out)
 }

@@ -9,8 +9,7 @@
 //!   step, memory, placement and precision, data-parallel ranks, CPU contention;
 //! - [`table`]: the per-op-type table; [`layers`]: time per layer, block and stage;
 //! - [`roofline`]: each op type against the machine's peaks; [`advice`]: recommendations;
-//! - [`trace`]: the Chrome/Perfetto trace; [`html`] (with [`html_charts`]): the HTML
-//!   report; [`float_format`]: C++'s float formatting, as SINGA prints.
+//! - [`trace`]: the Chrome/Perfetto trace; [`html`] (with its charts): the HTML report; [`float_format`]: C++'s float formatting, as SINGA prints.
 
 use std::fmt;
 
@@ -22,7 +21,6 @@ pub mod cycles;
 pub mod distributed;
 pub mod float_format;
 pub mod html;
-pub mod html_charts;
 pub mod iteration;
 pub mod layers;
 pub mod memory;

@@ -10,12 +10,17 @@ use std::fmt::Write as _;
 use crate::compare::diff::Diff;
 use crate::profile::data::Profile;
 use crate::profile::layers::LayerLevel;
-use crate::views::html_charts::{
-    bars, esc, legend, linear_ticks, phase_color, stacked, x_axis, y_axis, Frame, LabelPlacer,
+use crate::views::html::charts::{
+    bars, esc, linear_ticks, phase_color, phase_legend, stacked, type_phase, x_axis, Frame,
     OTHER_COLORS,
 };
-use crate::views::roofline::beyond_roof_note;
+use crate::views::html::memory::memory_section;
+use crate::views::html::roofline::roofline_section;
 use wick_graph::ir::Phase;
+
+pub mod charts;
+mod memory;
+mod roofline;
 
 /// A number as shown (milliseconds, 3 decimals) with its exact JSON value (seconds).
 fn ms(key: &str, sec: f64) -> String {
@@ -24,20 +29,6 @@ fn ms(key: &str, sec: f64) -> String {
         esc(key),
         sec * 1e3
     )
-}
-
-/// The legend of the three phases, as every chart colours them.
-fn phase_legend(b: &mut String, p: &Profile) {
-    b.push_str("<p class=\"meta\">");
-    for ph in Phase::ALL.iter().filter(|ph| p.has_phase(**ph)) {
-        let _ = write!(
-            b,
-            "<span style=\"color:{}\">&#9632; {}</span> ",
-            phase_color(*ph),
-            ph.as_str()
-        );
-    }
-    b.push_str("</p>");
 }
 
 /// The page for `p`, with the diff view when `diff` is given.
@@ -174,18 +165,6 @@ fn step_section(b: &mut String, p: &Profile) {
     }
 }
 
-/// The phase most of an op type's time is in.
-fn type_phase(p: &Profile, name: &str) -> Phase {
-    let mut by_phase = [0.0; 3];
-    for o in p.ops.iter().filter(|o| o.name == name) {
-        by_phase[o.phase as usize] += o.mean_sec;
-    }
-    let i = (0..3)
-        .max_by(|a, b| by_phase[*a].total_cmp(&by_phase[*b]))
-        .unwrap_or(0);
-    Phase::ALL[i]
-}
-
 fn op_type_section(b: &mut String, p: &Profile) {
     let rows = p.by_type();
     if rows.is_empty() {
@@ -291,230 +270,6 @@ fn layer_section(b: &mut String, p: &Profile) {
         );
     }
     b.push_str("</table>");
-}
-
-fn memory_section(b: &mut String, p: &Profile) {
-    let Some(m) = &p.memory else { return };
-    let mib = |v: u64| v as f64 / (1u64 << 20) as f64;
-    let _ = write!(
-        b,
-        "<h2>Memory</h2><p>Predicted peak <span class=\"num\" data-key=\"memory.predicted_peak_bytes\" data-value=\"{}\">{:.1} MiB</span>{}{}</p>",
-        m.predicted_peak_bytes,
-        mib(m.predicted_peak_bytes),
-        m.peak_op.map(|op| format!(" after OP_ID{op}")).unwrap_or_default(),
-        m.measured_peak_bytes
-            .map(|v| format!("; measured (counting allocator) {:.1} MiB", mib(v)))
-            .unwrap_or_default()
-    );
-    let n = m.live_after.len().max(2);
-    let measured_max = m.ops.iter().map(|o| o.peak_bytes).max().unwrap_or(0);
-    let max = m
-        .live_after
-        .iter()
-        .copied()
-        .max()
-        .unwrap_or(0)
-        .max(measured_max);
-    let ticks = linear_ticks(mib(max));
-    let top_tick = *ticks.last().unwrap_or(&1.0);
-    let frame = Frame {
-        left: 70.0,
-        top: 8.0,
-        width: 800.0,
-        height: 200.0,
-    };
-    let x = |op: f64| frame.left + frame.width * op / (n - 1) as f64;
-    let y = |v: f64| frame.bottom() - frame.height * v / top_tick;
-    let _ = write!(
-        b,
-        "<svg id=\"memory\" xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{:.0}\">",
-        frame.bottom() + 60.0
-    );
-    // Each op's phase as a light band behind the curves.
-    for (i, op) in p.ops.iter().enumerate() {
-        let _ = write!(
-            b,
-            "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.2}\" height=\"{:.1}\" fill=\"{}\" opacity=\"0.12\"/>",
-            x(i as f64 - 0.5).max(frame.left),
-            frame.top,
-            frame.width / (n - 1) as f64,
-            frame.height,
-            phase_color(op.phase)
-        );
-    }
-    let op_ticks: Vec<f64> = linear_ticks((n - 1) as f64)
-        .into_iter()
-        .filter(|t| *t <= (n - 1) as f64)
-        .collect();
-    x_axis(b, frame, &op_ticks, &x, "OP_ID (execution order)");
-    y_axis(b, frame, &ticks, &y, "live memory (MiB)");
-    let line = |values: &mut dyn Iterator<Item = (usize, u64)>| -> String {
-        values
-            .map(|(i, v)| format!("{:.1},{:.1}", x(i as f64), y(mib(v))))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let _ = write!(
-        b,
-        "<polyline id=\"memory-predicted\" fill=\"none\" stroke=\"#333\" stroke-width=\"1.5\" points=\"{}\"/>",
-        line(&mut m.live_after.iter().copied().enumerate())
-    );
-    if !m.ops.is_empty() {
-        let _ = write!(
-            b,
-            "<polyline id=\"memory-measured\" fill=\"none\" stroke=\"#e15759\" stroke-width=\"1.5\" stroke-dasharray=\"4 2\" points=\"{}\"/>",
-            line(&mut m.ops.iter().map(|o| o.peak_bytes).enumerate())
-        );
-    }
-    if let Some(op) = m.peak_op {
-        let _ = write!(
-            b,
-            "<circle id=\"memory-peak\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"5\" fill=\"#333\"><title>predicted peak after OP_ID{op}</title></circle>",
-            x(op as f64),
-            y(mib(m.predicted_peak_bytes))
-        );
-    }
-    let mut items = vec![("predicted live after each op", "#333")];
-    if !m.ops.is_empty() {
-        items.push(("measured: each op's peak while it runs", "#e15759"));
-    }
-    legend(b, frame.left, frame.bottom() + 52.0, &items);
-    b.push_str("</svg>");
-    let categories = m.categories();
-    if !categories.is_empty() {
-        b.push_str("<table id=\"memory-categories\"><tr><th>Category</th><th>Predicted (MiB)</th><th>Measured (MiB)</th><th>Error (MiB)</th></tr>");
-        for c in &categories {
-            let _ = write!(
-                b,
-                "<tr><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{:+.1}</td></tr>",
-                esc(c.name),
-                mib(c.predicted),
-                mib(c.measured),
-                mib(c.measured) - mib(c.predicted)
-            );
-        }
-        b.push_str("</table>");
-    }
-}
-
-fn roofline_section(b: &mut String, p: &Profile) {
-    let Some(machine) = &p.machine else {
-        b.push_str("<h2>Roofline</h2><p>No machine peaks were measured for this profile.</p>");
-        return;
-    };
-    let rows: Vec<_> = p
-        .roofline(machine)
-        .into_iter()
-        .filter(|r| r.flops > 0 && r.bytes > 0)
-        .collect();
-    let _ = write!(
-        b,
-        "<h2>Roofline</h2><p id=\"roof-headline\" class=\"verdict\">{}</p><p>Machine: GEMM <span class=\"num\" data-key=\"machine.flops_per_sec\" data-value=\"{}\">{:.1} GFLOP/s</span>, copy {:.1} GB/s.</p>",
-        esc(&p.roof_headline(machine)),
-        machine.flops_per_sec,
-        machine.flops_per_sec / 1e9,
-        machine.bytes_per_sec / 1e9
-    );
-    phase_legend(b, p);
-    let peak = machine.flops_per_sec / 1e9;
-    let bw = machine.bytes_per_sec / 1e9;
-    // Decades that hold every point and both roofs.
-    let decade = |v: f64, up: bool| {
-        let l = v.max(1e-9).log10();
-        if up {
-            l.ceil()
-        } else {
-            l.floor()
-        }
-    };
-    let (mut x0, mut x1) = (-2.0f64, 3.0f64);
-    let (mut y0, mut y1) = (decade(peak, false) - 3.0, decade(peak * 1.5, true));
-    for r in &rows {
-        x0 = x0.min(decade(r.intensity, false));
-        x1 = x1.max(decade(r.intensity, true));
-        y0 = y0.min(decade(r.gflops_per_sec, false));
-        y1 = y1.max(decade(r.gflops_per_sec, true));
-    }
-    let frame = Frame {
-        left: 70.0,
-        top: 10.0,
-        width: 780.0,
-        height: 380.0,
-    };
-    let x = |i: f64| frame.left + frame.width * (i.log10() - x0) / (x1 - x0);
-    let y = |g: f64| frame.bottom() - frame.height * (g.log10() - y0) / (y1 - y0);
-    let _ = write!(
-        b,
-        "<svg id=\"roofline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{:.0}\">",
-        frame.bottom() + 45.0
-    );
-    let xt: Vec<f64> = (x0 as i32..=x1 as i32).map(|e| 10f64.powi(e)).collect();
-    let yt: Vec<f64> = (y0 as i32..=y1 as i32).map(|e| 10f64.powi(e)).collect();
-    x_axis(
-        b,
-        frame,
-        &xt,
-        &x,
-        "arithmetic intensity (FLOP/byte, log scale)",
-    );
-    y_axis(b, frame, &yt, &y, "achieved GFLOP/s (log scale)");
-    // The memory roof (GFLOP/s = GB/s x intensity) from where it enters the plot to the
-    // ridge point, then the compute roof.
-    let ridge = machine.ridge();
-    let enter = (10f64.powf(x0)).max(10f64.powf(y0) / bw);
-    let _ = write!(
-        b,
-        "<line id=\"memory-roof\" data-gbytes-per-sec=\"{bw}\" x1=\"{:.2}\" y1=\"{:.2}\" x2=\"{:.2}\" y2=\"{:.2}\" stroke=\"#888\" stroke-width=\"2\"/><line id=\"compute-roof\" data-gflops-per-sec=\"{peak}\" x1=\"{:.2}\" y1=\"{:.2}\" x2=\"{:.2}\" y2=\"{:.2}\" stroke=\"#888\" stroke-width=\"2\"/>",
-        x(enter), y(bw * enter), x(ridge), y(peak),
-        x(ridge), y(peak), x(10f64.powf(x1)), y(peak)
-    );
-    let mut placer = LabelPlacer::new(frame);
-    let points: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            (
-                r,
-                x(r.intensity),
-                y(r.gflops_per_sec),
-                3.0 + 12.0 * r.share.sqrt(),
-            )
-        })
-        .collect();
-    for (_, px, py, rad) in &points {
-        placer.reserve([px - rad, py - rad, px + rad, py + rad]);
-    }
-    let mut unlabelled = Vec::new();
-    for (r, px, py, rad) in &points {
-        let _ = write!(
-            b,
-            "<circle class=\"op-point\" data-name=\"{}\" data-intensity=\"{}\" data-gflops=\"{}\" data-roof-share=\"{}\" cx=\"{px:.2}\" cy=\"{py:.2}\" r=\"{rad:.1}\" fill=\"{}\" opacity=\"0.8\"><title>{}: {:.2} FLOP/B, {:.1} GFLOP/s, {:.0}% of roof</title></circle>",
-            esc(&r.name), r.intensity, r.gflops_per_sec, r.roofline_share,
-            phase_color(type_phase(p, &r.name)), esc(&r.name), r.intensity, r.gflops_per_sec, 100.0 * r.roofline_share
-        );
-    }
-    for (r, px, py, rad) in &points {
-        match placer.place(&r.name, *px, *py, *rad) {
-            Some((tx, ty, anchor)) => {
-                let _ = write!(
-                    b,
-                    "<text class=\"point-label\" x=\"{tx:.1}\" y=\"{ty:.1}\" font-size=\"10\" text-anchor=\"{anchor}\">{}</text>",
-                    esc(&r.name)
-                );
-            }
-            None => unlabelled.push(r.name.as_str()),
-        }
-    }
-    b.push_str("</svg>");
-    if !unlabelled.is_empty() {
-        let _ = write!(
-            b,
-            "<p class=\"meta\">Not labelled (no free space; hover for their figures): {}</p>",
-            esc(&unlabelled.join(", "))
-        );
-    }
-    if let Some(note) = beyond_roof_note(&rows) {
-        let _ = write!(b, "<p class=\"meta\">{}</p>", esc(&note));
-    }
 }
 
 fn diff_section(b: &mut String, d: &Diff) {

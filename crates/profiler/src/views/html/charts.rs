@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 
 use wick_graph::ir::Phase;
 
+use crate::profile::data::Profile;
+
 /// One colour per phase, everywhere in the report.
 pub fn phase_color(phase: Phase) -> &'static str {
     match phase {
@@ -331,6 +333,32 @@ impl LabelPlacer {
 /// Whether two boxes `[x0, y0, x1, y1]` overlap.
 pub fn overlaps(a: &[f64; 4], b: &[f64; 4]) -> bool {
     a[0] < b[2] && b[0] < a[2] && a[1] < b[3] && b[1] < a[3]
+}
+
+/// The legend of the three phases, as every chart colours them.
+pub(crate) fn phase_legend(b: &mut String, p: &Profile) {
+    b.push_str("<p class=\"meta\">");
+    for ph in Phase::ALL.iter().filter(|ph| p.has_phase(**ph)) {
+        let _ = write!(
+            b,
+            "<span style=\"color:{}\">&#9632; {}</span> ",
+            phase_color(*ph),
+            ph.as_str()
+        );
+    }
+    b.push_str("</p>");
+}
+
+/// The phase most of an op type's time is in.
+pub(crate) fn type_phase(p: &Profile, name: &str) -> Phase {
+    let mut by_phase = [0.0; 3];
+    for o in p.ops.iter().filter(|o| o.name == name) {
+        by_phase[o.phase as usize] += o.mean_sec;
+    }
+    let i = (0..3)
+        .max_by(|a, b| by_phase[*a].total_cmp(&by_phase[*b]))
+        .unwrap_or(0);
+    Phase::ALL[i]
 }
 
 #[cfg(test)]
