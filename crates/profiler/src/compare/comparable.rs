@@ -39,11 +39,30 @@ const PEAK_TOLERANCE: f64 = 0.10;
 /// Every difference between A's and B's runs that can move a time by itself: one line
 /// each, naming the setting and both values.
 pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
-    let mut out = Vec::new();
     if a.is_empty() || b.is_empty() {
-        return out;
+        return Vec::new();
     }
-    let mut setting = |name: &str, get: &dyn Fn(&Profile) -> String| {
+    let mut out = setting_warnings(a, b);
+    out.extend(contention_warning(a, b));
+    let threads_differ = a.iter().chain(b).any(|p| p.run.threads != a[0].run.threads);
+    out.extend(peak_warnings(a, b, threads_differ, normalized));
+    out
+}
+
+/// The run settings that differ between the sides (or within one).
+fn setting_warnings(a: &[Profile], b: &[Profile]) -> Vec<String> {
+    let settings: [(&str, fn(&Profile) -> String); 8] = [
+        ("threads", |p| p.run.threads.to_string()),
+        ("CPU", |p| p.run.cpu_model.clone()),
+        ("device", |p| format!("{} {}", p.device, p.run.device_name)),
+        ("batch", |p| p.run.batch.to_string()),
+        ("image size", |p| p.run.image_size.clone()),
+        ("dtype", |p| p.run.dtype.clone()),
+        ("passes", |p| p.run.passes.join(", ")),
+        ("wick version", |p| p.run.wick_version.clone()),
+    ];
+    let mut out = Vec::new();
+    for (name, get) in settings {
         let values = |side: &[Profile]| {
             let mut v: Vec<String> = side.iter().map(get).collect();
             v.dedup();
@@ -53,53 +72,71 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
         if va != vb || va.contains(" / ") {
             out.push(format!("{name} differs: A {va}, B {vb}"));
         }
-    };
-    setting("threads", &|p| p.run.threads.to_string());
-    let threads_differ = a.iter().chain(b).any(|p| p.run.threads != a[0].run.threads);
-    setting("CPU", &|p| p.run.cpu_model.clone());
-    setting("device", &|p| format!("{} {}", p.device, p.run.device_name));
-    setting("batch", &|p| p.run.batch.to_string());
-    setting("image size", &|p| p.run.image_size.clone());
-    setting("dtype", &|p| p.run.dtype.clone());
-    setting("passes", &|p| p.run.passes.join(", "));
-    setting("wick version", &|p| p.run.wick_version.clone());
-    // Measured during the timed iterations, where the peaks come after them.
+    }
+    out
+}
+
+/// CPU contention in either side, measured during the timed iterations (the peaks come
+/// after them).
+fn contention_warning(a: &[Profile], b: &[Profile]) -> Option<String> {
     let waiting = |side: &[Profile]| {
         side.iter()
             .filter_map(|p| p.cpu_contention.map(|c| c.waiting_share()))
             .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w))))
     };
-    if let (Some(wa), Some(wb)) = (waiting(a), waiting(b)) {
-        if wa.max(wb) >= CONTENDED_SHARE {
-            let who = match (wa >= CONTENDED_SHARE, wb >= CONTENDED_SHARE) {
-                (true, true) => "both runs shared their cores with another load",
-                (true, false) => "A shared its cores with another load",
-                _ => "B shared its cores with another load",
-            };
-            out.push(format!(
-                "CPU contention: the threads waited for a core {:.1}% (A) and {:.1}% (B) of their runnable time during the timed iterations: {who}, and its times are inflated by it; rerun on a quiet machine",
-                100.0 * wa,
-                100.0 * wb
-            ));
-        }
+    let (wa, wb) = (waiting(a)?, waiting(b)?);
+    if wa.max(wb) < CONTENDED_SHARE {
+        return None;
     }
-    for (name, unit, scale, peak, range) in [
-        (
-            "GEMM peak",
-            "GFLOP/s",
-            1e9,
-            (|m: &MachinePeaks| m.flops_per_sec) as fn(&MachinePeaks) -> f64,
-            (|m: &MachinePeaks| m.flops_range) as fn(&MachinePeaks) -> Option<[f64; 2]>,
-        ),
-        (
-            "copy bandwidth",
-            "GB/s",
-            1e9,
-            |m: &MachinePeaks| m.bytes_per_sec,
-            |m: &MachinePeaks| m.bytes_range,
-        ),
-    ] {
-        let (Some(ra), Some(rb)) = (peak_range(a, peak, range), peak_range(b, peak, range)) else {
+    let who = match (wa >= CONTENDED_SHARE, wb >= CONTENDED_SHARE) {
+        (true, true) => "both runs shared their cores with another load",
+        (true, false) => "A shared its cores with another load",
+        _ => "B shared its cores with another load",
+    };
+    Some(format!(
+        "CPU contention: the threads waited for a core {:.1}% (A) and {:.1}% (B) of their runnable time during the timed iterations: {who}, and its times are inflated by it; rerun on a quiet machine",
+        100.0 * wa,
+        100.0 * wb
+    ))
+}
+
+/// One machine peak: its name, unit, and how a profile's peaks give it and its range.
+struct Peak {
+    name: &'static str,
+    unit: &'static str,
+    value: fn(&MachinePeaks) -> f64,
+    range: fn(&MachinePeaks) -> Option<[f64; 2]>,
+}
+
+const PEAKS: [Peak; 2] = [
+    Peak {
+        name: "GEMM peak",
+        unit: "GFLOP/s",
+        value: |m| m.flops_per_sec,
+        range: |m| m.flops_range,
+    },
+    Peak {
+        name: "copy bandwidth",
+        unit: "GB/s",
+        value: |m| m.bytes_per_sec,
+        range: |m| m.bytes_range,
+    },
+];
+
+/// The machine peaks that moved between the sides beyond their own spread, with their
+/// cause; or that a side has none.
+fn peak_warnings(
+    a: &[Profile],
+    b: &[Profile],
+    threads_differ: bool,
+    normalized: bool,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for peak in &PEAKS {
+        let (Some(ra), Some(rb)) = (
+            peak_range(a, peak.value, peak.range),
+            peak_range(b, peak.value, peak.range),
+        ) else {
             let lacking = match (lacks_peaks(a), lacks_peaks(b)) {
                 (true, true) => "A and B",
                 (true, false) => "A",
@@ -113,40 +150,54 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
         let had_ranges = a
             .iter()
             .chain(b)
-            .all(|p| p.machine.as_ref().and_then(range).is_some());
+            .all(|p| p.machine.as_ref().and_then(peak.range).is_some());
         let apart = if had_ranges {
             ra[1] < rb[0] || rb[1] < ra[0]
         } else {
             (rb[1] / ra[1] - 1.0).abs() > PEAK_TOLERANCE
         };
         if apart {
-            let cause = if threads_differ {
-                // The probe runs on the run's own threads.
-                "measured on each run's threads, so it follows the threads setting, not the machine's state".to_string()
-            } else {
-                format!(
-                    "the machine itself was {} during B",
-                    if rb[1] < ra[1] { "slower" } else { "faster" }
-                )
-            };
-            out.push(format!(
-                "{name} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): {cause}; {}",
-                ra[0] / scale,
-                ra[1] / scale,
-                rb[0] / scale,
-                rb[1] / scale,
-                rb[1] / ra[1],
-                if threads_differ {
-                    "compare runs with the same --threads"
-                } else if normalized {
-                    "the times are normalised by these peaks, which were measured after each run: rerun both on a quiet machine to be sure"
-                } else {
-                    "try --normalize-by-peak, or rerun both on a quiet machine"
-                }
-            ));
+            out.push(peak_line(peak, ra, rb, threads_differ, normalized));
         }
     }
     out
+}
+
+/// The line for a peak that moved from `ra` (A's range) to `rb`.
+fn peak_line(
+    peak: &Peak,
+    ra: [f64; 2],
+    rb: [f64; 2],
+    threads_differ: bool,
+    normalized: bool,
+) -> String {
+    let cause = if threads_differ {
+        // The probe runs on the run's own threads.
+        "measured on each run's threads, so it follows the threads setting, not the machine's state"
+            .to_string()
+    } else {
+        format!(
+            "the machine itself was {} during B",
+            if rb[1] < ra[1] { "slower" } else { "faster" }
+        )
+    };
+    let advice = if threads_differ {
+        "compare runs with the same --threads"
+    } else if normalized {
+        "the times are normalised by these peaks, which were measured after each run: rerun both on a quiet machine to be sure"
+    } else {
+        "try --normalize-by-peak, or rerun both on a quiet machine"
+    };
+    let (unit, scale) = (peak.unit, 1e9);
+    format!(
+        "{} differs beyond its own spread: A {:.1}-{:.1} {unit}, B {:.1}-{:.1} {unit} (B/A x{:.2}): {cause}; {advice}",
+        peak.name,
+        ra[0] / scale,
+        ra[1] / scale,
+        rb[0] / scale,
+        rb[1] / scale,
+        rb[1] / ra[1],
+    )
 }
 
 /// The factor that puts a run's times on the reference machine's scale: its peak over

@@ -248,49 +248,111 @@ impl TimeProfiler {
         }
     }
 
+    /// At a timed iteration's end: the threads' scheduler counters, the counting
+    /// allocator's peak and each op's memory, and the device's memory in use.
+    fn read_probes(&mut self) {
+        if self.threads_now.read() {
+            let total = self.contention.get_or_insert_with(Default::default);
+            self.threads_now.add_since(&self.threads_at_start, total);
+        }
+        if let Some(c) = &self.counter {
+            // Each op restarted the peak: the iteration's is the largest of theirs.
+            let peak = self
+                .op_memory
+                .iter()
+                .map(|m| m.peak_bytes)
+                .fold(c.peak_bytes(), u64::max);
+            self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
+            self.last_start_live = self.start_live;
+            if self.op_memory.len() == self.nodes.len() {
+                self.last_op_memory = self.op_memory.clone();
+            }
+        }
+        if let Some(used) = self
+            .device_handle
+            .as_ref()
+            .and_then(crate::record::memory_probe::device_used)
+        {
+            self.device_used = Some(self.device_used.map_or(used, |m| m.max(used)));
+        }
+    }
+
+    /// Adds a timed iteration's `marks` to the sums: the iteration, each phase, each op,
+    /// and (recording per op) the iteration's timeline and samples.
+    fn accumulate(&mut self, m: &[f64]) {
+        let layout = self.layout;
+        let span = |a: Mark, b: Mark| m[layout.slot(b)] - m[layout.slot(a)];
+        let length = span(Mark::IterationStart, Mark::IterationEnd);
+        self.iter_times.push(length);
+        self.samples.iterations.push(length);
+        let mut phase_secs = [0.0; 3];
+        for p in Phase::ALL {
+            if self.phases_present[p as usize] {
+                phase_secs[p as usize] = span(Mark::PhaseStart(p), Mark::PhaseEnd(p));
+                self.phase_sum[p as usize] += phase_secs[p as usize];
+            }
+        }
+        self.samples.phases.push(phase_secs);
+        let per_op = self.level == RecordLevel::PerOp;
+        let mut op_secs = Vec::with_capacity(if per_op { self.nodes.len() } else { 0 });
+        for (info, stats) in self.nodes.iter().zip(&mut self.ops) {
+            let d = span(Mark::OpStart(info.op_id), Mark::OpEnd(info.op_id));
+            self.phase_ops_sum[info.phase as usize] += d;
+            if per_op {
+                stats.count += 1;
+                stats.sum += d;
+                stats.min = stats.min.min(d);
+                stats.max = stats.max.max(d);
+                op_secs.push(d);
+            }
+        }
+        if per_op {
+            self.push_timeline(m, length, &op_secs);
+            self.samples.ops.push(op_secs);
+            self.timeline_open = true;
+        }
+    }
+
+    /// The timed iteration's timeline from its `marks`: each phase's and op's start and
+    /// length, and the step's parts around it.
+    fn push_timeline(&mut self, m: &[f64], length: f64, op_secs: &[f64]) {
+        let layout = self.layout;
+        let at = |mark: Mark| m[layout.slot(mark)] - m[layout.slot(Mark::IterationStart)];
+        let span = |a: Mark, b: Mark| m[layout.slot(b)] - m[layout.slot(a)];
+        let phases = Phase::ALL
+            .into_iter()
+            .filter(|p| self.phases_present[*p as usize])
+            .map(|p| {
+                let (start, end) = (Mark::PhaseStart(p), Mark::PhaseEnd(p));
+                (p, at(start), span(start, end))
+            })
+            .collect();
+        let ops = self
+            .nodes
+            .iter()
+            .zip(op_secs)
+            .map(|(info, d)| (at(Mark::OpStart(info.op_id)), *d))
+            .collect();
+        let (input_wait, copy, read_back) = self.steps.last_parts();
+        self.timeline.push(IterationTimeline {
+            memory: if self.op_memory.len() == self.nodes.len() {
+                self.op_memory.clone()
+            } else {
+                Vec::new()
+            },
+            start: self.run_started,
+            input_wait,
+            copy,
+            read_back,
+            length,
+            phases,
+            ops,
+        });
+    }
+
     /// The results so far.
     pub fn profile(&self) -> Profile {
         let n = self.timed.max(1) as f64;
-        let per_op = self.level == RecordLevel::PerOp && self.ops.iter().any(|s| s.count > 0);
-        let ops = if per_op {
-            self.nodes
-                .iter()
-                .zip(&self.ops)
-                .map(|(info, s)| OpProfile {
-                    op_id: info.op_id,
-                    name: info.name.to_string(),
-                    class: info.kernel.class(),
-                    phase: info.phase,
-                    mean_sec: s.sum / s.count.max(1) as f64,
-                    min_sec: if s.count > 0 { s.min } else { 0.0 },
-                    max_sec: s.max,
-                    flops: info.flops,
-                    input_shapes: info.input_shapes.clone(),
-                    output_shapes: info.output_shapes.clone(),
-                    origin: info.origin.clone(),
-                    parameter_elements: updated_elements(info),
-                    updated_parameters: Some(info.param_slots.len()),
-                    bytes: info.bytes,
-                    dtype: format!("{:?}", info.dtype),
-                    memory: self.last_op_memory.get(info.op_id).copied(),
-                    host_sec: self
-                        .host_ops
-                        .as_ref()
-                        .map(|h| h[info.op_id] / s.count.max(1) as f64),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let phases = Phase::ALL
-            .iter()
-            .filter(|p| self.phases_present[**p as usize])
-            .map(|&phase| PhaseProfile {
-                phase,
-                sec: self.phase_sum[phase as usize] / n,
-                ops_sec: self.phase_ops_sum[phase as usize] / n,
-            })
-            .collect();
         let timed = self.timed > 0;
         let spread = |f: fn(f64, f64) -> f64, init: f64| {
             if timed {
@@ -313,36 +375,90 @@ impl TimeProfiler {
             forward_sec: self.phase_sum[Phase::Forward as usize] / n,
             backward_sec: self.phase_sum[Phase::Backward as usize] / n,
             optimizer_sec: self.phase_sum[Phase::Optimizer as usize] / n,
-            phases,
+            phases: self.phase_profiles(),
             iteration_sec: self.iter_times.iter().sum::<f64>() / n,
             iteration_median_sec: median(&self.iter_times),
             iteration_min_sec: spread(f64::min, f64::INFINITY),
             iteration_max_sec: spread(f64::max, 0.0),
-            ops,
+            ops: self.op_profiles(),
             schema: SCHEMA.to_string(),
             run: self.run.clone(),
             graph_hash: self.graph_hash.clone(),
             samples: self.samples.clone(),
-            timeline: {
-                // The last iteration's read-back arrives after it ended.
-                let mut t = self.timeline.clone();
-                if let (Some(last), true) = (t.last_mut(), self.timeline_open) {
-                    last.read_back = self.steps.pending_read_back();
-                }
-                t
-            },
+            timeline: self.timeline_so_far(),
             step: self.steps.profile(),
-            memory: self.memory_plan.as_ref().filter(|_| timed).map(|plan| {
-                let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
-                let mut m = MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used);
-                m.start_live_bytes = self.last_start_live;
-                m.ops = self.last_op_memory.clone();
-                m
-            }),
+            memory: self.memory_profile(),
             machine: None,
             cpu_contention: self.contention.filter(|_| timed),
             distributed: None,
         }
+    }
+
+    /// Each node's figures (per-op recording, once an op was timed); empty otherwise.
+    fn op_profiles(&self) -> Vec<OpProfile> {
+        let per_op = self.level == RecordLevel::PerOp && self.ops.iter().any(|s| s.count > 0);
+        if !per_op {
+            return Vec::new();
+        }
+        self.nodes
+            .iter()
+            .zip(&self.ops)
+            .map(|(info, s)| OpProfile {
+                op_id: info.op_id,
+                name: info.name.to_string(),
+                class: info.kernel.class(),
+                phase: info.phase,
+                mean_sec: s.sum / s.count.max(1) as f64,
+                min_sec: if s.count > 0 { s.min } else { 0.0 },
+                max_sec: s.max,
+                flops: info.flops,
+                input_shapes: info.input_shapes.clone(),
+                output_shapes: info.output_shapes.clone(),
+                origin: info.origin.clone(),
+                parameter_elements: updated_elements(info),
+                updated_parameters: Some(info.param_slots.len()),
+                bytes: info.bytes,
+                dtype: format!("{:?}", info.dtype),
+                memory: self.last_op_memory.get(info.op_id).copied(),
+                host_sec: self
+                    .host_ops
+                    .as_ref()
+                    .map(|h| h[info.op_id] / s.count.max(1) as f64),
+            })
+            .collect()
+    }
+
+    /// Each phase the graph has, mean seconds and op seconds per timed iteration.
+    fn phase_profiles(&self) -> Vec<PhaseProfile> {
+        let n = self.timed.max(1) as f64;
+        Phase::ALL
+            .iter()
+            .filter(|p| self.phases_present[**p as usize])
+            .map(|&phase| PhaseProfile {
+                phase,
+                sec: self.phase_sum[phase as usize] / n,
+                ops_sec: self.phase_ops_sum[phase as usize] / n,
+            })
+            .collect()
+    }
+
+    /// The timed iterations' timelines; the last one's read-back arrives after it ended.
+    fn timeline_so_far(&self) -> Timeline {
+        let mut t = self.timeline.clone();
+        if let (Some(last), true) = (t.last_mut(), self.timeline_open) {
+            last.read_back = self.steps.pending_read_back();
+        }
+        t
+    }
+
+    /// The predicted memory beside what was measured, once an iteration was timed.
+    fn memory_profile(&self) -> Option<MemoryProfile> {
+        let plan = self.memory_plan.as_ref().filter(|_| self.timed > 0)?;
+        let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
+        let mut m = MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used);
+        m.start_live_bytes = self.last_start_live;
+        m.ops = self.last_op_memory.clone();
+        Some(m)
     }
 
     /// Prints the report (SINGA's lines, then wick's) to standard output.
@@ -465,97 +581,15 @@ impl Hook for TimeProfiler {
             return Ok(());
         }
         self.mark(Mark::IterationEnd);
-        if self.threads_now.read() {
-            let total = self.contention.get_or_insert_with(Default::default);
-            self.threads_now.add_since(&self.threads_at_start, total);
-        }
-        if let Some(c) = &self.counter {
-            // Each op restarted the peak: the iteration's is the largest of theirs.
-            let peak = self
-                .op_memory
-                .iter()
-                .map(|m| m.peak_bytes)
-                .fold(c.peak_bytes(), u64::max);
-            self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
-            self.last_start_live = self.start_live;
-            if self.op_memory.len() == self.nodes.len() {
-                self.last_op_memory = self.op_memory.clone();
-            }
-        }
-        if let Some(used) = self
-            .device_handle
-            .as_ref()
-            .and_then(crate::record::memory_probe::device_used)
-        {
-            self.device_used = Some(self.device_used.map_or(used, |m| m.max(used)));
-        }
+        self.read_probes();
         let Some(timer) = self.timer.as_mut() else {
             return Ok(());
         };
         timer.read(&mut self.marks)?;
-        let (m, layout) = (&self.marks, self.layout);
-        let span = |a: Mark, b: Mark| m[layout.slot(b)] - m[layout.slot(a)];
-        let length = span(Mark::IterationStart, Mark::IterationEnd);
-        self.iter_times.push(length);
-        self.samples.iterations.push(length);
-        let mut phase_secs = [0.0; 3];
-        for p in Phase::ALL {
-            if self.phases_present[p as usize] {
-                phase_secs[p as usize] = span(Mark::PhaseStart(p), Mark::PhaseEnd(p));
-                self.phase_sum[p as usize] += phase_secs[p as usize];
-            }
-        }
-        self.samples.phases.push(phase_secs);
-        let per_op = self.level == RecordLevel::PerOp;
-        let mut op_secs = Vec::with_capacity(if per_op { self.nodes.len() } else { 0 });
-        for (info, stats) in self.nodes.iter().zip(&mut self.ops) {
-            let d = span(Mark::OpStart(info.op_id), Mark::OpEnd(info.op_id));
-            self.phase_ops_sum[info.phase as usize] += d;
-            if per_op {
-                stats.count += 1;
-                stats.sum += d;
-                stats.min = stats.min.min(d);
-                stats.max = stats.max.max(d);
-                op_secs.push(d);
-            }
-        }
-        if per_op {
-            let at = |mark: Mark| m[layout.slot(mark)] - m[layout.slot(Mark::IterationStart)];
-            let phases = Phase::ALL
-                .into_iter()
-                .filter(|p| self.phases_present[*p as usize])
-                .map(|p| {
-                    (
-                        p,
-                        at(Mark::PhaseStart(p)),
-                        span(Mark::PhaseStart(p), Mark::PhaseEnd(p)),
-                    )
-                })
-                .collect();
-            let ops = self
-                .nodes
-                .iter()
-                .zip(&op_secs)
-                .map(|(info, d)| (at(Mark::OpStart(info.op_id)), *d))
-                .collect();
-            let (input_wait, copy, read_back) = self.steps.last_parts();
-            self.timeline.push(IterationTimeline {
-                memory: if self.op_memory.len() == self.nodes.len() {
-                    self.op_memory.clone()
-                } else {
-                    Vec::new()
-                },
-                start: self.run_started,
-                input_wait,
-                copy,
-                read_back,
-                length,
-                phases,
-                ops,
-            });
-            self.samples.ops.push(op_secs);
-            self.timeline_open = true;
-        }
+        // The marks are read while the sums they feed are written.
+        let marks = std::mem::take(&mut self.marks);
+        self.accumulate(&marks);
+        self.marks = marks;
         self.timed += 1;
         Ok(())
     }

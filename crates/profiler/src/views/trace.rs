@@ -12,7 +12,8 @@
 
 use serde_json::{json, Value};
 
-use crate::profile::data::Profile;
+use crate::profile::data::{OpProfile, Profile};
+use crate::profile::samples::IterationTimeline;
 use wick_graph::ir::Phase;
 
 /// The default cap: about 100 MB of JSON at most, far above a ResNet-50 run of ten
@@ -47,93 +48,22 @@ impl Profile {
     /// The trace with at most `max_events` events (whole iterations only).
     pub fn chrome_trace_capped(&self, max_events: usize) -> Option<Trace> {
         let first = self.timeline.first()?;
-        let origin = first.start - first.input_wait - first.copy;
-        let us = |t: f64| ((t - origin) * 1e9).round() / 1e3;
-        let mut events = vec![json!({
-            "ph": "M", "name": "process_name", "pid": 0, "args": {"name": format!("wick ({})", self.device)}
-        })];
-        for p in Phase::ALL {
-            events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": p as usize, "args": {"name": p.as_str()}}));
-        }
-        events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": STEP_TID, "args": {"name": "step"}}));
-        let live = self.memory.as_ref().map(|m| &m.live_after);
-        let (mut written, mut flow_id, mut step_end) = (0usize, 0u64, f64::MIN);
+        let mut w = TraceWriter {
+            profile: self,
+            origin: first.start - first.input_wait - first.copy,
+            step_end: f64::MIN,
+            flow_id: 0,
+        };
+        let mut events = w.metadata();
+        let mut written = 0usize;
         for (k, it) in self.timeline.iter().enumerate() {
-            let mut batch: Vec<Value> = Vec::new();
-            // The step track: input wait and copy right before the iteration, the read-back
-            // right after; each span starts no earlier than the previous one ended.
-            let mut step_span = |name: &str, start: f64, dur: f64, batch: &mut Vec<Value>| {
-                let start = us(start).max(step_end);
-                let dur = (dur * 1e6 * 1e3).round() / 1e3;
-                step_end = start + dur;
-                batch.push(
-                    json!({"ph": "X", "name": name, "cat": "step", "pid": 0, "tid": STEP_TID,
-                    "ts": start, "dur": dur, "args": {"iteration": k}}),
-                );
-            };
-            step_span(
-                "input wait",
-                it.start - it.copy - it.input_wait,
-                it.input_wait,
-                &mut batch,
-            );
-            step_span("copy to device", it.start - it.copy, it.copy, &mut batch);
-            step_span("iteration", it.start, it.length, &mut batch);
-            step_span(
-                "loss read-back",
-                it.start + it.length,
-                it.read_back,
-                &mut batch,
-            );
-            for (phase, start, dur) in &it.phases {
-                batch.push(json!({"ph": "X", "name": phase.as_str(), "cat": "phase", "pid": 0, "tid": *phase as usize,
-                    "ts": us(it.start + start), "dur": (dur * 1e9).round() / 1e3, "args": {"iteration": k}}));
-            }
-            let mid = |op: usize| us(it.start + it.ops[op].0 + it.ops[op].1 / 2.0);
-            for (op, (start, dur)) in self.ops.iter().zip(&it.ops) {
-                batch.push(json!({
-                    "ph": "X", "name": op.name, "cat": op.phase.as_str(), "pid": 0, "tid": op.phase as usize,
-                    "ts": us(it.start + start), "dur": (dur * 1e9).round() / 1e3,
-                    "args": {
-                        "op_id": op.op_id, "iteration": k, "layer": op.origin.layer, "kernel": op.name,
-                        "inputs": op.input_shapes, "outputs": op.output_shapes, "flops": op.flops, "bytes": op.bytes,
-                        "forward_op": op.origin.forward_op, "parameter": op.origin.parameter
-                    }
-                }));
-                if let (Some(f), Phase::Backward) = (op.origin.forward_op, op.phase) {
-                    if f < it.ops.len() {
-                        flow_id += 1;
-                        batch.push(json!({"ph": "s", "name": "forward to backward", "cat": "flow", "id": flow_id,
-                            "pid": 0, "tid": Phase::Forward as usize, "ts": mid(f)}));
-                        batch.push(json!({"ph": "f", "bp": "e", "name": "forward to backward", "cat": "flow", "id": flow_id,
-                            "pid": 0, "tid": Phase::Backward as usize, "ts": mid(op.op_id)}));
-                    }
-                }
-                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-                if let Some(bytes) = live.and_then(|l| l.get(op.op_id)) {
-                    batch.push(
-                        json!({"ph": "C", "name": "live memory (predicted)", "pid": 0,
-                        "ts": us(it.start + start + dur), "args": {"MiB": mib(*bytes)}}),
-                    );
-                }
-                // Measured: the op's peak while it runs, then what it leaves allocated.
-                if let Some(m) = it.memory.get(op.op_id) {
-                    batch.push(
-                        json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
-                        "ts": us(it.start + start), "args": {"MiB": mib(m.peak_bytes)}}),
-                    );
-                    batch.push(
-                        json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
-                        "ts": us(it.start + start + dur), "args": {"MiB": mib(m.exit_bytes)}}),
-                    );
-                }
-            }
+            let batch = w.iteration(k, it);
             if written + batch.len() > max_events {
                 let note = format!(
                     "trace capped at {max_events} events: {k} of {} timed iterations written",
                     self.timeline.len()
                 );
-                events.push(json!({"ph": "i", "name": note, "s": "g", "pid": 0, "tid": STEP_TID, "ts": step_end}));
+                events.push(json!({"ph": "i", "name": note, "s": "g", "pid": 0, "tid": STEP_TID, "ts": w.step_end}));
                 return Some(Trace {
                     events: events.len(),
                     json: json!({"traceEvents": events, "displayTimeUnit": "ms"}).to_string(),
@@ -144,7 +74,7 @@ impl Profile {
             events.extend(batch);
         }
         if let Some(last) = self.timeline.last() {
-            events.extend(self.rank_tracks(us(last.start)));
+            events.extend(self.rank_tracks(w.us(last.start)));
         }
         Some(Trace {
             events: events.len(),
@@ -180,5 +110,119 @@ impl Profile {
             }
         }
         events
+    }
+}
+
+/// Writes a profile's timed iterations as trace events, on one clock.
+struct TraceWriter<'p> {
+    profile: &'p Profile,
+    /// Host-clock seconds of the trace's zero: the first iteration's input wait.
+    origin: f64,
+    /// Where the step track's last span ended (microseconds).
+    step_end: f64,
+    /// The last forward-to-backward flow's id.
+    flow_id: u64,
+}
+
+impl TraceWriter<'_> {
+    /// Host-clock seconds as the trace's microseconds, to the nanosecond.
+    fn us(&self, t: f64) -> f64 {
+        ((t - self.origin) * 1e9).round() / 1e3
+    }
+
+    /// The process's and the tracks' names.
+    fn metadata(&self) -> Vec<Value> {
+        let mut events = vec![json!({
+            "ph": "M", "name": "process_name", "pid": 0, "args": {"name": format!("wick ({})", self.profile.device)}
+        })];
+        for p in Phase::ALL {
+            events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": p as usize, "args": {"name": p.as_str()}}));
+        }
+        events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": STEP_TID, "args": {"name": "step"}}));
+        events
+    }
+
+    /// Iteration `k`'s events: the step track, the phases, the ops with their flows and
+    /// memory counters.
+    fn iteration(&mut self, k: usize, it: &IterationTimeline) -> Vec<Value> {
+        let mut batch = Vec::new();
+        // The step track: input wait and copy right before the iteration, the read-back
+        // right after; each span starts no earlier than the previous one ended.
+        let spans = [
+            (
+                "input wait",
+                it.start - it.copy - it.input_wait,
+                it.input_wait,
+            ),
+            ("copy to device", it.start - it.copy, it.copy),
+            ("iteration", it.start, it.length),
+            ("loss read-back", it.start + it.length, it.read_back),
+        ];
+        for (name, start, dur) in spans {
+            let start = self.us(start).max(self.step_end);
+            let dur = (dur * 1e6 * 1e3).round() / 1e3;
+            self.step_end = start + dur;
+            batch.push(
+                json!({"ph": "X", "name": name, "cat": "step", "pid": 0, "tid": STEP_TID,
+                "ts": start, "dur": dur, "args": {"iteration": k}}),
+            );
+        }
+        for (phase, start, dur) in &it.phases {
+            batch.push(json!({"ph": "X", "name": phase.as_str(), "cat": "phase", "pid": 0, "tid": *phase as usize,
+                "ts": self.us(it.start + start), "dur": (dur * 1e9).round() / 1e3, "args": {"iteration": k}}));
+        }
+        for (op, &(start, dur)) in self.profile.ops.iter().zip(&it.ops) {
+            self.op(&mut batch, k, it, op, (start, dur));
+        }
+        batch
+    }
+
+    /// One op's span, its flow from the forward op it differentiates, and its memory.
+    fn op(
+        &mut self,
+        batch: &mut Vec<Value>,
+        k: usize,
+        it: &IterationTimeline,
+        op: &OpProfile,
+        (start, dur): (f64, f64),
+    ) {
+        batch.push(json!({
+            "ph": "X", "name": op.name, "cat": op.phase.as_str(), "pid": 0, "tid": op.phase as usize,
+            "ts": self.us(it.start + start), "dur": (dur * 1e9).round() / 1e3,
+            "args": {
+                "op_id": op.op_id, "iteration": k, "layer": op.origin.layer, "kernel": op.name,
+                "inputs": op.input_shapes, "outputs": op.output_shapes, "flops": op.flops, "bytes": op.bytes,
+                "forward_op": op.origin.forward_op, "parameter": op.origin.parameter
+            }
+        }));
+        let mid = |w: &Self, op: usize| w.us(it.start + it.ops[op].0 + it.ops[op].1 / 2.0);
+        if let (Some(f), Phase::Backward) = (op.origin.forward_op, op.phase) {
+            if f < it.ops.len() {
+                self.flow_id += 1;
+                batch.push(json!({"ph": "s", "name": "forward to backward", "cat": "flow", "id": self.flow_id,
+                    "pid": 0, "tid": Phase::Forward as usize, "ts": mid(self, f)}));
+                batch.push(json!({"ph": "f", "bp": "e", "name": "forward to backward", "cat": "flow", "id": self.flow_id,
+                    "pid": 0, "tid": Phase::Backward as usize, "ts": mid(self, op.op_id)}));
+            }
+        }
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let live = self.profile.memory.as_ref().map(|m| &m.live_after);
+        if let Some(bytes) = live.and_then(|l| l.get(op.op_id)) {
+            batch.push(
+                json!({"ph": "C", "name": "live memory (predicted)", "pid": 0,
+                "ts": self.us(it.start + start + dur), "args": {"MiB": mib(*bytes)}}),
+            );
+        }
+        // Measured: the op's peak while it runs, then what it leaves allocated.
+        if let Some(m) = it.memory.get(op.op_id) {
+            batch.push(
+                json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
+                "ts": self.us(it.start + start), "args": {"MiB": mib(m.peak_bytes)}}),
+            );
+            batch.push(
+                json!({"ph": "C", "name": "live memory (measured)", "pid": 0,
+                "ts": self.us(it.start + start + dur), "args": {"MiB": mib(m.exit_bytes)}}),
+            );
+        }
     }
 }
