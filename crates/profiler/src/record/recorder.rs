@@ -3,16 +3,14 @@
 
 use candle_core::Device;
 
-use crate::profile::contention::CpuContention;
 use crate::profile::data::{OpProfile, PhaseProfile, Profile};
-use crate::profile::memory::{MemoryProfile, OpMemory};
 use crate::profile::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
 use crate::profile::schedule::{RecordLevel, Schedule};
 use crate::profile::stats::median;
-use crate::record::memory_probe::MemoryCounter;
+use crate::record::memory_probe::{MemoryCounter, MemoryRecorder};
 use crate::record::slots::{Mark, SlotLayout};
 use crate::record::step_parts::{instant_clock, StepRecorder, WallClock};
-use crate::record::thread_times::ThreadTimes;
+use crate::record::thread_times::ContentionProbe;
 use crate::record::timer::{HostTimer, Timer};
 use wick_graph::error::{GraphError, Result};
 use wick_graph::hooks::{Hook, NodeInfo, StepPart};
@@ -69,27 +67,13 @@ pub struct TimeProfiler {
     wall: WallClock,
     run_started: f64,
     steps: StepRecorder,
-    memory_plan: Option<MemoryPlan>,
-    counter: Option<Box<dyn MemoryCounter>>,
-    counting: bool,
-    measured_peak: Option<u64>,
-    /// The counter's bytes at the start of the iteration in progress and of the last
-    /// timed one, and each op's measured memory in them.
-    start_live: Option<u64>,
-    last_start_live: Option<u64>,
-    op_memory: Vec<OpMemory>,
-    last_op_memory: Vec<OpMemory>,
+    /// The memory plan and what the counting allocator and the device measured.
+    memory: MemoryRecorder,
     /// On a device: each node's host dispatch seconds, summed over timed iterations.
     host_ops: Option<Vec<f64>>,
     host_started: Option<std::time::Instant>,
-    /// The device, to ask its driver for memory in use; the most seen.
-    device_handle: Option<Device>,
-    device_used: Option<u64>,
-    /// The threads' scheduler counters at the timed iteration's start, and the run-queue
-    /// wait summed over the timed iterations.
-    threads_at_start: ThreadTimes,
-    threads_now: ThreadTimes,
-    contention: Option<CpuContention>,
+    /// The threads' run-queue wait over the timed iterations.
+    contention: ContentionProbe,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -143,28 +127,17 @@ impl TimeProfiler {
             wall: instant_clock(),
             run_started: 0.0,
             steps: StepRecorder::default(),
-            memory_plan: None,
-            counter: None,
-            counting: false,
-            measured_peak: None,
-            start_live: None,
-            last_start_live: None,
-            op_memory: Vec::new(),
-            last_op_memory: Vec::new(),
+            memory: MemoryRecorder::default(),
             host_ops: None,
             host_started: None,
-            device_handle: None,
-            device_used: None,
-            threads_at_start: ThreadTimes::default(),
-            threads_now: ThreadTimes::default(),
-            contention: None,
+            contention: ContentionProbe::default(),
         }
     }
 
     /// The same profiler measuring the process's allocation peak over the timed
     /// iterations with `counter` (the examples pass `wick::allocator::Counter`).
     pub fn with_memory_counter(mut self, counter: Box<dyn MemoryCounter>) -> Self {
-        self.counter = Some(counter);
+        self.memory.counter = Some(counter);
         self
     }
 
@@ -229,13 +202,8 @@ impl TimeProfiler {
         self.samples = Samples::default();
         self.timeline.clear();
         self.steps = StepRecorder::default();
-        self.counting = false;
-        self.measured_peak = None;
-        self.start_live = None;
-        self.last_start_live = None;
-        self.last_op_memory.clear();
-        self.device_used = None;
-        self.contention = None;
+        self.memory.reset();
+        self.contention = ContentionProbe::default();
         if let Some(h) = self.host_ops.as_mut() {
             h.iter_mut().for_each(|s| *s = 0.0);
         }
@@ -245,35 +213,6 @@ impl TimeProfiler {
         let slot = self.layout.slot(mark);
         if let Some(t) = self.timer.as_mut() {
             t.mark(slot);
-        }
-    }
-
-    /// At a timed iteration's end: the threads' scheduler counters, the counting
-    /// allocator's peak and each op's memory, and the device's memory in use.
-    fn read_probes(&mut self) {
-        if self.threads_now.read() {
-            let total = self.contention.get_or_insert_with(Default::default);
-            self.threads_now.add_since(&self.threads_at_start, total);
-        }
-        if let Some(c) = &self.counter {
-            // Each op restarted the peak: the iteration's is the largest of theirs.
-            let peak = self
-                .op_memory
-                .iter()
-                .map(|m| m.peak_bytes)
-                .fold(c.peak_bytes(), u64::max);
-            self.measured_peak = Some(self.measured_peak.map_or(peak, |m| m.max(peak)));
-            self.last_start_live = self.start_live;
-            if self.op_memory.len() == self.nodes.len() {
-                self.last_op_memory = self.op_memory.clone();
-            }
-        }
-        if let Some(used) = self
-            .device_handle
-            .as_ref()
-            .and_then(crate::record::memory_probe::device_used)
-        {
-            self.device_used = Some(self.device_used.map_or(used, |m| m.max(used)));
         }
     }
 
@@ -335,11 +274,7 @@ impl TimeProfiler {
             .collect();
         let (input_wait, copy, read_back) = self.steps.last_parts();
         self.timeline.push(IterationTimeline {
-            memory: if self.op_memory.len() == self.nodes.len() {
-                self.op_memory.clone()
-            } else {
-                Vec::new()
-            },
+            memory: self.memory.iteration_ops(self.nodes.len()),
             start: self.run_started,
             input_wait,
             copy,
@@ -387,9 +322,11 @@ impl TimeProfiler {
             samples: self.samples.clone(),
             timeline: self.timeline_so_far(),
             step: self.steps.profile(),
-            memory: self.memory_profile(),
+            memory: (self.timed > 0)
+                .then(|| self.memory.profile(&self.nodes))
+                .flatten(),
             machine: None,
-            cpu_contention: self.contention.filter(|_| timed),
+            cpu_contention: self.contention.total().filter(|_| timed),
             distributed: None,
         }
     }
@@ -419,7 +356,7 @@ impl TimeProfiler {
                 updated_parameters: Some(info.param_slots.len()),
                 bytes: info.bytes,
                 dtype: format!("{:?}", info.dtype),
-                memory: self.last_op_memory.get(info.op_id).copied(),
+                memory: self.memory.last_op(info.op_id),
                 host_sec: self
                     .host_ops
                     .as_ref()
@@ -451,16 +388,6 @@ impl TimeProfiler {
         t
     }
 
-    /// The predicted memory beside what was measured, once an iteration was timed.
-    fn memory_profile(&self) -> Option<MemoryProfile> {
-        let plan = self.memory_plan.as_ref().filter(|_| self.timed > 0)?;
-        let kernel = plan.peak_op.map(|op| self.nodes[op].name.to_string());
-        let mut m = MemoryProfile::new(plan, kernel, self.measured_peak, self.device_used);
-        m.start_live_bytes = self.last_start_live;
-        m.ops = self.last_op_memory.clone();
-        Some(m)
-    }
-
     /// Prints the report (SINGA's lines, then wick's) to standard output.
     pub fn print(&self) {
         print!("{}", self.profile());
@@ -481,7 +408,7 @@ impl Hook for TimeProfiler {
         }
         // On a device the timer measures device time; the host clock measures dispatch.
         self.host_ops = (!device.is_cpu()).then(|| vec![0.0; nodes.len()]);
-        self.device_handle = (!device.is_cpu()).then(|| device.clone());
+        self.memory.device = (!device.is_cpu()).then(|| device.clone());
         self.layout = SlotLayout::new(nodes.len());
         self.ops = vec![OpStats::default(); nodes.len()];
         self.marks = vec![0.0; self.layout.len()];
@@ -502,13 +429,8 @@ impl Hook for TimeProfiler {
         }
         if self.timing {
             // Before the memory counter starts: reading the counters allocates.
-            self.threads_at_start.read();
-            if let Some(c) = &self.counter {
-                c.reset_peak();
-                self.counting = true;
-                self.start_live = Some(c.live_bytes());
-                self.op_memory.clear();
-            }
+            self.contention.iteration_start();
+            self.memory.iteration_start();
             self.mark(Mark::IterationStart);
         }
         if self.timeline_open {
@@ -523,7 +445,7 @@ impl Hook for TimeProfiler {
     }
 
     fn on_memory_plan(&mut self, plan: &MemoryPlan) {
-        self.memory_plan = Some(plan.clone());
+        self.memory.plan = Some(plan.clone());
     }
 
     fn on_step_part(&mut self, part: StepPart, sec: f64) {
@@ -545,13 +467,8 @@ impl Hook for TimeProfiler {
     fn before_op(&mut self, node: &NodeInfo) {
         if self.timing {
             // Read before the op's mark, so that the reading is not in its time.
-            if let (Some(c), RecordLevel::PerOp) = (&self.counter, self.level) {
-                let entry = c.live_bytes();
-                c.reset_peak();
-                self.op_memory.push(OpMemory {
-                    entry_bytes: entry,
-                    ..Default::default()
-                });
+            if self.level == RecordLevel::PerOp {
+                self.memory.before_op();
             }
             self.mark(Mark::OpStart(node.op_id));
             if self.host_ops.is_some() && self.level == RecordLevel::PerOp {
@@ -566,10 +483,7 @@ impl Hook for TimeProfiler {
                 h[node.op_id] += t.elapsed().as_secs_f64();
             }
             self.mark(Mark::OpEnd(node.op_id));
-            if let (Some(c), Some(m)) = (&self.counter, self.op_memory.last_mut()) {
-                m.peak_bytes = c.peak_bytes();
-                m.exit_bytes = c.live_bytes();
-            }
+            self.memory.after_op();
         }
     }
 
@@ -581,7 +495,8 @@ impl Hook for TimeProfiler {
             return Ok(());
         }
         self.mark(Mark::IterationEnd);
-        self.read_probes();
+        self.contention.iteration_end();
+        self.memory.iteration_end(self.nodes.len());
         let Some(timer) = self.timer.as_mut() else {
             return Ok(());
         };

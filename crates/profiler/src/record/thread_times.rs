@@ -46,6 +46,35 @@ impl ThreadTimes {
     }
 }
 
+/// The threads' run-queue wait over the timed iterations: their counters at each timed
+/// iteration's start, added up at its end.
+#[derive(Debug, Default)]
+pub(crate) struct ContentionProbe {
+    at_start: ThreadTimes,
+    now: ThreadTimes,
+    total: Option<CpuContention>,
+}
+
+impl ContentionProbe {
+    /// A timed iteration starts (before the memory counter: reading allocates).
+    pub(crate) fn iteration_start(&mut self) {
+        self.at_start.read();
+    }
+
+    /// The timed iteration ended: what each thread ran and waited since its start.
+    pub(crate) fn iteration_end(&mut self) {
+        if self.now.read() {
+            let total = self.total.get_or_insert_with(Default::default);
+            self.now.add_since(&self.at_start, total);
+        }
+    }
+
+    /// The sums so far; `None` where the system has no scheduler counters.
+    pub(crate) fn total(&self) -> Option<CpuContention> {
+        self.total
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
