@@ -15,7 +15,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::profile::data::Profile;
+use crate::profile::data::{OpProfile, Profile};
 use wick_graph::ir::Phase;
 use wick_ops::KernelClass;
 
@@ -167,7 +167,7 @@ impl GpuPrediction {
 /// [`OpProfile::updated_parameters`] updates, from its input layout: SGD reads param,
 /// grad[, buffer] and writes param[, buffer] per parameter; Adam reads the step, then
 /// param, grad and two moments per parameter.
-fn members_before_slots(op: &crate::profile::OpProfile) -> usize {
+fn members_before_slots(op: &OpProfile) -> usize {
     let (inputs, outputs) = (op.input_shapes.len(), op.output_shapes.len());
     match op.name.as_str() {
         "SgdUpdateMultiTensor" => inputs.saturating_sub(outputs),
@@ -191,70 +191,22 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
             wick: 1,
             generic: 1,
         });
-        // A merged update's parameters, which the generic path updates one by one. SGD
-        // reads param, grad[, buffer] and writes param[, buffer] per parameter; Adam reads
-        // the step, then param, grad and two moments per parameter.
+        // A merged update's parameters, which the generic path updates one by one.
         let members = op
             .updated_parameters
             .unwrap_or_else(|| members_before_slots(op));
         l.generic *= members as u32;
-        let row = match rows.iter_mut().find(|r| r.name == op.name) {
-            Some(r) => r,
-            None => {
-                rows.push(PredictedRow {
-                    name: op.name.clone(),
-                    nodes: 0,
-                    flops: 0,
-                    bytes: 0,
-                    tensor_cores: matches!(
-                        op.class,
-                        KernelClass::Convolution | KernelClass::Linear
-                    ),
-                    roof_sec: 0.0,
-                    launches: Launches {
-                        wick: 0,
-                        generic: 0,
-                    },
-                    wick_sec: 0.0,
-                    generic_sec: 0.0,
-                });
-                rows.last_mut().expect("just pushed")
-            }
-        };
+        let row = row_for(&mut rows, op);
         row.nodes += 1;
         row.flops += op.flops;
         row.bytes += op.bytes;
         row.launches.wick += l.wick;
         row.launches.generic += l.generic;
-        let peak = if row.tensor_cores {
-            device.tf32_flops_per_sec
-        } else {
-            device.fp32_flops_per_sec
-        };
-        let compute = op.flops as f64 / peak;
-        let memory = op.bytes as f64 / device.memory_bytes_per_sec;
-        row.roof_sec += compute.max(memory);
-        let efficiency = if compute > memory {
-            device.compute_efficiency
-        } else {
-            device.memory_efficiency
-        };
-        let kernel_sec = compute.max(memory) / efficiency;
-        let wick_sec = kernel_sec.max(l.wick as f64 * device.launch_sec);
-        row.wick_sec += wick_sec;
-        phase_sec[Phase::ALL.iter().position(|p| *p == op.phase).unwrap_or(0)] += wick_sec;
-        // Each generic launch past wick's count is one more pass over the op's output (over
-        // one parameter's, for a merged update: as many passes per parameter).
-        let out_bytes: u64 = op
-            .output_shapes
-            .iter()
-            .map(|s| s.iter().product::<usize>() as u64 * 4)
-            .sum();
-        let extra = (l.generic as f64 / members as f64 - l.wick as f64).max(0.0);
-        let generic_kernel = kernel_sec
-            + extra * 2.0 * out_bytes as f64
-                / (device.memory_bytes_per_sec * device.memory_efficiency);
-        row.generic_sec += generic_kernel.max(l.generic as f64 * device.launch_sec);
+        let t = op_seconds(op, device, row.tensor_cores, l, members);
+        row.roof_sec += t.roof;
+        row.wick_sec += t.wick;
+        row.generic_sec += t.generic;
+        phase_sec[Phase::ALL.iter().position(|p| *p == op.phase).unwrap_or(0)] += t.wick;
     }
     rows.sort_by(|a, b| b.wick_sec.total_cmp(&a.wick_sec));
     GpuPrediction {
@@ -263,6 +215,75 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
         unknown_kernels: unknown,
         batch: (profile.run.batch > 0).then_some(profile.run.batch),
         phase_sec,
+    }
+}
+
+/// The row of `op`'s kernel, made empty the first time.
+fn row_for<'r>(rows: &'r mut Vec<PredictedRow>, op: &OpProfile) -> &'r mut PredictedRow {
+    match rows.iter().position(|r| r.name == op.name) {
+        Some(i) => &mut rows[i],
+        None => {
+            rows.push(PredictedRow {
+                name: op.name.clone(),
+                nodes: 0,
+                flops: 0,
+                bytes: 0,
+                tensor_cores: matches!(op.class, KernelClass::Convolution | KernelClass::Linear),
+                roof_sec: 0.0,
+                launches: Launches {
+                    wick: 0,
+                    generic: 0,
+                },
+                wick_sec: 0.0,
+                generic_sec: 0.0,
+            });
+            rows.last_mut().expect("just pushed")
+        }
+    }
+}
+
+/// One node's predicted seconds: at the roofs, on wick's path, and on the generic path.
+struct OpSeconds {
+    roof: f64,
+    wick: f64,
+    generic: f64,
+}
+
+/// `op`'s seconds on `device` with launches `l` (the generic ones for all its `members`).
+fn op_seconds(
+    op: &OpProfile,
+    device: &DeviceSheet,
+    tensor_cores: bool,
+    l: Launches,
+    members: usize,
+) -> OpSeconds {
+    let peak = if tensor_cores {
+        device.tf32_flops_per_sec
+    } else {
+        device.fp32_flops_per_sec
+    };
+    let compute = op.flops as f64 / peak;
+    let memory = op.bytes as f64 / device.memory_bytes_per_sec;
+    let efficiency = if compute > memory {
+        device.compute_efficiency
+    } else {
+        device.memory_efficiency
+    };
+    let kernel_sec = compute.max(memory) / efficiency;
+    // Each generic launch past wick's count is one more pass over the op's output (over
+    // one parameter's, for a merged update: as many passes per parameter).
+    let out_bytes: u64 = op
+        .output_shapes
+        .iter()
+        .map(|s| s.iter().product::<usize>() as u64 * 4)
+        .sum();
+    let extra = (l.generic as f64 / members as f64 - l.wick as f64).max(0.0);
+    let generic_kernel = kernel_sec
+        + extra * 2.0 * out_bytes as f64 / (device.memory_bytes_per_sec * device.memory_efficiency);
+    OpSeconds {
+        roof: compute.max(memory),
+        wick: kernel_sec.max(l.wick as f64 * device.launch_sec),
+        generic: generic_kernel.max(l.generic as f64 * device.launch_sec),
     }
 }
 

@@ -5,19 +5,28 @@
 
 use crate::profile::data::Profile;
 
+/// `v` as a time: a finite number of seconds, at least 0; the error names `field`.
+fn time(field: impl FnOnce() -> String, v: f64) -> Result<(), String> {
+    if v.is_finite() && v >= 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is {v}: a time must be a finite number of seconds, at least 0",
+            field()
+        ))
+    }
+}
+
 impl Profile {
     /// Checks the profile's times and samples (see the module docs); the error names the
     /// first bad field.
     pub fn validate(&self) -> Result<(), String> {
-        let time = |field: String, v: f64| {
-            if v.is_finite() && v >= 0.0 {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{field} is {v}: a time must be a finite number of seconds, at least 0"
-                ))
-            }
-        };
+        self.validate_times()?;
+        self.validate_samples()
+    }
+
+    /// The iteration's, phases' and ops' times, and the ops' order.
+    fn validate_times(&self) -> Result<(), String> {
         for (field, v) in [
             ("forward_sec", self.forward_sec),
             ("backward_sec", self.backward_sec),
@@ -27,11 +36,11 @@ impl Profile {
             ("iteration_min_sec", self.iteration_min_sec),
             ("iteration_max_sec", self.iteration_max_sec),
         ] {
-            time(field.to_string(), v)?;
+            time(|| field.to_string(), v)?;
         }
         for (i, p) in self.phases.iter().enumerate() {
-            time(format!("phases[{i}].sec"), p.sec)?;
-            time(format!("phases[{i}].ops_sec"), p.ops_sec)?;
+            time(|| format!("phases[{i}].sec"), p.sec)?;
+            time(|| format!("phases[{i}].ops_sec"), p.ops_sec)?;
         }
         for (i, op) in self.ops.iter().enumerate() {
             for (name, v) in [
@@ -40,7 +49,7 @@ impl Profile {
                 ("max_sec", op.max_sec),
             ] {
                 time(
-                    format!("ops[{i}] (OP_ID{} {}).{name}", op.op_id, op.name),
+                    || format!("ops[{i}] (OP_ID{} {}).{name}", op.op_id, op.name),
                     v,
                 )?;
             }
@@ -51,20 +60,27 @@ impl Profile {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The per-iteration samples: their shape against the profile's, and their times.
+    fn validate_samples(&self) -> Result<(), String> {
         let s = &self.samples;
-        if s.iterations.len() != self.timed_iterations {
-            return Err(format!(
-                "samples.iterations has {} values for {} timed iterations",
+        let rows = [
+            (
+                "samples.iterations",
+                "values",
                 s.iterations.len(),
-                self.timed_iterations
-            ));
-        }
-        if s.phases.len() != s.iterations.len() {
-            return Err(format!(
-                "samples.phases has {} rows for {} timed iterations",
-                s.phases.len(),
-                s.iterations.len()
-            ));
+                self.timed_iterations,
+            ),
+            ("samples.phases", "rows", s.phases.len(), s.iterations.len()),
+        ];
+        for (field, what, len, expected) in rows {
+            if len != expected {
+                return Err(format!(
+                    "{field} has {len} {what} for {expected} timed iterations"
+                ));
+            }
         }
         if s.ops.len() > s.iterations.len() {
             return Err(format!(
@@ -74,11 +90,11 @@ impl Profile {
             ));
         }
         for (k, v) in s.iterations.iter().enumerate() {
-            time(format!("samples.iterations[{k}]"), *v)?;
+            time(|| format!("samples.iterations[{k}]"), *v)?;
         }
         for (k, row) in s.phases.iter().enumerate() {
             for (j, v) in row.iter().enumerate() {
-                time(format!("samples.phases[{k}][{j}]"), *v)?;
+                time(|| format!("samples.phases[{k}][{j}]"), *v)?;
             }
         }
         for (k, row) in s.ops.iter().enumerate() {
@@ -90,7 +106,7 @@ impl Profile {
                 ));
             }
             for (j, v) in row.iter().enumerate() {
-                time(format!("samples.ops[{k}][{j}]"), *v)?;
+                time(|| format!("samples.ops[{k}][{j}]"), *v)?;
             }
         }
         Ok(())
