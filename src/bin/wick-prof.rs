@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use wick::file_roles::FileRoles;
 use wick::profiler::compare::predict::predict;
 use wick::profiler::Profile;
@@ -34,65 +34,77 @@ enum Command {
     /// B against A: per phase, op type and layer, the time ratio with a bootstrap
     /// confidence interval from the per-iteration samples. Flags changes whose interval
     /// excludes 1 and whose size reaches --threshold; exits 1 when one is a slowdown.
-    Diff {
-        /// The baseline profile.
-        a: PathBuf,
-        /// The profile to compare with it.
-        b: PathBuf,
-        /// More baseline runs of the same graph (repeatable): the bootstrap then resamples
-        /// runs too, so drift between processes is not flagged. Interleave the runs.
-        #[arg(long = "base-run", value_name = "FILE")]
-        base_runs: Vec<PathBuf>,
-        /// More runs to compare (repeatable), as --base-run.
-        #[arg(long = "new-run", value_name = "FILE")]
-        new_runs: Vec<PathBuf>,
-        /// The smallest relative change to flag (0.05 is 5%).
-        #[arg(long, default_value_t = 0.05)]
-        threshold: f64,
-        /// Rows below this share of A's iteration are shown but never flagged.
-        #[arg(long, default_value_t = 0.02)]
-        min_share: f64,
-        /// The family-wise confidence: the chance that an unchanged build gets no flag
-        /// (Bonferroni over the rows that may be flagged).
-        #[arg(long, default_value_t = 0.95)]
-        confidence: f64,
-        /// Compare profiles of different graphs, matching phases, op types and layers by name.
-        #[arg(long)]
-        allow_different_graphs: bool,
-        /// Put B's times on A's machine: each op type scaled by its run's measured peak
-        /// over A's (GEMM for compute-bound types, copy for memory-bound ones), so that a
-        /// loaded or slower machine is not read as a slower build.
-        #[arg(long)]
-        normalize_by_peak: bool,
-        /// Also write the diff as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Diff(DiffArgs),
     /// Renders a profile as one self-contained HTML file (no network; inline SVG).
-    Report {
-        /// The profile.
-        profile: PathBuf,
-        /// Where to write the report [default: the profile's name with .html].
-        #[arg(short, long)]
-        output: Option<PathBuf>,
-        /// A baseline profile: adds the diff view (this profile against the baseline).
-        #[arg(long)]
-        diff: Option<PathBuf>,
-    },
+    Report(ReportArgs),
     /// Predicts the training step on a GPU from a profile taken on any device: per op
     /// type its FLOPs and bytes against the GPU's datasheet, and its kernel launches with
     /// wick's CUDA kernels and with candle's generic tensor ops.
-    Predict {
-        /// The profile.
-        profile: PathBuf,
-        /// h200, h100 or a100, or a datasheet JSON file (the fields of
-        /// crates/graph/src/profiler/gpu_datasheets.json, one object).
-        #[arg(long, default_value = "h200")]
-        device: String,
-        /// Also write the prediction as JSON here.
-        #[arg(long)]
-        json: Option<PathBuf>,
-    },
+    Predict(PredictArgs),
+}
+
+// The arguments of `wick-prof diff`.
+#[derive(Args)]
+struct DiffArgs {
+    /// The baseline profile.
+    a: PathBuf,
+    /// The profile to compare with it.
+    b: PathBuf,
+    /// More baseline runs of the same graph (repeatable): the bootstrap then resamples
+    /// runs too, so drift between processes is not flagged. Interleave the runs.
+    #[arg(long = "base-run", value_name = "FILE")]
+    base_runs: Vec<PathBuf>,
+    /// More runs to compare (repeatable), as --base-run.
+    #[arg(long = "new-run", value_name = "FILE")]
+    new_runs: Vec<PathBuf>,
+    /// The smallest relative change to flag (0.05 is 5%).
+    #[arg(long, default_value_t = 0.05)]
+    threshold: f64,
+    /// Rows below this share of A's iteration are shown but never flagged.
+    #[arg(long, default_value_t = 0.02)]
+    min_share: f64,
+    /// The family-wise confidence: the chance that an unchanged build gets no flag
+    /// (Bonferroni over the rows that may be flagged).
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    /// Compare profiles of different graphs, matching phases, op types and layers by name.
+    #[arg(long)]
+    allow_different_graphs: bool,
+    /// Put B's times on A's machine: each op type scaled by its run's measured peak
+    /// over A's (GEMM for compute-bound types, copy for memory-bound ones), so that a
+    /// loaded or slower machine is not read as a slower build.
+    #[arg(long)]
+    normalize_by_peak: bool,
+    /// Also write the diff as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+// The arguments of `wick-prof report`.
+#[derive(Args)]
+struct ReportArgs {
+    /// The profile.
+    profile: PathBuf,
+    /// Where to write the report [default: the profile's name with .html].
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// A baseline profile: adds the diff view (this profile against the baseline).
+    #[arg(long)]
+    diff: Option<PathBuf>,
+}
+
+// The arguments of `wick-prof predict`.
+#[derive(Args)]
+struct PredictArgs {
+    /// The profile.
+    profile: PathBuf,
+    /// h200, h100 or a100, or a datasheet JSON file (the fields of
+    /// crates/profiler/src/compare/gpu_datasheets.json, one object).
+    #[arg(long, default_value = "h200")]
+    device: String,
+    /// Also write the prediction as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 fn read(path: &Path) -> Result<Profile> {
@@ -112,126 +124,138 @@ fn run() -> Result<ExitCode> {
     let cli = Cli::parse();
     wick::graph::atomic_write::allow_read_only_replacement(cli.replace_read_only);
     match cli.command {
-        Command::Diff {
-            a,
-            b,
-            base_runs,
-            new_runs,
-            threshold,
-            min_share,
-            confidence,
-            allow_different_graphs,
-            normalize_by_peak,
-            json,
-        } => {
-            anyhow::ensure!(
-                (0.0..=10.0).contains(&threshold),
-                "--threshold {threshold}: a relative change from 0 to 10 (0.05 is 5%) is needed"
-            );
-            anyhow::ensure!(
-                (0.0..1.0).contains(&min_share),
-                "--min-share {min_share}: a share of the iteration in [0, 1) is needed"
-            );
-            anyhow::ensure!(
-                (0.5..=0.999).contains(&confidence),
-                "--confidence {confidence}: a level from 0.5 to 0.999 is needed (beyond, the bootstrap cannot read its tails in bounded work)"
-            );
-            let mut files = FileRoles::default();
-            for (flag, path) in [("A", &a), ("B", &b)]
-                .into_iter()
-                .chain(base_runs.iter().map(|p| ("--base-run", p)))
-                .chain(new_runs.iter().map(|p| ("--new-run", p)))
-            {
-                files.input(flag, path)?;
-            }
-            if let Some(path) = &json {
-                files.output("--json", path)?;
-            }
+        Command::Diff(args) => run_diff(args),
+        Command::Report(args) => run_report(args),
+        Command::Predict(args) => run_predict(args),
+    }
+}
+
+/// `wick-prof diff`: exit 1 when B regressed against A.
+fn run_diff(args: DiffArgs) -> Result<ExitCode> {
+    let DiffArgs {
+        a,
+        b,
+        base_runs,
+        new_runs,
+        threshold,
+        min_share,
+        confidence,
+        allow_different_graphs,
+        normalize_by_peak,
+        json,
+    } = args;
+    anyhow::ensure!(
+        (0.0..=10.0).contains(&threshold),
+        "--threshold {threshold}: a relative change from 0 to 10 (0.05 is 5%) is needed"
+    );
+    anyhow::ensure!(
+        (0.0..1.0).contains(&min_share),
+        "--min-share {min_share}: a share of the iteration in [0, 1) is needed"
+    );
+    anyhow::ensure!(
+        (0.5..=0.999).contains(&confidence),
+        "--confidence {confidence}: a level from 0.5 to 0.999 is needed (beyond, the bootstrap cannot read its tails in bounded work)"
+    );
+    let mut files = FileRoles::default();
+    for (flag, path) in [("A", &a), ("B", &b)]
+        .into_iter()
+        .chain(base_runs.iter().map(|p| ("--base-run", p)))
+        .chain(new_runs.iter().map(|p| ("--new-run", p)))
+    {
+        files.input(flag, path)?;
+    }
+    if let Some(path) = &json {
+        files.output("--json", path)?;
+    }
+    let opts = DiffOptions {
+        threshold,
+        min_share,
+        confidence,
+        allow_different_graphs,
+        normalize_by_peak,
+        ..Default::default()
+    };
+    let side = |first: &Path, more: &[PathBuf]| -> Result<Vec<Profile>> {
+        std::iter::once(first)
+            .chain(more.iter().map(|p| p.as_path()))
+            .map(read)
+            .collect()
+    };
+    let d = diff_runs(&side(&a, &base_runs)?, &side(&b, &new_runs)?, &opts)?;
+    print!("{}", d.text());
+    if let Some(path) = &json {
+        let text = serde_json::to_string_pretty(&d)?;
+        wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
+    }
+    Ok(if d.regressions().next().is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `wick-prof report`: one self-contained HTML file.
+fn run_report(args: ReportArgs) -> Result<ExitCode> {
+    let ReportArgs {
+        profile,
+        output,
+        diff: baseline,
+    } = args;
+    let mut files = FileRoles::default();
+    files.input("PROFILE", &profile)?;
+    if let Some(base) = &baseline {
+        files.input("--diff", base)?;
+    }
+    let flag = if output.is_some() {
+        "-o"
+    } else {
+        "the default output (the profile's name with .html)"
+    };
+    let output = output.unwrap_or_else(|| profile.with_extension("html"));
+    files.output(flag, &output)?;
+    let p = read(&profile)?;
+    let d = match &baseline {
+        Some(base) => {
             let opts = DiffOptions {
-                threshold,
-                min_share,
-                confidence,
-                allow_different_graphs,
-                normalize_by_peak,
+                allow_different_graphs: true,
                 ..Default::default()
             };
-            let side = |first: &Path, more: &[PathBuf]| -> Result<Vec<Profile>> {
-                std::iter::once(first)
-                    .chain(more.iter().map(|p| p.as_path()))
-                    .map(read)
-                    .collect()
-            };
-            let d = diff_runs(&side(&a, &base_runs)?, &side(&b, &new_runs)?, &opts)?;
-            print!("{}", d.text());
-            if let Some(path) = &json {
-                let text = serde_json::to_string_pretty(&d)?;
-                wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
-            }
-            Ok(if d.regressions().next().is_some() {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            })
+            Some(diff(&read(base)?, &p, &opts)?)
         }
-        Command::Report {
-            profile,
-            output,
-            diff: baseline,
-        } => {
-            let mut files = FileRoles::default();
-            files.input("PROFILE", &profile)?;
-            if let Some(base) = &baseline {
-                files.input("--diff", base)?;
-            }
-            let flag = if output.is_some() {
-                "-o"
-            } else {
-                "the default output (the profile's name with .html)"
-            };
-            let output = output.unwrap_or_else(|| profile.with_extension("html"));
-            files.output(flag, &output)?;
-            let p = read(&profile)?;
-            let d = match &baseline {
-                Some(base) => {
-                    let opts = DiffOptions {
-                        allow_different_graphs: true,
-                        ..Default::default()
-                    };
-                    Some(diff(&read(base)?, &p, &opts)?)
-                }
-                None => None,
-            };
-            let page = html::report(&p, d.as_ref());
-            wick::graph::atomic_write::write_bytes_atomically(&output, page.as_bytes())?;
-            println!("report written to {}", output.display());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Predict {
-            profile,
-            device,
-            json,
-        } => {
-            let mut files = FileRoles::default();
-            files.input("PROFILE", &profile)?;
-            if let Some(path) = &json {
-                files.output("--json", path)?;
-            }
-            let sheet = datasheet(&device)?;
-            let p = read(&profile)?;
-            anyhow::ensure!(
-                !p.ops.is_empty(),
-                "{}: the profile has no per-op rows; take it at --verbosity 2",
-                profile.display()
-            );
-            let prediction = predict(&p, &sheet);
-            print!("{prediction}");
-            if let Some(path) = &json {
-                let text = serde_json::to_string_pretty(&prediction)?;
-                wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        None => None,
+    };
+    let page = html::report(&p, d.as_ref());
+    wick::graph::atomic_write::write_bytes_atomically(&output, page.as_bytes())?;
+    println!("report written to {}", output.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `wick-prof predict`: the step on a GPU from a profile.
+fn run_predict(args: PredictArgs) -> Result<ExitCode> {
+    let PredictArgs {
+        profile,
+        device,
+        json,
+    } = args;
+    let mut files = FileRoles::default();
+    files.input("PROFILE", &profile)?;
+    if let Some(path) = &json {
+        files.output("--json", path)?;
     }
+    let sheet = datasheet(&device)?;
+    let p = read(&profile)?;
+    anyhow::ensure!(
+        !p.ops.is_empty(),
+        "{}: the profile has no per-op rows; take it at --verbosity 2",
+        profile.display()
+    );
+    let prediction = predict(&p, &sheet);
+    print!("{prediction}");
+    if let Some(path) = &json {
+        let text = serde_json::to_string_pretty(&prediction)?;
+        wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A known datasheet by name, or one read from a JSON file.

@@ -22,7 +22,8 @@ use crate::ir::{Graph, Phase, ValueId, ValueKind};
 ///
 /// ```
 /// use candle_core::{DType, Device, Tensor};
-/// use wick_graph::{Executor, GraphBuilder, Mode, TimeProfiler};
+/// use wick_graph::{Executor, GraphBuilder, Mode};
+/// use wick_profiler::TimeProfiler; // the profiler is a hook (wick-profiler)
 ///
 /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
 /// let x = b.input("x", &[2, 3], DType::F32)?;
