@@ -30,7 +30,7 @@ fn session() -> Session {
 #[test]
 fn wrong_shape_is_an_error_naming_the_tensor_and_both_shapes() {
     let (_dir, path) = tmp();
-    let mut w = torchvision_init(&cfg(), 0).unwrap();
+    let mut w = torchvision_init(cfg(), 0).unwrap();
     w.insert(
         "layer2.0.conv1.weight".into(),
         Tensor::zeros((128, 64, 5, 5), DType::F32, &Device::Cpu).unwrap(),
@@ -51,7 +51,7 @@ fn wrong_shape_is_an_error_naming_the_tensor_and_both_shapes() {
 #[test]
 fn missing_and_extra_tensors_are_errors_naming_them() {
     let (_dir, path) = tmp();
-    let mut w = torchvision_init(&cfg(), 0).unwrap();
+    let mut w = torchvision_init(cfg(), 0).unwrap();
     w.remove("layer3.1.bn2.running_var");
     write_safetensors(&w, &path).unwrap();
     let msg = session().load_checkpoint(&path).unwrap_err().to_string();
@@ -60,7 +60,7 @@ fn missing_and_extra_tensors_are_errors_naming_them() {
         "{msg}"
     );
 
-    let mut w = torchvision_init(&cfg(), 0).unwrap();
+    let mut w = torchvision_init(cfg(), 0).unwrap();
     w.insert(
         "head.weight".into(),
         Tensor::zeros(3, DType::F32, &Device::Cpu).unwrap(),
@@ -76,7 +76,7 @@ fn missing_and_extra_tensors_are_errors_naming_them() {
 #[test]
 fn truncated_file_is_an_error_naming_the_file() {
     let (_dir, path) = tmp();
-    write_safetensors(&torchvision_init(&cfg(), 0).unwrap(), &path).unwrap();
+    write_safetensors(&torchvision_init(cfg(), 0).unwrap(), &path).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     let msg = session().load_checkpoint(&path).unwrap_err().to_string();
@@ -94,7 +94,7 @@ fn truncated_file_is_an_error_naming_the_file() {
 #[test]
 fn half_precision_checkpoints_are_converted_and_round_trips_are_exact() {
     let (_dir, path) = tmp();
-    let w = torchvision_init(&cfg(), 3).unwrap();
+    let w = torchvision_init(cfg(), 3).unwrap();
     let half: std::collections::HashMap<_, _> = w
         .iter()
         .enumerate()

@@ -97,7 +97,7 @@ fn input_that_would_be_read_as_something_else_is_refused() {
     // Checkpoint entries must have torchvision's shape and kind, scalars included.
     let cfg = ResNetConfig::new(Depth::R18, Stem::Cifar, 10).unwrap();
     let load = |name: &str, t: Tensor| {
-        let mut w = torchvision_init(&cfg, 0).unwrap();
+        let mut w = torchvision_init(cfg, 0).unwrap();
         w.insert(name.into(), t);
         let path = p.join("w.safetensors");
         write_safetensors(&w, &path).unwrap();

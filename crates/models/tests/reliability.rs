@@ -28,7 +28,7 @@ fn dir() -> tempfile::TempDir {
 
 /// The formula weights of the small model.
 fn weights() -> StateDict {
-    formula::state_dict(&cfg()).unwrap()
+    formula::state_dict(cfg()).unwrap()
 }
 
 fn inference() -> Session {

@@ -49,9 +49,12 @@ pub fn warnings(a: &[Profile], b: &[Profile], normalized: bool) -> Vec<String> {
     out
 }
 
+/// A run setting: its name and its value in a profile.
+type Setting = (&'static str, fn(&Profile) -> String);
+
 /// The run settings that differ between the sides (or within one).
 fn setting_warnings(a: &[Profile], b: &[Profile]) -> Vec<String> {
-    let settings: [(&str, fn(&Profile) -> String); 8] = [
+    let settings: [Setting; 8] = [
         ("threads", |p| p.run.threads.to_string()),
         ("CPU", |p| p.run.cpu_model.clone()),
         ("device", |p| format!("{} {}", p.device, p.run.device_name)),
