@@ -1,7 +1,7 @@
 //! safetensors checkpoints with torchvision's `state_dict` names.
 //!
 //! Loading converts f16, bf16 and f64 tensors to the model's f32 and checks every name
-//! and shape; saving goes through [`wick_graph::output`]: atomic, durable, through
+//! and shape; saving goes through [`wick_graph::atomic_write`]: atomic, durable, through
 //! symlinks, never over a device or a folder.
 
 use std::collections::HashMap;
@@ -151,63 +151,11 @@ pub fn validate(
     let mut tracked = HashMap::new();
     for (name, t) in tensors {
         if let Some(bn) = tracked_names.get(&name) {
-            // torchvision saves a scalar; anything else is not this counter.
-            if !t.dims().is_empty() && t.dims() != [1] {
-                return Err(ModelError::ShapeMismatch {
-                    path: path.to_path_buf(),
-                    name,
-                    expected: vec![],
-                    found: t.dims().to_vec(),
-                });
-            }
-            if t.dtype().is_float() {
-                return Err(ModelError::Checkpoint {
-                    path: path.to_path_buf(),
-                    message: format!(
-                        "`{name}` is {:?}: a count of batches is an integer (torchvision saves int64)",
-                        t.dtype()
-                    ),
-                });
-            }
-            let v = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1::<i64>()?;
-            let Some(&count) = v.first() else {
-                return Err(ModelError::Checkpoint {
-                    path: path.to_path_buf(),
-                    message: format!("`{name}` is empty"),
-                });
-            };
-            if count < 0 && checks == ValueChecks::Strict {
-                return Err(ModelError::Checkpoint {
-                    path: path.to_path_buf(),
-                    message: format!(
-                        "`{name}` is {count}: a count of batches cannot be negative (load with ValueChecks::Unchecked to accept it)"
-                    ),
-                });
-            }
-            tracked.insert(bn.clone(), count);
+            tracked.insert(bn.clone(), batch_count(&name, &t, path, checks)?);
             continue;
         }
         let s = spec.iter().find(|s| s.name == name).expect("checked above");
-        if t.dims() != s.shape.as_slice() {
-            return Err(ModelError::ShapeMismatch {
-                path: path.to_path_buf(),
-                name,
-                expected: s.shape.clone(),
-                found: t.dims().to_vec(),
-            });
-        }
-        let t = match t.dtype() {
-            DType::F32 => t,
-            DType::F16 | DType::BF16 | DType::F64 => t.to_dtype(DType::F32)?,
-            other => {
-                return Err(ModelError::Checkpoint {
-                    path: path.to_path_buf(),
-                    message: format!(
-                        "tensor `{name}` is stored as {other:?}: wick reads weights stored as f32, f16, bf16 or f64 (torchvision's dtypes); convert it to one of them"
-                    ),
-                })
-            }
-        };
+        let t = weight(&name, t, &s.shape, path)?;
         if checks == ValueChecks::Strict {
             check_values(&name, &t, path)?;
         }
@@ -219,8 +167,66 @@ pub fn validate(
     Ok((state, tracked))
 }
 
+/// A batch norm's `num_batches_tracked` `t`: a scalar integer, not negative unless the
+/// checks are off.
+fn batch_count(name: &str, t: &Tensor, path: &Path, checks: ValueChecks) -> Result<i64> {
+    let err = |message: String| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        message,
+    };
+    // torchvision saves a scalar; anything else is not this counter.
+    if !t.dims().is_empty() && t.dims() != [1] {
+        return Err(ModelError::ShapeMismatch {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            expected: vec![],
+            found: t.dims().to_vec(),
+        });
+    }
+    if t.dtype().is_float() {
+        return Err(err(format!(
+            "`{name}` is {:?}: a count of batches is an integer (torchvision saves int64)",
+            t.dtype()
+        )));
+    }
+    let v = t.flatten_all()?.to_dtype(DType::I64)?.to_vec1::<i64>()?;
+    let Some(&count) = v.first() else {
+        return Err(err(format!("`{name}` is empty")));
+    };
+    if count < 0 && checks == ValueChecks::Strict {
+        return Err(err(format!(
+            "`{name}` is {count}: a count of batches cannot be negative (load with ValueChecks::Unchecked to accept it)"
+        )));
+    }
+    Ok(count)
+}
+
+/// A weight `t` of the state spec's `shape`, as f32 (from f16, bf16 or f64).
+fn weight(name: &str, t: Tensor, shape: &[usize], path: &Path) -> Result<Tensor> {
+    if t.dims() != shape {
+        return Err(ModelError::ShapeMismatch {
+            path: path.to_path_buf(),
+            name: name.to_string(),
+            expected: shape.to_vec(),
+            found: t.dims().to_vec(),
+        });
+    }
+    Ok(match t.dtype() {
+        DType::F32 => t,
+        DType::F16 | DType::BF16 | DType::F64 => t.to_dtype(DType::F32)?,
+        other => {
+            return Err(ModelError::Checkpoint {
+                path: path.to_path_buf(),
+                message: format!(
+                    "tensor `{name}` is stored as {other:?}: wick reads weights stored as f32, f16, bf16 or f64 (torchvision's dtypes); convert it to one of them"
+                ),
+            })
+        }
+    })
+}
+
 /// Writes `tensors` to `path` as safetensors, atomically and durably, through symlinks to
-/// their target, never over a non-regular file ([`wick_graph::output`]).
+/// their target, never over a non-regular file ([`wick_graph::atomic_write`]).
 pub fn write_safetensors(tensors: &StateDict, path: &Path) -> Result<()> {
     let cpu: HashMap<String, Tensor> = tensors
         .iter()
