@@ -2,7 +2,9 @@
 
 use std::path::PathBuf;
 
+use anyhow::Result;
 use clap::Parser;
+use wick::file_roles::FileRoles;
 use wick::models::{ImageSize, LrSchedule};
 
 use crate::common;
@@ -156,4 +158,52 @@ impl Args {
             }
         }
     }
+}
+
+/// Refuses, before any work, flags that cannot be honoured.
+pub fn check_args(a: &Args, distributed: bool) -> Result<()> {
+    for (flag, v) in [
+        ("--batch-size", a.batch_size),
+        ("--steps-per-epoch", a.steps_per_epoch),
+        ("--loader-threads", a.loader_threads),
+        ("--keep", a.keep),
+    ] {
+        common::at_least_one(flag, v)?;
+    }
+    // Every file of the command, before any work: no output may be an input or another
+    // output, however its path is spelled, and the checkpoint folder must take files.
+    let mut files = FileRoles::default();
+    wick::graph::atomic_write::allow_read_only_replacement(a.profile.replace_read_only);
+    for (flag, path) in [
+        ("--weights", &a.weights),
+        ("--data", &a.data),
+        ("--data-dir", &a.data_dir),
+    ] {
+        if let Some(path) = path {
+            files.input(flag, path)?;
+        }
+    }
+    for (flag, path) in [("--save", &a.save), ("--log", &a.log)] {
+        if let Some(path) = path {
+            files.output(flag, path)?;
+        }
+    }
+    if let Some(dir) = &a.checkpoint_dir {
+        files.output_dir("--checkpoint-dir", dir)?;
+    } else if let Some(dir) = &a.resume {
+        // Resuming writes its checkpoints back into the folder it resumes from.
+        files.output_dir("--resume", dir)?;
+    }
+    a.profile.check(&mut files)?;
+    a.augmentation()?;
+    anyhow::ensure!(
+        a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
+        "--bucket-mb must be a positive number of MiB, got {}",
+        a.bucket_mb
+    );
+    anyhow::ensure!(
+        !a.sync_bn || distributed,
+        "--sync-bn synchronises batch norm over data-parallel ranks: it needs --dist mpi"
+    );
+    Ok(())
 }

@@ -13,7 +13,6 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use wick::file_roles::FileRoles;
 use wick::graph::collective::Communicator;
 use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::passes::data_parallel::DataParallelOptions;
@@ -33,7 +32,7 @@ mod common;
 mod data;
 mod run_state;
 
-use args::{Args, OptimizerKind};
+use args::{check_args, Args, OptimizerKind};
 
 use data::{add, evaluate_on, open_data, Data};
 use run_state::{
@@ -81,16 +80,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     }
     let data = open_data(&a, config.num_classes())?;
     let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
-    // A profile file needs a timed iteration: known now, not after training.
-    let wants_file =
-        a.profile.trace.is_some() || a.profile.json.is_some() || a.profile.report.is_some();
-    let schedule = a.profile.schedule();
-    if wants_file && a.profile.level() > 0 && !(0..plan.steps).any(|i| schedule.is_timed(i)) {
-        anyhow::bail!(
-            "--trace, --json and --report need a timed step, and the schedule ({schedule}) times none of the {} steps: lower --skip or raise --steps",
-            plan.steps
-        );
-    }
+    check_schedule(&a, &plan)?;
     let passes = a.model.passes(PassSet::default());
     // One run at a time writes a checkpoint folder.
     let _lock = match (&plan.checkpoints, plan.lead()) {
@@ -107,18 +97,7 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         return at_the_end(&a, &plan, start, &session);
     }
     if plan.lead() {
-        if plan.ranks > 1 {
-            println!(
-                "data-parallel over {} ranks ({}): {} of every {} images per rank",
-                plan.ranks, a.dist, plan.shard, plan.batch
-            );
-        }
-        println!(
-            "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), momentum {}, weight decay {}, augmentation: {}",
-            config.describe(), device.location(),
-            plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
-            a.optimizer, a.lr, a.lr_schedule, a.momentum, a.weight_decay, augmentation_text(&a)
-        );
+        print_header(&a, &plan, &config, &device);
     }
     let mut evaluator =
         Session::inference_with_passes(config, plan.batch, plan.size, passes, &device)?;
@@ -138,12 +117,49 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
             run.end_epoch(epoch, &session, train, train_secs, test, epoch_start)?;
         }
     }
+    finish(&a, &plan, &session, run)?;
+    Ok(())
+}
+
+/// A profile file needs a timed iteration: known before training, not after it.
+fn check_schedule(a: &Args, plan: &Plan) -> Result<()> {
+    let wants_file =
+        a.profile.trace.is_some() || a.profile.json.is_some() || a.profile.report.is_some();
+    let schedule = a.profile.schedule();
+    if wants_file && a.profile.level() > 0 && !(0..plan.steps).any(|i| schedule.is_timed(i)) {
+        anyhow::bail!(
+            "--trace, --json and --report need a timed step, and the schedule ({schedule}) times none of the {} steps: lower --skip or raise --steps",
+            plan.steps
+        );
+    }
+    Ok(())
+}
+
+/// The run's first lines: the ranks, the model and every setting.
+fn print_header(a: &Args, plan: &Plan, config: &ModelConfig, device: &wick::candle_core::Device) {
+    if plan.ranks > 1 {
+        println!(
+            "data-parallel over {} ranks ({}): {} of every {} images per rank",
+            plan.ranks, a.dist, plan.shard, plan.batch
+        );
+    }
+    println!(
+        "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), momentum {}, weight decay {}, augmentation: {}",
+        config.describe(), device.location(),
+        plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
+        a.optimizer, a.lr, a.lr_schedule, a.momentum, a.weight_decay, augmentation_text(a)
+    );
+}
+
+/// After the last epoch: every rank's checksum; rank 0 gathers the ranks' timings (a
+/// collective), prints the rates and the profile, and saves the weights.
+fn finish(a: &Args, plan: &Plan, session: &Session, run: TrainLoop) -> Result<()> {
     if plan.ranks > 1 {
         println!(
             "rank {} of {}: parameter checksum {:.17e}",
             plan.rank,
             plan.ranks,
-            parameter_checksum(&session)?
+            parameter_checksum(session)?
         );
     }
     // Every rank's step times and all-reduce timings, gathered to rank 0 (a collective).
@@ -161,59 +177,11 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         return Ok(());
     }
     run.print_rate();
-    a.profile.report_with(&session, distributed)?;
+    a.profile.report_with(session, distributed)?;
     if let Some(path) = &a.save {
         session.save_checkpoint(path)?;
         println!("saved {}", path.display());
     }
-    Ok(())
-}
-
-/// Refuses, before any work, flags that cannot be honoured.
-fn check_args(a: &Args, distributed: bool) -> Result<()> {
-    for (flag, v) in [
-        ("--batch-size", a.batch_size),
-        ("--steps-per-epoch", a.steps_per_epoch),
-        ("--loader-threads", a.loader_threads),
-        ("--keep", a.keep),
-    ] {
-        common::at_least_one(flag, v)?;
-    }
-    // Every file of the command, before any work: no output may be an input or another
-    // output, however its path is spelled, and the checkpoint folder must take files.
-    let mut files = FileRoles::default();
-    wick::graph::atomic_write::allow_read_only_replacement(a.profile.replace_read_only);
-    for (flag, path) in [
-        ("--weights", &a.weights),
-        ("--data", &a.data),
-        ("--data-dir", &a.data_dir),
-    ] {
-        if let Some(path) = path {
-            files.input(flag, path)?;
-        }
-    }
-    for (flag, path) in [("--save", &a.save), ("--log", &a.log)] {
-        if let Some(path) = path {
-            files.output(flag, path)?;
-        }
-    }
-    if let Some(dir) = &a.checkpoint_dir {
-        files.output_dir("--checkpoint-dir", dir)?;
-    } else if let Some(dir) = &a.resume {
-        // Resuming writes its checkpoints back into the folder it resumes from.
-        files.output_dir("--resume", dir)?;
-    }
-    a.profile.check(&mut files)?;
-    a.augmentation()?;
-    anyhow::ensure!(
-        a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
-        "--bucket-mb must be a positive number of MiB, got {}",
-        a.bucket_mb
-    );
-    anyhow::ensure!(
-        !a.sync_bn || distributed,
-        "--sync-bn synchronises batch norm over data-parallel ranks: it needs --dist mpi"
-    );
     Ok(())
 }
 
