@@ -75,32 +75,7 @@ fn main() -> std::process::ExitCode {
 fn run() -> Result<()> {
     let mut a = Args::parse();
     a.profile.default_verbosity(0);
-    // Every file of the command, before any work: no output may be an input or another
-    // output, however its path is spelled.
-    let mut files = FileRoles::default();
-    wick::graph::atomic_write::allow_read_only_replacement(a.profile.replace_read_only);
-    for (flag, path) in [("--weights", &a.weights), ("--input", &a.input)] {
-        if let Some(path) = path {
-            files.input(flag, path)?;
-        }
-    }
-    if let Some(path) = &a.output {
-        files.output("--output", path)?;
-    }
-    common::at_least_one("--batch-size", a.batch_size)?;
-    if a.bench {
-        common::at_least_one("--reps", a.reps)?;
-        common::at_most_repeats("--reps", a.reps)?;
-        common::at_most_repeats("--warmup", a.warmup)?;
-        // The profile times exactly the bench's repetitions: the first run (the logits)
-        // and the warm-up runs are skipped.
-        anyhow::ensure!(
-            a.profile.skip.is_none() && a.profile.schedule.is_none(),
-            "--bench times its --reps after --warmup: leave --skip and --schedule out"
-        );
-        a.profile.skip = Some(1 + a.warmup);
-    }
-    a.profile.check(&mut files)?;
+    check_args(&mut a)?;
     a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
@@ -145,16 +120,7 @@ fn run() -> Result<()> {
             |s| s.forward(&images).map(|_| ()).map_err(Into::into),
         );
     }
-    let logits = session.forward(&images)?;
-    if let Some((i, v)) = wick::ops::first_non_finite(&logits)? {
-        let classes = logits.dim(1)?;
-        let where_ = format!("image {}, class {}", i / classes, i % classes);
-        anyhow::ensure!(
-            a.allow_non_finite,
-            "the logits hold {v} at {where_}: the weights or the input are broken; nothing written (--allow-non-finite writes them anyway)"
-        );
-        eprintln!("warning: the logits hold {v} at {where_} (written: --allow-non-finite)");
-    }
+    let logits = logits(&mut session, &images, a.allow_non_finite)?;
     if let Some(path) = &a.output {
         let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);
         checkpoint::write_safetensors(&out, path)?;
@@ -165,6 +131,51 @@ fn run() -> Result<()> {
     }
     a.profile.report(&session)?;
     Ok(())
+}
+
+/// Every file of the command and the bench's flags, before any work: no output may be an
+/// input or another output, however its path is spelled.
+fn check_args(a: &mut Args) -> Result<()> {
+    let mut files = FileRoles::default();
+    wick::graph::atomic_write::allow_read_only_replacement(a.profile.replace_read_only);
+    for (flag, path) in [("--weights", &a.weights), ("--input", &a.input)] {
+        if let Some(path) = path {
+            files.input(flag, path)?;
+        }
+    }
+    if let Some(path) = &a.output {
+        files.output("--output", path)?;
+    }
+    common::at_least_one("--batch-size", a.batch_size)?;
+    if a.bench {
+        common::at_least_one("--reps", a.reps)?;
+        common::at_most_repeats("--reps", a.reps)?;
+        common::at_most_repeats("--warmup", a.warmup)?;
+        // The profile times exactly the bench's repetitions: the first run (the logits)
+        // and the warm-up runs are skipped.
+        anyhow::ensure!(
+            a.profile.skip.is_none() && a.profile.schedule.is_none(),
+            "--bench times its --reps after --warmup: leave --skip and --schedule out"
+        );
+        a.profile.skip = Some(1 + a.warmup);
+    }
+    a.profile.check(&mut files)?;
+    Ok(())
+}
+
+/// The logits of `images`; non-finite ones are an error unless `allow_non_finite`.
+fn logits(session: &mut Session, images: &Tensor, allow_non_finite: bool) -> Result<Tensor> {
+    let logits = session.forward(images)?;
+    if let Some((i, v)) = wick::ops::first_non_finite(&logits)? {
+        let classes = logits.dim(1)?;
+        let where_ = format!("image {}, class {}", i / classes, i % classes);
+        anyhow::ensure!(
+            allow_non_finite,
+            "the logits hold {v} at {where_}: the weights or the input are broken; nothing written (--allow-non-finite writes them anyway)"
+        );
+        eprintln!("warning: the logits hold {v} at {where_} (written: --allow-non-finite)");
+    }
+    Ok(logits)
 }
 
 /// Latency: warm-up, then repetitions each ending with a device synchronisation before

@@ -50,15 +50,9 @@ fn main() -> std::process::ExitCode {
     common::exit_on_error(run())
 }
 
-fn run() -> Result<()> {
-    let mut a = Args::parse();
-    a.profile.default_verbosity(2);
-    a.model.apply_threads()?;
-    wick::prepare_process();
-    let device = a.model.device()?;
-    let gpu = !device.is_cpu();
-    let config = a.model.config("resnet50")?;
-    a.profile.check(&mut FileRoles::default())?;
+/// The batch and image size (SINGA's GPU setting on a GPU, a small one on a CPU), and
+/// the iterations checked against the schedule.
+fn batch_and_size(a: &Args, gpu: bool) -> Result<(usize, ImageSize)> {
     let batch = a.batch_size.unwrap_or(if gpu { 32 } else { 2 });
     common::at_least_one("--batch-size", batch)?;
     let size = a
@@ -71,6 +65,19 @@ fn run() -> Result<()> {
         "--iterations ({}) leaves no iteration timed by the schedule ({schedule})",
         a.iterations
     );
+    Ok((batch, size))
+}
+
+fn run() -> Result<()> {
+    let mut a = Args::parse();
+    a.profile.default_verbosity(2);
+    a.model.apply_threads()?;
+    wick::prepare_process();
+    let device = a.model.device()?;
+    let gpu = !device.is_cpu();
+    let config = a.model.config("resnet50")?;
+    a.profile.check(&mut FileRoles::default())?;
+    let (batch, size) = batch_and_size(&a, gpu)?;
 
     let sgd = SgdParams {
         lr: a.lr,

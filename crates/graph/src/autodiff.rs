@@ -103,28 +103,7 @@ impl GraphBuilder {
         let root = self.backward_root(loss)?;
         self.phase = Phase::Backward;
         let mut contributions: Vec<Vec<ValueId>> = vec![Vec::new(); self.graph.values.len()];
-        // Cross-entropy's backward seeds itself with 1 (one node less on the ResNet path);
-        // any other root's gradient is a `LossGradSeed` node's ones.
-        let root_grad = if self.graph.nodes[root].op.kernel() == Kernel::SoftmaxCrossEntropyForward
-        {
-            None
-        } else {
-            self.origin = Origin {
-                layer: self.graph.nodes[root].origin.layer.clone(),
-                forward_op: Some(root),
-                parameter: None,
-            };
-            let info = self.graph.values[loss.0].clone();
-            Some(
-                self.push(
-                    Arc::new(LossGradSeed),
-                    vec![loss],
-                    vec![("grad.loss", info.shape, info.dtype)],
-                    vec![],
-                    0,
-                )[0],
-            )
-        };
+        let root_grad = self.root_gradient(root, loss);
         for op_id in (0..=root).rev() {
             let node = self.graph.nodes[op_id].clone();
             // Backward nodes (and the gradient sums just before them) belong to the
@@ -153,22 +132,52 @@ impl GraphBuilder {
             };
             op.backward(&mut ctx)?;
         }
+        let grads = self.parameter_gradients(&mut contributions);
+        self.origin = Origin::default();
+        Ok(grads)
+    }
+
+    /// The gradient of the backward pass's root `root` (the node whose output is `loss`):
+    /// a `LossGradSeed` node's ones, or `None` for cross-entropy, whose backward seeds
+    /// itself with 1 (one node less on the ResNet path).
+    fn root_gradient(&mut self, root: usize, loss: ValueId) -> Option<ValueId> {
+        if self.graph.nodes[root].op.kernel() == Kernel::SoftmaxCrossEntropyForward {
+            return None;
+        }
+        self.origin = Origin {
+            layer: self.graph.nodes[root].origin.layer.clone(),
+            forward_op: Some(root),
+            parameter: None,
+        };
+        let info = self.graph.values[loss.0].clone();
+        Some(
+            self.push(
+                Arc::new(LossGradSeed),
+                vec![loss],
+                vec![("grad.loss", info.shape, info.dtype)],
+                vec![],
+                0,
+            )[0],
+        )
+    }
+
+    /// Each parameter's gradient: the sum of its contributions, recorded in its layer
+    /// (a parameter read by several ops).
+    fn parameter_gradients(&mut self, contributions: &mut [Vec<ValueId>]) -> Gradients {
         let mut grads = Gradients::default();
         let params: Vec<ValueId> = self.graph.values_of(ValueKind::Param).collect();
         for p in params {
-            // A parameter read by several ops: its gradient sum belongs to its layer.
             self.origin = Origin {
                 layer: param_layer(&self.graph.values[p.0].name),
                 forward_op: None,
                 parameter: Some(self.graph.values[p.0].name.clone()),
             };
-            if let Some(g) = self.sum_grads(p, &mut contributions) {
+            if let Some(g) = self.sum_grads(p, contributions) {
                 grads.map.insert(p, g);
                 grads.order.push(p);
             }
         }
-        self.origin = Origin::default();
-        Ok(grads)
+        grads
     }
 
     /// The forward node whose first output is `loss`, a scalar that a parameter's value
