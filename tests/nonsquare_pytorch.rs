@@ -30,13 +30,7 @@ fn f64s(t: &Tensor) -> Vec<f64> {
 
 /// max |a - b| / max |b|.
 fn rel(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let diff = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f64::max);
-    diff / b.iter().map(|y| y.abs()).fold(0.0, f64::max)
+    wick::ops::compare::max_rel_diff_values(a, b)
 }
 
 /// Asserts wick's error (vs float64) is within K times PyTorch float32's; the fixture

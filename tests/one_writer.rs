@@ -131,16 +131,9 @@ fn a_checkpoint_folder_that_cannot_be_one_is_refused_before_training() {
     let d = common::scratch("wick-ckpt-dir-");
     let p = d.path();
     std::fs::write(p.join("f"), b"a file").unwrap();
-    let small = [
-        "--stem",
-        "cifar",
-        "--image-size",
-        "8",
-        "--batch-size",
-        "4",
-        "--steps",
-        "1",
-    ];
+    let small: Vec<&str> = "--stem cifar --image-size 8 --batch-size 4 --steps 1"
+        .split(' ')
+        .collect();
     let cases: [(&str, &str); 4] = [
         ("f", "not a folder"),
         ("/dev/full", "not a folder"),
@@ -149,7 +142,7 @@ fn a_checkpoint_folder_that_cannot_be_one_is_refused_before_training() {
     ];
     for (dir, needle) in cases {
         let started = Instant::now();
-        let mut args = small.to_vec();
+        let mut args = small.clone();
         args.extend(["--checkpoint-dir", dir, "--save", "model.safetensors"]);
         let out = run(p, "train_resnet", &args, &[]);
         let err = String::from_utf8_lossy(&out.stderr);

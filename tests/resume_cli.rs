@@ -10,18 +10,8 @@ use std::time::Duration;
 use common::{run, spawn};
 
 /// ResNet-18 (CIFAR stem) on 8x8 synthetic images, batch 4, 12 steps, seed 3.
-const RUN: [&str; 10] = [
-    "--stem",
-    "cifar",
-    "--image-size",
-    "8",
-    "--batch-size",
-    "4",
-    "--steps",
-    "12",
-    "--seed",
-    "3",
-];
+#[rustfmt::skip]
+const RUN: [&str; 10] = ["--stem", "cifar", "--image-size", "8", "--batch-size", "4", "--steps", "12", "--seed", "3"];
 
 /// Checkpoints into `ck` every `every` steps, and the final weights into
 /// `final.safetensors`.

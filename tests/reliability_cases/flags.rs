@@ -3,26 +3,25 @@
 
 use super::*;
 
+/// train_resnet's count flags: each at least 1.
+const TRAIN_COUNTS: &[&str] = &[
+    "--steps",
+    "--steps-per-epoch",
+    "--batch-size",
+    "--synthetic-classes",
+    "--loader-threads",
+    "--checkpoint-every",
+    "--keep",
+    "--threads",
+    "--num-classes",
+];
+
 /// The flag cases.
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     // Counts (at least 1) and other integers.
     let counts: [(&'static str, &[&str], &[&str]); 4] = [
-        (
-            "train_resnet",
-            TRAIN,
-            &[
-                "--steps",
-                "--steps-per-epoch",
-                "--batch-size",
-                "--synthetic-classes",
-                "--loader-threads",
-                "--checkpoint-every",
-                "--keep",
-                "--threads",
-                "--num-classes",
-            ],
-        ),
+        ("train_resnet", TRAIN, TRAIN_COUNTS),
         (
             "infer_resnet",
             INFER,
@@ -60,21 +59,7 @@ pub fn cases() -> Vec<Case> {
     }
     // Zero where at least one is needed.
     for (program, base, flags) in [
-        (
-            "train_resnet",
-            TRAIN,
-            &[
-                "--steps",
-                "--steps-per-epoch",
-                "--batch-size",
-                "--synthetic-classes",
-                "--loader-threads",
-                "--checkpoint-every",
-                "--keep",
-                "--threads",
-                "--num-classes",
-            ][..],
-        ),
+        ("train_resnet", TRAIN, TRAIN_COUNTS),
         (
             "infer_resnet",
             INFER,

@@ -62,40 +62,13 @@ pub fn refused(
     }
 }
 
-pub const TRAIN: &[&str] = &[
-    "--stem",
-    "cifar",
-    "--image-size",
-    "8",
-    "--batch-size",
-    "4",
-    "--steps",
-    "1",
-];
-pub const INFER: &[&str] = &[
-    "--model",
-    "resnet18",
-    "--stem",
-    "cifar",
-    "--image-size",
-    "8",
-    "--batch-size",
-    "2",
-];
-pub const PROFILE: &[&str] = &[
-    "--model",
-    "resnet18",
-    "--stem",
-    "cifar",
-    "--image-size",
-    "8",
-    "--batch-size",
-    "2",
-    "--iterations",
-    "2",
-    "--skip",
-    "1",
-];
+/// The smallest run of each command: ResNet-18 with the CIFAR stem on 8x8 images.
+#[rustfmt::skip]
+pub const TRAIN: &[&str] = &["--stem", "cifar", "--image-size", "8", "--batch-size", "4", "--steps", "1"];
+#[rustfmt::skip]
+pub const INFER: &[&str] = &["--model", "resnet18", "--stem", "cifar", "--image-size", "8", "--batch-size", "2"];
+#[rustfmt::skip]
+pub const PROFILE: &[&str] = &["--model", "resnet18", "--stem", "cifar", "--image-size", "8", "--batch-size", "2", "--iterations", "2", "--skip", "1"];
 pub const OPS: &[&str] = &[
     "--batch",
     "1",

@@ -35,12 +35,31 @@ pub fn max_rel_diff(actual: &Tensor, expected: &Tensor) -> Result<f64> {
     Ok(if scale > 0.0 { diff / scale } else { diff })
 }
 
+/// [`max_rel_diff`] of host values (the tests' float64 copies of tensors); NaN, which
+/// passes no tolerance, when the lengths differ.
+pub fn max_rel_diff_values(actual: &[f64], expected: &[f64]) -> f64 {
+    if actual.len() != expected.len() {
+        return f64::NAN;
+    }
+    let (diff, scale) = values_diff_and_scale(actual, expected);
+    if scale > 0.0 {
+        diff / scale
+    } else {
+        diff
+    }
+}
+
 /// `(max |a - b|, max |b|)` in one pass over both tensors' host values.
 fn diff_and_scale(a: &Tensor, b: &Tensor) -> Result<(f64, f64)> {
     crate::shape::same(OP, "left", a.dims(), "right", b.dims())?;
     let (a, b) = (host_f64(OP, a)?, host_f64(OP, b)?);
-    Ok(a.iter()
-        .zip(&b)
+    Ok(values_diff_and_scale(&a, &b))
+}
+
+/// `(max |a - b|, max |b|)` of host values (NaN where one side has a NaN the other lacks).
+fn values_diff_and_scale(a: &[f64], b: &[f64]) -> (f64, f64) {
+    a.iter()
+        .zip(b)
         .fold((0.0, 0.0), |(m, scale): (f64, f64), (x, y)| {
             let d = if x.is_nan() && y.is_nan() {
                 0.0
@@ -53,7 +72,7 @@ fn diff_and_scale(a: &Tensor, b: &Tensor) -> Result<(f64, f64)> {
                 m.max(d)
             };
             (m, scale.max(y.abs()))
-        }))
+        })
 }
 
 #[cfg(test)]
