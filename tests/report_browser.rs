@@ -120,28 +120,14 @@ fn num(attrs: &HashMap<String, String>, key: &str) -> f64 {
 #[test]
 #[ignore = "needs Debian's chromium: bash scripts/browser-test.sh"]
 fn the_roofline_is_drawn_to_the_scale_of_its_axes() {
-    use wick::graph::Phase;
-    use wick::ops::{DeviceKind, Kernel};
+    use wick::ops::Kernel;
     use wick::profiler::OpProfile;
     let op = |kernel: Kernel, sec: f64, flops: u64, bytes: u64| OpProfile {
-        op_id: 0,
-        name: kernel.name(DeviceKind::Cpu).into(),
-        class: kernel.class(),
-        phase: Phase::Forward,
-        mean_sec: sec,
-        min_sec: sec,
-        max_sec: sec,
         flops,
-        input_shapes: vec![],
-        output_shapes: vec![],
-        origin: Default::default(),
-        parameter_elements: 0,
-        updated_parameters: None,
         bytes,
-        host_sec: None,
-        dtype: "F32".into(),
-        memory: None,
+        ..OpProfile::new(kernel, sec)
     };
+
     let p = Profile {
         iteration_sec: 1.0,
         timed_iterations: 1,

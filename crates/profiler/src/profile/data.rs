@@ -2,7 +2,7 @@
 //! rows, and its JSON form. The text formats live beside it (`singa`, `table`, `trace`).
 
 use serde::{Deserialize, Serialize};
-use wick_ops::KernelClass;
+use wick_ops::{DeviceKind, Kernel, KernelClass};
 
 use crate::profile::schedule::Schedule;
 use wick_graph::ir::{Origin, Phase};
@@ -59,6 +59,33 @@ pub struct PhaseProfile {
     pub sec: f64,
     /// Mean seconds inside the phase's ops (their kernels).
     pub ops_sec: f64,
+}
+
+impl OpProfile {
+    /// OP_ID 0 running `kernel` (its CPU name) in the forward phase for `sec` seconds in
+    /// every timed iteration, with nothing else recorded: a profile made by hand (a test,
+    /// a what-if) sets the rest with `..OpProfile::new(kernel, sec)`.
+    pub fn new(kernel: Kernel, sec: f64) -> Self {
+        OpProfile {
+            op_id: 0,
+            name: kernel.name(DeviceKind::Cpu).into(),
+            class: kernel.class(),
+            phase: Phase::Forward,
+            mean_sec: sec,
+            min_sec: sec,
+            max_sec: sec,
+            flops: 0,
+            input_shapes: Vec::new(),
+            output_shapes: Vec::new(),
+            origin: Origin::default(),
+            parameter_elements: 0,
+            updated_parameters: None,
+            bytes: 0,
+            dtype: "F32".into(),
+            host_sec: None,
+            memory: None,
+        }
+    }
 }
 
 impl PhaseProfile {

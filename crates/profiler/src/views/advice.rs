@@ -217,31 +217,17 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use wick_ops::{DeviceKind, Kernel};
+    use wick_ops::Kernel;
 
     use crate::profile::data::{OpProfile, PhaseProfile};
     use crate::profile::step::StepProfile;
-    use wick_graph::ir::{Origin, Phase};
+    use wick_graph::ir::Phase;
 
     fn op(kernel: Kernel, sec: f64, flops: u64, bytes: u64) -> OpProfile {
         OpProfile {
-            op_id: 0,
-            name: kernel.name(DeviceKind::Cpu).into(),
-            class: kernel.class(),
-            phase: Phase::Forward,
-            mean_sec: sec,
-            min_sec: sec,
-            max_sec: sec,
             flops,
-            input_shapes: vec![],
-            output_shapes: vec![],
-            origin: Origin::default(),
-            parameter_elements: 0,
-            updated_parameters: None,
             bytes,
-            dtype: "F32".into(),
-            host_sec: None,
-            memory: None,
+            ..OpProfile::new(kernel, sec)
         }
     }
 

@@ -90,30 +90,15 @@ impl Profile {
 
 #[cfg(test)]
 mod tests {
-    use wick_ops::{DeviceKind, Kernel};
+    use wick_ops::Kernel;
 
     use crate::profile::data::{OpProfile, Profile};
-    use wick_graph::ir::{Origin, Phase};
 
     fn op(kernel: Kernel, device_sec: f64, host_sec: Option<f64>, shape: usize) -> OpProfile {
         OpProfile {
-            op_id: 0,
-            name: kernel.name(DeviceKind::Cpu).into(),
-            class: kernel.class(),
-            phase: Phase::Forward,
-            mean_sec: device_sec,
-            min_sec: device_sec,
-            max_sec: device_sec,
-            flops: 0,
             input_shapes: vec![vec![shape, 4]],
-            output_shapes: vec![],
-            origin: Origin::default(),
-            parameter_elements: 0,
-            updated_parameters: None,
-            bytes: 0,
-            dtype: "F32".into(),
             host_sec,
-            memory: None,
+            ..OpProfile::new(kernel, device_sec)
         }
     }
 
