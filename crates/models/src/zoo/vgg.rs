@@ -17,41 +17,10 @@ enum Feature {
 
 use Feature::{Conv as C, Pool as M};
 
-const VGG11: [Feature; 13] = [
-    C(64),
-    M,
-    C(128),
-    M,
-    C(256),
-    C(256),
-    M,
-    C(512),
-    C(512),
-    M,
-    C(512),
-    C(512),
-    M,
-];
-const VGG16: [Feature; 18] = [
-    C(64),
-    C(64),
-    M,
-    C(128),
-    C(128),
-    M,
-    C(256),
-    C(256),
-    C(256),
-    M,
-    C(512),
-    C(512),
-    C(512),
-    M,
-    C(512),
-    C(512),
-    C(512),
-    M,
-];
+#[rustfmt::skip]
+const VGG11: [Feature; 13] = [C(64), M, C(128), M, C(256), C(256), M, C(512), C(512), M, C(512), C(512), M];
+#[rustfmt::skip]
+const VGG16: [Feature; 18] = [C(64), C(64), M, C(128), C(128), M, C(256), C(256), C(256), M, C(512), C(512), C(512), M, C(512), C(512), C(512), M];
 
 /// VGG (`deep`: VGG-16, else VGG-11) with batch norm: forward pass of `x`; returns the logits.
 pub fn vgg_bn(
