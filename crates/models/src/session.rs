@@ -1,5 +1,5 @@
 //! A model ready to run: its graph (training or inference), executor and weights, for any
-//! model of the registry ([`ModelConfig`](crate::ModelConfig)). The examples and the fixture
+//! model of the registry ([`ModelConfig`]). The examples and the fixture
 //! tests go through these same calls.
 
 use std::collections::HashMap;
@@ -96,7 +96,7 @@ fn forward_graph(
     }
 }
 
-/// A model (any [`ModelConfig`](crate::ModelConfig)) as a buffered graph on a device, with
+/// A model (any [`ModelConfig`]) as a buffered graph on a device, with
 /// its weights.
 #[derive(Debug)]
 pub struct Session {

@@ -15,7 +15,7 @@ use crate::phase::Phase;
 /// One recorded op: what it runs, on which values, in which phase.
 #[derive(Debug, Clone)]
 pub struct Node {
-    /// The op and its settings (one of the node kinds in [`ops`](crate::ops)).
+    /// The op and its settings (one of the node kinds in [`nodes`](crate::nodes)).
     pub op: Op,
     /// The values it reads.
     pub inputs: Vec<ValueId>,

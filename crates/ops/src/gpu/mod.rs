@@ -11,7 +11,7 @@
 //! - With the `cuda` feature, the families' CUDA route runs these kernels (compiled with
 //!   NVRTC once per device, then cached). Each family keeps its CUDA entry points beside
 //!   its CPU kernels (`batchnorm/cuda.rs`, `pool/cuda.rs`, `loss/cuda.rs`,
-//!   `optim/cuda.rs`); [`cuda`] launches them, and `elementwise` holds the element-wise
+//!   `optim/cuda.rs`); `cuda.rs` launches them, and `elementwise` holds the element-wise
 //!   kernels that the activations and the residual add share.
 //! - With the `emulate` feature (wick-ops' own tests), `build.rs` compiles the same
 //!   source for the host with a CPU emulation of the grid (`cuda/emulator`), and

@@ -18,7 +18,7 @@ pub struct SgdUpdate {
     /// lr, momentum, weight decay, dampening, nesterov.
     pub params: SgdParams,
     /// Whether the last update left the parameter finite (read by
-    /// [`Graph::take_update_checks`]).
+    /// [`Graph::take_update_checks`](crate::Graph::take_update_checks)).
     pub health: Arc<UpdateHealth>,
 }
 
