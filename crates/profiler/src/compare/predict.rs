@@ -192,9 +192,10 @@ pub fn predict(profile: &Profile, device: &DeviceSheet) -> GpuPrediction {
             generic: 1,
         });
         // A merged update's parameters, which the generic path updates one by one.
+        // 0 for a node that updates no parameter: it runs once.
         let members = op
             .updated_parameters
-            .unwrap_or_else(|| members_before_slots(op));
+            .map_or_else(|| members_before_slots(op), |n| n.max(1));
         l.generic *= members as u32;
         let row = row_for(&mut rows, op);
         row.nodes += 1;
@@ -445,5 +446,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(predict(&merged_adam, &h200).launches(), (1, 36));
+        // A recorded node that updates no parameter (0) runs its launches once.
+        let conv = crate::OpProfile {
+            updated_parameters: Some(0),
+            flops: 1_000_000,
+            bytes: 1_000_000,
+            ..crate::OpProfile::new(wick_ops::Kernel::BatchNormForwardTraining, 1e-3)
+        };
+        let one = predict(
+            &Profile {
+                ops: vec![conv],
+                ..Default::default()
+            },
+            &h200,
+        );
+        assert_eq!(one.launches(), (2, 19));
+        assert!(one.generic_step_sec().is_finite());
     }
 }
