@@ -17,6 +17,20 @@ pub(crate) fn host_f64(op: &'static str, t: &Tensor) -> Result<Vec<f64>> {
         .ctx(op)
 }
 
+/// `n` deterministic values in [-1, 1) from `seed` (xorshift), the inputs of wick's
+/// numerical checks and tests.
+pub fn uniform(seed: u64, n: usize) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect()
+}
+
 /// The values of `t` as f64 on the host, in row-major order (for checks and tests).
 pub fn host_values(t: &Tensor) -> Result<Vec<f64>> {
     host_f64(OP, t)

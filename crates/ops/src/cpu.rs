@@ -383,33 +383,17 @@ unsafe fn gemm_raw<T: Float>(
     }
     let threads = threads();
     if parallel && threads > 1 && split_rows_across_threads(m, n, k, threads) {
-        use rayon::prelude::*;
-        // Each thread a block of rows, through its own single-threaded GEMM.
-        let block = m.div_ceil(threads);
-        let dst = SendPtr(dst);
-        (0..threads).into_par_iter().for_each(|t| {
-            let rows = t * block..((t + 1) * block).min(m);
-            if rows.is_empty() {
-                return;
-            }
-            let dst = &dst;
-            // SAFETY: row blocks are disjoint, and so are their destination slots (the
-            // caller's layout addresses distinct (row, column) pairs distinctly); each
-            // sub-product's slots are among those the caller guarantees valid.
-            unsafe {
-                gemm_raw(
-                    rows.len(),
-                    n,
-                    k,
-                    dst.0.add(rows.start * dst_strides.0),
-                    dst_strides,
-                    accumulate,
-                    (&lhs[rows.start * lhs_strides.0..], lhs_strides),
-                    (rhs, rhs_strides),
-                    false,
-                )
-            }
-        });
+        // SAFETY: as this function's contract, passed on unchanged.
+        unsafe {
+            gemm_row_blocks(
+                (m, n, k),
+                (dst, dst_strides),
+                accumulate,
+                (lhs, lhs_strides),
+                (rhs, rhs_strides),
+                threads,
+            )
+        };
         return;
     }
     let parallelism = if parallel && threads > 1 {
@@ -441,4 +425,45 @@ unsafe fn gemm_raw<T: Float>(
             parallelism,
         )
     }
+}
+
+/// `gemm_raw` with each of `threads` threads taking a block of rows through its own
+/// single-threaded GEMM (for products too narrow for gemm's own column split).
+///
+/// # Safety
+/// As `gemm_raw`; the inputs' bounds are already checked.
+unsafe fn gemm_row_blocks<T: Float>(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_strides): (*mut T, (usize, usize)),
+    accumulate: bool,
+    (lhs, lhs_strides): (&[T], (usize, usize)),
+    rhs: (&[T], (usize, usize)),
+    threads: usize,
+) {
+    use rayon::prelude::*;
+    let block = m.div_ceil(threads);
+    let dst = SendPtr(dst);
+    (0..threads).into_par_iter().for_each(|t| {
+        let rows = t * block..((t + 1) * block).min(m);
+        if rows.is_empty() {
+            return;
+        }
+        let dst = &dst;
+        // SAFETY: row blocks are disjoint, and so are their destination slots (the
+        // caller's layout addresses distinct (row, column) pairs distinctly); each
+        // sub-product's slots are among those the caller guarantees valid.
+        unsafe {
+            gemm_raw(
+                rows.len(),
+                n,
+                k,
+                dst.0.add(rows.start * dst_strides.0),
+                dst_strides,
+                accumulate,
+                (&lhs[rows.start * lhs_strides.0..], lhs_strides),
+                rhs,
+                false,
+            )
+        }
+    });
 }

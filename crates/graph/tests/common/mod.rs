@@ -71,18 +71,7 @@ pub fn small_net(
     })
 }
 
-/// Deterministic uniform values in [-1, 1).
-pub fn uniform(seed: u64, n: usize) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect()
-}
+pub use wick_ops::compare::uniform;
 
 /// Sets every parameter to small random values, running means to 0 and variances to 1.
 pub fn init(exec: &mut Executor, dtype: DType, seed: u64) {

@@ -24,14 +24,7 @@ pub(crate) fn batch_norm_train(
     let (n, c, h, w) = x.dims4().ctx(op)?;
     let launch = Launch::batch_norm(op, n, c, h * w)?;
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
-    let per =
-        |t: &Tensor| -> Result<Tensor> { t.to_dtype(x.dtype()).ctx(op)?.contiguous().ctx(op) };
-    let (wt, bt, rmt, rvt) = (
-        per(weight)?,
-        per(bias)?,
-        per(running_mean)?,
-        per(running_var)?,
-    );
+    let [wt, bt, rmt, rvt] = per_channel(op, x, [weight, bias, running_mean, running_var])?;
     let (ni, ci, hwi, relu_i) = (n as i32, c as i32, (h * w) as i32, relu as i32);
     let sfx = suffix(op, x.dtype())?;
     dispatch!(op, x.dtype(), T => {
@@ -156,14 +149,7 @@ pub(crate) fn batch_norm_eval(
         return empty_like(op, x, x.dims());
     }
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
-    let per =
-        |t: &Tensor| -> Result<Tensor> { t.to_dtype(x.dtype()).ctx(op)?.contiguous().ctx(op) };
-    let (wt, bt, rmt, rvt) = (
-        per(weight)?,
-        per(bias)?,
-        per(running_mean)?,
-        per(running_var)?,
-    );
+    let [wt, bt, rmt, rvt] = per_channel(op, x, [weight, bias, running_mean, running_var])?;
     let (len, ci, hwi) = (total as i64, c as i32, (h * w) as i32);
     let name = format!("batch_norm_eval_forward_{}", suffix(op, x.dtype())?);
     dispatch!(op, x.dtype(), T => {
@@ -178,4 +164,10 @@ pub(crate) fn batch_norm_eval(
             [&xv, &mut y, &wv, &bv, &mv, &vv, &len, &ci, &hwi, &eps]);
         Ok(wrap(y, &dev, x.dims()))
     })
+}
+
+/// The four per-channel tensors in `x`'s dtype, contiguous, as the kernels read them.
+fn per_channel(op: &'static str, x: &Tensor, ts: [&Tensor; 4]) -> Result<[Tensor; 4]> {
+    let per = |t: &Tensor| -> Result<Tensor> { t.to_dtype(x.dtype()).ctx(op)?.contiguous().ctx(op) };
+    Ok([per(ts[0])?, per(ts[1])?, per(ts[2])?, per(ts[3])?])
 }

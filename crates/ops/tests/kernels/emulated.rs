@@ -93,15 +93,7 @@ pub fn host<T: candle_core::WithDType>(t: &Tensor) -> Vec<T> {
 
 /// Deterministic values in [-scale, scale) (xorshift).
 pub fn uniform(seed: u64, n: usize, scale: f64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * scale
-        })
-        .collect()
+    wick_ops::compare::uniform(seed, n).into_iter().map(|v| v * scale).collect()
 }
 
 pub fn f32s(v: &[f64]) -> Vec<f32> {
@@ -202,50 +194,40 @@ fn kernels_of(kind: Activation) -> (Unary32, Backward32) {
     }
 }
 
+/// Runs one emulated kernel over `n` elements with the element-wise launch: `call` gets
+/// the launch and the error buffer and returns the kernel's status.
+fn run_elementwise(
+    n: usize,
+    call: impl FnOnce(&Launch, *mut std::ffi::c_char, std::ffi::c_ulong) -> i32,
+) {
+    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
+    let code = call(&Launch::elementwise(n), error.as_mut_ptr(), error.len() as _);
+    wick_ops::gpu::emulated::result(code, &error).unwrap();
+}
+
 /// Runs an activation's forward kernel on `x` with the element-wise launch.
 pub fn call_unary<T: Elem + Default>(f: Unary<T>, x: &[T], slope: T) -> Vec<T> {
     let (xb, mut y) = (Buf::new("x", x), Buf::filled("y", x.len(), T::default()));
-    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
-    let launch = Launch::elementwise(x.len());
-    // SAFETY: both buffers hold x.len() values, as the kernel indexes.
-    let code = unsafe {
-        f(
-            &launch,
-            error.as_mut_ptr(),
-            error.len() as _,
-            xb.ptr(),
-            y.mut_ptr(),
-            x.len() as i64,
-            slope,
-        )
-    };
-    wick_ops::gpu::emulated::result(code, &error).unwrap();
+    let n = x.len();
+    // SAFETY: both buffers hold n values, as the kernel indexes.
+    run_elementwise(n, |l, e, len| unsafe {
+        f(l, e, len, xb.ptr(), y.mut_ptr(), n as i64, slope)
+    });
     y.values()
 }
 
 /// Runs an activation's backward kernel with the element-wise launch.
 pub fn call_backward<T: Elem + Default>(f: Backward<T>, g: &[T], saved: &[T], slope: T) -> Vec<T> {
+    let n = g.len();
     let (gb, sb, mut dx) = (
         Buf::new("g", g),
         Buf::new("saved", saved),
-        Buf::filled("dx", g.len(), T::default()),
+        Buf::filled("dx", n, T::default()),
     );
-    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
-    let launch = Launch::elementwise(g.len());
-    // SAFETY: all three buffers hold g.len() values.
-    let code = unsafe {
-        f(
-            &launch,
-            error.as_mut_ptr(),
-            error.len() as _,
-            gb.ptr(),
-            sb.ptr(),
-            dx.mut_ptr(),
-            g.len() as i64,
-            slope,
-        )
-    };
-    wick_ops::gpu::emulated::result(code, &error).unwrap();
+    // SAFETY: all three buffers hold n values.
+    run_elementwise(n, |l, e, len| unsafe {
+        f(l, e, len, gb.ptr(), sb.ptr(), dx.mut_ptr(), n as i64, slope)
+    });
     dx.values()
 }
 
@@ -337,25 +319,13 @@ fn emulated_add_and_add_relu_match_the_cpu_kernels() {
                 Buf::filled("y", n, 0f32),
             );
             let launch = Launch::elementwise(n);
-            if relu {
-                emulate!(wick_emu_add_relu_f32(
-                    launch,
-                    ab.ptr(),
-                    bb.ptr(),
-                    y.mut_ptr(),
-                    n as i64
-                ))
-                .unwrap();
+            let (a, b, y_ptr) = (ab.ptr(), bb.ptr(), y.mut_ptr());
+            let result = if relu {
+                emulate!(wick_emu_add_relu_f32(launch, a, b, y_ptr, n as i64))
             } else {
-                emulate!(wick_emu_add_f32(
-                    launch,
-                    ab.ptr(),
-                    bb.ptr(),
-                    y.mut_ptr(),
-                    n as i64
-                ))
-                .unwrap();
-            }
+                emulate!(wick_emu_add_f32(launch, a, b, y_ptr, n as i64))
+            };
+            result.unwrap();
             let expected = host::<f32>(&expected);
             assert_eq!(
                 y.values().iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

@@ -135,15 +135,22 @@ macro_rules! train_emulated {
     };
 }
 
+/// The f32 training kernels through the emulator.
+macro_rules! train_emulated_f32 {
+    () => {
+        train_emulated!(
+            f32,
+            wick_emu_batch_norm_moments_f32,
+            wick_emu_batch_norm_train_forward_f32,
+            wick_emu_batch_norm_backward_sums_f32,
+            wick_emu_batch_norm_train_backward_f32
+        )
+    };
+}
+
 #[test]
 fn emulated_batch_norm_training_matches_the_cpu_kernels() {
-    let run = train_emulated!(
-        f32,
-        wick_emu_batch_norm_moments_f32,
-        wick_emu_batch_norm_train_forward_f32,
-        wick_emu_batch_norm_backward_sums_f32,
-        wick_emu_batch_norm_train_backward_f32
-    );
+    let run = train_emulated_f32!();
     let p = BatchNorm2dParams::default();
     // Two values per channel; 1x1 planes; 1000+ channels; several blocks per channel,
     // evenly (2592 values in 3 ranges) and with a last one short (5001 in 5 ranges of
@@ -299,13 +306,7 @@ fn emulated_batch_norm_f64_matches_the_pytorch_fixture() {
 /// Chan's merge across threads and blocks) keeps the variance to 1e-4 of the f64 value.
 #[test]
 fn emulated_batch_norm_statistics_are_sound_in_float() {
-    let run = train_emulated!(
-        f32,
-        wick_emu_batch_norm_moments_f32,
-        wick_emu_batch_norm_train_forward_f32,
-        wick_emu_batch_norm_backward_sums_f32,
-        wick_emu_batch_norm_train_backward_f32
-    );
+    let run = train_emulated_f32!();
     let shape = [8, 2, 40, 40];
     let total: usize = shape.iter().product();
     let x64: Vec<f64> = uniform(9, total, 1.7).iter().map(|v| 1e4 + v).collect();
