@@ -232,6 +232,42 @@ impl GraphBuilder {
         self.graph.values[v.0].dtype
     }
 
+    /// The dtype of a recorded value (its element type: float, or integer indices and
+    /// `u8` masks).
+    pub fn dtype(&self, v: ValueId) -> DType {
+        self.dtype_of(v)
+    }
+
+    /// An error naming `op` unless `v` is a float tensor (`what` names the operand).
+    pub(crate) fn expect_float(&self, op: &'static str, what: &str, v: ValueId) -> Result<()> {
+        let dtype = self.dtype_of(v);
+        if !dtype.is_float() {
+            return Err(self.build_err(op)(OpError::invalid(
+                op,
+                format!("{what} must be a float tensor, got {dtype:?}"),
+            )));
+        }
+        Ok(())
+    }
+
+    /// An error naming `op` unless `a` and `b` have one dtype.
+    pub(crate) fn expect_same_dtype(&self, op: &'static str, a: ValueId, b: ValueId) -> Result<()> {
+        let (da, db) = (self.dtype_of(a), self.dtype_of(b));
+        if da != db {
+            return Err(self.build_err(op)(OpError::invalid(
+                op,
+                format!("the operands have dtypes {da:?} and {db:?}"),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Marks `v` as carrying no gradient (a mask, indices, a detached or constant value):
+    /// backward stops there.
+    pub(crate) fn stop_gradient(&mut self, v: ValueId) {
+        self.requires_grad[v.0] = false;
+    }
+
     /// Finishes recording.
     pub fn finish(self) -> Graph {
         self.graph

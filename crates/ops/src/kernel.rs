@@ -9,7 +9,9 @@ use candle_core::Device;
 use crate::activation::Activation;
 use crate::broadcast::BinaryOp;
 use crate::device_kind::DeviceKind;
+pub use crate::kernel_class::{KernelClass, KernelPhase};
 use crate::regression_loss::ElementwiseLoss;
+use crate::tensor::TensorKernel;
 
 /// Every kernel wick-ops runs. A graph node carries one; [`Kernel::name`] gives the text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -131,6 +133,8 @@ pub enum Kernel {
     UpsampleBackward,
     /// A user's own op, recorded through the public API.
     Custom(CustomKernel),
+    /// An op of the tensor language (matmul, reductions, indexing, masks, ...).
+    Tensor(TensorKernel),
 }
 
 /// A user-defined kernel: its name (printed by profilers on every device), class and phase.
@@ -142,43 +146,6 @@ pub struct CustomKernel {
     pub class: KernelClass,
     /// The part of the step it serves.
     pub phase: KernelPhase,
-}
-
-/// What kind of work a kernel does: how the profiler groups and advises on it, and how
-/// graph passes find it. Every [`Kernel`] has one, by an exhaustive match.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KernelClass {
-    /// Convolutions and their gradients (compute-bound GEMMs).
-    Convolution,
-    /// Fully connected layers and their gradients.
-    Linear,
-    /// Batch norm, its gradients and its fusions (a few passes over an activation).
-    Normalization,
-    /// One pass over the data per element, no reduction: activations, additions and
-    /// their gradients (memory-bound; candidates for fusion).
-    Elementwise,
-    /// Pooling, global average pooling and upsampling, forward and backward.
-    Pooling,
-    /// A view change: no data moves.
-    Reshape,
-    /// A loss and its gradient.
-    Loss,
-    /// An optimizer's parameter update.
-    Optimizer,
-    /// Talks to the other data-parallel ranks.
-    Communication,
-}
-
-/// Which part of a training step a kernel serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum KernelPhase {
-    /// The forward pass (the loss included).
-    Forward,
-    /// The backward pass: gradients, their sums and their all-reduce.
-    Backward,
-    /// The optimizer's parameter updates.
-    Optimizer,
 }
 
 impl Kernel {
@@ -217,6 +184,7 @@ impl Kernel {
             }
             UpsampleForward | UpsampleBackward => C::Pooling,
             Custom(k) => k.class,
+            Tensor(t) => t.class(),
         }
     }
 
@@ -277,6 +245,7 @@ impl Kernel {
             SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => KernelPhase::Optimizer,
             AdamUpdate | AdamUpdateMultiTensor => KernelPhase::Optimizer,
             Custom(k) => k.phase,
+            Tensor(t) => return t.phase(),
             // Serves forward and backward alike, like a reshape.
             Reshape | Permute | Scale => return None,
         })
@@ -364,6 +333,7 @@ impl Kernel {
             UpsampleForward => "UpsampleForward",
             UpsampleBackward => "UpsampleBackward",
             Custom(k) => k.name,
+            Tensor(t) => t.name(),
         }
     }
 

@@ -33,6 +33,7 @@ pub mod elementwise;
 pub mod error;
 pub mod gpu;
 pub mod kernel;
+pub mod kernel_class;
 pub mod layout;
 pub mod linear;
 pub mod loss;
@@ -45,6 +46,7 @@ pub mod relu;
 pub mod resample;
 pub mod route;
 pub mod shape;
+pub mod tensor;
 
 pub use activation::Activation;
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};

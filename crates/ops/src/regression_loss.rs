@@ -1,5 +1,5 @@
-//! Losses over every element, mean-reduced (PyTorch's `F.mse_loss` and
-//! `F.binary_cross_entropy_with_logits` with their defaults): forward to a 0-dim loss and
+//! Losses over every element, mean-reduced (PyTorch's `F.mse_loss`,
+//! `F.binary_cross_entropy` and `F.binary_cross_entropy_with_logits` with their defaults): forward to a 0-dim loss and
 //! the gradient for the input or the target, scaled by the loss's own gradient.
 
 use candle_core::{DType, Tensor};
@@ -14,6 +14,9 @@ pub enum ElementwiseLoss {
     Mse,
     /// Binary cross-entropy on logits, `mean(max(x, 0) - x·t + log(1 + e^-|x|))`.
     BceWithLogits,
+    /// Binary cross-entropy on probabilities, `mean(-(t·log p + (1-t)·log(1-p)))`, each
+    /// log clamped to at least -100 as PyTorch's; an input outside `[0, 1]` is an error.
+    Bce,
 }
 
 impl ElementwiseLoss {
@@ -22,6 +25,7 @@ impl ElementwiseLoss {
         match self {
             ElementwiseLoss::Mse => "mse_loss",
             ElementwiseLoss::BceWithLogits => "bce_with_logits",
+            ElementwiseLoss::Bce => "binary_cross_entropy",
         }
     }
 
@@ -30,6 +34,7 @@ impl ElementwiseLoss {
         match self {
             ElementwiseLoss::Mse => "MseLossForward",
             ElementwiseLoss::BceWithLogits => "BceWithLogitsForward",
+            ElementwiseLoss::Bce => "BceLossForward",
         }
     }
 
@@ -38,6 +43,7 @@ impl ElementwiseLoss {
         match self {
             ElementwiseLoss::Mse => "MseLossBackward",
             ElementwiseLoss::BceWithLogits => "BceWithLogitsBackward",
+            ElementwiseLoss::Bce => "BceLossBackward",
         }
     }
 }
@@ -85,6 +91,13 @@ pub fn forward(kind: ElementwiseLoss, input: &Tensor, target: &Tensor) -> Result
                 .ctx(op)?;
             ((relu - (input * target).ctx(op)?).ctx(op)? + soft).ctx(op)?
         }
+        ElementwiseLoss::Bce => {
+            check_probabilities(op, input)?;
+            let (log_p, log_q) = clamped_logs(op, input)?;
+            let t_log_p = (target * log_p).ctx(op)?;
+            let q_log_q = (target.affine(-1.0, 1.0).ctx(op)? * log_q).ctx(op)?;
+            (t_log_p + q_log_q).ctx(op)?.neg().ctx(op)?
+        }
     };
     per_element.mean_all().ctx(op)
 }
@@ -112,6 +125,16 @@ pub fn backward(
             ((sigmoid - target).ctx(op)? / n).ctx(op)?
         }
         (ElementwiseLoss::BceWithLogits, Operand::Rhs) => (input.neg().ctx(op)? / n).ctx(op)?,
+        (ElementwiseLoss::Bce, Operand::Lhs) => {
+            // (p - t) / max(p (1 - p), 1e-12), as PyTorch's.
+            let pq = (input * input.affine(-1.0, 1.0).ctx(op)?).ctx(op)?;
+            let denominator = pq.maximum(1e-12).ctx(op)?;
+            (((input - target).ctx(op)? / denominator).ctx(op)? / n).ctx(op)?
+        }
+        (ElementwiseLoss::Bce, Operand::Rhs) => {
+            let (log_p, log_q) = clamped_logs(op, input)?;
+            ((log_q - log_p).ctx(op)? / n).ctx(op)?
+        }
     };
     per_element
         .broadcast_mul(&grad_loss.to_dtype(input.dtype()).ctx(op)?)
@@ -123,6 +146,7 @@ pub fn flops(kind: ElementwiseLoss, shape: &[usize]) -> u64 {
     let per = match kind {
         ElementwiseLoss::Mse => 3,
         ElementwiseLoss::BceWithLogits => 7,
+        ElementwiseLoss::Bce => 7,
     };
     crate::shape::flop_count(per, shape)
 }
@@ -132,6 +156,37 @@ pub fn backward_flops(kind: ElementwiseLoss, shape: &[usize]) -> u64 {
     let per = match kind {
         ElementwiseLoss::Mse => 3,
         ElementwiseLoss::BceWithLogits => 5,
+        ElementwiseLoss::Bce => 5,
     };
     crate::shape::flop_count(per, shape)
+}
+
+/// `log p` and `log(1 - p)`, each at least -100 (PyTorch's clamp, so that p = 0 or 1
+/// gives a finite loss).
+fn clamped_logs(op: &'static str, p: &Tensor) -> Result<(Tensor, Tensor)> {
+    let log_p = p.log().ctx(op)?.maximum(-100.0).ctx(op)?;
+    let log_q = p
+        .affine(-1.0, 1.0)
+        .ctx(op)?
+        .log()
+        .ctx(op)?
+        .maximum(-100.0)
+        .ctx(op)?;
+    Ok((log_p, log_q))
+}
+
+/// An error naming the first input outside `[0, 1]` (NaN included).
+fn check_probabilities(op: &'static str, p: &Tensor) -> Result<()> {
+    let values = crate::compare::host_f64(op, p)?;
+    if let Some((i, v)) = values
+        .iter()
+        .enumerate()
+        .find(|(_, v)| !(0.0..=1.0).contains(*v))
+    {
+        return Err(OpError::invalid(
+            op,
+            format!("every input must be a probability in [0, 1]; element {i} is {v}"),
+        ));
+    }
+    Ok(())
 }

@@ -38,6 +38,17 @@ impl GraphBuilder {
         self.elementwise_loss(ElementwiseLoss::BceWithLogits, logits, target)
     }
 
+    /// `F.binary_cross_entropy(probabilities, target)` (same shapes), each log clamped to
+    /// at least -100 as PyTorch's: a 0-dim loss. An input outside `[0, 1]` is an error
+    /// when the node runs.
+    pub fn binary_cross_entropy(
+        &mut self,
+        probabilities: ValueId,
+        target: ValueId,
+    ) -> Result<ValueId> {
+        self.elementwise_loss(ElementwiseLoss::Bce, probabilities, target)
+    }
+
     fn elementwise_loss(
         &mut self,
         kind: ElementwiseLoss,

@@ -168,6 +168,7 @@ pub(crate) fn batch_norm_eval(
 
 /// The four per-channel tensors in `x`'s dtype, contiguous, as the kernels read them.
 fn per_channel(op: &'static str, x: &Tensor, ts: [&Tensor; 4]) -> Result<[Tensor; 4]> {
-    let per = |t: &Tensor| -> Result<Tensor> { t.to_dtype(x.dtype()).ctx(op)?.contiguous().ctx(op) };
+    let per =
+        |t: &Tensor| -> Result<Tensor> { t.to_dtype(x.dtype()).ctx(op)?.contiguous().ctx(op) };
     Ok([per(ts[0])?, per(ts[1])?, per(ts[2])?, per(ts[3])?])
 }

@@ -93,7 +93,10 @@ pub fn host<T: candle_core::WithDType>(t: &Tensor) -> Vec<T> {
 
 /// Deterministic values in [-scale, scale) (xorshift).
 pub fn uniform(seed: u64, n: usize, scale: f64) -> Vec<f64> {
-    wick_ops::compare::uniform(seed, n).into_iter().map(|v| v * scale).collect()
+    wick_ops::compare::uniform(seed, n)
+        .into_iter()
+        .map(|v| v * scale)
+        .collect()
 }
 
 pub fn f32s(v: &[f64]) -> Vec<f32> {
@@ -201,7 +204,11 @@ fn run_elementwise(
     call: impl FnOnce(&Launch, *mut std::ffi::c_char, std::ffi::c_ulong) -> i32,
 ) {
     let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
-    let code = call(&Launch::elementwise(n), error.as_mut_ptr(), error.len() as _);
+    let code = call(
+        &Launch::elementwise(n),
+        error.as_mut_ptr(),
+        error.len() as _,
+    );
     wick_ops::gpu::emulated::result(code, &error).unwrap();
 }
 

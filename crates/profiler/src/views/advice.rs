@@ -40,19 +40,21 @@ pub const ROOF_MIN_SHARE: f64 = 0.05;
 /// batch, so at a tenth of the step a larger batch or a fused update moves the step.
 pub const OPTIMIZER_SHARE: f64 = 0.10;
 
-/// Kernels that do a few FLOPs per element they read and write: element-wise ones and
-/// batch norm, whose passes a fused kernel would save. Every class is decided here, so a
+/// Kernels that do a few FLOPs per element they read and write: element-wise ones,
+/// reductions and batch norm, whose passes a fused kernel would save (a gather or a
+/// slice only moves data, which fusion does not save). Every class is decided here, so a
 /// new one must be.
 fn few_flops_per_element(class: KernelClass) -> bool {
     match class {
-        KernelClass::Elementwise | KernelClass::Normalization => true,
+        KernelClass::Elementwise | KernelClass::Normalization | KernelClass::Reduction => true,
         KernelClass::Convolution
         | KernelClass::Linear
         | KernelClass::Pooling
         | KernelClass::Reshape
         | KernelClass::Loss
         | KernelClass::Optimizer
-        | KernelClass::Communication => false,
+        | KernelClass::Communication
+        | KernelClass::Indexing => false,
     }
 }
 

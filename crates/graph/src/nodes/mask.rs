@@ -1,0 +1,272 @@
+//! Masks and selection by mask: comparisons giving `u8` masks, `where` and
+//! `masked_fill` (the causal mask of a GPT), and `detach`: recording, backward rules,
+//! execution (kernels in `wick_ops::tensor::mask`).
+
+use std::sync::Arc;
+
+use wick_ops::tensor::mask::{self as kernels, Comparison, Rhs};
+use wick_ops::tensor::TensorKernel;
+use wick_ops::{broadcast, Kernel, OpError};
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// A comparison against a tensor (in: a, b) or a scalar (in: a); out: a `u8` mask.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compare {
+    /// Which comparison.
+    pub cmp: Comparison,
+    /// The scalar compared against, if not a tensor.
+    pub scalar: Option<f64>,
+}
+
+/// `where(cond, a, b)`. in: cond, a, b; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Where;
+
+/// `where`'s gradient to `a` or `b`. in: grad_y, cond; out: the gradient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WhereBackward {
+    /// Whether it is `a`'s gradient (else `b`'s).
+    pub to_a: bool,
+    /// That operand's shape.
+    pub shape: Vec<usize>,
+}
+
+/// `x.masked_fill(mask, value)`. in: x, mask; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaskedFill {
+    /// The value written where the mask is set.
+    pub value: f64,
+}
+
+/// `masked_fill`'s gradient: the output gradient where the mask is clear. in: grad_y,
+/// mask; out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaskedFillBackward;
+
+/// `x.detach()`: the same values, and backward stops here. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Detach;
+
+impl GraphBuilder {
+    /// `a cmp b` with broadcasting: a `u8` mask (1 where true), with no gradient.
+    pub fn compare(&mut self, cmp: Comparison, a: ValueId, b: ValueId) -> Result<ValueId> {
+        let name = cmp.op_name();
+        self.forward_only(name)?;
+        self.expect_same_dtype(name, a, b)?;
+        let out = broadcast::broadcast_shape(name, self.shape(a), self.shape(b))
+            .map_err(self.build_err(name))?;
+        self.record_compare(Compare { cmp, scalar: None }, vec![a, b], out)
+    }
+
+    /// `a cmp value` for a scalar `value`: a `u8` mask.
+    pub fn compare_scalar(&mut self, cmp: Comparison, a: ValueId, value: f64) -> Result<ValueId> {
+        self.forward_only(cmp.op_name())?;
+        let out = self.shape(a).to_vec();
+        self.record_compare(
+            Compare {
+                cmp,
+                scalar: Some(value),
+            },
+            vec![a],
+            out,
+        )
+    }
+
+    fn record_compare(
+        &mut self,
+        op: Compare,
+        inputs: Vec<ValueId>,
+        out: Vec<usize>,
+    ) -> Result<ValueId> {
+        let flops = broadcast::flops(&out);
+        let new = vec![(op.cmp.op_name(), out, candle_core::DType::U8)];
+        let y = self.push(Arc::new(op), inputs, new, vec![], flops)[0];
+        self.stop_gradient(y);
+        Ok(y)
+    }
+
+    /// `torch.eq(a, b)`.
+    pub fn eq(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.compare(Comparison::Eq, a, b)
+    }
+
+    /// `torch.ne(a, b)`.
+    pub fn ne(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.compare(Comparison::Ne, a, b)
+    }
+
+    /// `torch.lt(a, b)`.
+    pub fn lt(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.compare(Comparison::Lt, a, b)
+    }
+
+    /// `torch.le(a, b)`.
+    pub fn le(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.compare(Comparison::Le, a, b)
+    }
+
+    /// `torch.gt(a, b)`.
+    pub fn gt(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.compare(Comparison::Gt, a, b)
+    }
+
+    /// `torch.ge(a, b)`.
+    pub fn ge(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.compare(Comparison::Ge, a, b)
+    }
+
+    /// `torch.where(cond, a, b)`: `a` where the `u8` mask `cond` is set, else `b`; the
+    /// three broadcast together.
+    pub fn where_(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.forward_only("where")?;
+        kernels::check_mask_dtype("where", self.dtype_of(cond)).map_err(self.build_err("where"))?;
+        self.expect_same_dtype("where", a, b)?;
+        let out = kernels::where_shape(self.shape(cond), self.shape(a), self.shape(b))
+            .map_err(self.build_err("where"))?;
+        let flops = broadcast::flops(&out);
+        let new = vec![("where", out, self.dtype_of(a))];
+        Ok(self.push(Arc::new(Where), vec![cond, a, b], new, vec![], flops)[0])
+    }
+
+    /// `x.masked_fill(mask, value)`: `value` where the `u8` mask (broadcast to `x`) is
+    /// set. `value` may be infinite: `-inf` above the diagonal is a causal mask.
+    pub fn masked_fill(&mut self, x: ValueId, mask: ValueId, value: f64) -> Result<ValueId> {
+        self.forward_only("masked_fill")?;
+        kernels::check_mask_dtype("masked_fill", self.dtype_of(mask))
+            .map_err(self.build_err("masked_fill"))?;
+        if value.is_nan() {
+            return Err(self.build_err("masked_fill")(OpError::invalid(
+                "masked_fill",
+                "the value is NaN",
+            )));
+        }
+        let xs = self.shape(x).to_vec();
+        kernels::check_masked_fill(&xs, self.shape(mask)).map_err(self.build_err("masked_fill"))?;
+        let flops = broadcast::flops(&xs);
+        let new = vec![("masked_fill", xs, self.dtype_of(x))];
+        Ok(self.push(
+            Arc::new(MaskedFill { value }),
+            vec![x, mask],
+            new,
+            vec![],
+            flops,
+        )[0])
+    }
+
+    /// `x.detach()`: the same values, through which no gradient flows (a GAN's fake
+    /// images for the discriminator's step; a frozen feature extractor's output).
+    pub fn detach(&mut self, x: ValueId) -> Result<ValueId> {
+        self.forward_only("detach")?;
+        let new = vec![("detach", self.shape(x).to_vec(), self.dtype_of(x))];
+        let y = self.push(Arc::new(Detach), vec![x], new, vec![], 0)[0];
+        self.stop_gradient(y);
+        Ok(y)
+    }
+}
+
+impl NodeOp for Compare {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Compare(self.cmp))
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let name = self.cmp.op_name();
+        let a = arg(inputs, 0, name)?;
+        let rhs = match self.scalar {
+            Some(v) => Rhs::Scalar(v),
+            None => Rhs::Tensor(arg(inputs, 1, name)?),
+        };
+        one(kernels::compare(self.cmp, a, rhs)?)
+    }
+}
+
+impl NodeOp for Where {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Where)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [cond, a, b] = args(inputs, "where")?;
+        one(kernels::where_(cond, a, b)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let cond = ctx.input(0);
+        let flops = ctx.shape(ctx.output(0)).iter().product::<usize>() as u64;
+        for (i, to_a) in [(1, true), (2, false)] {
+            let v = ctx.input(i);
+            if !ctx.needs_grad(v) {
+                continue;
+            }
+            let op = WhereBackward {
+                to_a,
+                shape: ctx.shape(v),
+            };
+            let g = ctx.record(
+                op,
+                vec![gy, cond],
+                vec![("grad.where", ctx.shape(v), ctx.dtype())],
+                flops,
+            );
+            ctx.contribute(v, g[0]);
+        }
+        Ok(())
+    }
+}
+
+impl NodeOp for WhereBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::WhereBackward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, cond] = args(inputs, "where")?;
+        one(kernels::where_backward(gy, cond, self.to_a, &self.shape)?)
+    }
+}
+
+impl NodeOp for MaskedFill {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::MaskedFill)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [x, mask] = args(inputs, "masked_fill")?;
+        one(kernels::masked_fill(x, mask, self.value)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let xs = ctx.shape(ctx.input(0));
+        let flops = xs.iter().product::<usize>() as u64;
+        let new = vec![("grad.masked_fill", xs, ctx.dtype())];
+        let g = ctx.record(MaskedFillBackward, vec![gy, ctx.input(1)], new, flops);
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for MaskedFillBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::MaskedFillBackward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, mask] = args(inputs, "masked_fill")?;
+        one(kernels::masked_fill_backward(gy, mask)?)
+    }
+}
+
+impl NodeOp for Detach {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Detach)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(arg(inputs, 0, "detach")?.clone())
+    }
+}

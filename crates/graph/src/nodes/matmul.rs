@@ -1,0 +1,103 @@
+//! `matmul`, 1-D to N-D with batch broadcasting: recording, backward rule, execution
+//! (kernels in `wick_ops::tensor::matmul`).
+
+use std::sync::Arc;
+
+use wick_ops::tensor::matmul::MatMulShape;
+use wick_ops::tensor::TensorKernel;
+use wick_ops::{Kernel, Operand};
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// `a @ b`. in: a, b; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatMul {
+    /// The operands' and the output's shapes.
+    pub shape: MatMulShape,
+}
+
+/// One operand's gradient. in: grad_y and the other operand; out: the gradient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatMulBackward {
+    /// The forward's shapes.
+    pub shape: MatMulShape,
+    /// The operand differentiated.
+    pub operand: Operand,
+}
+
+impl GraphBuilder {
+    /// `torch.matmul(a, b)`: a dot product for two vectors, a matrix-vector product, or a
+    /// batch of matrix products whose batch dimensions broadcast (`[B, H, T, D] @ [B, H,
+    /// D, T]`, `[N, T, C] @ [C, K]`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let q = b.input("q", &[2, 4, 8, 16], DType::F32)?;
+    /// let k = b.input("k", &[2, 4, 8, 16], DType::F32)?;
+    /// let kt = b.transpose(k, 2, 3)?;
+    /// let scores = b.matmul(q, kt)?;
+    /// assert_eq!(b.shape(scores), &[2, 4, 8, 8]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
+    pub fn matmul(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+        self.forward_only("matmul")?;
+        self.expect_float("matmul", "a", a)?;
+        self.expect_same_dtype("matmul", a, b)?;
+        let shape =
+            MatMulShape::new(self.shape(a), self.shape(b)).map_err(self.build_err("matmul"))?;
+        let new = vec![("matmul", shape.out.clone(), self.dtype_of(a))];
+        let flops = shape.flops();
+        Ok(self.push(Arc::new(MatMul { shape }), vec![a, b], new, vec![], flops)[0])
+    }
+}
+
+impl NodeOp for MatMul {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::MatMul)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [a, b] = args(inputs, "matmul")?;
+        one(self.shape.forward(a, b)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        for (i, operand) in [(0, Operand::Lhs), (1, Operand::Rhs)] {
+            let v = ctx.input(i);
+            if !ctx.needs_grad(v) {
+                continue;
+            }
+            let other = ctx.input(1 - i);
+            let op = MatMulBackward {
+                shape: self.shape.clone(),
+                operand,
+            };
+            let new = vec![("grad.matmul", ctx.shape(v), ctx.dtype())];
+            let g = ctx.record(op, vec![gy, other], new, self.shape.flops());
+            ctx.contribute(v, g[0]);
+        }
+        Ok(())
+    }
+}
+
+impl NodeOp for MatMulBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::MatMulBackward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, other] = args(inputs, "matmul")?;
+        one(match self.operand {
+            Operand::Lhs => self.shape.backward_a(gy, other)?,
+            Operand::Rhs => self.shape.backward_b(gy, other)?,
+        })
+    }
+}

@@ -1,0 +1,156 @@
+//! Reductions over dimensions with `keepdim` (`sum`, `mean`, `amax`, `amin`,
+//! `logsumexp`, `var`, `argmax`, `argmin`): recording, backward rule, execution (kernels
+//! in `wick_ops::tensor::reduce`).
+
+use std::sync::Arc;
+
+use wick_ops::tensor::reduce::{Reduce, Reduction};
+use wick_ops::tensor::TensorKernel;
+use wick_ops::Kernel;
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// A reduction. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReduceOp {
+    /// The reduction, its dimensions and settings.
+    pub r: Reduce,
+}
+
+/// Its gradient. in: grad_y, then x and y where the reduction's gradient reads them;
+/// out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReduceBackward {
+    /// The reduction, its dimensions and settings.
+    pub r: Reduce,
+    /// The input's shape.
+    pub shape: Vec<usize>,
+}
+
+impl GraphBuilder {
+    /// The reduction `op` of `x` over `dims` (negative dimensions count from the end; an
+    /// empty list reduces every dimension), keeping them as size 1 with `keepdim`.
+    pub fn reduce(
+        &mut self,
+        op: Reduction,
+        x: ValueId,
+        dims: &[isize],
+        keepdim: bool,
+    ) -> Result<ValueId> {
+        let r =
+            Reduce::new(op, self.shape(x), dims, keepdim).map_err(self.build_err(op.op_name()))?;
+        self.record_reduce(r, x)
+    }
+
+    fn record_reduce(&mut self, r: Reduce, x: ValueId) -> Result<ValueId> {
+        let name = r.op.op_name();
+        self.forward_only(name)?;
+        self.expect_float(name, "the input", x)?;
+        let xs = self.shape(x).to_vec();
+        let new = vec![(name, r.out_shape(&xs), r.out_dtype(self.dtype_of(x)))];
+        let flops = r.flops(&xs);
+        let differentiable = r.op.differentiable();
+        let y = self.push(Arc::new(ReduceOp { r }), vec![x], new, vec![], flops)[0];
+        if !differentiable {
+            self.stop_gradient(y);
+        }
+        Ok(y)
+    }
+
+    /// `torch.sum(x, dims, keepdim)`.
+    pub fn sum(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::Sum, x, dims, keepdim)
+    }
+
+    /// `torch.mean(x, dims, keepdim)`.
+    pub fn mean(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::Mean, x, dims, keepdim)
+    }
+
+    /// `torch.amax(x, dims, keepdim)`: the maximum (a tie shares the gradient evenly).
+    pub fn amax(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::Amax, x, dims, keepdim)
+    }
+
+    /// `torch.amin(x, dims, keepdim)`.
+    pub fn amin(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::Amin, x, dims, keepdim)
+    }
+
+    /// `torch.logsumexp(x, dims, keepdim)`, computed stably.
+    pub fn logsumexp(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::LogSumExp, x, dims, keepdim)
+    }
+
+    /// `torch.var(x, dims, correction=correction, keepdim=keepdim)`: the divisor is
+    /// `n - correction` (PyTorch's default correction is 1).
+    pub fn var(
+        &mut self,
+        x: ValueId,
+        dims: &[isize],
+        correction: usize,
+        keepdim: bool,
+    ) -> Result<ValueId> {
+        let mut r = Reduce::new(Reduction::Var, self.shape(x), dims, keepdim)
+            .map_err(self.build_err("var"))?;
+        r.correction = correction;
+        self.record_reduce(r, x)
+    }
+
+    /// `torch.argmax(x, dim, keepdim)`: `u32` indices of the first maximum (no gradient).
+    pub fn argmax(&mut self, x: ValueId, dim: isize, keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::Argmax, x, &[dim], keepdim)
+    }
+
+    /// `torch.argmin(x, dim, keepdim)`.
+    pub fn argmin(&mut self, x: ValueId, dim: isize, keepdim: bool) -> Result<ValueId> {
+        self.reduce(Reduction::Argmin, x, &[dim], keepdim)
+    }
+}
+
+impl NodeOp for ReduceOp {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Reduce(self.r.op))
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [x] = args(inputs, self.r.op.op_name())?;
+        one(self.r.forward(x)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let (x, y) = (ctx.input(0), ctx.output(0));
+        let xs = ctx.shape(x);
+        let flops = self.r.backward_flops(&xs);
+        let (reads_x, reads_y) = self.r.backward_reads();
+        let mut inputs = vec![gy];
+        inputs.extend(reads_x.then_some(x));
+        inputs.extend(reads_y.then_some(y));
+        let op = ReduceBackward {
+            r: self.r.clone(),
+            shape: xs.clone(),
+        };
+        let out = vec![("grad.reduce", xs, ctx.dtype())];
+        let g = ctx.record(op, inputs, out, flops);
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for ReduceBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::ReduceBackward(self.r.op))
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let name = self.r.op.op_name();
+        let gy = arg(inputs, 0, name)?;
+        let (reads_x, reads_y) = self.r.backward_reads();
+        let x = reads_x.then(|| arg(inputs, 1, name)).transpose()?;
+        let y = reads_y.then(|| arg(inputs, 2, name)).transpose()?;
+        one(self.r.backward(gy, &self.shape, x, y)?)
+    }
+}

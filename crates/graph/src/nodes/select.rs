@@ -1,0 +1,395 @@
+//! Slicing and joining (`narrow`, `split`, `chunk`, `expand`, `unsqueeze`, `squeeze`,
+//! `stack`) and selection by index (`index_select`, `gather`, `embedding`): recording,
+//! backward rules, execution (kernels in `wick_ops::tensor::select`).
+
+use std::sync::Arc;
+
+use wick_ops::tensor::select::{self as kernels, check_index_dtype};
+use wick_ops::tensor::{dim_index, TensorKernel};
+use wick_ops::{broadcast, Kernel, OpError};
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// A range along one dimension, copied. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Narrow {
+    /// The dimension.
+    pub dim: usize,
+    /// Where the range starts.
+    pub start: usize,
+    /// Its length.
+    pub len: usize,
+}
+
+/// `narrow`'s gradient. in: grad_y; out: grad_x (zeros outside the range).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NarrowBackward {
+    /// The forward's settings.
+    pub narrow: Narrow,
+    /// The input's shape.
+    pub shape: Vec<usize>,
+}
+
+/// `x` broadcast to a larger shape, copied. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expand {
+    /// The output shape.
+    pub shape: Vec<usize>,
+}
+
+/// `expand`'s gradient: the sum over the expanded dimensions. in: grad_y; out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpandBackward {
+    /// The input's shape.
+    pub shape: Vec<usize>,
+}
+
+/// Selection by index: `index_select` (along `dim`, 1-D indices), `gather` (along `dim`,
+/// indices of the input's rank) or `embedding` (rows of a weight). in: x (the weight for
+/// embedding), indices; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Select {
+    /// Which selection.
+    pub kind: SelectKind,
+}
+
+/// Which selection by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SelectKind {
+    /// `index_select(x, dim, index)`.
+    IndexSelect {
+        /// The dimension.
+        dim: usize,
+    },
+    /// `gather(x, dim, index)`.
+    Gather {
+        /// The dimension.
+        dim: usize,
+    },
+    /// `embedding(indices, weight, padding_idx)`.
+    Embedding {
+        /// The row that gets no gradient.
+        padding_idx: Option<usize>,
+    },
+}
+
+/// A selection's gradient, a scatter-add into zeros. in: grad_y, indices; out: grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SelectBackward {
+    /// Which selection.
+    pub kind: SelectKind,
+    /// The input's (or weight's) shape.
+    pub shape: Vec<usize>,
+}
+
+impl GraphBuilder {
+    /// `torch.narrow(x, dim, start, length)`: `length` entries from `start` along `dim`.
+    pub fn narrow(
+        &mut self,
+        x: ValueId,
+        dim: isize,
+        start: usize,
+        length: usize,
+    ) -> Result<ValueId> {
+        self.forward_only("narrow")?;
+        let xs = self.shape(x).to_vec();
+        let d = dim_index("narrow", xs.len(), dim).map_err(self.build_err("narrow"))?;
+        let out = kernels::narrow_shape(&xs, d, start, length).map_err(self.build_err("narrow"))?;
+        let op = Narrow {
+            dim: d,
+            start,
+            len: length,
+        };
+        let new = vec![("narrow", out, self.dtype_of(x))];
+        Ok(self.push(Arc::new(op), vec![x], new, vec![], 0)[0])
+    }
+
+    /// `torch.split(x, split_size, dim)`: pieces of `split_size` along `dim` (the last
+    /// one shorter when the size does not divide), each differentiable.
+    pub fn split(&mut self, x: ValueId, split_size: usize, dim: isize) -> Result<Vec<ValueId>> {
+        let xs = self.shape(x).to_vec();
+        let d = dim_index("split", xs.len(), dim).map_err(self.build_err("split"))?;
+        if split_size == 0 {
+            return Err(self.build_err("split")(OpError::invalid(
+                "split",
+                "split_size must be positive",
+            )));
+        }
+        let n = xs[d];
+        (0..n.div_ceil(split_size).max(1))
+            .map(|i| {
+                let start = i * split_size;
+                self.narrow(x, d as isize, start, split_size.min(n - start))
+            })
+            .collect()
+    }
+
+    /// `torch.chunk(x, chunks, dim)`: at most `chunks` pieces of `ceil(n / chunks)` along
+    /// `dim`, as PyTorch's.
+    pub fn chunk(&mut self, x: ValueId, chunks: usize, dim: isize) -> Result<Vec<ValueId>> {
+        let xs = self.shape(x).to_vec();
+        let d = dim_index("chunk", xs.len(), dim).map_err(self.build_err("chunk"))?;
+        if chunks == 0 {
+            return Err(self.build_err("chunk")(OpError::invalid(
+                "chunk",
+                "chunks must be positive",
+            )));
+        }
+        self.split(x, xs[d].div_ceil(chunks).max(1), dim)
+    }
+
+    /// `x.expand(sizes)`: dimensions of size 1 repeated, new ones in front; `-1` keeps a
+    /// size (the ViT's class token: `[1, 1, C]` to `[N, 1, C]`).
+    pub fn expand(&mut self, x: ValueId, sizes: &[isize]) -> Result<ValueId> {
+        self.forward_only("expand")?;
+        let out = kernels::expand_shape(self.shape(x), sizes).map_err(self.build_err("expand"))?;
+        let new = vec![("expand", out.clone(), self.dtype_of(x))];
+        Ok(self.push(Arc::new(Expand { shape: out }), vec![x], new, vec![], 0)[0])
+    }
+
+    /// `torch.unsqueeze(x, dim)`: a dimension of size 1 inserted at `dim` (`-1`: last).
+    pub fn unsqueeze(&mut self, x: ValueId, dim: isize) -> Result<ValueId> {
+        let mut s = self.shape(x).to_vec();
+        let d = dim_index("unsqueeze", s.len() + 1, dim).map_err(self.build_err("unsqueeze"))?;
+        s.insert(d, 1);
+        self.reshape(x, &s)
+    }
+
+    /// `torch.squeeze(x, dim)`: dimension `dim` removed if its size is 1 (else `x`
+    /// unchanged, as PyTorch's).
+    pub fn squeeze(&mut self, x: ValueId, dim: isize) -> Result<ValueId> {
+        let mut s = self.shape(x).to_vec();
+        let d = dim_index("squeeze", s.len(), dim).map_err(self.build_err("squeeze"))?;
+        if s[d] != 1 {
+            return Ok(x);
+        }
+        s.remove(d);
+        self.reshape(x, &s)
+    }
+
+    /// `torch.stack(parts, dim)`: the parts (one shape) joined along a new dimension.
+    pub fn stack(&mut self, parts: &[ValueId], dim: isize) -> Result<ValueId> {
+        let Some(first) = parts.first() else {
+            return Err(self.build_err("stack")(OpError::invalid(
+                "stack",
+                "needs at least one part",
+            )));
+        };
+        let rank = self.shape(*first).len();
+        let d = dim_index("stack", rank + 1, dim).map_err(self.build_err("stack"))?;
+        let lifted = parts
+            .iter()
+            .map(|p| self.unsqueeze(*p, d as isize))
+            .collect::<Result<Vec<_>>>()?;
+        self.concat(&lifted, d)
+    }
+
+    /// `torch.index_select(x, dim, index)` with `index` 1-D integers.
+    pub fn index_select(&mut self, x: ValueId, dim: isize, index: ValueId) -> Result<ValueId> {
+        let xs = self.shape(x).to_vec();
+        let d = dim_index("index_select", xs.len(), dim).map_err(self.build_err("index_select"))?;
+        let is = self.shape(index).to_vec();
+        if is.len() != 1 {
+            return Err(self.build_err("index_select")(OpError::invalid(
+                "index_select",
+                format!("the index must be 1-D, got shape {is:?}"),
+            )));
+        }
+        let mut out = xs;
+        out[d] = is[0];
+        self.record_select(SelectKind::IndexSelect { dim: d }, x, index, out)
+    }
+
+    /// `torch.gather(x, dim, index)`: `y[i][j] = x[i][index[i][j]]` along `dim`.
+    pub fn gather(&mut self, x: ValueId, dim: isize, index: ValueId) -> Result<ValueId> {
+        let (d, out) = kernels::gather_shape(self.shape(x), dim, self.shape(index))
+            .map_err(self.build_err("gather"))?;
+        self.record_select(SelectKind::Gather { dim: d }, x, index, out)
+    }
+
+    /// `F.embedding(indices, weight, padding_idx)`: row `i` of `weight`
+    /// `[num_embeddings, dim]` for each index; the row `padding_idx` gets no gradient.
+    pub fn embedding(
+        &mut self,
+        indices: ValueId,
+        weight: ValueId,
+        padding_idx: Option<usize>,
+    ) -> Result<ValueId> {
+        let ws = self.shape(weight).to_vec();
+        let out = kernels::embedding_shape(self.shape(indices), &ws)
+            .map_err(self.build_err("embedding"))?;
+        if let Some(p) = padding_idx.filter(|&p| p >= ws[0]) {
+            return Err(self.build_err("embedding")(OpError::invalid(
+                "embedding",
+                format!("padding_idx {p} is out of range for {} embeddings", ws[0]),
+            )));
+        }
+        self.record_select(SelectKind::Embedding { padding_idx }, weight, indices, out)
+    }
+
+    fn record_select(
+        &mut self,
+        kind: SelectKind,
+        x: ValueId,
+        index: ValueId,
+        out: Vec<usize>,
+    ) -> Result<ValueId> {
+        let name = kind.name();
+        self.forward_only(name)?;
+        check_index_dtype(name, "the indices", self.dtype_of(index))
+            .map_err(self.build_err(name))?;
+        let new = vec![(name, out, self.dtype_of(x))];
+        Ok(self.push(Arc::new(Select { kind }), vec![x, index], new, vec![], 0)[0])
+    }
+}
+
+impl SelectKind {
+    /// The builder call's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SelectKind::IndexSelect { .. } => "index_select",
+            SelectKind::Gather { .. } => "gather",
+            SelectKind::Embedding { .. } => "embedding",
+        }
+    }
+}
+
+impl NodeOp for Narrow {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Narrow)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(kernels::narrow(
+            arg(inputs, 0, "narrow")?,
+            self.dim,
+            self.start,
+            self.len,
+        )?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let xs = ctx.shape(ctx.input(0));
+        let op = NarrowBackward {
+            narrow: self.clone(),
+            shape: xs.clone(),
+        };
+        let g = ctx.record(op, vec![gy], vec![("grad.narrow", xs, ctx.dtype())], 0);
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for NarrowBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::NarrowBackward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let gy = arg(inputs, 0, "narrow")?;
+        one(kernels::narrow_backward(
+            gy,
+            &self.shape,
+            self.narrow.dim,
+            self.narrow.start,
+        )?)
+    }
+}
+
+impl NodeOp for Expand {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Expand)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(kernels::expand(arg(inputs, 0, "expand")?, &self.shape)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let xs = ctx.shape(ctx.input(0));
+        let flops = broadcast::flops(&self.shape);
+        let op = ExpandBackward { shape: xs.clone() };
+        let g = ctx.record(op, vec![gy], vec![("grad.expand", xs, ctx.dtype())], flops);
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for ExpandBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::ExpandBackward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let gy = arg(inputs, 0, "expand")?;
+        one(broadcast::sum_to_shape("expand", gy, &self.shape)?)
+    }
+}
+
+impl NodeOp for Select {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(match self.kind {
+            SelectKind::IndexSelect { .. } => TensorKernel::IndexSelect,
+            SelectKind::Gather { .. } => TensorKernel::Gather,
+            SelectKind::Embedding { .. } => TensorKernel::Embedding,
+        })
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [x, index] = args(inputs, self.kind.name())?;
+        one(match self.kind {
+            SelectKind::IndexSelect { dim } => kernels::index_select(x, dim, index)?,
+            SelectKind::Gather { dim } => kernels::gather(x, dim, index)?,
+            SelectKind::Embedding { .. } => kernels::embedding(index, x)?,
+        })
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let (x, index) = (ctx.input(0), ctx.input(1));
+        if !ctx.needs_grad(x) {
+            return Ok(());
+        }
+        let xs = ctx.shape(x);
+        let flops = ctx.shape(ctx.output(0)).iter().product::<usize>() as u64;
+        let op = SelectBackward {
+            kind: self.kind,
+            shape: xs.clone(),
+        };
+        let g = ctx.record(
+            op,
+            vec![gy, index],
+            vec![("grad.select", xs, ctx.dtype())],
+            flops,
+        );
+        ctx.contribute(x, g[0]);
+        Ok(())
+    }
+}
+
+impl NodeOp for SelectBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(match self.kind {
+            SelectKind::IndexSelect { .. } => TensorKernel::IndexSelectBackward,
+            SelectKind::Gather { .. } => TensorKernel::GatherBackward,
+            SelectKind::Embedding { .. } => TensorKernel::EmbeddingBackward,
+        })
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, index] = args(inputs, self.kind.name())?;
+        one(match self.kind {
+            SelectKind::IndexSelect { dim } => {
+                kernels::index_select_backward(gy, &self.shape, dim, index)?
+            }
+            SelectKind::Gather { dim } => kernels::gather_backward(gy, &self.shape, dim, index)?,
+            SelectKind::Embedding { padding_idx } => {
+                kernels::embedding_backward(gy, index, &self.shape, padding_idx)?
+            }
+        })
+    }
+}

@@ -1,0 +1,154 @@
+//! Element-wise functions of one tensor (`exp`, `log`, `sqrt`, `rsqrt`, `pow`, `abs`,
+//! `neg`, `clamp`, scalar add and multiply, `full_like`): recording, backward rule,
+//! execution (kernels in `wick_ops::tensor::unary`).
+
+use std::sync::Arc;
+
+use wick_ops::tensor::unary::{Saved, Unary};
+use wick_ops::tensor::TensorKernel;
+use wick_ops::Kernel;
+
+use crate::builder::GraphBuilder;
+use crate::error::Result;
+use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+
+/// An element-wise function. in: x; out: y.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnaryOp {
+    /// The function and its constants.
+    pub f: Unary,
+}
+
+/// Its gradient. in: grad_y, and x or y when the function's gradient reads one; out:
+/// grad_x.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnaryBackward {
+    /// The function and its constants.
+    pub f: Unary,
+}
+
+impl GraphBuilder {
+    /// The element-wise function `f` of `x` (the calls below are shorthands).
+    pub fn unary(&mut self, f: Unary, x: ValueId) -> Result<ValueId> {
+        let op = f.op_name();
+        self.forward_only(op)?;
+        f.check().map_err(self.build_err(op))?;
+        self.expect_float(op, "the input", x)?;
+        let xs = self.shape(x).to_vec();
+        let flops = f.flops(xs.iter().product());
+        let new = vec![(op, xs, self.dtype_of(x))];
+        let y = self.push(Arc::new(UnaryOp { f }), vec![x], new, vec![], flops)[0];
+        if !f.differentiable() {
+            self.stop_gradient(y);
+        }
+        Ok(y)
+    }
+
+    /// `torch.exp(x)`.
+    pub fn exp(&mut self, x: ValueId) -> Result<ValueId> {
+        self.unary(Unary::Exp, x)
+    }
+
+    /// `torch.log(x)`, the natural logarithm.
+    pub fn log(&mut self, x: ValueId) -> Result<ValueId> {
+        self.unary(Unary::Log, x)
+    }
+
+    /// `torch.sqrt(x)`.
+    pub fn sqrt(&mut self, x: ValueId) -> Result<ValueId> {
+        self.unary(Unary::Sqrt, x)
+    }
+
+    /// `torch.rsqrt(x)`: `1/√x`.
+    pub fn rsqrt(&mut self, x: ValueId) -> Result<ValueId> {
+        self.unary(Unary::Rsqrt, x)
+    }
+
+    /// `torch.pow(x, exponent)` for a constant exponent.
+    pub fn pow(&mut self, x: ValueId, exponent: f64) -> Result<ValueId> {
+        self.unary(Unary::Pow(exponent), x)
+    }
+
+    /// `torch.abs(x)`.
+    pub fn abs(&mut self, x: ValueId) -> Result<ValueId> {
+        self.unary(Unary::Abs, x)
+    }
+
+    /// `torch.neg(x)`: `-x`.
+    pub fn neg(&mut self, x: ValueId) -> Result<ValueId> {
+        self.unary(Unary::Neg, x)
+    }
+
+    /// `torch.clamp(x, min, max)`, either bound optional.
+    pub fn clamp(&mut self, x: ValueId, min: Option<f64>, max: Option<f64>) -> Result<ValueId> {
+        self.unary(Unary::Clamp { min, max }, x)
+    }
+
+    /// `x + value` for a constant `value`.
+    pub fn add_scalar(&mut self, x: ValueId, value: f64) -> Result<ValueId> {
+        self.unary(Unary::AddScalar(value), x)
+    }
+
+    /// `x * value` for a constant `value`.
+    pub fn mul_scalar(&mut self, x: ValueId, value: f64) -> Result<ValueId> {
+        self.unary(Unary::MulScalar(value), x)
+    }
+
+    /// `torch.full_like(x, value)`: a constant recorded in the graph, of `x`'s shape and
+    /// dtype (no gradient flows through it).
+    pub fn full_like(&mut self, x: ValueId, value: f64) -> Result<ValueId> {
+        self.unary(Unary::Fill(value), x)
+    }
+
+    /// `torch.zeros_like(x)`.
+    pub fn zeros_like(&mut self, x: ValueId) -> Result<ValueId> {
+        self.full_like(x, 0.0)
+    }
+
+    /// `torch.ones_like(x)`.
+    pub fn ones_like(&mut self, x: ValueId) -> Result<ValueId> {
+        self.full_like(x, 1.0)
+    }
+}
+
+impl NodeOp for UnaryOp {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Unary(self.f.kind()))
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        one(self.f.forward(arg(inputs, 0, self.f.op_name())?)?)
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let gy = ctx.grad_y()?;
+        let xs = ctx.shape(ctx.input(0));
+        let mut inputs = vec![gy];
+        match self.f.saved() {
+            Saved::Nothing => {}
+            Saved::Input => inputs.push(ctx.input(0)),
+            Saved::Output => inputs.push(ctx.output(0)),
+        }
+        let flops = self.f.backward_flops(xs.iter().product());
+        let out = vec![("grad.unary", xs, ctx.dtype())];
+        let g = ctx.record(UnaryBackward { f: self.f }, inputs, out, flops);
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for UnaryBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::UnaryBackward(self.f.kind()))
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let op = self.f.op_name();
+        let gy = arg(inputs, 0, op)?;
+        let saved = match self.f.saved() {
+            Saved::Nothing => None,
+            _ => Some(arg(inputs, 1, op)?),
+        };
+        one(self.f.backward(gy, saved)?)
+    }
+}

@@ -1,0 +1,192 @@
+//! `torch.matmul`: 1-D to N-D with PyTorch's promotion of vectors and broadcasting of the
+//! batch dimensions, and both gradients. A product whose right side has no batch
+//! dimensions (`[.., m, k] @ [k, n]`) runs as one GEMM over the flattened rows.
+
+use candle_core::Tensor;
+
+use super::candle;
+use crate::broadcast::{broadcast_shape, sum_to_shape};
+use crate::error::{OpError, Result};
+
+const OP: &str = "matmul";
+
+/// The shapes of one `matmul(a, b)`: both sides promoted to at least 2-D, the broadcast
+/// batch, and the output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatMulShape {
+    /// `a`'s shape as given.
+    pub a: Vec<usize>,
+    /// `b`'s shape as given.
+    pub b: Vec<usize>,
+    /// `a` promoted: a vector `[k]` becomes `[1, k]`.
+    a_nd: Vec<usize>,
+    /// `b` promoted: a vector `[k]` becomes `[k, 1]`.
+    b_nd: Vec<usize>,
+    /// The broadcast batch dimensions.
+    pub batch: Vec<usize>,
+    /// Rows, inner size and columns.
+    pub mkn: (usize, usize, usize),
+    /// The output's shape (the promoted dimensions removed again).
+    pub out: Vec<usize>,
+}
+
+impl MatMulShape {
+    /// The shapes of `matmul(a, b)`, or an error naming both shapes.
+    pub fn new(a: &[usize], b: &[usize]) -> Result<Self> {
+        if a.is_empty() || b.is_empty() {
+            return Err(OpError::invalid(
+                OP,
+                format!("both operands need at least one dimension, got {a:?} and {b:?}"),
+            ));
+        }
+        let a_nd = if a.len() == 1 {
+            vec![1, a[0]]
+        } else {
+            a.to_vec()
+        };
+        let b_nd = if b.len() == 1 {
+            vec![b[0], 1]
+        } else {
+            b.to_vec()
+        };
+        let (ra, rb) = (a_nd.len(), b_nd.len());
+        let (m, k, k2, n) = (a_nd[ra - 2], a_nd[ra - 1], b_nd[rb - 2], b_nd[rb - 1]);
+        if k != k2 {
+            return Err(OpError::invalid(
+                OP,
+                format!("{a:?} @ {b:?}: the inner sizes {k} and {k2} differ"),
+            ));
+        }
+        let batch = broadcast_shape(OP, &a_nd[..ra - 2], &b_nd[..rb - 2])?;
+        let mut out = batch.clone();
+        if a.len() > 1 {
+            out.push(m);
+        }
+        if b.len() > 1 {
+            out.push(n);
+        }
+        Ok(MatMulShape {
+            a: a.to_vec(),
+            b: b.to_vec(),
+            a_nd,
+            b_nd,
+            batch,
+            mkn: (m, k, n),
+            out,
+        })
+    }
+
+    /// Multiply-adds counted twice: `2·batch·m·k·n` (each gradient costs as much).
+    pub fn flops(&self) -> u64 {
+        let (m, k, n) = self.mkn;
+        let b: usize = self.batch.iter().product();
+        2 * (b * m * k * n) as u64
+    }
+
+    /// Whether `b` has no batch dimensions, so the product is one GEMM over `a`'s rows.
+    fn flat(&self) -> bool {
+        self.b_nd.len() == 2
+    }
+
+    fn full(&self, last: [usize; 2]) -> Vec<usize> {
+        let mut s = self.batch.clone();
+        s.extend(last);
+        s
+    }
+
+    /// `a` or `b` broadcast to the batch and made `[B, rows, cols]`.
+    fn batched(&self, t: &Tensor, nd: &[usize]) -> candle_core::Result<Tensor> {
+        let last = [nd[nd.len() - 2], nd[nd.len() - 1]];
+        let b: usize = self.batch.iter().product();
+        t.reshape(nd)?
+            .broadcast_as(self.full(last))?
+            .contiguous()?
+            .reshape((b, last[0], last[1]))
+    }
+
+    /// `a @ b`.
+    pub fn forward(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let (_, k, n) = self.mkn;
+        let y = if self.flat() {
+            let rows = a.reshape(((), k)).and_then(|a| a.contiguous());
+            rows.and_then(|r| r.matmul(&b.reshape((k, n))?.contiguous()?))
+        } else {
+            let (ab, bb) = (self.batched(a, &self.a_nd), self.batched(b, &self.b_nd));
+            ab.and_then(|ab| ab.matmul(&bb?))
+        };
+        y.and_then(|y| y.reshape(self.out.as_slice()))
+            .map_err(candle(OP))
+    }
+
+    /// The gradient of `a` for output gradient `gy`.
+    pub fn backward_a(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
+        let c = candle(OP);
+        let (m, k, n) = self.mkn;
+        if self.flat() {
+            let g = gy.reshape(((), n)).and_then(|g| g.contiguous());
+            let bt = b.reshape((k, n)).and_then(|b| b.t());
+            return g
+                .and_then(|g| g.matmul(&bt?))
+                .and_then(|g| g.reshape(self.a.as_slice()))
+                .map_err(c);
+        }
+        let bsz: usize = self.batch.iter().product();
+        let g = gy
+            .reshape((bsz, m, n))
+            .and_then(|g| g.contiguous())
+            .map_err(&c)?;
+        let bb = self.batched(b, &self.b_nd).map_err(&c)?;
+        let ga = g.matmul(&bb.t().map_err(&c)?).map_err(&c)?;
+        let ga = ga.reshape(self.full([m, k])).map_err(&c)?;
+        sum_to_shape(OP, &ga, &self.a_nd)?
+            .reshape(self.a.as_slice())
+            .map_err(c)
+    }
+
+    /// The gradient of `b` for output gradient `gy`.
+    pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
+        let c = candle(OP);
+        let (m, k, n) = self.mkn;
+        if self.flat() {
+            let g = gy.reshape(((), n)).and_then(|g| g.contiguous());
+            let at = a.reshape(((), k)).and_then(|a| a.contiguous()?.t());
+            return at
+                .and_then(|at| at.matmul(&g?))
+                .and_then(|g| g.reshape(self.b.as_slice()))
+                .map_err(c);
+        }
+        let bsz: usize = self.batch.iter().product();
+        let g = gy
+            .reshape((bsz, m, n))
+            .and_then(|g| g.contiguous())
+            .map_err(&c)?;
+        let ab = self.batched(a, &self.a_nd).map_err(&c)?;
+        let gb = ab.t().and_then(|at| at.matmul(&g)).map_err(&c)?;
+        let gb = gb.reshape(self.full([k, n])).map_err(&c)?;
+        sum_to_shape(OP, &gb, &self.b_nd)?
+            .reshape(self.b.as_slice())
+            .map_err(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_follow_torch_matmul() {
+        let out = |a: &[usize], b: &[usize]| MatMulShape::new(a, b).map(|s| s.out);
+        assert_eq!(out(&[3], &[3]).unwrap(), Vec::<usize>::new());
+        assert_eq!(out(&[2, 3], &[3]).unwrap(), vec![2]);
+        assert_eq!(out(&[3], &[3, 4]).unwrap(), vec![4]);
+        assert_eq!(out(&[5, 2, 3], &[3, 4]).unwrap(), vec![5, 2, 4]);
+        assert_eq!(out(&[3], &[5, 3, 4]).unwrap(), vec![5, 4]);
+        assert_eq!(out(&[7, 1, 2, 3], &[5, 3, 4]).unwrap(), vec![7, 5, 2, 4]);
+        let err = out(&[2, 3], &[4, 5]).unwrap_err().to_string();
+        assert!(
+            err.contains("[2, 3] @ [4, 5]") && err.contains("3 and 4"),
+            "{err}"
+        );
+        assert!(out(&[2, 2, 3], &[3, 3, 4]).is_err());
+    }
+}

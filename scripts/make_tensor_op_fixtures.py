@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""PyTorch references for wick's tensor language: fixtures/tensor-ops.
+
+One <case>.safetensors per case: the op's inputs, `out`, a random `grad_out` of out's
+shape, and `grad_<input>` = d sum(out * grad_out) / d input for each float input (every
+float input is differentiated). Float64; integer inputs are int64 and masks uint8. The
+metadata gives the case, the seed, torch's version and `torch_f32_err`: PyTorch's own
+float32 result on the same inputs, as max |f32 - f64| / max |f64| over the output and
+every gradient (what float32 can be expected to reach). torch.manual_seed(k) for case k;
+one thread, deterministic algorithms.
+
+The Rust side (crates/graph/tests/tensor_ops.rs) builds each case from builder calls by
+its name, checks it against these values in float64 and float32, and against finite
+differences.
+
+Usage: python3 scripts/make_tensor_op_fixtures.py [OUT_DIR]  (needs torch, safetensors;
+default OUT_DIR fixtures/tensor-ops). Re-running it reproduces every tensor bit for bit on
+a CPU.
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+torch.set_num_threads(1)
+torch.use_deterministic_algorithms(True)
+OUT = sys.argv[1] if len(sys.argv) > 1 else "fixtures/tensor-ops"
+os.makedirs(OUT, exist_ok=True)
+SEED = [0]
+
+
+def run(fn, inputs, dtype):
+    """fn's output and the gradients of sum(out * grad_out) for every float input."""
+    leaves = {}
+    for k, v in inputs.items():
+        if v.is_floating_point():
+            leaves[k] = v.to(dtype).clone().requires_grad_(True)
+        else:
+            leaves[k] = v.clone()
+    out = fn(**leaves)
+    return leaves, out
+
+
+def case(name, fn, **inputs):
+    SEED[0] += 1
+    torch.manual_seed(SEED[0])
+    leaves, out = run(fn, inputs, torch.float64)
+    floats = [k for k, v in leaves.items() if v.is_floating_point()]
+    tensors = {k: v.detach().contiguous() for k, v in leaves.items()}
+    if out.dtype == torch.bool:
+        out = out.to(torch.uint8)
+    tensors["out"] = out.detach().clone().contiguous()
+    grads = {}
+    if out.is_floating_point() and out.requires_grad:
+        grad_out = torch.randn(out.shape, dtype=torch.float64)
+        tensors["grad_out"] = grad_out
+        gs = torch.autograd.grad((out * grad_out).sum(), [leaves[k] for k in floats], allow_unused=True)
+        for k, g in zip(floats, gs):
+            g = torch.zeros_like(leaves[k]) if g is None else g
+            grads[k] = g
+            tensors[f"grad_{k}"] = g.detach().clone().contiguous()
+    # PyTorch's float32 on the same inputs, against its float64.
+    leaves32, out32 = run(fn, inputs, torch.float32)
+    err = 0.0
+    if out.is_floating_point():
+        pairs = [(out32, out)]
+        if grads:
+            floats32 = [leaves32[k] for k in floats]
+            gs32 = torch.autograd.grad((out32 * tensors["grad_out"].float()).sum(), floats32, allow_unused=True)
+            pairs += [(g32, grads[k]) for k, g32 in zip(floats, gs32) if g32 is not None]
+        for a, b in pairs:
+            b = b.detach()
+            finite = torch.isfinite(b)
+            scale = b[finite].abs().max().item() if finite.any() else 1.0
+            diff = (a.detach().double() - b)[finite].abs().max().item() if finite.any() else 0.0
+            err = max(err, diff / max(scale, 1e-300))
+    meta = {"case": name, "seed": str(SEED[0]), "torch": torch.__version__,
+            "inputs": ",".join(floats), "torch_f32_err": f"{err:.3e}"}
+    save_file(tensors, os.path.join(OUT, f"{name}.safetensors"), metadata=meta)
+
+
+def randn(*shape, scale=1.0):
+    return torch.randn(*shape, dtype=torch.float64) * scale
+
+
+def positive(*shape):
+    return torch.rand(*shape, dtype=torch.float64) * 2 + 0.1
+
+
+# matmul, every promotion and a broadcast batch
+case("matmul_dot", torch.matmul, input=randn(5), other=randn(5))
+case("matmul_mv", torch.matmul, input=randn(3, 5), other=randn(5))
+case("matmul_vm_batched", torch.matmul, input=randn(4), other=randn(2, 4, 3))
+case("matmul_rows", torch.matmul, input=randn(2, 3, 4), other=randn(4, 5))
+case("matmul_batched_broadcast", torch.matmul, input=randn(2, 1, 3, 4), other=randn(3, 4, 5))
+case("matmul_attention", lambda input, other: torch.matmul(input, other.transpose(-2, -1)),
+     input=randn(2, 2, 6, 4), other=randn(2, 2, 6, 4))
+
+# element-wise
+case("exp", torch.exp, input=randn(3, 4))
+case("log", torch.log, input=positive(3, 4))
+case("sqrt", torch.sqrt, input=positive(3, 4))
+case("rsqrt", torch.rsqrt, input=positive(3, 4))
+case("pow_3", lambda input: torch.pow(input, 3), input=randn(3, 4))
+case("pow_half", lambda input: torch.pow(input, 0.5), input=positive(3, 4))
+case("pow_neg2", lambda input: torch.pow(input, -2), input=positive(3, 4))
+x = randn(3, 4)
+x[0, 0] = 0.0
+case("abs", torch.abs, input=x)
+case("neg", torch.neg, input=randn(3, 4))
+x = randn(4, 5)
+x[0, :3] = torch.tensor([-0.5, 0.5, 0.0], dtype=torch.float64)
+case("clamp", lambda input: torch.clamp(input, -0.5, 0.5), input=x)
+case("clamp_min", lambda input: torch.clamp(input, min=0.1), input=randn(4, 5))
+case("add_scalar", lambda input: input + 2.5, input=randn(3, 4))
+case("mul_scalar", lambda input: input * -1.5, input=randn(3, 4))
+
+# reductions
+case("sum_dim1", lambda input: torch.sum(input, 1), input=randn(2, 3, 4))
+case("sum_all", lambda input: torch.sum(input), input=randn(2, 3, 4))
+case("mean_last_keepdim", lambda input: torch.mean(input, -1, keepdim=True), input=randn(2, 3, 4))
+ties = torch.randint(0, 3, (2, 3, 4)).double()
+case("amax_ties", lambda input: torch.amax(input, (1, 2)), input=ties)
+case("amin_keepdim", lambda input: torch.amin(input, 0, keepdim=True), input=randn(3, 4))
+case("logsumexp", lambda input: torch.logsumexp(input, -1), input=randn(3, 5, scale=3))
+big = randn(2, 4, scale=3)
+big[0] += 1000.0
+case("logsumexp_large", lambda input: torch.logsumexp(input, 1), input=big)
+case("var_dim0", lambda input: torch.var(input, 0), input=randn(5, 3))
+case("var_biased_keepdim", lambda input: torch.var(input, (0, 2), correction=0, keepdim=True), input=randn(3, 2, 4))
+case("argmax", lambda input: torch.argmax(input, 1), input=randn(3, 5))
+case("argmin_keepdim", lambda input: torch.argmin(input, -1, keepdim=True), input=randn(3, 5))
+
+# slicing and joining
+case("narrow", lambda input: torch.narrow(input, -1, 1, 3), input=randn(2, 3, 5))
+case("split_cat", lambda input: torch.cat(list(reversed(torch.split(input, 2, 1))), 1), input=randn(2, 5, 3))
+case("chunk_cat", lambda input: torch.cat(list(reversed(torch.chunk(input, 3, -1))), -1), input=randn(2, 7))
+case("expand", lambda input: input.expand(2, 3, 4), input=randn(3, 1))
+case("expand_keep", lambda input: input.expand(4, -1, 5), input=randn(3, 1))
+case("unsqueeze_squeeze", lambda input: torch.squeeze(torch.unsqueeze(input, -1) * 2.0, 1), input=randn(2, 1, 3))
+case("stack", lambda input, other: torch.stack([input, other, input * other], 1), input=randn(2, 3), other=randn(2, 3))
+case("index_select", lambda input, index: torch.index_select(input, 0, index),
+     input=randn(4, 3), index=torch.tensor([3, 0, 3, 1], dtype=torch.int64))
+case("gather", lambda input, index: torch.gather(input, 1, index),
+     input=randn(3, 4), index=torch.tensor([[0, 0, 3], [1, 2, 1], [3, 3, 0]], dtype=torch.int64))
+case("embedding", lambda input, weight: F.embedding(input, weight, padding_idx=1),
+     input=torch.tensor([[0, 1, 4], [4, 1, 2]], dtype=torch.int64), weight=randn(5, 3))
+
+# masks
+case("where_broadcast", lambda input, other: torch.where(input > 0, input, other),
+     input=randn(3, 4), other=randn(4))
+causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1).to(torch.uint8)
+case("masked_fill_causal", lambda input, mask: torch.softmax(input.masked_fill(mask.bool(), float("-inf")), -1),
+     input=randn(2, 5, 5), mask=causal)
+case("gt_scalar", lambda input: input > 0.2, input=randn(3, 4))
+case("le_broadcast", lambda input, other: input <= other, input=randn(3, 4), other=randn(3, 1))
+case("detach", lambda input: input * input.detach() * 3.0, input=randn(3, 4))
+
+# log-softmax and losses
+case("log_softmax", lambda input: F.log_softmax(input, 1), input=randn(2, 5, 3, scale=2))
+case("nll_loss", lambda input, target: F.nll_loss(F.log_softmax(input, 1), target),
+     input=randn(4, 5), target=torch.tensor([1, 0, 4, 2], dtype=torch.int64))
+case("nll_loss_sum_ignore", lambda input, target: F.nll_loss(input, target, ignore_index=2, reduction="sum"),
+     input=randn(3, 4, 2), target=torch.tensor([[1, 2], [2, 3], [0, 1]], dtype=torch.int64))
+case("nll_loss_none", lambda input, target: F.nll_loss(input, target, reduction="none"),
+     input=randn(3, 4), target=torch.tensor([3, 0, 1], dtype=torch.int64))
+case("cross_entropy_pixels", lambda input, target: F.cross_entropy(input, target, label_smoothing=0.1),
+     input=randn(2, 4, 3, 2), target=torch.tensor([[[0, 3], [1, -100], [2, 2]], [[3, -100], [0, 1], [1, 1]]], dtype=torch.int64))
+case("cross_entropy_smoothing", lambda input, target: F.cross_entropy(input, target, ignore_index=0, label_smoothing=0.2),
+     input=randn(5, 6), target=torch.tensor([0, 5, 2, 0, 1], dtype=torch.int64))
+case("cross_entropy_1d", lambda input, target: F.cross_entropy(input, target), input=randn(7), target=torch.tensor(3))
+case("binary_cross_entropy", F.binary_cross_entropy,
+     input=torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05, target=torch.rand(3, 4, dtype=torch.float64))
+print(f"{SEED[0]} cases in {OUT}")
