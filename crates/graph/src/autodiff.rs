@@ -17,6 +17,7 @@ use crate::error::{GraphError, Result};
 use crate::ir::{
     arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind,
 };
+use crate::param_selector::ParamSelector;
 
 /// The layer of a parameter: its state-dict name without the last component
 /// (`layer1.0.conv1.weight` → `layer1.0.conv1`).
@@ -87,6 +88,59 @@ impl Gradients {
 }
 
 impl GraphBuilder {
+    /// Freezes the parameters `selector` selects (a fine-tuning's backbone): they get no
+    /// gradient and no update, and [`backward`](GraphBuilder::backward) records no node
+    /// whose result would only reach frozen parameters (a frozen backbone's backward is
+    /// not run at all, only what the trainable layers need). Call it before `backward`;
+    /// returns how many parameters it froze.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode, ParamSelector};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[4, 8], DType::F32)?;
+    /// let w1 = b.param("backbone.weight", &[8, 8])?;
+    /// let w2 = b.param("head.weight", &[2, 8])?;
+    /// let h = b.linear(x, w1, None)?;
+    /// let y = b.linear(h, w2, None)?;
+    /// let loss = b.sum(y, &[], false)?;
+    /// assert_eq!(b.freeze(&!ParamSelector::InLayer("head".into()))?, 1);
+    /// let grads = b.backward(loss)?;
+    /// assert!(grads.get(w1).is_none() && grads.get(w2).is_some());
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
+    pub fn freeze(&mut self, selector: &ParamSelector) -> Result<usize> {
+        if self.phase != Phase::Forward {
+            return Err(GraphError::Usage(
+                "freeze: call it before backward (the backward pass is already recorded)".into(),
+            ));
+        }
+        let mut frozen = 0;
+        for (i, v) in self.graph.values.iter().enumerate() {
+            if v.kind == ValueKind::Param
+                && self.requires_grad[i]
+                && selector.selects(&v.name, &v.shape)
+            {
+                self.requires_grad[i] = false;
+                frozen += 1;
+            }
+        }
+        // What flows from a trainable parameter, again: a node's outputs need a gradient
+        // when one of its inputs does.
+        for node in &self.graph.nodes {
+            let rg = node.inputs.iter().any(|v| self.requires_grad[v.0]);
+            for o in &node.outputs {
+                if self.graph.values[o.0].kind == ValueKind::Intermediate {
+                    self.requires_grad[o.0] = rg && !self.stops_gradient[o.0];
+                }
+            }
+        }
+        Ok(frozen)
+    }
+
     /// Appends the backward pass of the scalar `loss` (any 1-element output of a forward
     /// op: a loss, a sum or scaling of losses) and returns each parameter's gradient.
     pub fn backward(&mut self, loss: ValueId) -> Result<Gradients> {
@@ -113,13 +167,22 @@ impl GraphBuilder {
                 forward_op: Some(op_id),
                 parameter: None,
             };
-            let grad_y = if op_id == root {
-                root_grad
+            // One gradient per output (a split or a custom op may have several); a node
+            // none of whose outputs has one is skipped.
+            let grads: Vec<Option<ValueId>> = if op_id == root {
+                std::iter::once(root_grad)
+                    .chain(node.outputs[1..].iter().map(|_| None))
+                    .collect()
             } else {
-                match self.sum_grads(node.outputs[0], &mut contributions) {
-                    Some(g) => Some(g),
-                    None => continue,
+                let grads: Vec<_> = node
+                    .outputs
+                    .iter()
+                    .map(|o| self.sum_grads(*o, &mut contributions))
+                    .collect();
+                if grads.iter().all(Option::is_none) {
+                    continue;
                 }
+                grads
             };
             let op = node.op.clone();
             let mut ctx = BackwardCtx {
@@ -127,7 +190,8 @@ impl GraphBuilder {
                 inputs: node.inputs,
                 outputs: node.outputs,
                 op_id,
-                grad_y,
+                grad_y: grads[0],
+                grads,
                 contributions: &mut contributions,
             };
             op.backward(&mut ctx)?;

@@ -10,6 +10,9 @@ use crate::ir::{
     Graph, NewValue, Node, NodeRecorder, Op, Origin, Phase, ValueId, ValueInfo, ValueKind,
 };
 
+/// No new outputs, for a node that only updates state in place (`push`'s argument).
+pub(crate) const NO_OUTPUTS: Vec<NewValue> = Vec::new();
+
 /// Whether a graph trains (batch statistics, backward and optimizer nodes) or only infers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -56,6 +59,12 @@ pub struct GraphBuilder {
     pub(crate) phase: Phase,
     /// Per value: whether a gradient flows to it (a parameter, or computed from one).
     pub(crate) requires_grad: Vec<bool>,
+    /// Per value: whether backward stops there whatever its inputs (a mask, indices, a
+    /// detached value).
+    pub(crate) stops_gradient: Vec<bool>,
+    /// Inside [`in_eval_mode`](GraphBuilder::in_eval_mode): batch norm uses its running
+    /// statistics and dropout is off, in a training graph.
+    pub(crate) eval_modules: bool,
     /// The origin the next recorded nodes get (see [`Origin`]).
     pub(crate) origin: Origin,
     /// What dropout nodes derive their seeds from.
@@ -71,6 +80,8 @@ impl GraphBuilder {
             dtype,
             phase: Phase::Forward,
             requires_grad: Vec::new(),
+            stops_gradient: Vec::new(),
+            eval_modules: false,
             origin: Origin::default(),
             seed: 0,
         }
@@ -115,6 +126,40 @@ impl GraphBuilder {
         self.mode
     }
 
+    /// Records what `f` records in eval mode inside a training graph, as PyTorch's
+    /// `module.eval()` on part of a model: batch norm normalises with its running
+    /// statistics (and leaves them unchanged), dropout is off. Gradients still flow
+    /// through (to earlier layers, and to the batch norm's weight and bias unless they
+    /// are frozen). A frozen, eval-mode backbone is a fine-tuning's usual setting.
+    pub fn in_eval_mode<T>(&mut self, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        let outer = self.enter_eval_mode();
+        let result = f(self);
+        self.leave_eval_mode(outer);
+        result
+    }
+
+    /// Enters eval mode (what [`in_eval_mode`](GraphBuilder::in_eval_mode) does around its
+    /// closure) and returns the setting to restore with
+    /// [`leave_eval_mode`](GraphBuilder::leave_eval_mode), for module layers.
+    pub fn enter_eval_mode(&mut self) -> bool {
+        std::mem::replace(&mut self.eval_modules, true)
+    }
+
+    /// Restores what [`enter_eval_mode`](GraphBuilder::enter_eval_mode) returned.
+    pub fn leave_eval_mode(&mut self, outer: bool) {
+        self.eval_modules = outer;
+    }
+
+    /// The mode batch norm and dropout record in: the graph's, or eval inside
+    /// [`in_eval_mode`](GraphBuilder::in_eval_mode).
+    pub(crate) fn module_mode(&self) -> Mode {
+        if self.eval_modules {
+            Mode::Eval
+        } else {
+            self.mode
+        }
+    }
+
     /// The shape of a recorded value.
     pub fn shape(&self, v: ValueId) -> &[usize] {
         &self.graph.values[v.0].shape
@@ -139,6 +184,7 @@ impl GraphBuilder {
             kind,
         });
         self.requires_grad.push(kind == ValueKind::Param);
+        self.stops_gradient.push(false);
         ValueId(self.graph.values.len() - 1)
     }
 
@@ -178,11 +224,11 @@ impl GraphBuilder {
 
     /// Appends a node in the current phase and creates its new outputs (intermediates
     /// named `<stem>#<OP_ID>`), followed by the state values it updates in place.
-    pub(crate) fn push(
+    pub(crate) fn push<N: AsRef<str>>(
         &mut self,
         op: Op,
         inputs: Vec<ValueId>,
-        new_outputs: Vec<NewValue>,
+        new_outputs: Vec<(N, Vec<usize>, DType)>,
         updated: Vec<ValueId>,
         flops: u64,
     ) -> Vec<ValueId> {
@@ -191,7 +237,7 @@ impl GraphBuilder {
         let mut outputs = Vec::with_capacity(new_outputs.len() + updated.len());
         for (name, shape, dtype) in new_outputs {
             let id = self.value(
-                format!("{name}#{op_id}"),
+                format!("{}#{op_id}", name.as_ref()),
                 shape,
                 dtype,
                 ValueKind::Intermediate,
@@ -266,6 +312,7 @@ impl GraphBuilder {
     /// backward stops there.
     pub(crate) fn stop_gradient(&mut self, v: ValueId) {
         self.requires_grad[v.0] = false;
+        self.stops_gradient[v.0] = true;
     }
 
     /// Finishes recording.
@@ -287,7 +334,7 @@ impl NodeRecorder for GraphBuilder {
         &mut self,
         op: Op,
         inputs: Vec<ValueId>,
-        outputs: Vec<NewValue>,
+        outputs: Vec<(String, Vec<usize>, DType)>,
         flops: u64,
     ) -> Vec<ValueId> {
         self.push(op, inputs, outputs, vec![], flops)

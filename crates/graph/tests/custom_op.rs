@@ -133,3 +133,134 @@ fn a_custom_op_that_breaks_its_shape_promise_is_an_error_naming_it() {
         assert!(err.contains(needle), "{needle} in {err}");
     }
 }
+
+/// `(2·x[:, :h], x[:, h:]²)`: two outputs, each with its own gradient. in: x; out: the
+/// two halves.
+#[derive(Debug)]
+struct TwoHalves;
+
+/// Its gradient: each half's from its own output gradient, zero where an output has
+/// none. in: x, then the gradients present; out: gx.
+#[derive(Debug)]
+struct TwoHalvesBackward {
+    present: [bool; 2],
+}
+
+fn halves_kernel(phase: KernelPhase) -> Kernel {
+    // A name made at run time: custom kernels may take owned names.
+    let name = format!(
+        "TwoHalves{}",
+        if phase == KernelPhase::Forward {
+            ""
+        } else {
+            "Backward"
+        }
+    );
+    Kernel::Custom(CustomKernel::new(name, KernelClass::Elementwise, phase))
+}
+
+impl NodeOp for TwoHalves {
+    fn kernel(&self) -> Kernel {
+        halves_kernel(KernelPhase::Forward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let x = arg(inputs, 0, "two_halves")?;
+        let h = x.dim(1).unwrap() / 2;
+        let c = |e| OpError::candle("two_halves", e);
+        let a = x.narrow(1, 0, h).and_then(|a| a * 2.0).map_err(c)?;
+        let b = x.narrow(1, h, h).and_then(|b| b.sqr()).map_err(c)?;
+        Ok(vec![Some(a), Some(b)])
+    }
+
+    fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
+        let x = ctx.input(0);
+        let grads = [ctx.grad_output(0), ctx.grad_output(1)];
+        let mut inputs = vec![x];
+        inputs.extend(grads.iter().flatten());
+        let op = TwoHalvesBackward {
+            present: grads.map(|g| g.is_some()),
+        };
+        let g = ctx.record(
+            op,
+            inputs,
+            vec![(String::from("grad.halves"), ctx.shape(x), ctx.dtype())],
+            0,
+        );
+        ctx.contribute_to_inputs(&g);
+        Ok(())
+    }
+}
+
+impl NodeOp for TwoHalvesBackward {
+    fn kernel(&self) -> Kernel {
+        halves_kernel(KernelPhase::Backward)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let x = arg(inputs, 0, "two_halves")?;
+        let h = x.dim(1).unwrap() / 2;
+        let c = |e| OpError::candle("two_halves", e);
+        let mut next = 1;
+        let mut half =
+            |present: bool, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>, start: usize| {
+                let xs = x.narrow(1, start, h).map_err(c)?;
+                if !present {
+                    return xs.zeros_like().map_err(c);
+                }
+                let g = arg(inputs, next, "two_halves")?;
+                next += 1;
+                (g * f(&xs).map_err(c)?).map_err(c)
+            };
+        let ga = half(self.present[0], &|xs| xs.ones_like()? * 2.0, 0)?;
+        let gb = half(self.present[1], &|xs| xs * 2.0, h)?;
+        one(Tensor::cat(&[ga, gb], 1).map_err(c)?)
+    }
+}
+
+#[test]
+fn a_custom_op_with_two_outputs_gets_each_output_its_gradient() {
+    let cpu = Device::Cpu;
+    let x0 = Tensor::new(&[[1.0f64, -2.0, 3.0, 0.5], [0.25, 4.0, -1.0, 2.0]], &cpu).unwrap();
+    // Loss 1: sum(a) + sum(b) → gx = [2, 2 | 2x]; loss 2 uses only b → gx = [0, 0 | 2x].
+    for both in [true, false] {
+        let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+        let x = b.param("x", &[2, 4]).unwrap();
+        let stem = String::from("half"); // owned output names
+        let outs = b
+            .custom_op(
+                TwoHalves,
+                &[x],
+                vec![
+                    (stem.clone(), vec![2, 2], DType::F64),
+                    (stem, vec![2, 2], DType::F64),
+                ],
+                8,
+            )
+            .unwrap();
+        let sb = b.sum(outs[1], &[], false).unwrap();
+        let loss = if both {
+            let sa = b.sum(outs[0], &[], false).unwrap();
+            b.add(sa, sb).unwrap()
+        } else {
+            sb
+        };
+        let grads = b.backward(loss).unwrap();
+        let g = grads.get(x).unwrap();
+        b.output(g);
+        let mut exec = Executor::new(b.finish(), &cpu);
+        exec.set("x", &x0).unwrap();
+        exec.run().unwrap();
+        let got: Vec<Vec<f64>> = exec.get_id(g).unwrap().unwrap().to_vec2().unwrap();
+        let a = if both { 2.0 } else { 0.0 };
+        let want = vec![vec![a, a, 6.0, 1.0], vec![a, a, -2.0, 4.0]];
+        assert_eq!(got, want, "both outputs used: {both}");
+        let names: Vec<_> = exec
+            .graph()
+            .nodes()
+            .iter()
+            .map(|n| n.op.kernel().name(wick_ops::DeviceKind::Cpu))
+            .collect();
+        assert!(names.contains(&"TwoHalvesBackward"), "{names:?}");
+    }
+}

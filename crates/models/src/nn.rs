@@ -33,7 +33,7 @@ use candle_core::{Device, Tensor};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal, Uniform};
-use wick_graph::{GraphBuilder, ValueId};
+use wick_graph::{GraphBuilder, ValueId, ValueKind};
 use wick_ops::{BatchNorm2dParams, Conv2dParams};
 
 use crate::error::{ModelError, Result};
@@ -237,6 +237,27 @@ impl<'a> Layers<'a> {
         result
     }
 
+    /// Records what `f` records in eval mode inside a training graph (PyTorch's
+    /// `module.eval()`): batch norms use their running statistics, dropout is off
+    /// ([`GraphBuilder::in_eval_mode`]).
+    pub fn eval<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> wick_graph::Result<T>,
+    ) -> wick_graph::Result<T> {
+        let outer = self.b.enter_eval_mode();
+        let result = f(self);
+        self.b.leave_eval_mode(outer);
+        result
+    }
+
+    /// `name` under the current layer's path.
+    fn full_name(&self, name: &str) -> String {
+        match self.b.layer_path() {
+            Some(p) => format!("{p}.{name}"),
+            None => name.to_string(),
+        }
+    }
+
     /// Notes the spec of `name` in the current layer; returns its full name.
     fn note(
         &mut self,
@@ -246,10 +267,7 @@ impl<'a> Layers<'a> {
         init: Init,
         fan_in: usize,
     ) -> String {
-        let full = match self.b.layer_path() {
-            Some(p) => format!("{p}.{name}"),
-            None => name.to_string(),
-        };
+        let full = self.full_name(name);
         let shape = shape.to_vec();
         self.specs.push(TensorSpec {
             name: full.clone(),
@@ -261,7 +279,11 @@ impl<'a> Layers<'a> {
         full
     }
 
-    /// A trainable parameter `name` of the current layer.
+    /// A trainable parameter `name` of the current layer. A layer applied again under
+    /// the same path shares its parameters, as a PyTorch module called twice does (an
+    /// RNN's time steps, a GAN's discriminator on real and fake batches): the second call
+    /// returns the first call's parameter, whose gradient then sums both uses. A shape
+    /// that differs from the first call's is an error naming both.
     pub fn param(
         &mut self,
         name: &str,
@@ -270,6 +292,17 @@ impl<'a> Layers<'a> {
         init: Init,
         fan_in: usize,
     ) -> wick_graph::Result<ValueId> {
+        let full = self.full_name(name);
+        if let Some(v) = self.b.graph().find(&full) {
+            let info = self.b.graph().value(v);
+            if info.kind == ValueKind::Param && info.shape == shape {
+                return Ok(v);
+            }
+            return Err(wick_graph::GraphError::Usage(format!(
+                "`{full}` is applied again with shape {shape:?}, but it was created as a {:?} of shape {:?}",
+                info.kind, info.shape
+            )));
+        }
         let full = self.note(name, shape, role, init, fan_in);
         self.b.param(&full, shape)
     }
@@ -282,6 +315,13 @@ impl<'a> Layers<'a> {
         role: TensorRole,
         init: Init,
     ) -> wick_graph::Result<ValueId> {
+        let full = self.full_name(name);
+        if self.b.graph().find(&full).is_some() {
+            return Err(wick_graph::GraphError::Usage(format!(
+                "`{full}` is applied twice: a layer with running statistics updates them in \
+                 place, so it cannot be shared within one graph (share the layers around it)"
+            )));
+        }
         let full = self.note(name, shape, role, init, 0);
         self.b.state(&full, shape)
     }

@@ -148,6 +148,36 @@ pub struct CustomKernel {
     pub phase: KernelPhase,
 }
 
+impl CustomKernel {
+    /// A custom kernel named `name`, which may be made at run time (a `String`): each
+    /// distinct name is interned once for the life of the process, so that [`Kernel`]
+    /// stays `Copy` and hashable.
+    pub fn new(name: impl AsRef<str>, class: KernelClass, phase: KernelPhase) -> Self {
+        CustomKernel {
+            name: intern(name.as_ref()),
+            class,
+            phase,
+        }
+    }
+}
+
+/// `name` as a `&'static str`, kept once per distinct name.
+fn intern(name: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_string().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
 impl Kernel {
     /// The kernel's class.
     pub fn class(self) -> KernelClass {

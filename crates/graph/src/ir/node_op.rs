@@ -147,19 +147,20 @@ pub(crate) trait NodeRecorder {
         &mut self,
         op: Op,
         inputs: Vec<ValueId>,
-        outputs: Vec<NewValue>,
+        outputs: Vec<(String, Vec<usize>, DType)>,
         flops: u64,
     ) -> Vec<ValueId>;
 }
 
-/// What a forward node's backward rule sees and does: the node, the gradient of its first
-/// output, and the builder to record backward nodes into.
+/// What a forward node's backward rule sees and does: the node, the gradients of its
+/// outputs, and the builder to record backward nodes into.
 pub struct BackwardCtx<'b> {
     pub(crate) recorder: &'b mut dyn NodeRecorder,
     pub(crate) inputs: Vec<ValueId>,
     pub(crate) outputs: Vec<ValueId>,
     pub(crate) op_id: usize,
     pub(crate) grad_y: Option<ValueId>,
+    pub(crate) grads: Vec<Option<ValueId>>,
     pub(crate) contributions: &'b mut Vec<Vec<ValueId>>,
 }
 
@@ -179,14 +180,28 @@ impl BackwardCtx<'_> {
         self.outputs[i]
     }
 
-    /// The gradient of the forward node's first output (absent only for the loss, the root).
+    /// The gradient of the forward node's first output (absent for the loss, the root,
+    /// and for a multi-output node whose first output no loss depends on: see
+    /// [`grad_output`](BackwardCtx::grad_output)).
     pub fn grad_y(&self) -> Result<ValueId> {
         self.grad_y.ok_or_else(|| {
             GraphError::Usage(format!(
-                "internal: OP_ID{} has no output gradient",
+                "OP_ID{}: its first output has no gradient (read each output's with grad_output)",
                 self.op_id
             ))
         })
+    }
+
+    /// The gradient of the forward node's output `i`, if it has one: a node with several
+    /// outputs (a custom op's) is differentiated when any of them has a gradient, and
+    /// `None` marks an output no loss depends on (its gradient is zero).
+    pub fn grad_output(&self, i: usize) -> Option<ValueId> {
+        self.grads.get(i).copied().flatten()
+    }
+
+    /// How many outputs the forward node has.
+    pub fn num_outputs(&self) -> usize {
+        self.outputs.len()
     }
 
     /// The gradient of the forward node's first output, or `None` when the node is the
@@ -215,14 +230,19 @@ impl BackwardCtx<'_> {
         self.recorder.needs_grad(v)
     }
 
-    /// Records a backward node and returns its new outputs.
-    pub fn record(
+    /// Records a backward node and returns its new outputs (name stems `&str` or
+    /// `String`).
+    pub fn record<N: AsRef<str>>(
         &mut self,
         op: impl NodeOp,
         inputs: Vec<ValueId>,
-        outputs: Vec<NewValue>,
+        outputs: Vec<(N, Vec<usize>, DType)>,
         flops: u64,
     ) -> Vec<ValueId> {
+        let outputs = outputs
+            .into_iter()
+            .map(|(n, s, d)| (n.as_ref().to_string(), s, d))
+            .collect();
         self.recorder.record(Arc::new(op), inputs, outputs, flops)
     }
 

@@ -65,7 +65,7 @@ impl GraphBuilder {
             ("running_var", self.shape(running_var)),
         ];
         p.output_shape(&xs, &channel).map_err(self.build_err(OP))?;
-        if self.mode == Mode::Train {
+        if self.module_mode() == Mode::Train {
             p.check_training_input(&xs).map_err(self.build_err(OP))?;
         }
         for (v, what) in [(running_mean, "running_mean"), (running_var, "running_var")] {
@@ -79,7 +79,7 @@ impl GraphBuilder {
         let (c, dt) = (xs[1], self.dtype_of(x));
         let inputs = vec![x, weight, bias, running_mean, running_var];
         let flops = p.flops(&xs);
-        let outputs = match self.mode {
+        let outputs = match self.module_mode() {
             Mode::Train => self.push(
                 Arc::new(BatchNormTrain { params: p }),
                 inputs,

@@ -70,7 +70,7 @@ impl GraphBuilder {
     fn record_dropout(&mut self, x: ValueId, p: f64, mask_shape: Vec<usize>) -> Result<ValueId> {
         self.forward_only("dropout")?;
         dropout::check_probability(p).map_err(self.build_err("dropout"))?;
-        if self.mode == Mode::Eval || p == 0.0 {
+        if self.module_mode() == Mode::Eval || p == 0.0 {
             return Ok(x);
         }
         let step = self.step_counter()?;

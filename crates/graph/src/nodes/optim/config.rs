@@ -10,9 +10,10 @@ use super::adam::AdamUpdate;
 use super::clip::ClipGradNorm;
 use super::sgd::SgdUpdate;
 use crate::autodiff::{param_layer, Gradients};
-use crate::builder::GraphBuilder;
+use crate::builder::{GraphBuilder, NO_OUTPUTS};
 use crate::error::{GraphError, Result};
 use crate::ir::{Origin, Phase, ValueId, ValueKind};
+pub use crate::param_selector::ParamSelector;
 
 /// An optimizer and its settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -50,30 +51,6 @@ impl Optimizer {
         match self {
             Optimizer::Sgd(p) => p.validate(),
             Optimizer::Adam(p) => p.validate(),
-        }
-    }
-}
-
-/// Which parameters a [`ParamGroup`] holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ParamSelector {
-    /// Every parameter with at most one dimension: biases and normalisation weights (the
-    /// usual "no weight decay" group).
-    OneDimensional,
-    /// Parameters whose name ends with this suffix (`".bias"`).
-    NameEndsWith(String),
-    /// Parameters in this layer or below it (`"features.0"`).
-    InLayer(String),
-}
-
-impl ParamSelector {
-    fn selects(&self, name: &str, shape: &[usize]) -> bool {
-        match self {
-            ParamSelector::OneDimensional => shape.len() <= 1,
-            ParamSelector::NameEndsWith(s) => name.ends_with(s.as_str()),
-            ParamSelector::InLayer(l) => name
-                .strip_prefix(l.as_str())
-                .is_some_and(|rest| rest.starts_with('.')),
         }
     }
 }
@@ -212,7 +189,13 @@ impl GraphBuilder {
             updated.push(buf);
         }
         let flops = p.flops(self.shape(param).iter().product());
-        self.push(Arc::new(SgdUpdate::new(p)), inputs, vec![], updated, flops);
+        self.push(
+            Arc::new(SgdUpdate::new(p)),
+            inputs,
+            NO_OUTPUTS,
+            updated,
+            flops,
+        );
     }
 
     fn record_adam(&mut self, param: ValueId, grad: ValueId, p: AdamParams) -> Result<()> {
@@ -224,7 +207,7 @@ impl GraphBuilder {
         self.push(
             Arc::new(AdamUpdate { params: p }),
             inputs,
-            vec![],
+            NO_OUTPUTS,
             vec![param, m, v],
             flops,
         );

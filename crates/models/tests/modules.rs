@@ -1,0 +1,148 @@
+//! Modules as PyTorch's compose: a module applied twice shares its parameters (one set of
+//! weights, whose gradient sums both uses; a shape that differs, or a layer with running
+//! statistics applied twice, is an error naming the entry); a frozen backbone in eval
+//! mode gets no gradient nodes, no updates and no batch statistics.
+
+use candle_core::{DType, Device, Tensor};
+use wick_graph::{Executor, GraphBuilder, Mode, ParamSelector, Phase};
+use wick_models::nn::{Init, Layers};
+use wick_models::{ModelConfig, Stem};
+use wick_ops::Kernel;
+
+fn run_grads(shared: bool) -> (usize, Vec<Vec<f64>>, Vec<f64>) {
+    let cpu = Device::Cpu;
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let x1 = b.input("x1", &[2, 3], DType::F64).unwrap();
+    let x2 = b.input("x2", &[2, 3], DType::F64).unwrap();
+    let mut nn = Layers::new(&mut b);
+    let loss = if shared {
+        // sum(fc(x1)) + sum(fc(x2)): the weight's gradient is that of fc(x1 + x2), the
+        // bias's twice one use's.
+        let y1 = nn.linear("fc", x1, 3, 4, Init::LinearDefault).unwrap();
+        let y2 = nn.linear("fc", x2, 3, 4, Init::LinearDefault).unwrap();
+        let b = nn.builder();
+        let (s1, s2) = (
+            b.sum(y1, &[], false).unwrap(),
+            b.sum(y2, &[], false).unwrap(),
+        );
+        b.add(s1, s2).unwrap()
+    } else {
+        let x = nn.builder().broadcast_add(x1, x2).unwrap();
+        let y = nn.linear("fc", x, 3, 4, Init::LinearDefault).unwrap();
+        let s = nn.builder().sum(y, &[], false).unwrap();
+        nn.builder().mul_scalar(s, 1.0).unwrap()
+    };
+    let specs = nn.into_specs();
+    let grads = b.backward(loss).unwrap();
+    let params: Vec<_> = grads.iter().collect();
+    params.iter().for_each(|(_, g)| b.output(*g));
+    let mut exec = Executor::new(b.finish(), &cpu);
+    for (name, t) in wick_models::nn::initial_state(&specs, 3).unwrap() {
+        exec.set(&name, &t.to_dtype(DType::F64).unwrap()).unwrap();
+    }
+    let x1v = Tensor::new(&[[1.0f64, 2.0, -1.0], [0.5, 0.0, 3.0]], &cpu).unwrap();
+    exec.set("x1", &x1v).unwrap();
+    exec.set("x2", &(x1v.clone() * -0.25).unwrap()).unwrap();
+    exec.run().unwrap();
+    let weight = exec
+        .get_id(params[0].1)
+        .unwrap()
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    let bias = exec
+        .get_id(params[1].1)
+        .unwrap()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
+    (specs.len(), weight, bias)
+}
+
+#[test]
+fn a_linear_applied_twice_holds_one_weight_whose_gradient_sums_both_uses() {
+    let (entries, w_shared, b_shared) = run_grads(true);
+    let (_, w_once, b_once) = run_grads(false);
+    assert_eq!(entries, 2, "one weight and one bias");
+    for (a, b) in w_shared.iter().flatten().zip(w_once.iter().flatten()) {
+        assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+    }
+    assert_eq!(b_shared, b_once.iter().map(|v| 2.0 * v).collect::<Vec<_>>());
+}
+
+#[test]
+fn sharing_with_another_shape_or_running_statistics_is_an_error() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", &[2, 3], DType::F32).unwrap();
+    let mut nn = Layers::new(&mut b);
+    nn.linear("fc", x, 3, 4, Init::LinearDefault).unwrap();
+    let err = nn
+        .linear("fc", x, 3, 5, Init::LinearDefault)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fc.weight") && err.contains("[5, 3]") && err.contains("[4, 3]"),
+        "{err}"
+    );
+    let img = nn
+        .builder()
+        .input("img", &[1, 2, 4, 4], DType::F32)
+        .unwrap();
+    nn.batch_norm("bn", img, 2).unwrap();
+    let err = nn.batch_norm("bn", img, 2).unwrap_err().to_string();
+    assert!(
+        err.contains("bn.running_mean") && err.contains("applied twice"),
+        "{err}"
+    );
+}
+
+/// A ResNet-18 training step, frozen but for `fc` and in eval mode when `frozen`.
+fn resnet_step(frozen: bool) -> wick_graph::Graph {
+    let config = ModelConfig::by_name("resnet18", Stem::Cifar, Some(10)).unwrap();
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let images = b.input("images", &[2, 3, 8, 8], DType::F32).unwrap();
+    let labels = b.input("labels", &[2], DType::I64).unwrap();
+    let mut nn = Layers::new(&mut b);
+    let logits = if frozen {
+        nn.eval(|nn| config.record(nn, images)).unwrap()
+    } else {
+        config.record(&mut nn, images).unwrap()
+    };
+    let loss = b.cross_entropy(logits, labels).unwrap();
+    if frozen {
+        assert_eq!(b.freeze(&!ParamSelector::InLayer("fc".into())).unwrap(), 60);
+    }
+    let grads = b.backward(loss).unwrap();
+    b.sgd(&grads, Default::default()).unwrap();
+    let err = b.freeze(&ParamSelector::All).unwrap_err().to_string();
+    assert!(err.contains("before backward"), "{err}");
+    b.finish()
+}
+
+#[test]
+fn a_frozen_eval_mode_backbone_records_no_backward_update_or_batch_statistics() {
+    let count = |g: &wick_graph::Graph, f: &dyn Fn(&wick_graph::Node) -> bool| {
+        g.nodes().iter().filter(|n| f(n)).count()
+    };
+    let full = resnet_step(false);
+    let frozen = resnet_step(true);
+    let kernel = |k: Kernel| move |n: &wick_graph::Node| n.op.kernel() == k;
+    assert_eq!(count(&full, &kernel(Kernel::ConvBackwardFilter)), 20);
+    assert_eq!(count(&frozen, &kernel(Kernel::ConvBackwardFilter)), 0);
+    assert_eq!(
+        count(&frozen, &kernel(Kernel::ConvBackwardData)),
+        0,
+        "nothing below fc needs a gradient"
+    );
+    assert_eq!(count(&frozen, &kernel(Kernel::BatchNormForwardTraining)), 0);
+    assert_eq!(
+        count(&frozen, &kernel(Kernel::BatchNormForwardInference)),
+        20
+    );
+    // Only fc's weight and bias are updated; backward is the loss's and fc's.
+    let updates = count(&frozen, &|n| n.phase == Phase::Optimizer);
+    assert_eq!(updates, 2);
+    let backward = count(&frozen, &|n| n.phase == Phase::Backward);
+    assert!(backward <= 3, "{backward} backward nodes");
+    assert!(count(&full, &|n| n.phase == Phase::Backward) > 60);
+}
