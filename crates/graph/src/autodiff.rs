@@ -115,7 +115,7 @@ impl GraphBuilder {
     pub fn freeze(&mut self, selector: &ParamSelector) -> Result<usize> {
         if self.phase != Phase::Forward {
             return Err(GraphError::Usage(
-                "freeze: call it before backward (the backward pass is already recorded)".into(),
+                "freeze: call it before backward (a backward pass is already recorded)".into(),
             ));
         }
         let mut frozen = 0;
@@ -128,9 +128,58 @@ impl GraphBuilder {
                 frozen += 1;
             }
         }
-        // What flows from a trainable parameter, again: a node's outputs need a gradient
-        // when one of its inputs does.
+        self.propagate_requires_grad();
+        Ok(frozen)
+    }
+
+    /// Appends the backward pass of the scalar `loss` (any 1-element output of a forward
+    /// op: a loss, a sum or scaling of losses) and returns each parameter's gradient.
+    pub fn backward(&mut self, loss: ValueId) -> Result<Gradients> {
+        self.backward_of(loss, &ParamSelector::All)
+    }
+
+    /// Appends the backward pass of `loss` for the parameters `params` selects only
+    /// (the others are treated as frozen for this pass: no node is recorded that would
+    /// only reach them). A graph may hold several such passes over disjoint parameter
+    /// sets, each followed by its own optimizer (a GAN's discriminator and generator in
+    /// one step); record every backward pass before the first optimizer.
+    pub fn backward_of(&mut self, loss: ValueId, params: &ParamSelector) -> Result<Gradients> {
+        if self.mode != Mode::Train {
+            return Err(GraphError::Usage(
+                "backward needs a graph built in Mode::Train".into(),
+            ));
+        }
+        if self.phase == Phase::Optimizer {
+            return Err(GraphError::Usage(
+                "backward after an optimizer: record every backward pass before the first optimize (or sgd) call".into(),
+            ));
+        }
+        let all = self.requires_grad.clone();
+        self.select_trainable(params);
+        let grads = self.record_backward(loss);
+        // Restore the graph's own flags (the pass's new values keep theirs: none needs one).
+        self.requires_grad[..all.len()].copy_from_slice(&all);
+        grads
+    }
+
+    /// Narrows which values need a gradient to those a parameter `params` selects flows
+    /// into (frozen parameters and stopped values stay excluded).
+    fn select_trainable(&mut self, params: &ParamSelector) {
+        for (i, v) in self.graph.values.iter().enumerate() {
+            if v.kind == ValueKind::Param && !params.selects(&v.name, &v.shape) {
+                self.requires_grad[i] = false;
+            }
+        }
+        self.propagate_requires_grad();
+    }
+
+    /// Recomputes, in node order, which intermediates need a gradient: those a node
+    /// makes from an input that needs one, unless backward stops there.
+    fn propagate_requires_grad(&mut self) {
         for node in &self.graph.nodes {
+            if node.phase != Phase::Forward {
+                continue;
+            }
             let rg = node.inputs.iter().any(|v| self.requires_grad[v.0]);
             for o in &node.outputs {
                 if self.graph.values[o.0].kind == ValueKind::Intermediate {
@@ -138,22 +187,9 @@ impl GraphBuilder {
                 }
             }
         }
-        Ok(frozen)
     }
 
-    /// Appends the backward pass of the scalar `loss` (any 1-element output of a forward
-    /// op: a loss, a sum or scaling of losses) and returns each parameter's gradient.
-    pub fn backward(&mut self, loss: ValueId) -> Result<Gradients> {
-        if self.mode != Mode::Train {
-            return Err(GraphError::Usage(
-                "backward needs a graph built in Mode::Train".into(),
-            ));
-        }
-        if self.phase != Phase::Forward {
-            return Err(GraphError::Usage(
-                "backward was already added to this graph".into(),
-            ));
-        }
+    fn record_backward(&mut self, loss: ValueId) -> Result<Gradients> {
         let root = self.backward_root(loss)?;
         self.phase = Phase::Backward;
         let mut contributions: Vec<Vec<ValueId>> = vec![Vec::new(); self.graph.values.len()];

@@ -65,6 +65,8 @@ pub struct GraphBuilder {
     /// Inside [`in_eval_mode`](GraphBuilder::in_eval_mode): batch norm uses its running
     /// statistics and dropout is off, in a training graph.
     pub(crate) eval_modules: bool,
+    /// The parameters that have an optimizer update.
+    pub(crate) optimized: std::collections::HashSet<ValueId>,
     /// The origin the next recorded nodes get (see [`Origin`]).
     pub(crate) origin: Origin,
     /// What dropout nodes derive their seeds from.
@@ -82,6 +84,7 @@ impl GraphBuilder {
             requires_grad: Vec::new(),
             stops_gradient: Vec::new(),
             eval_modules: false,
+            optimized: Default::default(),
             origin: Origin::default(),
             seed: 0,
         }

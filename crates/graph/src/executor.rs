@@ -288,15 +288,24 @@ impl Executor {
     }
 
     /// The current tensor of a value: a parameter, state, input, or a graph output of the
-    /// last iteration (intermediates are freed after their last use). Parameters and
-    /// momentum buffers are updated in place by later runs on the CPU: `copy()` the
-    /// tensor to keep its current values.
+    /// last iteration (intermediates are freed after their last use), borrowed.
+    ///
+    /// Parameters and optimizer state are updated in place by later runs: the borrow
+    /// cannot outlive the next `run`, but `Tensor::clone` shares the storage (candle's
+    /// clone is a reference) and would change with it. To keep a value, take
+    /// [`snapshot`](Executor::snapshot), an owned copy.
     ///
     /// `None` means not set yet (a parameter before its weights, an output before the first
     /// run); reading an intermediate that is not a graph output is
     /// [`GraphError::Freed`], naming it.
     pub fn get(&self, name: &str) -> Result<Option<&Tensor>> {
         self.get_id(self.id(name)?)
+    }
+
+    /// An owned copy of a value's current tensor, which later runs do not change
+    /// ([`get`](Executor::get) borrows the live one).
+    pub fn snapshot(&self, name: &str) -> Result<Option<Tensor>> {
+        Ok(self.get(name)?.map(Tensor::copy).transpose()?)
     }
 
     /// [`get`](Executor::get) by id.

@@ -1,12 +1,14 @@
-//! Loading a state dict into an executor by name, PyTorch's `load_state_dict`: strict, or
-//! reporting what it skipped, so that a training graph and an eval graph of one model
-//! share their weights in one call (the training graph's optimizer state is skipped).
+//! State by name: loading a state dict into an executor, PyTorch's `load_state_dict`
+//! (strict, or reporting what it skipped, so that a training graph and an eval graph of
+//! one model share their weights in one call), and the model's state apart from the
+//! optimizer's (`model_state_dict`, `optimizer_state_dict`).
 
 use candle_core::Tensor;
 
 use crate::error::{GraphError, Result};
 use crate::executor::Executor;
 use crate::ir::ValueKind;
+use crate::nodes::dropout::STEP_INPUT as STEP;
 
 /// Whether [`Executor::load_state_dict`] insists on an exact match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,5 +89,75 @@ impl Executor {
             report.loaded.push(name);
         }
         Ok(report)
+    }
+
+    /// The model's state, PyTorch's `model.state_dict()`: every parameter and every state
+    /// value that is not the optimizer's (batch norm's running statistics), by name, as
+    /// copies. It loads strictly into an eval graph of the same model.
+    pub fn model_state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let optimizer = self.graph().optimizer_state();
+        let mut out = self.state_dict()?;
+        out.retain(|(name, _)| {
+            self.graph()
+                .find(name)
+                .is_some_and(|v| !optimizer.contains(&v))
+        });
+        Ok(out)
+    }
+
+    /// The optimizer's state, PyTorch's `optimizer.state_dict()`: the momentum buffers and
+    /// Adam's moments that are set (`<param>.momentum_buffer`, `<param>.exp_avg`,
+    /// `<param>.exp_avg_sq`), and the step counter `step` as the last run read it, as
+    /// copies. [`load_optimizer_state_dict`](Executor::load_optimizer_state_dict) restores
+    /// it.
+    pub fn optimizer_state_dict(&self) -> Result<Vec<(String, Tensor)>> {
+        let mut out = Vec::new();
+        for v in self.graph().optimizer_state() {
+            if let Some(t) = self.get_id(v)? {
+                out.push((self.graph().value(v).name.clone(), t.copy()?));
+            }
+        }
+        if let Some(step) = self.graph().find(STEP) {
+            if let Some(t) = self.get_id(step)? {
+                out.push((STEP.to_string(), t.copy()?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Restores an [`optimizer_state_dict`](Executor::optimizer_state_dict): every entry
+    /// must be this graph's optimizer state or its step counter, of the same shape and
+    /// dtype (an error naming the entry otherwise, and nothing is set).
+    pub fn load_optimizer_state_dict<'a>(
+        &mut self,
+        state: impl IntoIterator<Item = (&'a String, &'a Tensor)>,
+    ) -> Result<usize> {
+        let optimizer = self.graph().optimizer_state();
+        let mut to_load = Vec::new();
+        for (name, t) in state {
+            let id = self
+                .graph()
+                .find(name)
+                .filter(|v| optimizer.contains(v) || name == STEP);
+            let Some(id) = id else {
+                return Err(GraphError::Usage(format!(
+                    "load_optimizer_state_dict: `{name}` is not this graph's optimizer state"
+                )));
+            };
+            let info = self.graph().value(id);
+            if info.shape != t.dims() || info.dtype != t.dtype() {
+                return Err(GraphError::ValueMismatch {
+                    name: name.clone(),
+                    expected: format!("{:?} {:?}", info.shape, info.dtype),
+                    found: format!("{:?} {:?}", t.dims(), t.dtype()),
+                });
+            }
+            to_load.push((id, t));
+        }
+        let n = to_load.len();
+        for (id, t) in to_load {
+            self.set_id(id, t)?;
+        }
+        Ok(n)
     }
 }

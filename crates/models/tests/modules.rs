@@ -146,3 +146,130 @@ fn a_frozen_eval_mode_backbone_records_no_backward_update_or_batch_statistics() 
     assert!(backward <= 3, "{backward} backward nodes");
     assert!(count(&full, &|n| n.phase == Phase::Backward) > 60);
 }
+
+/// A GAN's losses on one graph: the discriminator `D` applied to the real batch, to the
+/// detached fake batch and to the fake batch (one set of weights).
+struct Gan {
+    graph: GraphBuilder,
+    d_loss: wick_graph::ValueId,
+    g_loss: wick_graph::ValueId,
+    specs: Vec<wick_models::nn::TensorSpec>,
+}
+
+fn gan() -> Gan {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let real = b.input("real", &[4, 2], DType::F64).unwrap();
+    let z = b.input("z", &[4, 3], DType::F64).unwrap();
+    let mut nn = Layers::new(&mut b);
+    let d = |nn: &mut Layers, x| -> wick_graph::Result<wick_graph::ValueId> {
+        nn.scope("D", |nn| {
+            let h = nn.linear("0", x, 2, 8, Init::LinearDefault)?;
+            let h = nn.builder().leaky_relu(h, 0.2)?;
+            nn.linear("2", h, 8, 1, Init::LinearDefault)
+        })
+    };
+    let fake = nn
+        .scope("G", |nn| {
+            let h = nn.linear("0", z, 3, 8, Init::LinearDefault)?;
+            let h = nn.builder().tanh(h)?;
+            nn.linear("2", h, 8, 2, Init::LinearDefault)
+        })
+        .unwrap();
+    let on_real = d(&mut nn, real).unwrap();
+    let detached = nn.builder().detach(fake).unwrap();
+    let on_fake = d(&mut nn, detached).unwrap();
+    let on_fake_for_g = d(&mut nn, fake).unwrap();
+    let specs = nn.into_specs();
+    let ones = b.ones_like(on_real).unwrap();
+    let zeros = b.zeros_like(on_real).unwrap();
+    let l_real = b.bce_with_logits(on_real, ones).unwrap();
+    let l_fake = b.bce_with_logits(on_fake, zeros).unwrap();
+    let d_loss = b.add(l_real, l_fake).unwrap();
+    let g_loss = b.bce_with_logits(on_fake_for_g, ones).unwrap();
+    Gan {
+        graph: b,
+        d_loss,
+        g_loss,
+        specs,
+    }
+}
+
+fn gan_grads(which: &[&str]) -> Vec<(String, Vec<f64>)> {
+    let mut g = gan();
+    let b = &mut g.graph;
+    let mut wanted = Vec::new();
+    for w in which {
+        let (loss, layer) = if *w == "D" {
+            (g.d_loss, "D")
+        } else {
+            (g.g_loss, "G")
+        };
+        let grads = b
+            .backward_of(loss, &ParamSelector::InLayer(layer.into()))
+            .unwrap();
+        for (p, gv) in grads.iter() {
+            b.output(gv);
+            wanted.push((b.graph().value(p).name.clone(), gv));
+        }
+    }
+    let graph = std::mem::replace(b, GraphBuilder::new(Mode::Train, DType::F64)).finish();
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    for (name, t) in wick_models::nn::initial_state(&g.specs, 5).unwrap() {
+        exec.set(&name, &t.to_dtype(DType::F64).unwrap()).unwrap();
+    }
+    let cpu = Device::Cpu;
+    exec.set(
+        "real",
+        &Tensor::new(&[[1.0f64, 2.0], [1.5, 2.5], [0.5, 1.0], [2.0, 3.0]], &cpu).unwrap(),
+    )
+    .unwrap();
+    let z: Vec<f64> = (0..12).map(|i| ((i * 7) % 5) as f64 / 5.0 - 0.4).collect();
+    exec.set("z", &Tensor::from_vec(z, (4, 3), &cpu).unwrap())
+        .unwrap();
+    exec.run().unwrap();
+    wanted
+        .into_iter()
+        .map(|(n, v)| {
+            (
+                n,
+                exec.get_id(v)
+                    .unwrap()
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1()
+                    .unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_gan_holds_two_backward_passes_with_their_own_optimizers_in_one_graph() {
+    // Both passes in one graph give each network the gradients a graph with its loss alone gives.
+    let both = gan_grads(&["D", "G"]);
+    let mut alone = gan_grads(&["D"]);
+    alone.extend(gan_grads(&["G"]));
+    assert_eq!(both.len(), 8, "D's and G's two weights and biases each");
+    assert_eq!(both, alone);
+    assert!(both.iter().take(4).all(|(n, _)| n.starts_with("D.")));
+    // Each optimizer updates its own network; a parameter takes one optimizer, and every
+    // backward pass comes before the first optimizer.
+    let mut g = gan();
+    let b = &mut g.graph;
+    let dg = b
+        .backward_of(g.d_loss, &ParamSelector::InLayer("D".into()))
+        .unwrap();
+    let gg = b
+        .backward_of(g.g_loss, &ParamSelector::InLayer("G".into()))
+        .unwrap();
+    b.sgd(&dg, Default::default()).unwrap();
+    let err = b.sgd(&dg, Default::default()).unwrap_err().to_string();
+    assert!(
+        err.contains("`D.0.weight`") && err.contains("already added"),
+        "{err}"
+    );
+    b.sgd(&gg, Default::default()).unwrap();
+    let err = b.backward(g.g_loss).unwrap_err().to_string();
+    assert!(err.contains("before the first optimize"), "{err}");
+}

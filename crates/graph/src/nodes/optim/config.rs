@@ -120,7 +120,8 @@ impl GraphBuilder {
     }
 
     /// Appends the optimizer phase: gradient clipping if asked, then one fused update per
-    /// parameter that has a gradient, in parameter creation order, with its group's
+    /// parameter that has a gradient (a graph with several backward passes takes one
+    /// optimize call per pass, over disjoint parameters), in parameter creation order, with its group's
     /// optimizer. Optimizer state gets PyTorch's names: `<param>.momentum_buffer` (SGD with
     /// momentum), `<param>.exp_avg` and `<param>.exp_avg_sq` (Adam), empty until the
     /// first step. Adam reads the graph input `step` (see
@@ -132,12 +133,7 @@ impl GraphBuilder {
         config: &OptimizerConfig,
     ) -> Result<Option<ValueId>> {
         match self.phase {
-            Phase::Backward => {}
-            Phase::Optimizer => {
-                return Err(GraphError::Usage(
-                    "the optimizer was already added to this graph: record one optimize (or sgd) call covering every parameter group".into(),
-                ))
-            }
+            Phase::Backward | Phase::Optimizer => {}
             Phase::Forward => {
                 return Err(GraphError::Usage(
                     "the optimizer must follow backward: call backward(loss) first".into(),
@@ -148,6 +144,13 @@ impl GraphBuilder {
         {
             o.validate().map_err(self.build_err("optimize"))?;
         }
+        if let Some((p, _)) = grads.iter().find(|(p, _)| self.optimized.contains(p)) {
+            return Err(GraphError::Usage(format!(
+                "the optimizer of `{}` was already added to this graph: each parameter takes one optimizer (parameter groups give different settings in one optimize call; several backward passes need disjoint parameters)",
+                self.graph.values[p.0].name
+            )));
+        }
+        self.optimized.extend(grads.iter().map(|(p, _)| p));
         self.phase = Phase::Optimizer;
         let mut pairs: Vec<(ValueId, ValueId)> = grads.iter().collect();
         let norm = match config.clip_grad_norm {
