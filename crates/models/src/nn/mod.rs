@@ -38,6 +38,8 @@ use wick_ops::{BatchNorm2dParams, Conv2dParams};
 
 use crate::error::{ModelError, Result};
 
+mod sequence;
+
 /// What a state-dict entry is, for the fixture formula ([`crate::init::formula`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TensorRole {

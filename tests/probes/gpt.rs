@@ -1,0 +1,72 @@
+//! A char-level GPT: token and position embeddings, one pre-norm block with a causal
+//! mask, a per-token cross-entropy over `[N, vocab, T]`.
+
+use candle_core::{DType, Device, Tensor};
+use wick::graph::GraphBuilder;
+use wick::models::nn::Layers;
+use wick::ops::tensor::nll::NllLoss;
+
+use crate::{assert_trained, block, dense, train, Recorded};
+
+const TEXT: &str = "to be or not to be, that is the question";
+const T: usize = 8;
+const N: usize = 4;
+const DIM: usize = 16;
+
+#[test]
+fn a_char_level_gpt_with_a_causal_mask_learns_its_text() {
+    let mut vocab: Vec<char> = TEXT.chars().collect();
+    vocab.sort_unstable();
+    vocab.dedup();
+    let ids: Vec<i64> = TEXT
+        .chars()
+        .map(|c| vocab.iter().position(|v| *v == c).unwrap() as i64)
+        .collect();
+    let cpu = Device::Cpu;
+    // N windows of T tokens and the next token after each position.
+    let window = |off: usize| ids[off..off + T].to_vec();
+    let tokens: Vec<i64> = (0..N).flat_map(|i| window(i * 7)).collect();
+    let targets: Vec<i64> = (0..N).flat_map(|i| window(i * 7 + 1)).collect();
+    let causal: Vec<u8> = (0..T * T).map(|i| u8::from(i % T > i / T)).collect();
+    let feed = [
+        ("tokens", Tensor::from_vec(tokens, (N, T), &cpu).unwrap()),
+        ("targets", Tensor::from_vec(targets, (N, T), &cpu).unwrap()),
+        ("positions", Tensor::arange(0i64, T as i64, &cpu).unwrap()),
+        (
+            "causal_mask",
+            Tensor::from_vec(causal, (T, T), &cpu).unwrap(),
+        ),
+    ];
+    let v = vocab.len();
+    let record = |b: &mut GraphBuilder| {
+        let tokens = b.input("tokens", &[N, T], DType::I64)?;
+        let targets = b.input("targets", &[N, T], DType::I64)?;
+        let positions = b.input("positions", &[T], DType::I64)?;
+        let mask = b.input("causal_mask", &[T, T], DType::U8)?;
+        let mut nn = Layers::new(b);
+        let tok = nn.embedding("wte", tokens, v, DIM, None)?;
+        let pos = nn.embedding("wpe", positions, T, DIM, None)?;
+        let x = nn.builder().broadcast_add(tok, pos)?;
+        let x = block(&mut nn, "h.0", x, DIM, 2, Some(mask))?;
+        let x = nn.layer_norm("ln_f", x, DIM, 1e-5)?;
+        let logits = dense(&mut nn, "lm_head", x, DIM, v)?;
+        let specs = nn.into_specs();
+        let logits = b.permute(logits, &[0, 2, 1])?; // [N, vocab, T]
+        let loss = b.cross_entropy_with(logits, targets, NllLoss::default())?;
+        Ok(Recorded { loss, specs })
+    };
+    let (losses, profile) = train(record, &feed, 1e-2, 40);
+    assert_trained(
+        "gpt",
+        &losses,
+        0.3,
+        &profile,
+        &[
+            "MatMulForward",
+            "MatMulBackward",
+            "MaskedFill",
+            "EmbeddingBackward",
+            "NllLossForward",
+        ],
+    );
+}
