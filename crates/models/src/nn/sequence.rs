@@ -61,7 +61,7 @@ impl Layers<'_> {
         heads: usize,
         attn_mask: Option<ValueId>,
     ) -> wick_graph::Result<ValueId> {
-        if heads == 0 || dim % heads != 0 {
+        if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(wick_graph::GraphError::Usage(format!(
                 "multi_head_attention `{path}`: dim {dim} is not a multiple of {heads} heads"
             )));
