@@ -9,13 +9,14 @@ float32 result on the same inputs, as max |f32 - f64| / max |f64| over the outpu
 every gradient (what float32 can be expected to reach). torch.manual_seed(k) for case k;
 one thread, deterministic algorithms.
 
-The Rust side (crates/graph/tests/tensor_ops.rs) builds each case from builder calls by
+The Rust side (crates/graph/tests/tensor_ops/; `mha_causal`: crates/models/tests/
+attention_pytorch.rs through `Layers::multi_head_attention`) builds each case from builder calls by
 its name, checks it against these values in float64 and float32, and against finite
 differences.
 
 Usage: python3 scripts/make_tensor_op_fixtures.py [OUT_DIR]  (needs torch, safetensors;
-default OUT_DIR fixtures/tensor-ops). Re-running it reproduces every tensor bit for bit on
-a CPU.
+default OUT_DIR fixtures/tensor-ops). Re-running it reproduces every tensor and metadata value bit for
+bit on a CPU (only the header's key order may change).
 """
 import os
 import sys
@@ -173,4 +174,25 @@ case("cross_entropy_smoothing", lambda input, target: F.cross_entropy(input, tar
 case("cross_entropy_1d", lambda input, target: F.cross_entropy(input, target), input=randn(7), target=torch.tensor(3))
 case("binary_cross_entropy", F.binary_cross_entropy,
      input=torch.rand(3, 4, dtype=torch.float64) * 0.9 + 0.05, target=torch.rand(3, 4, dtype=torch.float64))
+
+
+# one attention block: nn.MultiheadAttention(8, 2, batch_first=True) with a causal mask
+def mha(input, in_proj_weight, in_proj_bias, out_proj_weight, out_proj_bias, mask):
+    return F.multi_head_attention_forward(
+        input.transpose(0, 1), input.transpose(0, 1), input.transpose(0, 1), 8, 2,
+        in_proj_weight, in_proj_bias, None, None, False, 0.0, out_proj_weight, out_proj_bias,
+        training=False, need_weights=False, attn_mask=mask.bool())[0].transpose(0, 1)
+
+
+module = torch.nn.MultiheadAttention(8, 2, batch_first=True).double()
+with torch.no_grad():
+    module.in_proj_bias.normal_()
+    module.out_proj.bias.normal_()
+x = randn(2, 5, 8)
+mask = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+expected = module(x, x, x, attn_mask=mask, need_weights=False)[0]
+got = mha(x, module.in_proj_weight, module.in_proj_bias, module.out_proj.weight, module.out_proj.bias, mask.to(torch.uint8))
+assert torch.allclose(expected, got), "the functional form is nn.MultiheadAttention"
+case("mha_causal", mha, input=x, in_proj_weight=module.in_proj_weight.detach(), in_proj_bias=module.in_proj_bias.detach(),
+     out_proj_weight=module.out_proj.weight.detach(), out_proj_bias=module.out_proj.bias.detach(), mask=mask.to(torch.uint8))
 print(f"{SEED[0]} cases in {OUT}")

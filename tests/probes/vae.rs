@@ -16,7 +16,13 @@ const Z: usize = 2;
 fn a_vae_with_a_kl_term_learns_to_reconstruct() {
     let cpu = Device::Cpu;
     let x: Vec<f32> = (0..N * D)
-        .map(|i| if (i * 7 + i / D).is_multiple_of(3) { 0.9 } else { 0.1 })
+        .map(|i| {
+            if (i * 7 + i / D).is_multiple_of(3) {
+                0.9
+            } else {
+                0.1
+            }
+        })
         .collect();
     let eps: Vec<f32> = (0..N * Z)
         .map(|i| ((i * 5) % 7) as f32 / 7.0 - 0.4)

@@ -24,7 +24,7 @@ pub(crate) fn batch_norm_train(
     let (n, c, h, w) = x.dims4().ctx(op)?;
     let launch = Launch::batch_norm(op, n, c, h * w)?;
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
-    let [wt, bt, rmt, rvt] = per_channel(op, x, [weight, bias, running_mean, running_var])?;
+    let [wt, bt, rmt, rvt] = per_channel(op, &x, [weight, bias, running_mean, running_var])?;
     let (ni, ci, hwi, relu_i) = (n as i32, c as i32, (h * w) as i32, relu as i32);
     let sfx = suffix(op, x.dtype())?;
     dispatch!(op, x.dtype(), T => {
@@ -149,7 +149,7 @@ pub(crate) fn batch_norm_eval(
         return empty_like(op, x, x.dims());
     }
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
-    let [wt, bt, rmt, rvt] = per_channel(op, x, [weight, bias, running_mean, running_var])?;
+    let [wt, bt, rmt, rvt] = per_channel(op, &x, [weight, bias, running_mean, running_var])?;
     let (len, ci, hwi) = (total as i64, c as i32, (h * w) as i32);
     let name = format!("batch_norm_eval_forward_{}", suffix(op, x.dtype())?);
     dispatch!(op, x.dtype(), T => {
