@@ -7,7 +7,7 @@ use candle_core::Tensor;
 
 use crate::error::{GraphError, Result};
 use crate::executor::Executor;
-use crate::ir::ValueKind;
+use crate::ir::{ValueInfo, ValueKind};
 use crate::nodes::dropout::STEP_INPUT as STEP;
 
 /// Whether [`Executor::load_state_dict`] insists on an exact match.
@@ -53,14 +53,7 @@ impl Executor {
                         ValueKind::Param | ValueKind::State
                     ) =>
                 {
-                    let info = self.graph().value(id);
-                    if info.shape != t.dims() || info.dtype != t.dtype() {
-                        return Err(GraphError::ValueMismatch {
-                            name: name.clone(),
-                            expected: format!("{:?} {:?}", info.shape, info.dtype),
-                            found: format!("{:?} {:?}", t.dims(), t.dtype()),
-                        });
-                    }
+                    check_matches(self.graph().value(id), name, t)?;
                     to_load.push((id, name.clone(), t));
                 }
                 _ => report.unexpected.push(name.clone()),
@@ -144,14 +137,7 @@ impl Executor {
                     "load_optimizer_state_dict: `{name}` is not this graph's optimizer state"
                 )));
             };
-            let info = self.graph().value(id);
-            if info.shape != t.dims() || info.dtype != t.dtype() {
-                return Err(GraphError::ValueMismatch {
-                    name: name.clone(),
-                    expected: format!("{:?} {:?}", info.shape, info.dtype),
-                    found: format!("{:?} {:?}", t.dims(), t.dtype()),
-                });
-            }
+            check_matches(self.graph().value(id), name, t)?;
             to_load.push((id, t));
         }
         let n = to_load.len();
@@ -160,4 +146,16 @@ impl Executor {
         }
         Ok(n)
     }
+}
+
+/// An error naming `name` unless `t` has the value's shape and dtype.
+fn check_matches(info: &ValueInfo, name: &str, t: &Tensor) -> Result<()> {
+    if info.shape != t.dims() || info.dtype != t.dtype() {
+        return Err(GraphError::ValueMismatch {
+            name: name.to_string(),
+            expected: format!("{:?} {:?}", info.shape, info.dtype),
+            found: format!("{:?} {:?}", t.dims(), t.dtype()),
+        });
+    }
+    Ok(())
 }

@@ -118,54 +118,64 @@ impl MatMulShape {
             .map_err(candle(OP))
     }
 
-    /// The gradient of `a` for output gradient `gy`.
+    /// The gradient of `a` for output gradient `gy`: `gy @ bᵀ`, summed over the batch
+    /// dimensions `a` was broadcast along.
     pub fn backward_a(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
-        let c = candle(OP);
         let (m, k, n) = self.mkn;
         if self.flat() {
-            let g = gy.reshape(((), n)).and_then(|g| g.contiguous());
+            let rows = gy.reshape(((), n)).and_then(|g| g.contiguous());
             let bt = b.reshape((k, n)).and_then(|b| b.t());
-            return g
-                .and_then(|g| g.matmul(&bt?))
-                .and_then(|g| g.reshape(self.a.as_slice()))
-                .map_err(c);
+            return self.finish(rows.and_then(|g| g.matmul(&bt?)), &self.a);
         }
-        let bsz: usize = self.batch.iter().product();
-        let g = gy
-            .reshape((bsz, m, n))
-            .and_then(|g| g.contiguous())
-            .map_err(&c)?;
-        let bb = self.batched(b, &self.b_nd).map_err(&c)?;
-        let ga = g.matmul(&bb.t().map_err(&c)?).map_err(&c)?;
-        let ga = ga.reshape(self.full([m, k])).map_err(&c)?;
-        sum_to_shape(OP, &ga, &self.a_nd)?
-            .reshape(self.a.as_slice())
-            .map_err(c)
+        let g = self.batched_grad(gy);
+        let bt = self.batched(b, &self.b_nd).and_then(|b| b.t());
+        self.sum_back(g.and_then(|g| g.matmul(&bt?)), [m, k], &self.a_nd, &self.a)
     }
 
-    /// The gradient of `b` for output gradient `gy`.
+    /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
+    /// dimensions `b` was broadcast along.
     pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
-        let c = candle(OP);
-        let (m, k, n) = self.mkn;
+        let (_, k, n) = self.mkn;
         if self.flat() {
-            let g = gy.reshape(((), n)).and_then(|g| g.contiguous());
+            let rows = gy.reshape(((), n)).and_then(|g| g.contiguous());
             let at = a.reshape(((), k)).and_then(|a| a.contiguous()?.t());
-            return at
-                .and_then(|at| at.matmul(&g?))
-                .and_then(|g| g.reshape(self.b.as_slice()))
-                .map_err(c);
+            return self.finish(at.and_then(|at| at.matmul(&rows?)), &self.b);
         }
+        let g = self.batched_grad(gy);
+        let at = self.batched(a, &self.a_nd).and_then(|a| a.t());
+        self.sum_back(
+            at.and_then(|at| at.matmul(&g?)),
+            [k, n],
+            &self.b_nd,
+            &self.b,
+        )
+    }
+
+    /// `gy` as `[B, m, n]`.
+    fn batched_grad(&self, gy: &Tensor) -> candle_core::Result<Tensor> {
+        let (m, _, n) = self.mkn;
         let bsz: usize = self.batch.iter().product();
-        let g = gy
-            .reshape((bsz, m, n))
-            .and_then(|g| g.contiguous())
-            .map_err(&c)?;
-        let ab = self.batched(a, &self.a_nd).map_err(&c)?;
-        let gb = ab.t().and_then(|at| at.matmul(&g)).map_err(&c)?;
-        let gb = gb.reshape(self.full([k, n])).map_err(&c)?;
-        sum_to_shape(OP, &gb, &self.b_nd)?
-            .reshape(self.b.as_slice())
-            .map_err(c)
+        gy.reshape((bsz, m, n))?.contiguous()
+    }
+
+    /// A product reshaped to the operand's `shape`.
+    fn finish(&self, g: candle_core::Result<Tensor>, shape: &[usize]) -> Result<Tensor> {
+        g.and_then(|g| g.reshape(shape)).map_err(candle(OP))
+    }
+
+    /// A batched gradient `[B, rows, cols]` summed to the promoted operand `nd`, then
+    /// reshaped to the operand's `shape`.
+    fn sum_back(
+        &self,
+        g: candle_core::Result<Tensor>,
+        last: [usize; 2],
+        nd: &[usize],
+        shape: &[usize],
+    ) -> Result<Tensor> {
+        let g = g
+            .and_then(|g| g.reshape(self.full(last)))
+            .map_err(candle(OP))?;
+        self.finish(Ok(sum_to_shape(OP, &g, nd)?), shape)
     }
 }
 
