@@ -67,6 +67,8 @@ pub struct GraphBuilder {
     pub(crate) eval_modules: bool,
     /// The parameters that have an optimizer update.
     pub(crate) optimized: std::collections::HashSet<ValueId>,
+    /// Under gradient accumulation: the optimizer's update count (Adam's step).
+    pub(crate) update_count: Option<ValueId>,
     /// The origin the next recorded nodes get (see [`Origin`]).
     pub(crate) origin: Origin,
     /// What dropout nodes derive their seeds from.
@@ -85,6 +87,7 @@ impl GraphBuilder {
             stops_gradient: Vec::new(),
             eval_modules: false,
             optimized: Default::default(),
+            update_count: None,
             origin: Origin::default(),
             seed: 0,
         }

@@ -394,6 +394,36 @@ impl Executor {
         done
     }
 
+    /// Whether this run only accumulates gradients: the optimizer accumulates over `k`
+    /// micro-batches and the step counter is not at a cycle's last one.
+    fn accumulating(&self) -> Result<bool> {
+        let k = self.graph.accumulation_steps();
+        if k == 1 {
+            return Ok(false);
+        }
+        let step = self.id(crate::nodes::dropout::STEP_INPUT)?;
+        let t = self.get_id(step)?.ok_or_else(|| {
+            GraphError::Usage(format!(
+                "value `{}` has not been set or fed: the step counter decides which of the {k} accumulated steps updates",
+                crate::nodes::dropout::STEP_INPUT
+            ))
+        })?;
+        let step =
+            crate::nodes::optim::accumulate::step_of(t).map_err(|source| GraphError::Build {
+                op: "accumulate_gradients",
+                layer: None,
+                source,
+            })?;
+        Ok(step % k as u64 != k as u64 - 1)
+    }
+
+    /// Whether node `op_id` is an optimizer update that gradient accumulation defers
+    /// (every optimizer-phase node but the accumulation itself).
+    fn is_update(&self, op_id: usize) -> bool {
+        let node = &self.graph.nodes[op_id];
+        node.phase == Phase::Optimizer && node.op.kernel() != wick_ops::Kernel::AccumulateMicroBatch
+    }
+
     /// One iteration: every node in OP_ID order, with the hooks around them.
     fn run_nodes(&mut self) -> Result<()> {
         let hooked = !self.hooks.is_empty();
@@ -404,8 +434,15 @@ impl Executor {
                 .for_each(|h| h.on_iteration_start(iteration));
         }
         let mut phase: Option<Phase> = None;
+        let skip_updates = self.accumulating()?;
         for op_id in 0..self.graph.nodes.len() {
             let node_phase = self.graph.nodes[op_id].phase;
+            if skip_updates && self.is_update(op_id) {
+                for v in &self.frees[op_id] {
+                    self.slots[v.0] = None;
+                }
+                continue;
+            }
             if hooked && phase != Some(node_phase) {
                 if let Some(p) = phase {
                     self.hooks.iter_mut().for_each(|h| h.on_phase_end(p));

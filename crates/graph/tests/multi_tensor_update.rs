@@ -48,6 +48,7 @@ fn adam_executor(merged: bool) -> Executor {
             optimizer: Optimizer::Adam(AdamParams::adam(0.02)),
         }],
         clip_grad_norm: None,
+        accumulate: 1,
     };
     b.optimize(&grads, &config).unwrap();
     let mut graph = b.finish();

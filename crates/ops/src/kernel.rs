@@ -131,6 +131,10 @@ pub enum Kernel {
     UpsampleForward,
     /// Upsampling backward.
     UpsampleBackward,
+    /// Gradient accumulation: one micro-batch's gradient added to its accumulator.
+    AccumulateMicroBatch,
+    /// Gradient accumulation: the optimizer's update count from the step counter.
+    UpdateCount,
     /// A user's own op, recorded through the public API.
     Custom(CustomKernel),
     /// An op of the tensor language (matmul, reductions, indexing, masks, ...).
@@ -199,6 +203,7 @@ impl Kernel {
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
             SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => C::Optimizer,
+            AccumulateMicroBatch | UpdateCount => C::Optimizer,
             AdamUpdate | AdamUpdateMultiTensor => C::Optimizer,
             Activation(_) | ActivationBackward(_) | Scale => C::Elementwise,
             Binary(_) | BinaryBackward(_) => C::Elementwise,
@@ -273,6 +278,7 @@ impl Kernel {
             | ConvTransposeBackwardFilter
             | UpsampleBackward => KernelPhase::Backward,
             SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => KernelPhase::Optimizer,
+            AccumulateMicroBatch | UpdateCount => KernelPhase::Optimizer,
             AdamUpdate | AdamUpdateMultiTensor => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             Tensor(t) => return t.phase(),
@@ -357,6 +363,8 @@ impl Kernel {
             AdamUpdate => "AdamUpdate",
             AdamUpdateMultiTensor => "AdamUpdateMultiTensor",
             ClipGradNorm => "ClipGradNorm",
+            AccumulateMicroBatch => "AccumulateMicroBatch",
+            UpdateCount => "UpdateCount",
             ConvTransposeForward => "ConvTransposeForward",
             ConvTransposeBackwardData => "ConvTransposeBackwardData",
             ConvTransposeBackwardFilter => "ConvTransposeBackwardFilter",

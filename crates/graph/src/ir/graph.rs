@@ -52,9 +52,17 @@ pub struct Graph {
     pub(crate) outputs: Vec<ValueId>,
     /// The passes that rewrote it (see [`Graph::apply_passes`]).
     pub(crate) passes: Vec<PassRecord>,
+    /// Micro-batches per update when the optimizer accumulates gradients: its updates
+    /// run on every `k`-th step only.
+    pub(crate) accumulate: Option<usize>,
 }
 
 impl Graph {
+    /// Micro-batches per optimizer update (1 unless the optimizer accumulates).
+    pub fn accumulation_steps(&self) -> usize {
+        self.accumulate.unwrap_or(1)
+    }
+
     /// The nodes in OP_ID order.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes

@@ -96,6 +96,11 @@ impl Graph {
         comm: Arc<dyn Communicator>,
         options: &DataParallelOptions,
     ) -> Result<DataParallel> {
+        if let Some(k) = self.accumulate {
+            return Err(GraphError::Usage(format!(
+                "data parallelism with gradient accumulation over {k} micro-batches is not supported yet: accumulate or go data-parallel"
+            )));
+        }
         if self
             .nodes
             .iter()

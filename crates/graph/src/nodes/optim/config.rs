@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use candle_core::DType;
 use wick_ops::{AdamParams, OpError, SgdParams};
 
+use super::accumulate::{AccumulateMicroBatch, UpdateCount};
 use super::adam::AdamUpdate;
 use super::clip::ClipGradNorm;
 use super::sgd::SgdUpdate;
@@ -74,6 +76,9 @@ pub struct OptimizerConfig {
     pub groups: Vec<ParamGroup>,
     /// Clip the gradients to this global L2 norm first (`clip_grad_norm_`).
     pub clip_grad_norm: Option<f64>,
+    /// Micro-batches per update (1: update every step); see
+    /// [`accumulate`](OptimizerConfig::accumulate).
+    pub accumulate: usize,
 }
 
 impl From<Optimizer> for OptimizerConfig {
@@ -82,6 +87,7 @@ impl From<Optimizer> for OptimizerConfig {
             default,
             groups: Vec::new(),
             clip_grad_norm: None,
+            accumulate: 1,
         }
     }
 }
@@ -98,6 +104,17 @@ impl OptimizerConfig {
     /// Clips the gradients to global norm `max_norm` before the updates.
     pub fn clip_grad_norm(mut self, max_norm: f64) -> Self {
         self.clip_grad_norm = Some(max_norm);
+        self
+    }
+
+    /// Accumulates gradients over `k` steps (micro-batches) and updates on every `k`-th:
+    /// each step adds its gradient divided by `k` to `<param>.grad_accum` (optimizer
+    /// state, so a checkpoint taken mid-cycle resumes it exactly), and on the steps with
+    /// `step % k == k - 1` clipping and the updates run on the accumulated gradients. The
+    /// step counter input `step` decides; without batch norm, `k` micro-batches of a
+    /// mean loss give the weights of one `k`-times batch to float rounding.
+    pub fn accumulate(mut self, k: usize) -> Self {
+        self.accumulate = k;
         self
     }
 
@@ -153,6 +170,9 @@ impl GraphBuilder {
         self.optimized.extend(grads.iter().map(|(p, _)| p));
         self.phase = Phase::Optimizer;
         let mut pairs: Vec<(ValueId, ValueId)> = grads.iter().collect();
+        if config.accumulate != 1 {
+            self.record_accumulation(&mut pairs, config.accumulate)?;
+        }
         let norm = match config.clip_grad_norm {
             Some(max_norm) => Some(self.record_clip(&mut pairs, max_norm)?),
             None => None,
@@ -171,6 +191,40 @@ impl GraphBuilder {
         }
         self.origin = Origin::default();
         Ok(norm)
+    }
+
+    /// Records each gradient's accumulation over `k` micro-batches and makes `pairs`
+    /// read the accumulators.
+    fn record_accumulation(&mut self, pairs: &mut [(ValueId, ValueId)], k: usize) -> Result<()> {
+        if k == 0 || self.graph.accumulate.is_some_and(|other| other != k) {
+            return Err(GraphError::Usage(format!(
+                "accumulate: {k} micro-batches per update, but {}",
+                match self.graph.accumulate {
+                    Some(other) => format!("another optimizer of this graph accumulates over {other}: one count per graph"),
+                    None => "it must be at least 1".to_string(),
+                }
+            )));
+        }
+        self.graph.accumulate = Some(k);
+        let step = self.step_counter()?;
+        for (param, grad) in pairs.iter_mut() {
+            let info = self.graph.values[param.0].clone();
+            self.origin = Origin {
+                layer: param_layer(&info.name),
+                forward_op: None,
+                parameter: Some(info.name.clone()),
+            };
+            let acc = self.optimizer_state(*param, "grad_accum");
+            let flops = 2 * info.shape.iter().product::<usize>() as u64;
+            let op = Arc::new(AccumulateMicroBatch { k });
+            self.push(op, vec![step, *grad, acc], NO_OUTPUTS, vec![acc], flops);
+            *grad = acc;
+        }
+        self.origin = Origin::default();
+        let new = vec![("update_count", vec![], DType::I64)];
+        let count = self.push(Arc::new(UpdateCount { k }), vec![step], new, vec![], 0)[0];
+        self.update_count = Some(count);
+        Ok(())
     }
 
     fn optimizer_state(&mut self, param: ValueId, suffix: &str) -> ValueId {
@@ -202,7 +256,11 @@ impl GraphBuilder {
     }
 
     fn record_adam(&mut self, param: ValueId, grad: ValueId, p: AdamParams) -> Result<()> {
-        let step = self.step_counter()?;
+        // Adam counts updates: under accumulation, the step counter divided by k.
+        let step = match self.update_count {
+            Some(count) => count,
+            None => self.step_counter()?,
+        };
         let m = self.optimizer_state(param, "exp_avg");
         let v = self.optimizer_state(param, "exp_avg_sq");
         let flops = p.flops(self.shape(param).iter().product());

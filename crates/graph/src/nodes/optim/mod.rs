@@ -5,12 +5,14 @@
 //! profiler read them without knowing the optimizer. A new optimizer is a file here
 //! with its node, its kernel in `wick_ops::optim`, and an [`Optimizer`] variant.
 
+pub mod accumulate;
 pub mod adam;
 pub mod clip;
 pub mod config;
 pub mod health;
 pub mod sgd;
 
+pub use accumulate::AccumulateMicroBatch;
 pub use adam::{AdamUpdate, AdamUpdateMultiTensor};
 pub use clip::ClipGradNorm;
 pub use config::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
