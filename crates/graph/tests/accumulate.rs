@@ -196,7 +196,10 @@ fn a_profiled_accumulating_run_times_the_deferred_updates_per_step() {
     }
     let profile = exec.hook::<TimeProfiler>().unwrap().profile();
     let names: Vec<_> = profile.ops.iter().map(|o| o.name.as_str()).collect();
-    assert!(names.contains(&"AccumulateMicroBatch") && names.contains(&"AdamUpdate"), "{names:?}");
+    assert!(
+        names.contains(&"AccumulateMicroBatch") && names.contains(&"AdamUpdate"),
+        "{names:?}"
+    );
     // The profile's figures stay consistent (its JSON round-trips and validates).
     let back = Profile::from_json(&profile.to_json()).unwrap();
     back.validate().unwrap();
