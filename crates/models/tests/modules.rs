@@ -273,3 +273,39 @@ fn a_gan_holds_two_backward_passes_with_their_own_optimizers_in_one_graph() {
     let err = b.backward(g.g_loss).unwrap_err().to_string();
     assert!(err.contains("before the first optimize"), "{err}");
 }
+
+#[test]
+fn a_transposed_convolution_layer_has_pytorchs_names_shapes_and_init_bound() {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let z = b.input("z", &[2, 8, 4, 4], DType::F32).unwrap();
+    let mut nn = Layers::new(&mut b);
+    let conv = wick_models::nn::Conv::new(8, 4, 3)
+        .stride(2)
+        .padding(1)
+        .bias();
+    let y = nn.conv_transpose2d("up", z, conv, 1).unwrap();
+    assert_eq!(
+        nn.builder().shape(y),
+        &[2, 4, 8, 8],
+        "(4 - 1)·2 - 2 + 3 + 1"
+    );
+    let specs = nn.into_specs();
+    let shapes: Vec<_> = specs
+        .iter()
+        .map(|s| (s.name.as_str(), s.shape.clone()))
+        .collect();
+    assert_eq!(
+        shapes,
+        [("up.weight", vec![8, 4, 3, 3]), ("up.bias", vec![4])]
+    );
+    let w = &wick_models::nn::initial_state(&specs, 1).unwrap()["up.weight"];
+    let max = w
+        .abs()
+        .unwrap()
+        .max_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    let bound = 1.0 / ((4 * 3 * 3) as f32).sqrt();
+    assert!(max <= bound && max > 0.8 * bound, "{max} within ±{bound}");
+}

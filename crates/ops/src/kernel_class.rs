@@ -2,7 +2,7 @@
 //! [`Kernel`](crate::Kernel), and which part of a step it serves.
 
 /// What kind of work a kernel does: how the profiler groups and advises on it, and how
-/// graph passes find it. Every [`Kernel`] has one, by an exhaustive match.
+/// graph passes find it. Every [`Kernel`](crate::Kernel) has one, by an exhaustive match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelClass {

@@ -351,6 +351,32 @@ impl<'a> Layers<'a> {
         })
     }
 
+    /// `nn.ConvTranspose2d(cin, cout, k, stride, padding, output_padding, groups, bias)` as
+    /// layer `path` (a decoder's or a GAN generator's upsampling): `path.weight` `[cin,
+    /// cout/groups, k, k]` and, with a bias, `path.bias`, both with PyTorch's default
+    /// initialisation (uniform within ±1/sqrt(cout/groups·k²); `c.init` is not used).
+    pub fn conv_transpose2d(
+        &mut self,
+        path: &str,
+        x: ValueId,
+        c: Conv,
+        output_padding: usize,
+    ) -> wick_graph::Result<ValueId> {
+        self.scope(path, |nn| {
+            let per_group = c.cout / c.params.groups.max(1);
+            let shape = [c.cin, per_group, c.kernel, c.kernel];
+            let fan_in = per_group * c.kernel * c.kernel;
+            let init = Init::LinearDefault;
+            let w = nn.param("weight", &shape, TensorRole::ConvWeight, init, fan_in)?;
+            let b = match c.bias {
+                true => Some(nn.param("bias", &[c.cout], TensorRole::ConvBias, init, fan_in)?),
+                false => None,
+            };
+            let pad = [output_padding, output_padding];
+            nn.b.conv_transpose2d(x, w, b, c.params, pad)
+        })
+    }
+
     /// A batch norm over `c` channels as layer `path` (weight 1, bias 0, running mean 0,
     /// running variance 1).
     pub fn batch_norm(&mut self, path: &str, x: ValueId, c: usize) -> wick_graph::Result<ValueId> {
