@@ -133,6 +133,27 @@ impl GraphBuilder {
 
     /// `x.masked_fill(mask, value)`: `value` where the `u8` mask (broadcast to `x`) is
     /// set. `value` may be infinite: `-inf` above the diagonal is a causal mask.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use wick_graph::{Executor, GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let scores = b.input("scores", &[2, 2], DType::F32)?;
+    /// let causal = b.input("causal", &[2, 2], DType::U8)?;
+    /// let masked = b.masked_fill(scores, causal, f64::NEG_INFINITY)?;
+    /// let p = b.softmax(masked, 1)?;
+    /// b.output(p);
+    /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    /// exec.set("scores", &Tensor::new(&[[1f32, 2.], [3., 4.]], &Device::Cpu)?)?;
+    /// exec.set("causal", &Tensor::new(&[[0u8, 1], [0, 0]], &Device::Cpu)?)?;
+    /// exec.run()?;
+    /// let p: Vec<Vec<f32>> = exec.get_id(p)?.unwrap().to_vec2()?;
+    /// assert_eq!(p[0], [1.0, 0.0]); // the first token sees only itself
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn masked_fill(&mut self, x: ValueId, mask: ValueId, value: f64) -> Result<ValueId> {
         self.forward_only("masked_fill")?;
         kernels::check_mask_dtype("masked_fill", self.dtype_of(mask))

@@ -60,6 +60,21 @@ impl GraphBuilder {
     }
 
     /// `torch.sum(x, dims, keepdim)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let x = b.input("x", &[4, 3, 5], DType::F32)?;
+    /// let rows = b.sum(x, &[-1], true)?; // over the last dimension, kept
+    /// assert_eq!(b.shape(rows), &[4, 3, 1]);
+    /// let total = b.sum(x, &[], false)?; // every dimension: a scalar
+    /// assert!(b.shape(total).is_empty());
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn sum(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
         self.reduce(Reduction::Sum, x, dims, keepdim)
     }

@@ -108,6 +108,22 @@ impl GraphBuilder {
 
     /// `torch.split(x, split_size, dim)`: pieces of `split_size` along `dim` (the last
     /// one shorter when the size does not divide), each differentiable.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let qkv = b.input("qkv", &[2, 7, 48], DType::F32)?;
+    /// let parts = b.split(qkv, 16, -1)?; // q, k, v
+    /// assert_eq!(parts.len(), 3);
+    /// assert_eq!(b.shape(parts[2]), &[2, 7, 16]);
+    /// let last = b.narrow(qkv, 1, 6, 1)?; // the last token
+    /// assert_eq!(b.shape(last), &[2, 1, 48]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn split(&mut self, x: ValueId, split_size: usize, dim: isize) -> Result<Vec<ValueId>> {
         let xs = self.shape(x).to_vec();
         let d = dim_index("split", xs.len(), dim).map_err(self.build_err("split"))?;
