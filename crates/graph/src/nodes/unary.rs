@@ -89,9 +89,10 @@ impl GraphBuilder {
         self.unary(Unary::AddScalar(value), x)
     }
 
-    /// `x * value` for a constant `value`.
+    /// `x * value` for a constant `value` ([`scale`](GraphBuilder::scale) under
+    /// PyTorch's name).
     pub fn mul_scalar(&mut self, x: ValueId, value: f64) -> Result<ValueId> {
-        self.unary(Unary::MulScalar(value), x)
+        self.scale(x, value)
     }
 
     /// `torch.full_like(x, value)`: a constant recorded in the graph, of `x`'s shape and

@@ -6,23 +6,21 @@
 use candle_core::{DType, Tensor};
 
 use super::candle;
+use super::reduce::{Reduce, Reduction};
 use super::select::check_index_dtype;
 use crate::error::{OpError, Result};
 
-/// `log_softmax(x, dim)`: `x - logsumexp(x, dim)`.
+/// `log_softmax(x, dim)`: `x - logsumexp(x, dim)` (the stable log-sum-exp of
+/// [`Reduction::LogSumExp`]).
 pub fn log_softmax(x: &Tensor, dim: usize) -> Result<Tensor> {
-    let c = candle("log_softmax");
-    let m = x.max_keepdim(dim).map_err(&c)?;
-    let finite = m.abs().and_then(|a| a.lt(f64::INFINITY)).map_err(&c)?;
-    let m = finite
-        .where_cond(&m, &m.zeros_like().map_err(&c)?)
-        .map_err(&c)?;
-    let shifted = x.broadcast_sub(&m).map_err(&c)?;
-    let lse = shifted
-        .exp()
-        .and_then(|e| e.sum_keepdim(dim)?.log())
-        .map_err(&c)?;
-    shifted.broadcast_sub(&lse).map_err(c)
+    let lse = Reduce {
+        op: Reduction::LogSumExp,
+        dims: vec![dim],
+        keepdim: true,
+        correction: 1,
+    }
+    .forward(x)?;
+    x.broadcast_sub(&lse).map_err(candle("log_softmax"))
 }
 
 /// `log_softmax`'s gradient from its output `y`: `gy - exp(y) · Σ gy`.

@@ -1,6 +1,6 @@
 //! Element-wise functions of one tensor, as `torch.exp`, `torch.log`, `torch.sqrt`,
 //! `torch.rsqrt`, `torch.pow(x, exponent)`, `torch.abs`, `torch.neg`, `torch.clamp`,
-//! `x + c`, `x * c` and `torch.full_like`, with their gradients.
+//! `x + c` and `torch.full_like` (`x * c` is the graph's `scale`), with their gradients.
 
 use candle_core::Tensor;
 
@@ -28,8 +28,6 @@ pub enum UnaryFn {
     Clamp,
     /// `x + c` for a constant `c`.
     AddScalar,
-    /// `x · c` for a constant `c`.
-    MulScalar,
     /// A constant of `x`'s shape.
     Fill,
 }
@@ -48,7 +46,6 @@ impl UnaryFn {
             Pow => "Pow",
             Clamp => "Clamp",
             AddScalar => "AddScalar",
-            MulScalar => "MulScalar",
             Fill => "Fill",
         }
     }
@@ -66,7 +63,6 @@ impl UnaryFn {
             Pow => "PowBackward",
             Clamp => "ClampBackward",
             AddScalar => "AddScalarBackward",
-            MulScalar => "MulScalarBackward",
             Fill => "FillBackward",
         }
     }
@@ -99,8 +95,6 @@ pub enum Unary {
     },
     /// `x + c`.
     AddScalar(f64),
-    /// `x · c`.
-    MulScalar(f64),
     /// `c` everywhere, of `x`'s shape and dtype (no gradient).
     Fill(f64),
 }
@@ -129,7 +123,6 @@ impl Unary {
             Unary::Pow(_) => UnaryFn::Pow,
             Unary::Clamp { .. } => UnaryFn::Clamp,
             Unary::AddScalar(_) => UnaryFn::AddScalar,
-            Unary::MulScalar(_) => UnaryFn::MulScalar,
             Unary::Fill(_) => UnaryFn::Fill,
         }
     }
@@ -146,7 +139,6 @@ impl Unary {
             Unary::Pow(_) => "pow",
             Unary::Clamp { .. } => "clamp",
             Unary::AddScalar(_) => "add_scalar",
-            Unary::MulScalar(_) => "mul_scalar",
             Unary::Fill(_) => "full_like",
         }
     }
@@ -162,9 +154,7 @@ impl Unary {
         };
         match self {
             Unary::Pow(p) if !p.is_finite() => bad("the exponent", p),
-            Unary::AddScalar(c) | Unary::MulScalar(c) | Unary::Fill(c) if !c.is_finite() => {
-                bad("the constant", c)
-            }
+            Unary::AddScalar(c) | Unary::Fill(c) if !c.is_finite() => bad("the constant", c),
             Unary::Clamp { min, max } => {
                 for v in min.iter().chain(max.iter()) {
                     if v.is_nan() {
@@ -193,9 +183,7 @@ impl Unary {
         match self {
             Unary::Exp | Unary::Sqrt | Unary::Rsqrt => Saved::Output,
             Unary::Log | Unary::Abs | Unary::Pow(_) | Unary::Clamp { .. } => Saved::Input,
-            Unary::Neg | Unary::AddScalar(_) | Unary::MulScalar(_) | Unary::Fill(_) => {
-                Saved::Nothing
-            }
+            Unary::Neg | Unary::AddScalar(_) | Unary::Fill(_) => Saved::Nothing,
         }
     }
 
@@ -212,7 +200,7 @@ impl Unary {
     /// FLOPs of the gradient over `elements` values.
     pub fn backward_flops(self, elements: usize) -> u64 {
         let per = match self {
-            Unary::Neg | Unary::AddScalar(_) | Unary::MulScalar(_) | Unary::Fill(_) => 1,
+            Unary::Neg | Unary::AddScalar(_) | Unary::Fill(_) => 1,
             Unary::Rsqrt | Unary::Pow(_) => 4,
             _ => 2,
         };
@@ -233,7 +221,6 @@ impl Unary {
             Unary::Pow(p) => pow(x, p),
             Unary::Clamp { min, max } => clamp(x, min, max),
             Unary::AddScalar(v) => x.affine(1.0, v),
-            Unary::MulScalar(v) => x.affine(v, 0.0),
             Unary::Fill(v) => x.zeros_like().and_then(|z| z.affine(1.0, v)),
         };
         y.map_err(c)
@@ -270,7 +257,6 @@ impl Unary {
                 keep.and_then(|k| gy.mul(&k))
             }
             Unary::AddScalar(_) => Ok(gy.clone()),
-            Unary::MulScalar(v) => gy.affine(v, 0.0),
             Unary::Fill(_) => gy.zeros_like(),
         };
         g.map_err(candle(op))
