@@ -9,14 +9,15 @@ float32 result on the same inputs, as max |f32 - f64| / max |f64| over the outpu
 every gradient (what float32 can be expected to reach). torch.manual_seed(k) for case k;
 one thread, deterministic algorithms.
 
-The Rust side (crates/graph/tests/tensor_ops/; `mha_causal`: crates/models/tests/
-attention_pytorch.rs through `Layers::multi_head_attention`) builds each case from builder calls by
+The Rust side (crates/graph/tests/tensor_ops/; `mha_causal`, `lstm_*` and `gru_*`:
+crates/models/tests/attention_pytorch.rs and recurrent_pytorch.rs, through `Layers`) builds each case from builder calls by
 its name, checks it against these values in float64 and float32, and against finite
 differences.
 
 Usage: python3 scripts/make_tensor_op_fixtures.py [OUT_DIR]  (needs torch, safetensors;
-default OUT_DIR fixtures/tensor-ops). Re-running it reproduces every tensor and metadata value bit for
-bit on a CPU (only the header's key order may change).
+default OUT_DIR fixtures/tensor-ops). Re-running it on one machine reproduces every tensor and metadata value bit
+for bit (only the header's key order may change); on another CPU a few float64 values may
+differ in their last bit, where the BLAS takes another path.
 """
 import os
 import sys
@@ -27,6 +28,7 @@ from safetensors.torch import save_file
 
 torch.set_num_threads(1)
 torch.use_deterministic_algorithms(True)
+torch.manual_seed(0)
 OUT = sys.argv[1] if len(sys.argv) > 1 else "fixtures/tensor-ops"
 os.makedirs(OUT, exist_ok=True)
 SEED = [0]
@@ -195,4 +197,39 @@ got = mha(x, module.in_proj_weight, module.in_proj_bias, module.out_proj.weight,
 assert torch.allclose(expected, got), "the functional form is nn.MultiheadAttention"
 case("mha_causal", mha, input=x, in_proj_weight=module.in_proj_weight.detach(), in_proj_bias=module.in_proj_bias.detach(),
      out_proj_weight=module.out_proj.weight.detach(), out_proj_bias=module.out_proj.bias.detach(), mask=mask.to(torch.uint8))
+
+# nn.LSTM and nn.GRU (batch_first): every output (output, h_n, c_n) flattened into one
+# vector, so one grad_out checks them all, and the gradient of every parameter by name
+def recurrent(kind, input_size, hidden, layers, bidirectional, with_state):
+    cls = torch.nn.LSTM if kind == "lstm" else torch.nn.GRU
+    module = cls(input_size, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional).double()
+    names = [n for n, _ in module.named_parameters()]
+
+    def fn(input, **rest):
+        params = {n: rest[n] for n in names}
+        state = None
+        if with_state:
+            state = (rest["h0"], rest["c0"]) if kind == "lstm" else rest["h0"]
+        out, last = torch.func.functional_call(module, params, (input, state))
+        last = last if kind == "lstm" else (last,)
+        return torch.cat([out.flatten()] + [s.flatten() for s in last])
+
+    inputs = {"input": randn(2, 5, input_size)}
+    inputs.update({n: p.detach().clone() for n, p in module.named_parameters()})
+    if with_state:
+        inputs["h0"] = randn(layers * (2 if bidirectional else 1), 2, hidden)
+        if kind == "lstm":
+            inputs["c0"] = randn(layers * (2 if bidirectional else 1), 2, hidden)
+    reference = module(inputs["input"], None if not with_state else
+                       ((inputs["h0"], inputs["c0"]) if kind == "lstm" else inputs["h0"]))
+    assert torch.allclose(torch.cat([reference[0].flatten()] + [s.flatten() for s in
+                          (reference[1] if kind == "lstm" else (reference[1],))]), fn(**inputs)), "functional_call is the module"
+    return fn, inputs
+
+
+for kind, layers, bidirectional, with_state in [("lstm", 2, True, True), ("lstm", 1, False, False),
+                                                ("gru", 2, True, True), ("gru", 1, False, False)]:
+    torch.manual_seed(1000 + layers)
+    fn, inputs = recurrent(kind, 3, 4, layers, bidirectional, with_state)
+    case(f"{kind}_l{layers}{'_bidirectional' if bidirectional else ''}{'_state' if with_state else ''}", fn, **inputs)
 print(f"{SEED[0]} cases in {OUT}")

@@ -38,7 +38,10 @@ use wick_ops::{BatchNorm2dParams, Conv2dParams};
 
 use crate::error::{ModelError, Result};
 
+mod recurrent;
 mod sequence;
+
+pub use recurrent::{GruOutput, LstmOutput, Recurrent};
 
 /// What a state-dict entry is, for the fixture formula ([`crate::init::formula`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
