@@ -52,6 +52,24 @@ pub struct Detach;
 
 impl GraphBuilder {
     /// `a cmp b` with broadcasting: a `u8` mask (1 where true), with no gradient.
+    ///
+    /// # Examples
+    ///
+    /// Masks are `u8`, as `torch.bool` is stored; they feed [`where_`](GraphBuilder::where_)
+    /// and [`masked_fill`](GraphBuilder::masked_fill):
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    /// use wick_ops::tensor::mask::Comparison;
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[4, 10], DType::F32)?;
+    /// let limit = b.input("limit", &[1, 10], DType::F32)?;
+    /// let over = b.compare(Comparison::Gt, x, limit)?; // b.gt(x, limit)
+    /// assert_eq!((b.shape(over), b.dtype(over)), (&[4usize, 10][..], DType::U8));
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn compare(&mut self, cmp: Comparison, a: ValueId, b: ValueId) -> Result<ValueId> {
         let name = cmp.op_name();
         self.forward_only(name)?;
@@ -120,6 +138,23 @@ impl GraphBuilder {
 
     /// `torch.where(cond, a, b)`: `a` where the `u8` mask `cond` is set, else `b`; the
     /// three broadcast together.
+    ///
+    /// # Examples
+    ///
+    /// A ReLU written with a mask, `torch.where(x > 0, x, 0)`:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[4, 10], DType::F32)?;
+    /// let zero = b.zeros_like(x)?;
+    /// let positive = b.gt(x, zero)?;
+    /// let y = b.where_(positive, x, zero)?;
+    /// assert_eq!(b.shape(y), &[4, 10]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn where_(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> Result<ValueId> {
         self.forward_only("where")?;
         kernels::check_mask_dtype("where", self.dtype_of(cond)).map_err(self.build_err("where"))?;
@@ -179,6 +214,29 @@ impl GraphBuilder {
 
     /// `x.detach()`: the same values, through which no gradient flows (a GAN's fake
     /// images for the discriminator's step; a frozen feature extractor's output).
+    ///
+    /// # Examples
+    ///
+    /// The discriminator's step on a generator's images, which must not train the
+    /// generator:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let z = b.input("z", &[8, 16], DType::F32)?;
+    /// let w = b.param("generator.weight", &[32, 16])?;
+    /// let fake = b.linear(z, w, None)?;
+    /// let fake_for_d = b.detach(fake)?;
+    /// let d = b.param("discriminator.weight", &[1, 32])?;
+    /// let score = b.linear(fake_for_d, d, None)?;
+    /// let loss = b.sum(score, &[], false)?;
+    /// let grads = b.backward(loss)?;
+    /// let trained: Vec<_> = grads.iter().map(|(p, _)| p).collect();
+    /// assert_eq!(trained, [d], "no gradient reaches the generator");
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn detach(&mut self, x: ValueId) -> Result<ValueId> {
         self.forward_only("detach")?;
         let new = vec![("detach", self.shape(x).to_vec(), self.dtype_of(x))];

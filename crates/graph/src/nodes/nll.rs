@@ -42,6 +42,19 @@ pub struct NllLossBackward {
 
 impl GraphBuilder {
     /// `F.log_softmax(x, dim)`, computed stably.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let logits = b.input("logits", &[4, 32, 65], DType::F32)?;
+    /// let logp = b.log_softmax(logits, -1)?;
+    /// assert_eq!(b.shape(logp), &[4, 32, 65]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn log_softmax(&mut self, x: ValueId, dim: isize) -> Result<ValueId> {
         self.forward_only("log_softmax")?;
         self.expect_float("log_softmax", "the input", x)?;
@@ -55,6 +68,25 @@ impl GraphBuilder {
     /// `F.nll_loss(logp, target, ignore_index=, reduction=)` of log-probabilities `[C]`,
     /// `[N, C]` or `[N, C, d1, ...]` against integer classes `[]`, `[N]` or `[N, d1,
     /// ...]` (`label_smoothing` as `F.cross_entropy` applies it).
+    ///
+    /// # Examples
+    ///
+    /// Per-pixel classes of a segmentation map, with `255` ignored:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    /// use wick_ops::tensor::nll::{LossReduction, NllLoss};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let logits = b.input("logits", &[2, 5, 8, 8], DType::F32)?;
+    /// let labels = b.input("labels", &[2, 8, 8], DType::I64)?;
+    /// let logp = b.log_softmax(logits, 1)?;
+    /// let settings = NllLoss { ignore_index: Some(255), reduction: LossReduction::Mean, ..Default::default() };
+    /// let loss = b.nll_loss(logp, labels, settings)?;
+    /// assert!(b.shape(loss).is_empty());
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn nll_loss(&mut self, logp: ValueId, target: ValueId, loss: NllLoss) -> Result<ValueId> {
         self.forward_only("nll_loss")?;
         self.expect_float("nll_loss", "the input", logp)?;

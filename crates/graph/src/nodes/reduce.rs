@@ -80,11 +80,46 @@ impl GraphBuilder {
     }
 
     /// `torch.mean(x, dims, keepdim)`.
+    ///
+    /// # Examples
+    ///
+    /// Per-channel means of a feature map, over `N`, `H` and `W`:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[8, 3, 32, 32], DType::F32)?;
+    /// let m = b.mean(x, &[0, 2, 3], false)?;
+    /// assert_eq!(b.shape(m), &[3]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn mean(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
         self.reduce(Reduction::Mean, x, dims, keepdim)
     }
 
     /// `torch.amax(x, dims, keepdim)`: the maximum (a tie shares the gradient evenly).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use wick_graph::{Executor, GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let x = b.input("x", &[2, 3], DType::F32)?;
+    /// let top = b.amax(x, &[1], false)?;
+    /// let at = b.argmax(x, 1, false)?; // u32, no gradient
+    /// b.output(top);
+    /// b.output(at);
+    /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    /// exec.set("x", &Tensor::new(&[[1f32, 5., 2.], [7., 0., 7.]], &Device::Cpu)?)?;
+    /// exec.run()?;
+    /// assert_eq!(exec.get_id(top)?.unwrap().to_vec1::<f32>()?, [5.0, 7.0]);
+    /// assert_eq!(exec.get_id(at)?.unwrap().to_vec1::<u32>()?, [1, 0]); // the first maximum
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn amax(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
         self.reduce(Reduction::Amax, x, dims, keepdim)
     }
@@ -95,12 +130,42 @@ impl GraphBuilder {
     }
 
     /// `torch.logsumexp(x, dims, keepdim)`, computed stably.
+    ///
+    /// # Examples
+    ///
+    /// A mixture's log-likelihood from per-component log-probabilities `[N, K]`:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let logp = b.input("logp", &[32, 5], DType::F32)?;
+    /// let ll = b.logsumexp(logp, &[-1], false)?;
+    /// assert_eq!(b.shape(ll), &[32]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn logsumexp(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {
         self.reduce(Reduction::LogSumExp, x, dims, keepdim)
     }
 
     /// `torch.var(x, dims, correction=correction, keepdim=keepdim)`: the divisor is
     /// `n - correction` (PyTorch's default correction is 1).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[4, 10], DType::F32)?;
+    /// let unbiased = b.var(x, &[-1], 1, true)?; // torch.var(x, -1, keepdim=True)
+    /// let population = b.var(x, &[-1], 0, true)?; // correction=0, as layer norm's
+    /// assert_eq!(b.shape(unbiased), &[4, 1]);
+    /// assert_eq!(b.shape(population), &[4, 1]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn var(
         &mut self,
         x: ValueId,

@@ -41,6 +41,23 @@ impl GraphBuilder {
     /// `F.binary_cross_entropy(probabilities, target)` (same shapes), each log clamped to
     /// at least -100 as PyTorch's: a 0-dim loss. An input outside `[0, 1]` is an error
     /// when the node runs.
+    ///
+    /// # Examples
+    ///
+    /// A VAE's reconstruction term on sigmoid outputs:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let logits = b.input("decoded", &[8, 784], DType::F32)?;
+    /// let images = b.input("images", &[8, 784], DType::F32)?;
+    /// let p = b.sigmoid(logits)?;
+    /// let loss = b.binary_cross_entropy(p, images)?;
+    /// assert!(b.shape(loss).is_empty());
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn binary_cross_entropy(
         &mut self,
         probabilities: ValueId,

@@ -158,6 +158,23 @@ impl GraphBuilder {
 
     /// `x.expand(sizes)`: dimensions of size 1 repeated, new ones in front; `-1` keeps a
     /// size (the ViT's class token: `[1, 1, C]` to `[N, 1, C]`).
+    ///
+    /// # Examples
+    ///
+    /// The ViT's class token joined to the patch embeddings:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let patches = b.input("patches", &[8, 16, 64], DType::F32)?;
+    /// let cls = b.param("class_token", &[1, 1, 64])?;
+    /// let cls = b.expand(cls, &[8, -1, -1])?;
+    /// let tokens = b.concat(&[cls, patches], 1)?;
+    /// assert_eq!(b.shape(tokens), &[8, 17, 64]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn expand(&mut self, x: ValueId, sizes: &[isize]) -> Result<ValueId> {
         self.forward_only("expand")?;
         let out = kernels::expand_shape(self.shape(x), sizes).map_err(self.build_err("expand"))?;
@@ -166,6 +183,22 @@ impl GraphBuilder {
     }
 
     /// `torch.unsqueeze(x, dim)`: a dimension of size 1 inserted at `dim` (`-1`: last).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[4, 10], DType::F32)?;
+    /// let y = b.unsqueeze(x, -1)?;
+    /// assert_eq!(b.shape(y), &[4, 10, 1]);
+    /// let z = b.squeeze(y, 2)?;
+    /// assert_eq!(b.shape(z), &[4, 10]);
+    /// assert_eq!(b.squeeze(z, 0)?, z); // a dimension that is not 1 stays
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn unsqueeze(&mut self, x: ValueId, dim: isize) -> Result<ValueId> {
         let mut s = self.shape(x).to_vec();
         let d = dim_index("unsqueeze", s.len() + 1, dim).map_err(self.build_err("unsqueeze"))?;
@@ -186,6 +219,23 @@ impl GraphBuilder {
     }
 
     /// `torch.stack(parts, dim)`: the parts (one shape) joined along a new dimension.
+    ///
+    /// # Examples
+    ///
+    /// An RNN's hidden states, one `[N, H]` per step, as one `[N, T, H]` sequence:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let steps: Vec<_> = (0..5)
+    ///     .map(|t| b.input(&format!("h{t}"), &[4, 8], DType::F32))
+    ///     .collect::<Result<_, _>>()?;
+    /// let seq = b.stack(&steps, 1)?;
+    /// assert_eq!(b.shape(seq), &[4, 5, 8]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn stack(&mut self, parts: &[ValueId], dim: isize) -> Result<ValueId> {
         let Some(first) = parts.first() else {
             return Err(self.build_err("stack")(OpError::invalid(
@@ -203,6 +253,20 @@ impl GraphBuilder {
     }
 
     /// `torch.index_select(x, dim, index)` with `index` 1-D integers.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let table = b.param("table", &[10, 4])?;
+    /// let rows = b.input("rows", &[3], DType::I64)?;
+    /// let picked = b.index_select(table, 0, rows)?;
+    /// assert_eq!(b.shape(picked), &[3, 4]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn index_select(&mut self, x: ValueId, dim: isize, index: ValueId) -> Result<ValueId> {
         let xs = self.shape(x).to_vec();
         let d = dim_index("index_select", xs.len(), dim).map_err(self.build_err("index_select"))?;
@@ -219,6 +283,27 @@ impl GraphBuilder {
     }
 
     /// `torch.gather(x, dim, index)`: `y[i][j] = x[i][index[i][j]]` along `dim`.
+    ///
+    /// # Examples
+    ///
+    /// Each row's log-probability of its own target:
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use wick_graph::{Executor, GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let logp = b.input("logp", &[2, 3], DType::F32)?;
+    /// let target = b.input("target", &[2, 1], DType::I64)?;
+    /// let picked = b.gather(logp, 1, target)?;
+    /// b.output(picked);
+    /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    /// exec.set("logp", &Tensor::new(&[[-1f32, -2., -3.], [-4., -5., -6.]], &Device::Cpu)?)?;
+    /// exec.set("target", &Tensor::new(&[[2i64], [0]], &Device::Cpu)?)?;
+    /// exec.run()?;
+    /// assert_eq!(exec.get_id(picked)?.unwrap().to_vec2::<f32>()?, [[-3.0], [-4.0]]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn gather(&mut self, x: ValueId, dim: isize, index: ValueId) -> Result<ValueId> {
         let (d, out) = kernels::gather_shape(self.shape(x), dim, self.shape(index))
             .map_err(self.build_err("gather"))?;
@@ -227,6 +312,22 @@ impl GraphBuilder {
 
     /// `F.embedding(indices, weight, padding_idx)`: row `i` of `weight`
     /// `[num_embeddings, dim]` for each index; the row `padding_idx` gets no gradient.
+    ///
+    /// # Examples
+    ///
+    /// Token and position embeddings of a GPT:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let tokens = b.input("tokens", &[4, 32], DType::I64)?;
+    /// let wte = b.param("wte.weight", &[65, 128])?;
+    /// let x = b.embedding(tokens, wte, None)?;
+    /// assert_eq!(b.shape(x), &[4, 32, 128]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn embedding(
         &mut self,
         indices: ValueId,

@@ -45,6 +45,28 @@ impl GraphBuilder {
     }
 
     /// `torch.exp(x)`.
+    ///
+    /// # Examples
+    ///
+    /// A softplus, `log(1 + exp(x))`, from the element-wise calls, run:
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use wick_graph::{Executor, GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let x = b.input("x", &[3], DType::F32)?;
+    /// let e = b.exp(x)?;
+    /// let e1 = b.add_scalar(e, 1.0)?;
+    /// let y = b.log(e1)?;
+    /// b.output(y);
+    /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    /// exec.set("x", &Tensor::new(&[-20f32, 0.0, 20.0], &Device::Cpu)?)?;
+    /// exec.run()?;
+    /// let y: Vec<f32> = exec.get_id(y)?.unwrap().to_vec1()?;
+    /// assert!((y[1] - 2f32.ln()).abs() < 1e-6 && (y[2] - 20.0).abs() < 1e-5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn exp(&mut self, x: ValueId) -> Result<ValueId> {
         self.unary(Unary::Exp, x)
     }
@@ -65,6 +87,24 @@ impl GraphBuilder {
     }
 
     /// `torch.pow(x, exponent)` for a constant exponent.
+    ///
+    /// # Examples
+    ///
+    /// A root mean square, `sqrt(mean(x²) + eps)`:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let x = b.input("x", &[4, 16], DType::F32)?;
+    /// let sq = b.pow(x, 2.0)?;
+    /// let ms = b.mean(sq, &[-1], true)?;
+    /// let ms = b.add_scalar(ms, 1e-6)?;
+    /// let rms = b.sqrt(ms)?;
+    /// assert_eq!(b.shape(rms), &[4, 1]);
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn pow(&mut self, x: ValueId, exponent: f64) -> Result<ValueId> {
         self.unary(Unary::Pow(exponent), x)
     }
@@ -80,6 +120,22 @@ impl GraphBuilder {
     }
 
     /// `torch.clamp(x, min, max)`, either bound optional.
+    ///
+    /// # Examples
+    ///
+    /// Probabilities kept away from 0 and 1 before a log, as a VAE's decoder does:
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let p = b.input("p", &[8, 784], DType::F32)?;
+    /// let safe = b.clamp(p, Some(1e-6), Some(1.0 - 1e-6))?;
+    /// let only_min = b.clamp(p, Some(0.0), None)?; // torch.clamp(p, min=0)
+    /// assert_eq!(b.shape(safe), b.shape(only_min));
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn clamp(&mut self, x: ValueId, min: Option<f64>, max: Option<f64>) -> Result<ValueId> {
         self.unary(Unary::Clamp { min, max }, x)
     }
@@ -97,6 +153,22 @@ impl GraphBuilder {
 
     /// `torch.full_like(x, value)`: a constant recorded in the graph, of `x`'s shape and
     /// dtype (no gradient flows through it).
+    ///
+    /// # Examples
+    ///
+    /// A constant target of the input's shape (a GAN's "real" labels):
+    ///
+    /// ```
+    /// use candle_core::DType;
+    /// use wick_graph::{GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    /// let logits = b.input("d_out", &[16, 1], DType::F32)?;
+    /// let real = b.ones_like(logits)?;
+    /// let loss = b.bce_with_logits(logits, real)?;
+    /// assert!(b.shape(loss).is_empty());
+    /// # Ok::<(), wick_graph::GraphError>(())
+    /// ```
     pub fn full_like(&mut self, x: ValueId, value: f64) -> Result<ValueId> {
         self.unary(Unary::Fill(value), x)
     }
