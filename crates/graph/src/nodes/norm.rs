@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use wick_ops::norm::{self, NormGrads};
+use wick_ops::tensor::dim_index;
 use wick_ops::Kernel;
 
 use crate::builder::GraphBuilder;
@@ -54,11 +55,11 @@ pub struct NormBackward {
 }
 
 impl GraphBuilder {
-    /// Softmax along `dim`.
-    pub fn softmax(&mut self, x: ValueId, dim: usize) -> Result<ValueId> {
+    /// `F.softmax(x, dim)` (`-1`: the last dimension), computed stably.
+    pub fn softmax(&mut self, x: ValueId, dim: isize) -> Result<ValueId> {
         self.forward_only("softmax")?;
         let xs = self.shape(x).to_vec();
-        norm::check_dim("softmax", &xs, dim).map_err(self.build_err("softmax"))?;
+        let dim = dim_index("softmax", xs.len(), dim).map_err(self.build_err("softmax"))?;
         let flops = norm::softmax_flops(&xs);
         let new = vec![("softmax", xs, self.dtype_of(x))];
         Ok(self.push(Arc::new(Softmax { dim }), vec![x], new, vec![], flops)[0])

@@ -112,7 +112,7 @@ impl Layers<'_> {
             if let Some(mask) = attn_mask {
                 scores = b.masked_fill(scores, mask, f64::NEG_INFINITY)?;
             }
-            let attn = b.softmax(scores, 3)?;
+            let attn = b.softmax(scores, -1)?;
             let y = b.matmul(attn, v)?;
             let y = b.permute(y, &[0, 2, 1, 3])?;
             let y = b.reshape(y, &[n, t, dim])?;
