@@ -15,6 +15,7 @@ pub(crate) trait Float:
     + std::ops::Sub<Output = Self>
     + std::ops::Mul<Output = Self>
     + std::ops::Div<Output = Self>
+    + std::ops::Neg<Output = Self>
     + std::ops::AddAssign
     + std::iter::Sum
     + 'static
@@ -23,21 +24,49 @@ pub(crate) trait Float:
     const ONE: Self;
     const NEG_INFINITY: Self;
     fn is_nan(self) -> bool;
+    /// `eˣ`; in f32 branch-free, so that loops over it vectorize (within 1 ulp).
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn abs(self) -> Self;
+    /// C's `pow` (a negative base with an integer exponent has a real value).
+    fn powf(self, p: Self) -> Self;
 }
 
 macro_rules! impl_float {
-    ($($t:ident),*) => {$(
+    ($($t:ident: $exp:path),*) => {$(
         impl Float for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const NEG_INFINITY: Self = $t::NEG_INFINITY;
+            #[inline(always)]
             fn is_nan(self) -> bool {
                 $t::is_nan(self)
+            }
+            #[inline(always)]
+            fn exp(self) -> Self {
+                $exp(self)
+            }
+            #[inline(always)]
+            fn ln(self) -> Self {
+                $t::ln(self)
+            }
+            #[inline(always)]
+            fn sqrt(self) -> Self {
+                $t::sqrt(self)
+            }
+            #[inline(always)]
+            fn abs(self) -> Self {
+                $t::abs(self)
+            }
+            #[inline(always)]
+            fn powf(self, p: Self) -> Self {
+                $t::powf(self, p)
             }
         }
     )*};
 }
-impl_float!(f32, f64);
+impl_float!(f32: crate::vector_math::exp_f32, f64: f64::exp);
 
 /// Runs `f` compiled for the widest vector instructions this CPU has: AVX-512 (x86-64-v4),
 /// else AVX2 + FMA (v3), else the baseline wick is built for (SSE2). Wick is built for any
@@ -201,9 +230,11 @@ pub(crate) fn zip_map<T: Float>(
                 .par_chunks_mut(CHUNK)
                 .zip(xa.par_chunks(CHUNK).zip(xb.par_chunks(CHUNK)))
                 .for_each(|(o, (a, b))| {
-                    for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
-                        o.write(f(*a, *b));
-                    }
+                    vectorized(|| {
+                        for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+                            o.write(f(*a, *b));
+                        }
+                    })
                 });
             Ok(())
         })
@@ -229,15 +260,35 @@ pub(crate) fn map<T: Float>(
             .par_chunks_mut(CHUNK)
             .zip(xa.par_chunks(CHUNK))
             .for_each(|(o, a)| {
-                for (o, a) in o.iter_mut().zip(a) {
-                    o.write(f(*a));
-                }
+                vectorized(|| {
+                    for (o, a) in o.iter_mut().zip(a) {
+                        o.write(f(*a));
+                    }
+                })
             });
         Ok(())
     })?;
     // SAFETY: `xa` holds `len` elements, so the chunks above wrote every one of the `len` slots.
     unsafe { out.set_len(len) };
     tensor(op, out, a.dims())
+}
+
+/// `Σ f(v)` over `values` in f64, in eight interleaved partial sums added at the end: a
+/// fixed order (the same bits on every machine and thread count) that vectorizes,
+/// where one running sum is a chain of dependent additions.
+#[inline(always)]
+pub(crate) fn sum_f64<T: Copy>(values: &[T], f: impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0f64; 8];
+    let mut blocks = values.chunks_exact(8);
+    for b in &mut blocks {
+        for (a, v) in acc.iter_mut().zip(b) {
+            *a += f(*v);
+        }
+    }
+    for (a, v) in acc.iter_mut().zip(blocks.remainder()) {
+        *a += f(*v);
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
 /// How many worker threads wick's CPU kernels split work across.

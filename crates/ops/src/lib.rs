@@ -47,6 +47,7 @@ pub mod resample;
 pub mod route;
 pub mod shape;
 pub mod tensor;
+mod vector_math;
 
 pub use activation::Activation;
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};

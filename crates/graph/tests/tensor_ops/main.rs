@@ -1,7 +1,8 @@
 //! The tensor language against PyTorch (fixtures/tensor-ops, made by
 //! scripts/make_tensor_op_fixtures.py): every case built from builder calls, run in
 //! float64 (to 1e-10 of PyTorch's float64) and float32 (next to PyTorch's own float32
-//! error), and every gradient against central differences; and the ops' errors.
+//! error), and every gradient against central differences, on wick's CPU kernels and on
+//! candle's generic path; and the ops' errors.
 
 mod cases;
 mod errors;
@@ -25,4 +26,16 @@ fn every_case_matches_pytorch_in_float64_and_finite_differences() {
         println!("{name:<28} {:>11.2e} {e32:>11.2e} {torch32:>13.2e}", e64.0);
     }
     assert_eq!(rows.len(), cases::CASES.len());
+}
+
+/// candle's device-generic path, which CUDA tensors take for these ops, against the same
+/// fixtures (the test above runs wick's CPU kernels).
+#[test]
+fn every_case_matches_pytorch_on_candles_generic_path_too() {
+    for case in cases::CASES {
+        wick_ops::KernelPath::Generic.scope(|| {
+            check_case(case, Precision::F64);
+            check_case(case, Precision::F32);
+        });
+    }
 }

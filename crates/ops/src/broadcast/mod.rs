@@ -4,6 +4,8 @@
 
 mod op;
 mod plane_kernels;
+pub(crate) mod row_kernels;
+pub(crate) mod rows;
 
 pub use op::{BinaryOp, Operand};
 
@@ -58,6 +60,9 @@ pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         {
             return dispatch_float!(name, a.dtype(), plane_kernels::forward(op, b, a, true, &p));
         }
+    }
+    if on_cpu_kernel(a) {
+        return dispatch_float!(name, a.dtype(), row_kernels::binary(op, a, b, &out));
     }
     match op {
         BinaryOp::Add => a.broadcast_add(b),
@@ -145,6 +150,16 @@ pub fn sum_to_shape(op: &'static str, t: &Tensor, shape: &[usize]) -> Result<Ten
                 plane_kernels::reduce_planes(op, t, None, len, &p, shape)
             );
         }
+        if broadcast_shape(op, t.dims(), shape)? != t.dims() {
+            return Err(OpError::invalid(
+                op,
+                format!(
+                    "{shape:?} does not broadcast to the gradient's {:?}",
+                    t.dims()
+                ),
+            ));
+        }
+        return dispatch_float!(op, t.dtype(), row_kernels::sum_to_shape(op, t, shape));
     }
     let lead = t.rank() - shape.len();
     let mut r = t.clone();

@@ -4,8 +4,9 @@
 
 use candle_core::{DType, Tensor};
 
-use super::candle;
+use super::{candle, cpu_kernels};
 use crate::broadcast::{broadcast_shape, sum_to_shape};
+use crate::cpu::dispatch_float;
 use crate::error::{OpError, Result};
 
 /// An element-wise comparison.
@@ -110,6 +111,10 @@ pub fn where_shape(cond: &[usize], a: &[usize], b: &[usize]) -> Result<Vec<usize
 pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let c = candle("where");
     let shape = where_shape(cond.dims(), a.dims(), b.dims())?;
+    check_mask_dtype("where", cond.dtype())?;
+    if cpu_kernels::on_cpu(a) && a.dtype() == b.dtype() && cpu_kernels::on_cpu(b) {
+        return dispatch_float!("where", a.dtype(), cpu_kernels::where_(cond, a, b, &shape));
+    }
     let s = shape.as_slice();
     let (cond, a, b) = (cond.broadcast_as(s), a.broadcast_as(s), b.broadcast_as(s));
     cond.and_then(|m| m.where_cond(&a?, &b?)).map_err(c)
@@ -119,6 +124,14 @@ pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// to `shape`.
 pub fn where_backward(gy: &Tensor, cond: &Tensor, to_a: bool, shape: &[usize]) -> Result<Tensor> {
     let c = candle("where");
+    if cpu_kernels::on_cpu(gy) && cond.dtype() == DType::U8 {
+        let g = dispatch_float!(
+            "where",
+            gy.dtype(),
+            cpu_kernels::where_chosen(gy, cond, to_a)
+        )?;
+        return sum_to_shape("where", &g, shape);
+    }
     let cond = cond.broadcast_as(gy.dims()).map_err(&c)?;
     let zeros = gy.zeros_like().map_err(&c)?;
     let g = if to_a {
@@ -144,6 +157,14 @@ pub fn check_masked_fill(x: &[usize], mask: &[usize]) -> Result<()> {
 /// `x.masked_fill(mask, value)`: `value` where `mask` is non-zero.
 pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
     let c = candle("masked_fill");
+    check_masked_fill(x.dims(), mask.dims())?;
+    if cpu_kernels::on_cpu(x) && mask.dtype() == DType::U8 {
+        return dispatch_float!(
+            "masked_fill",
+            x.dtype(),
+            cpu_kernels::masked_fill(x, mask, value)
+        );
+    }
     let fill = x
         .zeros_like()
         .and_then(|z| z.affine(1.0, value))
@@ -156,6 +177,14 @@ pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
 /// `masked_fill`'s gradient: `gy` where the mask is zero.
 pub fn masked_fill_backward(gy: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let c = candle("masked_fill");
+    check_masked_fill(gy.dims(), mask.dims())?;
+    if cpu_kernels::on_cpu(gy) && mask.dtype() == DType::U8 {
+        return dispatch_float!(
+            "masked_fill",
+            gy.dtype(),
+            cpu_kernels::masked_fill(gy, mask, 0.0)
+        );
+    }
     let zeros = gy.zeros_like().map_err(&c)?;
     mask.broadcast_as(gy.dims())
         .and_then(|m| m.where_cond(&zeros, gy))

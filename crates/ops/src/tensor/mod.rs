@@ -10,12 +10,22 @@
 //! - [`mask`]: comparisons, `where`, `masked_fill`;
 //! - [`nll`]: `log_softmax`, `nll_loss` (with `ignore_index` and label smoothing), and
 //!   binary cross-entropy on probabilities.
+//!
+//! On the CPU (f32 and f64) the element-wise functions, `expand`, `where`,
+//! `masked_fill`, the reductions over trailing dimensions and every gradient of theirs
+//! run wick's own one-pass kernels (vectorized, `exp` branch-free within 1 ulp); the
+//! other cases and other devices run candle's generic ops, which
+//! [`KernelPath::Generic`](crate::KernelPath) forces for comparison
+//! (`cargo bench --bench tensor_ops` times both).
 
+mod cpu_kernels;
 pub mod kernel;
 pub mod mask;
 pub mod matmul;
 pub mod nll;
 pub mod reduce;
+mod reduce_rows;
+mod reduction;
 pub mod select;
 pub mod unary;
 

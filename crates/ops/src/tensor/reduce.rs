@@ -4,78 +4,11 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{candle, dims_index};
+use super::reduce_rows;
+pub use super::reduction::Reduction;
+use super::{candle, cpu_kernels, dims_index};
+use crate::cpu::dispatch_float;
 use crate::error::{OpError, Result};
-
-/// Which reduction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Reduction {
-    /// The sum.
-    Sum,
-    /// The mean.
-    Mean,
-    /// The maximum (its gradient shared evenly among ties, as PyTorch's `amax`).
-    Amax,
-    /// The minimum (likewise).
-    Amin,
-    /// `log Σ exp(x)`, computed stably.
-    LogSumExp,
-    /// The variance with Bessel's `correction` (PyTorch's default 1).
-    Var,
-    /// The index of the maximum (the first of ties; `u32`; no gradient).
-    Argmax,
-    /// The index of the minimum (likewise).
-    Argmin,
-}
-
-impl Reduction {
-    /// The forward kernel's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Reduction::Sum => "Sum",
-            Reduction::Mean => "Mean",
-            Reduction::Amax => "Amax",
-            Reduction::Amin => "Amin",
-            Reduction::LogSumExp => "LogSumExp",
-            Reduction::Var => "Var",
-            Reduction::Argmax => "Argmax",
-            Reduction::Argmin => "Argmin",
-        }
-    }
-
-    /// The gradient kernel's name.
-    pub fn backward_name(self) -> &'static str {
-        match self {
-            Reduction::Sum => "SumBackward",
-            Reduction::Mean => "MeanBackward",
-            Reduction::Amax => "AmaxBackward",
-            Reduction::Amin => "AminBackward",
-            Reduction::LogSumExp => "LogSumExpBackward",
-            Reduction::Var => "VarBackward",
-            Reduction::Argmax => "ArgmaxBackward",
-            Reduction::Argmin => "ArgminBackward",
-        }
-    }
-
-    /// The builder call's name, for errors.
-    pub fn op_name(self) -> &'static str {
-        match self {
-            Reduction::Sum => "sum",
-            Reduction::Mean => "mean",
-            Reduction::Amax => "amax",
-            Reduction::Amin => "amin",
-            Reduction::LogSumExp => "logsumexp",
-            Reduction::Var => "var",
-            Reduction::Argmax => "argmax",
-            Reduction::Argmin => "argmin",
-        }
-    }
-
-    /// Whether a gradient flows through it.
-    pub fn differentiable(self) -> bool {
-        !matches!(self, Reduction::Argmax | Reduction::Argmin)
-    }
-}
 
 /// A reduction with its dimensions (sorted, non-negative) and settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,6 +112,15 @@ impl Reduce {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let op = self.op.op_name();
         let c = candle(op);
+        if let Some(group) = self.cpu_rows(x, x.dims()) {
+            let (r, out) = (self.op, self.out_shape(x.dims()));
+            let corr = self.correction;
+            return dispatch_float!(
+                op,
+                x.dtype(),
+                reduce_rows::reduce_rows(r, corr, x, group, &out)
+            );
+        }
         let kept = match self.op {
             Reduction::Sum => x.sum_keepdim(self.dims.clone()).map_err(c)?,
             Reduction::Mean => x.mean_keepdim(self.dims.clone()).map_err(c)?,
@@ -197,6 +139,16 @@ impl Reduce {
         };
         let out = self.out_shape(x.dims());
         kept.reshape(out).map_err(candle(op))
+    }
+
+    /// The group size when the CPU row kernels run it: `t` on the CPU in f32 or f64, a
+    /// differentiable reduction, over whole rows of an input of `shape` (see
+    /// [`trailing_group`](reduce_rows::trailing_group)).
+    fn cpu_rows(&self, t: &Tensor, shape: &[usize]) -> Option<usize> {
+        if !cpu_kernels::on_cpu(t) || !self.op.differentiable() {
+            return None;
+        }
+        reduce_rows::trailing_group(shape, &self.dims).map(|(_, group)| group)
     }
 
     /// The maximum or minimum over the dimensions, kept.
@@ -247,6 +199,22 @@ impl Reduce {
         let op = self.op.op_name();
         let c = candle(op);
         let missing = || OpError::invalid(op, "the gradient needs the forward's tensors");
+        let (reads_x, reads_y) = self.backward_reads();
+        if let (Some(group), true, true) = (
+            self.cpu_rows(gy, shape)
+                .filter(|g| gy.elem_count() * g == shape.iter().product::<usize>()),
+            !reads_x || x.is_some_and(|x| x.dims() == shape && x.dtype() == gy.dtype()),
+            !reads_y
+                || y.is_some_and(|y| y.elem_count() == gy.elem_count() && y.dtype() == gy.dtype()),
+        ) {
+            let (r, corr) = (self.op, self.correction);
+            let (x, y) = (x.filter(|_| reads_x), y.filter(|_| reads_y));
+            return dispatch_float!(
+                op,
+                gy.dtype(),
+                reduce_rows::reduce_rows_backward(r, corr, gy, x, y, group, shape)
+            );
+        }
         let kept = self.kept_shape(shape);
         let gy = gy.reshape(kept.as_slice()).map_err(&c)?;
         let n = self.group(shape) as f64;

@@ -5,8 +5,9 @@
 
 use candle_core::{DType, Tensor};
 
-use super::{candle, dense, dim_index, is_index_dtype};
+use super::{candle, cpu_kernels, dense, dim_index, is_index_dtype};
 use crate::error::{OpError, Result};
+use crate::route::{route, Route};
 
 /// The shape of `narrow(x, dim, start, length)`; `dim` already non-negative.
 pub fn narrow_shape(shape: &[usize], dim: usize, start: usize, len: usize) -> Result<Vec<usize>> {
@@ -88,6 +89,24 @@ pub fn expand_shape(shape: &[usize], sizes: &[isize]) -> Result<Vec<usize>> {
 
 /// `x` broadcast to `shape`, copied.
 pub fn expand(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    const OP: &str = "expand";
+    if route(x.device()) == Route::Cpu {
+        // The shape rule first: the rows assume `x` broadcasts to `shape`.
+        if crate::broadcast::broadcast_shape(OP, x.dims(), shape)? != shape {
+            return Err(OpError::invalid(
+                OP,
+                format!("{:?} does not broadcast to {shape:?}", x.dims()),
+            ));
+        }
+        match x.dtype() {
+            DType::F32 => return cpu_kernels::expand::<f32>(OP, x, shape),
+            DType::F64 => return cpu_kernels::expand::<f64>(OP, x, shape),
+            DType::U8 => return cpu_kernels::expand::<u8>(OP, x, shape),
+            DType::U32 => return cpu_kernels::expand::<u32>(OP, x, shape),
+            DType::I64 => return cpu_kernels::expand::<i64>(OP, x, shape),
+            _ => {}
+        }
+    }
     dense("expand", x.broadcast_as(shape).map_err(candle("expand"))?)
 }
 

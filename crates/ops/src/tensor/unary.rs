@@ -4,7 +4,8 @@
 
 use candle_core::Tensor;
 
-use super::candle;
+use super::{candle, cpu_kernels};
+use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{OpError, Result};
 
 /// Which function (the kernel's identity; [`Unary`] carries the settings).
@@ -210,6 +211,9 @@ impl Unary {
     /// The function of `x`.
     pub fn forward(self, x: &Tensor) -> Result<Tensor> {
         let op = self.op_name();
+        if cpu_kernels::on_cpu(x) {
+            return dispatch_float!(op, x.dtype(), cpu_forward(self, x));
+        }
         let c = candle(op);
         let y = match self {
             Unary::Exp => x.exp(),
@@ -232,6 +236,13 @@ impl Unary {
         let op = self.op_name();
         let need =
             || saved.ok_or_else(|| OpError::invalid(op, "the gradient needs the saved tensor"));
+        let s = match self.saved() {
+            Saved::Nothing => Some(gy),
+            _ => saved.filter(|s| s.dtype() == gy.dtype() && s.dims() == gy.dims()),
+        };
+        if let (true, Some(s)) = (cpu_kernels::on_cpu(gy), s) {
+            return dispatch_float!(op, gy.dtype(), cpu_backward(self, gy, s));
+        }
         let g = match self {
             Unary::Exp => gy.mul(need()?),
             Unary::Log => gy.div(need()?),
@@ -283,4 +294,89 @@ fn clamp(x: &Tensor, min: Option<f64>, max: Option<f64>) -> candle_core::Result<
         y = y.minimum(hi)?;
     }
     Ok(y)
+}
+
+// wick's CPU kernels (f32 and f64): one pass each, branch-free where the function allows,
+// so that the loops vectorize.
+
+/// `u(x)`.
+fn cpu_forward<T: Float>(u: Unary, x: &Tensor) -> Result<Tensor> {
+    let op = u.op_name();
+    let c = T::from_f64;
+    match u {
+        Unary::Exp => cpu::map::<T>(op, x, move |v| v.exp()),
+        Unary::Log => cpu::map::<T>(op, x, move |v| v.ln()),
+        Unary::Sqrt => cpu::map::<T>(op, x, move |v| v.sqrt()),
+        Unary::Rsqrt => cpu::map::<T>(op, x, move |v| T::ONE / v.sqrt()),
+        Unary::Abs => cpu::map::<T>(op, x, move |v| v.abs()),
+        Unary::Neg => cpu::map::<T>(op, x, move |v| -v),
+        Unary::Pow(1.0) => cpu::map::<T>(op, x, move |v| v),
+        Unary::Pow(2.0) => cpu::map::<T>(op, x, move |v| v * v),
+        Unary::Pow(p) => cpu::map::<T>(op, x, move |v| v.powf(c(p))),
+        Unary::Clamp { min, max } => {
+            let (lo, hi) = bounds::<T>(min, max);
+            // Comparisons with NaN are false: a NaN stays NaN, as PyTorch's. Two selects,
+            // no branch, so the loop vectorizes.
+            cpu::map::<T>(op, x, move |v| {
+                let v = if v < lo { lo } else { v };
+                if v > hi {
+                    hi
+                } else {
+                    v
+                }
+            })
+        }
+        Unary::AddScalar(k) => {
+            let k = c(k);
+            cpu::map::<T>(op, x, move |v| v + k)
+        }
+        Unary::Fill(k) => cpu::tensor(op, vec![c(k); x.elem_count()], x.dims()),
+    }
+}
+
+/// The gradient of `u` for output gradient `gy`, with `s` the input or output that
+/// [`Unary::saved`] names.
+fn cpu_backward<T: Float>(u: Unary, gy: &Tensor, s: &Tensor) -> Result<Tensor> {
+    let op = u.op_name();
+    let (zero, half) = (T::ZERO, T::from_f64(0.5));
+    match u {
+        Unary::Exp => cpu::zip_map::<T>(op, gy, s, move |g, y| g * y),
+        Unary::Log => cpu::zip_map::<T>(op, gy, s, move |g, x| g / x),
+        Unary::Sqrt => cpu::zip_map::<T>(op, gy, s, move |g, y| g * half / y),
+        Unary::Rsqrt => cpu::zip_map::<T>(op, gy, s, move |g, y| -(g * half * y * y * y)),
+        Unary::Abs => cpu::zip_map::<T>(op, gy, s, move |g, x| {
+            let pos = if x > zero { g } else { zero };
+            if x < zero {
+                -g
+            } else {
+                pos
+            }
+        }),
+        Unary::Neg => cpu::map::<T>(op, gy, move |g| -g),
+        Unary::Pow(0.0) => cpu::map::<T>(op, gy, move |_| zero),
+        Unary::Pow(p) => {
+            let (pt, q) = (T::from_f64(p), T::from_f64(p - 1.0));
+            match p {
+                2.0 => cpu::zip_map::<T>(op, gy, s, move |g, x| g * pt * x),
+                _ => cpu::zip_map::<T>(op, gy, s, move |g, x| g * pt * x.powf(q)),
+            }
+        }
+        Unary::Clamp { min, max } => {
+            let (lo, hi) = bounds::<T>(min, max);
+            cpu::zip_map::<T>(
+                op,
+                gy,
+                s,
+                move |g, x| if (x > lo) & (x < hi) { g } else { zero },
+            )
+        }
+        Unary::AddScalar(_) => Ok(gy.clone()),
+        Unary::Fill(_) => cpu::tensor(op, vec![zero; gy.elem_count()], gy.dims()),
+    }
+}
+
+/// A clamp's bounds, infinite where absent.
+fn bounds<T: Float>(min: Option<f64>, max: Option<f64>) -> (T, T) {
+    let lo = T::from_f64(min.unwrap_or(f64::NEG_INFINITY));
+    (lo, T::from_f64(max.unwrap_or(f64::INFINITY)))
 }
