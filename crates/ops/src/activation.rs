@@ -13,6 +13,7 @@ use candle_core::{DType, Tensor};
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
 use crate::route::{route, Route};
+use crate::vector_math::exp_f32;
 
 /// An activation function. [`LeakyRelu`](Activation::LeakyRelu)'s negative slope is a
 /// setting of the graph node, not of the kernel's name.
@@ -177,24 +178,49 @@ fn wide_f32(
     cpu::tensor(op, out, x.dims())
 }
 
-/// `e^x` in f32 by Cephes' `expf`: `2^n · p(r)` with `n = round(x / ln 2)`, `r` the
-/// remainder and a degree-6 polynomial, within 2 ulp; branch-free, so loops over it
-/// vectorise. NaN stays NaN; the input is clamped to where the result is finite.
-#[inline(always)]
-fn exp_f32(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
-    let x = x.clamp(-87.336_55, 88.376_26);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let mut p = 1.987_569_2e-4f32;
-    p = p * r + 1.398_199_9e-3;
-    p = p * r + 8.333_452e-3;
-    p = p * r + 4.166_579_6e-2;
-    p = p * r + 0.166_666_65;
-    p = p * r + 0.5;
-    let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+/// The f32 activations [`wide_f32`] runs, as `(x, g)` functions (`g`: the output
+/// gradient, 0 in a forward). Function items marked `inline(always)`, not closures: a
+/// closure this large is called rather than inlined into the loop, which then does not
+/// vectorize.
+mod lanes {
+    use super::{sigmoid_f32, GELU_TANH_C, SQRT_2_OVER_PI};
+
+    #[inline(always)]
+    pub fn sigmoid(x: f32, _: f32) -> f32 {
+        sigmoid_f32(x)
+    }
+
+    #[inline(always)]
+    pub fn silu(x: f32, _: f32) -> f32 {
+        x * sigmoid_f32(x)
+    }
+
+    #[inline(always)]
+    pub fn silu_backward(x: f32, g: f32) -> f32 {
+        let s = sigmoid_f32(x);
+        g * (s * (1.0 + x * (1.0 - s)))
+    }
+
+    /// `2u`, with `u = √(2/π)·(x + 0.044715·x³)` the argument of GELU's tanh form.
+    #[inline(always)]
+    fn two_u(x: f32) -> f32 {
+        2.0 * SQRT_2_OVER_PI as f32 * (x + GELU_TANH_C as f32 * x * x * x)
+    }
+
+    /// `x/2 · (1 + tanh u) = x · σ(2u)`: no cancellation in the negative tail.
+    #[inline(always)]
+    pub fn gelu_tanh(x: f32, _: f32) -> f32 {
+        x * sigmoid_f32(two_u(x))
+    }
+
+    /// With `t = tanh u`: `(1 + t)/2 = σ(2u)` and `(1 - t²)/2 = 2·σ(2u)·σ(-2u)`.
+    #[inline(always)]
+    pub fn gelu_tanh_backward(x: f32, g: f32) -> f32 {
+        let u2 = two_u(x);
+        let (s, s_neg) = (sigmoid_f32(u2), sigmoid_f32(-u2));
+        let d_inner = (SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * (x * x) as f64)) as f32;
+        g * (s + 2.0 * x * s * s_neg * d_inner)
+    }
 }
 
 /// `1 / (1 + e^-x)` in f32, within 3 ulp.
@@ -322,12 +348,9 @@ fn forward_cpu<T: Float>(kind: Activation, slope: f64, x: &Tensor) -> Result<Ten
         Activation::Hardswish => cpu::map::<T>(op, x, move |v| v * relu6(v + three) / six),
         Activation::Hardsigmoid => cpu::map::<T>(op, x, move |v| relu6(v + three) / six),
         Activation::LeakyRelu => cpu::map::<T>(op, x, move |v| if v > T::ZERO { v } else { v * k }),
-        Activation::Sigmoid if x.dtype() == DType::F32 => {
-            wide_f32(op, x, None, |v, _| sigmoid_f32(v))
-        }
-        Activation::Silu if x.dtype() == DType::F32 => {
-            wide_f32(op, x, None, |v, _| v * sigmoid_f32(v))
-        }
+        Activation::Sigmoid if x.dtype() == DType::F32 => wide_f32(op, x, None, lanes::sigmoid),
+        Activation::Silu if x.dtype() == DType::F32 => wide_f32(op, x, None, lanes::silu),
+        Activation::GeluTanh if x.dtype() == DType::F32 => wide_f32(op, x, None, lanes::gelu_tanh),
         _ => cpu::map::<T>(op, x, |v| T::from_f64(forward64(kind, slope, v.to_f64()))),
     }
 }
@@ -431,10 +454,10 @@ fn backward_cpu<T: Float>(
         }
         Activation::Sigmoid => cpu::zip_map::<T>(op, grad_y, saved, |g, y| g * (y * (T::ONE - y))),
         Activation::Silu if saved.dtype() == DType::F32 => {
-            wide_f32(op, saved, Some(grad_y), |x, g| {
-                let s = sigmoid_f32(x);
-                g * (s * (1.0 + x * (1.0 - s)))
-            })
+            wide_f32(op, saved, Some(grad_y), lanes::silu_backward)
+        }
+        Activation::GeluTanh if saved.dtype() == DType::F32 => {
+            wide_f32(op, saved, Some(grad_y), lanes::gelu_tanh_backward)
         }
         _ => cpu::zip_map::<T>(op, grad_y, saved, |g, s| {
             T::from_f64(g.to_f64() * derivative64(kind, slope, s.to_f64()))
