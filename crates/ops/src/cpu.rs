@@ -3,6 +3,7 @@
 use candle_core::{DType, Device, Shape, Storage, Tensor, WithDType};
 
 use crate::error::{CandleContext, OpError, Result};
+use crate::route::{route, Route};
 
 /// The float types wick's CPU kernels are written for (f32 and f64).
 pub(crate) trait Float:
@@ -129,6 +130,11 @@ pub(crate) fn prefetch<T>(data: &[T]) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = data;
+}
+
+/// Whether wick's CPU kernels run `t`: on the CPU by the routing rule, f32 or f64.
+pub(crate) fn on_cpu_kernel(t: &Tensor) -> bool {
+    route(t.device()) == Route::Cpu && matches!(t.dtype(), DType::F32 | DType::F64)
 }
 
 /// Runs `f` on the contiguous data of a CPU tensor (copying only if it is not contiguous).

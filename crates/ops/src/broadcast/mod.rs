@@ -9,11 +9,10 @@ pub(crate) mod rows;
 
 pub use op::{BinaryOp, Operand};
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
-use crate::route::{route, Route};
 
 /// The broadcast shape of `a` and `b` by PyTorch's rules: dimensions are aligned from the
 /// right, and each pair must be equal or contain a 1.
@@ -43,11 +42,11 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
 pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let name = op.name();
     same_dtype(name, a, b)?;
-    if a.dims() == b.dims() && on_cpu_kernel(a) {
+    if a.dims() == b.dims() && cpu::on_cpu_kernel(a) {
         return dispatch_float!(name, a.dtype(), same_shape_cpu(op, a, b));
     }
     let out = broadcast_shape(name, a.dims(), b.dims())?;
-    if on_cpu_kernel(a) {
+    if cpu::on_cpu_kernel(a) {
         if let Some(p) = (a.dims() == out.as_slice())
             .then(|| plane_kernels::planes(a.dims(), b.dims()))
             .flatten()
@@ -61,7 +60,7 @@ pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             return dispatch_float!(name, a.dtype(), plane_kernels::forward(op, b, a, true, &p));
         }
     }
-    if on_cpu_kernel(a) {
+    if cpu::on_cpu_kernel(a) {
         return dispatch_float!(name, a.dtype(), row_kernels::binary(op, a, b, &out));
     }
     match op {
@@ -71,10 +70,6 @@ pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         BinaryOp::Div => a.broadcast_div(b),
     }
     .ctx(name)
-}
-
-fn on_cpu_kernel(t: &Tensor) -> bool {
-    route(t.device()) == Route::Cpu && matches!(t.dtype(), DType::F32 | DType::F64)
 }
 
 fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
@@ -141,7 +136,7 @@ pub fn sum_to_shape(op: &'static str, t: &Tensor, shape: &[usize]) -> Result<Ten
     if t.dims() == shape {
         return Ok(t.clone());
     }
-    if on_cpu_kernel(t) {
+    if cpu::on_cpu_kernel(t) {
         if let Some(p) = plane_kernels::planes(t.dims(), shape) {
             let len = shape.iter().product();
             return dispatch_float!(
@@ -192,7 +187,7 @@ pub fn backward_flops(op: BinaryOp, out: &[usize]) -> u64 {
 /// `x * factor`.
 pub fn scale(x: &Tensor, factor: f64) -> Result<Tensor> {
     const OP: &str = "scale";
-    if on_cpu_kernel(x) {
+    if cpu::on_cpu_kernel(x) {
         return dispatch_float!(OP, x.dtype(), scale_cpu(x, factor));
     }
     (x * factor).ctx(OP)

@@ -4,18 +4,12 @@
 //! generic path broadcasts, copies and selects in several. The element-wise functions'
 //! kernels are in [`unary`](super::unary), the reductions' in `reduce_rows`.
 
-use candle_core::{DType, Tensor, WithDType};
+use candle_core::{Tensor, WithDType};
 
 use crate::broadcast::row_kernels::zip_rows;
 use crate::broadcast::rows::{Rows, Src};
 use crate::cpu::{self, Float};
 use crate::error::Result;
-use crate::route::{route, Route};
-
-/// Whether `t` is for these kernels: on the CPU, f32 or f64.
-pub(crate) fn on_cpu(t: &Tensor) -> bool {
-    route(t.device()) == Route::Cpu && matches!(t.dtype(), DType::F32 | DType::F64)
-}
 
 /// `x` broadcast to `shape` and copied (any dtype candle stores).
 pub(crate) fn expand<T: WithDType>(

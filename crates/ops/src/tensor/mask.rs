@@ -112,7 +112,7 @@ pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     let c = candle("where");
     let shape = where_shape(cond.dims(), a.dims(), b.dims())?;
     check_mask_dtype("where", cond.dtype())?;
-    if cpu_kernels::on_cpu(a) && a.dtype() == b.dtype() && cpu_kernels::on_cpu(b) {
+    if crate::cpu::on_cpu_kernel(a) && a.dtype() == b.dtype() && crate::cpu::on_cpu_kernel(b) {
         return dispatch_float!("where", a.dtype(), cpu_kernels::where_(cond, a, b, &shape));
     }
     let s = shape.as_slice();
@@ -124,7 +124,7 @@ pub fn where_(cond: &Tensor, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// to `shape`.
 pub fn where_backward(gy: &Tensor, cond: &Tensor, to_a: bool, shape: &[usize]) -> Result<Tensor> {
     let c = candle("where");
-    if cpu_kernels::on_cpu(gy) && cond.dtype() == DType::U8 {
+    if crate::cpu::on_cpu_kernel(gy) && cond.dtype() == DType::U8 {
         let g = dispatch_float!(
             "where",
             gy.dtype(),
@@ -158,7 +158,7 @@ pub fn check_masked_fill(x: &[usize], mask: &[usize]) -> Result<()> {
 pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
     let c = candle("masked_fill");
     check_masked_fill(x.dims(), mask.dims())?;
-    if cpu_kernels::on_cpu(x) && mask.dtype() == DType::U8 {
+    if crate::cpu::on_cpu_kernel(x) && mask.dtype() == DType::U8 {
         return dispatch_float!(
             "masked_fill",
             x.dtype(),
@@ -178,7 +178,7 @@ pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
 pub fn masked_fill_backward(gy: &Tensor, mask: &Tensor) -> Result<Tensor> {
     let c = candle("masked_fill");
     check_masked_fill(gy.dims(), mask.dims())?;
-    if cpu_kernels::on_cpu(gy) && mask.dtype() == DType::U8 {
+    if crate::cpu::on_cpu_kernel(gy) && mask.dtype() == DType::U8 {
         return dispatch_float!(
             "masked_fill",
             gy.dtype(),

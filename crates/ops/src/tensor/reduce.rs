@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 
 use super::reduce_rows;
 pub use super::reduction::Reduction;
-use super::{candle, cpu_kernels, dims_index};
+use super::{candle, dims_index};
 use crate::cpu::dispatch_float;
 use crate::error::{OpError, Result};
 
@@ -145,7 +145,7 @@ impl Reduce {
     /// differentiable reduction, over whole rows of an input of `shape` (see
     /// [`trailing_group`](reduce_rows::trailing_group)).
     fn cpu_rows(&self, t: &Tensor, shape: &[usize]) -> Option<usize> {
-        if !cpu_kernels::on_cpu(t) || !self.op.differentiable() {
+        if !crate::cpu::on_cpu_kernel(t) || !self.op.differentiable() {
             return None;
         }
         reduce_rows::trailing_group(shape, &self.dims).map(|(_, group)| group)

@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use super::{candle, cpu_kernels};
+use super::candle;
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{OpError, Result};
 
@@ -211,7 +211,7 @@ impl Unary {
     /// The function of `x`.
     pub fn forward(self, x: &Tensor) -> Result<Tensor> {
         let op = self.op_name();
-        if cpu_kernels::on_cpu(x) {
+        if crate::cpu::on_cpu_kernel(x) {
             return dispatch_float!(op, x.dtype(), cpu_forward(self, x));
         }
         let c = candle(op);
@@ -240,7 +240,7 @@ impl Unary {
             Saved::Nothing => Some(gy),
             _ => saved.filter(|s| s.dtype() == gy.dtype() && s.dims() == gy.dims()),
         };
-        if let (true, Some(s)) = (cpu_kernels::on_cpu(gy), s) {
+        if let (true, Some(s)) = (crate::cpu::on_cpu_kernel(gy), s) {
             return dispatch_float!(op, gy.dtype(), cpu_backward(self, gy, s));
         }
         let g = match self {
