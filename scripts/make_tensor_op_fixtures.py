@@ -232,4 +232,22 @@ for kind, layers, bidirectional, with_state in [("lstm", 2, True, True), ("lstm"
     torch.manual_seed(1000 + layers)
     fn, inputs = recurrent(kind, 3, 4, layers, bidirectional, with_state)
     case(f"{kind}_l{layers}{'_bidirectional' if bidirectional else ''}{'_state' if with_state else ''}", fn, **inputs)
+
+# F.scaled_dot_product_attention: plain with L != S and Ev != E, causal (square, and
+# L < S: the mask's top-left corner), a boolean mask shared by every head with one query
+# row that sees no key (PyTorch gives it zeros), an additive per-batch mask, a custom scale
+torch.manual_seed(2000)
+sdpa = F.scaled_dot_product_attention
+case("sdpa_plain", lambda query, key, value: sdpa(query, key, value),
+     query=randn(2, 2, 5, 4), key=randn(2, 2, 7, 4), value=randn(2, 2, 7, 3))
+case("sdpa_causal", lambda query, key, value: sdpa(query, key, value, is_causal=True),
+     query=randn(2, 3, 6, 4), key=randn(2, 3, 6, 4), value=randn(2, 3, 6, 4))
+case("sdpa_causal_rect", lambda query, key, value: sdpa(query, key, value, is_causal=True, scale=0.3),
+     query=randn(1, 2, 4, 3), key=randn(1, 2, 6, 3), value=randn(1, 2, 6, 2))
+keep = torch.rand(5, 7) > 0.3
+keep[2] = False
+case("sdpa_bool_mask", lambda query, key, value, mask: sdpa(query, key, value, attn_mask=mask.bool()),
+     query=randn(2, 2, 5, 4), key=randn(2, 2, 7, 4), value=randn(2, 2, 7, 4), mask=keep.to(torch.uint8))
+case("sdpa_float_mask", lambda query, key, value, mask: sdpa(query, key, value, attn_mask=mask.detach()),
+     query=randn(2, 2, 5, 4), key=randn(2, 2, 7, 4), value=randn(2, 2, 7, 4), mask=randn(2, 1, 5, 7, scale=2.0))
 print(f"{SEED[0]} cases in {OUT}")

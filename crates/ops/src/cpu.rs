@@ -18,6 +18,7 @@ pub(crate) trait Float:
     + std::ops::Div<Output = Self>
     + std::ops::Neg<Output = Self>
     + std::ops::AddAssign
+    + std::ops::MulAssign
     + std::iter::Sum
     + 'static
 {
@@ -105,6 +106,50 @@ pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
         }
     }
     f()
+}
+
+/// Work whose loops compile for the widest vector instructions this CPU has, as
+/// [`vectorized`] chooses them. A closure's body is a function of its own that LLVM may
+/// leave un-inlined (and so compiled for the baseline) inside the wide wrapper; a
+/// `run` marked `#[inline(always)]` is always inlined there, so large kernels (a tile of
+/// attention) vectorize too.
+pub(crate) trait WideKernel {
+    type Output;
+    /// The work; implementations must be `#[inline(always)]`.
+    fn run(self) -> Self::Output;
+}
+
+/// Runs `k` compiled for AVX-512, AVX2 + FMA or the baseline, as [`vectorized`].
+#[inline(always)]
+pub(crate) fn run_wide<K: WideKernel>(k: K) -> K::Output {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2")]
+        fn v4<K: WideKernel>(k: K) -> K::Output {
+            k.run()
+        }
+        #[target_feature(enable = "avx2,fma,bmi1,bmi2")]
+        fn v3<K: WideKernel>(k: K) -> K::Output {
+            k.run()
+        }
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            // SAFETY: the CPU has every feature v4 enables (checked just above).
+            return unsafe { v4(k) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("bmi1")
+            && std::arch::is_x86_feature_detected!("bmi2")
+        {
+            // SAFETY: the CPU has every feature v3 enables (checked just above).
+            return unsafe { v3(k) };
+        }
+    }
+    k.run()
 }
 
 /// Asks the CPU to start loading every cache line of `data` into its caches (x86-64; a

@@ -27,6 +27,31 @@ fn splitmix64(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The draws of one dropout node at one step: whether element `i` is kept is a pure
+/// function of `(seed, step, i)`, so a kernel that needs the mask again (attention's
+/// backward) draws it again instead of storing it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Draws {
+    base: u64,
+    threshold: u64,
+}
+
+impl Draws {
+    /// The draws for drop probability `p` (checked by the caller) of node `seed` at `step`.
+    pub(crate) fn new(p: f64, seed: u64, step: u64) -> Self {
+        Draws {
+            base: splitmix64(seed ^ splitmix64(step)),
+            threshold: (p * (1u64 << 53) as f64) as u64,
+        }
+    }
+
+    /// Whether element `i` is kept.
+    #[inline(always)]
+    pub(crate) fn kept(&self, i: u64) -> bool {
+        splitmix64(self.base ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93)) >> 11 >= self.threshold
+    }
+}
+
 /// The scaled mask of `shape`: `1 / (1 - p)` where kept, 0 where dropped, in `dtype` on
 /// `device` (drawn on the host).
 pub fn mask(
@@ -39,23 +64,19 @@ pub fn mask(
 ) -> Result<Tensor> {
     check_probability(p)?;
     let len: usize = shape.iter().product();
-    let base = splitmix64(seed ^ splitmix64(step));
+    let draws = Draws::new(p, seed, step);
     let keep = 1.0 / (1.0 - p);
-    let threshold = (p * (1u64 << 53) as f64) as u64;
-    let values: Vec<f32> = (0..len as u64)
-        .map(|i| {
-            let u = splitmix64(base ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93)) >> 11;
-            if u >= threshold {
-                keep as f32
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    Tensor::from_vec(values, shape, device)
-        .ctx(OP)?
-        .to_dtype(dtype)
-        .ctx(OP)
+    let kept = (0..len as u64).map(|i| draws.kept(i));
+    // Drawn in f32 (half the bytes to move) unless the op runs in f64, whose factor
+    // 1 / (1 - p) f32 would round.
+    let t = if dtype == DType::F64 {
+        let values: Vec<f64> = kept.map(|k| if k { keep } else { 0.0 }).collect();
+        Tensor::from_vec(values, shape, device)
+    } else {
+        let values: Vec<f32> = kept.map(|k| if k { keep as f32 } else { 0.0 }).collect();
+        Tensor::from_vec(values, shape, device)
+    };
+    t.ctx(OP)?.to_dtype(dtype).ctx(OP)
 }
 
 /// Dropout of `x` at `step` with a mask of `mask_shape` (`x`'s, or one value per sample

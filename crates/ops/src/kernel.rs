@@ -139,6 +139,10 @@ pub enum Kernel {
     Custom(CustomKernel),
     /// An op of the tensor language (matmul, reductions, indexing, masks, ...).
     Tensor(TensorKernel),
+    /// Fused scaled dot-product attention forward (output and log-sum-exp).
+    AttentionForward,
+    /// Fused scaled dot-product attention backward (the query, key and value gradients).
+    AttentionBackward,
 }
 
 /// A user-defined kernel: its name (printed by profilers on every device), class and phase.
@@ -218,6 +222,7 @@ impl Kernel {
                 C::Convolution
             }
             UpsampleForward | UpsampleBackward => C::Pooling,
+            AttentionForward | AttentionBackward => C::Attention,
             Custom(k) => k.class,
             Tensor(t) => t.class(),
         }
@@ -250,6 +255,7 @@ impl Kernel {
             | GroupNormForward
             | Loss(_)
             | ConvTransposeForward
+            | AttentionForward
             | UpsampleForward => KernelPhase::Forward,
             ConvBackwardData
             | ConvBackwardFilter
@@ -276,6 +282,7 @@ impl Kernel {
             | LossGradSeed
             | ConvTransposeBackwardData
             | ConvTransposeBackwardFilter
+            | AttentionBackward
             | UpsampleBackward => KernelPhase::Backward,
             SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => KernelPhase::Optimizer,
             AccumulateMicroBatch | UpdateCount => KernelPhase::Optimizer,
@@ -370,6 +377,8 @@ impl Kernel {
             ConvTransposeBackwardFilter => "ConvTransposeBackwardFilter",
             UpsampleForward => "UpsampleForward",
             UpsampleBackward => "UpsampleBackward",
+            AttentionForward => "AttentionForward",
+            AttentionBackward => "AttentionBackward",
             Custom(k) => k.name,
             Tensor(t) => t.name(),
         }
@@ -406,6 +415,8 @@ impl Kernel {
             SgdUpdateMultiTensor => "GpuSgdUpdateMultiTensor",
             AdamUpdate => "GpuAdamUpdate",
             AdamUpdateMultiTensor => "GpuAdamUpdateMultiTensor",
+            AttentionForward => "GpuAttentionForward",
+            AttentionBackward => "GpuAttentionBackward",
             // Element-wise ops, reshapes and communication keep their CPU names.
             _ => self.cpu_name(),
         }

@@ -10,6 +10,9 @@ pub enum KernelClass {
     Convolution,
     /// Fully connected layers, matrix products, and their gradients.
     Linear,
+    /// Fused attention and its gradients: two products per (query, key) pair with a
+    /// softmax between them, compute-bound at long sequences.
+    Attention,
     /// Batch norm, its gradients and its fusions (a few passes over an activation).
     Normalization,
     /// One pass over the data per element, no reduction: activations, additions and

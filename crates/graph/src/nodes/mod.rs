@@ -7,6 +7,7 @@ pub mod adaptive_pool;
 pub mod add;
 pub mod all_reduce;
 pub mod arithmetic;
+pub mod attention;
 pub mod batchnorm;
 pub mod conv;
 pub mod conv_fused;

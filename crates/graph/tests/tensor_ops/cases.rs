@@ -169,4 +169,41 @@ pub const CASES: &[Case] = &[
     )),
     case!("binary_cross_entropy", |b, v| b
         .binary_cross_entropy(v["input"], v["target"])),
+    case!("sdpa_plain", |b, v| b.scaled_dot_product_attention(
+        v["query"], v["key"], v["value"], None, 0.0, false, None
+    )),
+    case!("sdpa_causal", |b, v| b.scaled_dot_product_attention(
+        v["query"], v["key"], v["value"], None, 0.0, true, None
+    )),
+    case!("sdpa_causal_rect", |b, v| b.scaled_dot_product_attention(
+        v["query"],
+        v["key"],
+        v["value"],
+        None,
+        0.0,
+        true,
+        Some(0.3)
+    )),
+    case!("sdpa_bool_mask", |b, v| b.scaled_dot_product_attention(
+        v["query"],
+        v["key"],
+        v["value"],
+        Some(v["mask"]),
+        0.0,
+        false,
+        None
+    )),
+    // The mask is detached in the generator, as here: it gets no gradient.
+    case!("sdpa_float_mask", KINKED, |b, v| {
+        let mask = b.detach(v["mask"])?;
+        b.scaled_dot_product_attention(
+            v["query"],
+            v["key"],
+            v["value"],
+            Some(mask),
+            0.0,
+            false,
+            None,
+        )
+    }),
 ];

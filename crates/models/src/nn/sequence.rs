@@ -2,6 +2,7 @@
 //! `nn.Embedding` and `nn.MultiheadAttention` (`batch_first=True`).
 
 use wick_graph::ValueId;
+use wick_ops::tensor::mask::Comparison;
 
 use super::{Init, Layers, TensorRole};
 
@@ -106,14 +107,13 @@ impl Layers<'_> {
             let q = split_heads(b, parts[0])?;
             let k = split_heads(b, parts[1])?;
             let v = split_heads(b, parts[2])?;
-            let kt = b.transpose(k, 2, 3)?;
-            let scores = b.matmul(q, kt)?;
-            let mut scores = b.mul_scalar(scores, 1.0 / (head_dim as f64).sqrt())?;
-            if let Some(mask) = attn_mask {
-                scores = b.masked_fill(scores, mask, f64::NEG_INFINITY)?;
-            }
-            let attn = b.softmax(scores, -1)?;
-            let y = b.matmul(attn, v)?;
+            // nn.MultiheadAttention's mask says where a query may not attend; the
+            // fused op's boolean mask, where it may.
+            let allowed = match attn_mask {
+                Some(m) => Some(b.compare_scalar(Comparison::Eq, m, 0.0)?),
+                None => None,
+            };
+            let y = b.scaled_dot_product_attention(q, k, v, allowed, 0.0, false, None)?;
             let y = b.permute(y, &[0, 2, 1, 3])?;
             let y = b.reshape(y, &[n, t, dim])?;
             project(b, y, w_out, b_out)

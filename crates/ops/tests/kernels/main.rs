@@ -4,6 +4,7 @@
 
 mod common;
 
+mod attention;
 mod batchnorm;
 mod conv;
 mod conv_fused;

@@ -48,6 +48,7 @@ fn few_flops_per_element(class: KernelClass) -> bool {
     match class {
         KernelClass::Elementwise | KernelClass::Normalization | KernelClass::Reduction => true,
         KernelClass::Convolution
+        | KernelClass::Attention
         | KernelClass::Linear
         | KernelClass::Pooling
         | KernelClass::Reshape
