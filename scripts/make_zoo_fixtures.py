@@ -7,7 +7,8 @@ fixtures/resnet18-formula/README.md, extended by module type: a convolution or l
 weight is `s * sqrt(3 / fan_in)`, its bias `s * sqrt(3 / out)`; a normalisation weight
 `1 + 0.1 s` and bias `0.1 s`; running means `0.1 s`, variances `0.5 + u`; ConvNeXt's
 layer scale `0.1 s` (u from the tensor's name, s = 2u - 1). The batch is the formula's:
-4 images of 50x37 (width x height) from the "images" stream and labels from "labels".
+4 images of 50x37 (width x height; 32x32 for the ViT, built for one square size) from
+the "images" stream and labels from "labels".
 
 Stored (float64 values; `_f32` is PyTorch float32, `_f64` the same computation in float64
 from the same float32 weights and images):
@@ -42,7 +43,10 @@ MODELS = {
     "convnext_tiny": dict(stochastic_depth_prob=0.0),
     "vgg11_bn": dict(dropout=0.0),
     "vgg16_bn": dict(dropout=0.0),
+    "vit_b_16": dict(image_size=32),
 }
+# A ViT is built for one square size: 32x32 (two by two 16x16 patches and the class token).
+SIZES = {"vit_b_16": (32, 32)}
 NORMS = (torch.nn.BatchNorm2d, torch.nn.LayerNorm, LayerNorm2d, torch.nn.GroupNorm)
 
 
@@ -82,15 +86,16 @@ def model(name, dtype):
     return m.to(dtype)
 
 
-def batch():
-    images = (2 * (2 * uniform("images", BATCH * 3 * HEIGHT * WIDTH) - 1)).astype(np.float32)
-    images = torch.from_numpy(images.reshape(BATCH, 3, HEIGHT, WIDTH))
+def batch(name):
+    height, width = SIZES.get(name, (HEIGHT, WIDTH))
+    images = (2 * (2 * uniform("images", BATCH * 3 * height * width) - 1)).astype(np.float32)
+    images = torch.from_numpy(images.reshape(BATCH, 3, height, width))
     labels = torch.from_numpy(np.floor(CLASSES * uniform("labels", BATCH)).astype(np.int64))
     return images, labels
 
 
 def run(name, dtype):
-    images, labels = batch()
+    images, labels = batch(name)
     x = images.to(dtype)
     out = {}
     m = model(name, dtype).eval()
@@ -124,7 +129,8 @@ def main():
                 expected[f"{head}_{tag}" + (f".{tail}" if tail else "")] = v.to(torch.float64).contiguous()
         expected["images_sum"] = images.double().sum().reshape(1)
         meta = dict(model=name, torch=torch.__version__, torchvision=torchvision.__version__,
-                    batch=str(BATCH), height=str(HEIGHT), width=str(WIDTH), classes=str(CLASSES))
+                    batch=str(BATCH), height=str(images.shape[2]), width=str(images.shape[3]),
+                    classes=str(CLASSES))
         save_file(expected, os.path.join(out_dir, f"{name}.safetensors"), metadata=meta)
         rel = lambda a, b: ((a - b).abs().max() / b.abs().max()).item()
         print(f"{name}: {len(expected)} tensors; loss f32 {expected['loss_train_f32'].item():.6f}; "

@@ -15,6 +15,8 @@ MUTATIONS=(
   'global_pool.cu|for (int i = lane; i < HW; i += 32)|for (int i = lane; i <= HW; i += 32)'
   # A chunk that runs past the end of its tensor.
   'optimizer.cu|long long end = start + chunk_len < sizes[t] ? start + chunk_len : sizes[t];|long long end = start + chunk_len;'
+  # A causal key's gradient misses the query on its diagonal.
+  'attention.cu|for (int i = s.causal ? j : 0; i < s.L; i++)|for (int i = s.causal ? j + 1 : 0; i < s.L; i++)'
   # An activation's gradient reads the wrong element.
   'elementwise.cu|grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i], slope);|grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i > 0 ? i - 1 : 0], slope);'
 )

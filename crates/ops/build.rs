@@ -6,6 +6,7 @@
 
 /// The CUDA source files, relative to the crate.
 const KERNEL_FILES: &[&str] = &[
+    "cuda/attention.cu",
     "cuda/batchnorm.cu",
     "cuda/cross_entropy.cu",
     "cuda/elementwise.cu",
@@ -178,6 +179,7 @@ mod emulation {
             "int" => "i32",
             "unsigned int" => "u32",
             "long long" => "i64",
+            "unsigned long long" => "u64",
             "float" => "f32",
             "double" => "f64",
             "const float*" => "*const f32",

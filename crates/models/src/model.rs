@@ -58,6 +58,10 @@ pub struct Architecture {
     pub stochastic_depth: Option<f64>,
     /// Whether the model takes a [`Stem`] (the ResNets; the CIFAR stem suits 32x32 images).
     pub has_stem: bool,
+    /// For a model whose parameters depend on the image size (a Vision Transformer's
+    /// position embedding): its patch. It takes square images whose side is a multiple
+    /// of the patch, and is built for one side ([`ModelConfig::image_size`]).
+    pub patch: Option<usize>,
 }
 
 impl Architecture {
@@ -72,6 +76,16 @@ impl Architecture {
             dropout: None,
             stochastic_depth: None,
             has_stem: false,
+            patch: None,
+        }
+    }
+
+    /// The same model with parameters that depend on the image size, in patches of
+    /// `patch` pixels (a Vision Transformer).
+    pub const fn with_patch(self, patch: usize) -> Self {
+        Architecture {
+            patch: Some(patch),
+            ..self
         }
     }
 
@@ -118,7 +132,14 @@ pub struct ModelConfig {
     pub dropout: f64,
     /// Stochastic depth: the last block's drop probability (0 for a model without it).
     pub stochastic_depth: f64,
+    /// The side of the square images the model is built for, where its parameters
+    /// depend on it ([`Architecture::patch`]; torchvision's `image_size`, 224 by default).
+    /// Other models take any size and ignore it.
+    pub image_size: usize,
 }
+
+/// torchvision's default `image_size`.
+pub const DEFAULT_IMAGE_SIZE: usize = 224;
 
 impl ModelConfig {
     /// `arch` with `num_classes` classes, the ImageNet stem, and torchvision's default
@@ -133,7 +154,41 @@ impl ModelConfig {
             stem: Stem::ImageNet,
             dropout: arch.dropout.unwrap_or(0.0),
             stochastic_depth: arch.stochastic_depth.unwrap_or(0.0),
+            image_size: DEFAULT_IMAGE_SIZE,
         })
+    }
+
+    /// The same model built for square images of `side` pixels: for a model whose
+    /// parameters depend on the size, a positive multiple of its patch; others take
+    /// any size (the value is kept and ignored).
+    pub fn with_image_size(self, side: usize) -> Result<Self> {
+        if let Some(patch) = self.arch.patch {
+            if side == 0 || !side.is_multiple_of(patch) {
+                return Err(ModelError::Config(format!(
+                    "{} takes square images whose side is a multiple of its patch {patch}, got {side}",
+                    self.name()
+                )));
+            }
+        }
+        Ok(ModelConfig {
+            image_size: side,
+            ..self
+        })
+    }
+
+    /// The configuration that runs images of `size`: for a model whose parameters
+    /// depend on the size, built for it (it must be square); others unchanged.
+    pub fn for_images(self, size: ImageSize) -> Result<Self> {
+        if self.arch.patch.is_none() {
+            return Ok(self);
+        }
+        if size.width != size.height {
+            return Err(ModelError::Config(format!(
+                "{} takes square images (torchvision's image_size), got {size} (width x height)",
+                self.name()
+            )));
+        }
+        self.with_image_size(size.width)
     }
 
     /// The same model with `stem`; an error for a model without a stem choice.
@@ -214,8 +269,10 @@ impl ModelConfig {
     /// The state dict's tensors in torchvision's order (without `num_batches_tracked`).
     pub fn state_spec(&self) -> Result<Vec<TensorSpec>> {
         let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-        // Parameter shapes do not depend on the image size; 224 survives every model.
-        let images = b.input("images", &[1, 3, 224, 224], DType::F32)?;
+        // Parameter shapes depend on the image size only where the model is built for one
+        // (`image_size`); 224, the default, survives every other model.
+        let side = self.image_size;
+        let images = b.input("images", &[1, 3, side, side], DType::F32)?;
         let mut nn = Layers::new(&mut b);
         self.record(&mut nn, images)?;
         Ok(nn.into_specs())
@@ -234,6 +291,10 @@ impl ModelConfig {
     /// The smallest square images the model's `mode` graph accepts for batches of `batch`
     /// (every larger size too, square or not); `None` if no size up to 512x512 is accepted.
     pub fn smallest_image_size(&self, mode: Mode, batch: usize) -> Option<ImageSize> {
+        if self.arch.patch.is_some() {
+            // Built for one size: no size range to search.
+            return None;
+        }
         let accepts = |side: usize| {
             let size = ImageSize::square(side);
             let mut b = GraphBuilder::new(mode, DType::F32);

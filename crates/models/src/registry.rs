@@ -5,7 +5,7 @@
 use crate::error::{ModelError, Result};
 use crate::model::{Architecture, ModelConfig};
 use crate::zoo::resnet::{self, Stem};
-use crate::zoo::{convnext, densenet, efficientnet, mobilenet, vgg};
+use crate::zoo::{convnext, densenet, efficientnet, mobilenet, vgg, vit};
 
 /// Every registered model, in the order `--model` lists them.
 pub const MODELS: &[&Architecture] = &[
@@ -22,6 +22,9 @@ pub const MODELS: &[&Architecture] = &[
     &convnext::CONVNEXT_TINY,
     &vgg::VGG11_BN,
     &vgg::VGG16_BN,
+    &vit::VIT_B_16,
+    &vit::VIT_B_32,
+    &vit::VIT_L_16,
 ];
 
 /// Every registered name.

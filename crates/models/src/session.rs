@@ -76,6 +76,7 @@ fn forward_graph(
     batch: usize,
     size: ImageSize,
 ) -> Result<(GraphBuilder, ValueId, ValueId)> {
+    let config = &config.for_images(size)?;
     let mut b = GraphBuilder::new(mode, DType::F32);
     let images = b.input("images", &[batch, 3, size.height, size.width], DType::F32)?;
     match config.forward(&mut b, images) {
@@ -154,6 +155,7 @@ impl Session {
         data_parallel: Option<DataParallelRewrite<'_>>,
         device: &Device,
     ) -> Result<Self> {
+        let config = config.for_images(image_size)?;
         let (mut b, images, logits) = forward_graph(&config, Mode::Train, batch, image_size)?;
         let labels = b.input("labels", &[batch], DType::I64)?;
         let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
@@ -242,7 +244,8 @@ impl Session {
         passes: PassSet,
         device: &Device,
     ) -> Result<Self> {
-        let (config, image_size) = (config.into(), image_size.into());
+        let image_size = image_size.into();
+        let config = config.into().for_images(image_size)?;
         let (mut b, images, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
         b.output(logits);
         Self::finish(

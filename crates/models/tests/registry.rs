@@ -8,13 +8,17 @@ use wick_models::{registry, Depth, ModelConfig, ResNetConfig, Stem};
 #[test]
 fn every_registered_name_builds_and_is_listed_when_a_name_is_unknown() {
     let names = registry::names();
-    assert_eq!(names.len(), 13, "{names:?}");
+    assert_eq!(names.len(), 16, "{names:?}");
     let err = ModelConfig::by_name("resnet19", Stem::ImageNet, None)
         .unwrap_err()
         .to_string();
     for name in &names {
         assert!(err.contains(name), "`{name}` missing from: {err}");
-        let config = ModelConfig::by_name(name, Stem::ImageNet, Some(7)).unwrap();
+        // A ViT is built for one image size: 64 (4x4 patches of 16, 2x2 of 32).
+        let config = ModelConfig::by_name(name, Stem::ImageNet, Some(7))
+            .unwrap()
+            .with_image_size(64)
+            .unwrap();
         assert_eq!(config.name(), *name);
         // The classifier's bias is the state dict's last tensor, with 7 classes.
         let spec = config.state_spec().unwrap();
@@ -27,6 +31,36 @@ fn every_registered_name_builds_and_is_listed_when_a_name_is_unknown() {
     let mut unique = names.clone();
     unique.dedup();
     assert_eq!(unique.len(), names.len(), "a name registered twice");
+}
+
+#[test]
+fn a_vit_takes_square_images_of_its_size_and_its_position_embedding_follows_it() {
+    let vit = ModelConfig::by_name("vit_b_16", Stem::ImageNet, Some(10)).unwrap();
+    let pos = |c: ModelConfig| {
+        let spec = c.state_spec().unwrap();
+        spec.into_iter()
+            .find(|s| s.name == "encoder.pos_embedding")
+            .unwrap()
+            .shape
+    };
+    // torchvision's default 224: 14x14 patches and the class token.
+    assert_eq!(pos(vit), [1, 197, 768]);
+    assert_eq!(pos(vit.with_image_size(64).unwrap()), [1, 17, 768]);
+    let e = vit.with_image_size(50).unwrap_err().to_string();
+    assert!(
+        e.contains("vit_b_16") && e.contains("multiple of its patch 16") && e.contains("50"),
+        "{e}"
+    );
+    let e = vit
+        .for_images(wick_models::ImageSize::new(64, 48))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("square") && e.contains("64x48"), "{e}");
+    // A graph of other images than the model's size names both.
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("images", &[1, 3, 32, 32], DType::F32).unwrap();
+    let e = vit.forward(&mut b, x).unwrap_err().to_string();
+    assert!(e.contains("224x224") && e.contains("32x32"), "{e}");
 }
 
 #[test]

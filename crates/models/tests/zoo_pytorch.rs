@@ -33,6 +33,17 @@ fn norm(t: &Tensor) -> f64 {
 /// Checks the model registered as `name` against its fixture; prints the closeness
 /// figures.
 fn check(name: &str) {
+    check_at(
+        name,
+        ImageSize {
+            width: 50,
+            height: 37,
+        },
+    )
+}
+
+/// [`check`] on images of `size` (the fixture's).
+fn check_at(name: &str, size: ImageSize) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join(format!("../../fixtures/zoo/{name}.safetensors"));
     let expected: StateDict =
@@ -41,10 +52,6 @@ fn check(name: &str) {
         dropout: 0.0,
         stochastic_depth: 0.0,
         ..ModelConfig::by_name(name, Stem::ImageNet, Some(10)).unwrap()
-    };
-    let size = ImageSize {
-        width: 50,
-        height: 37,
     };
     let (images, labels) = formula::batch(4, size, 10).unwrap();
     let sum: f64 = f64s(&images).iter().sum();
@@ -174,4 +181,10 @@ fn vgg11_bn_matches_pytorch() {
 #[test]
 fn vgg16_bn_matches_pytorch() {
     check("vgg16_bn");
+}
+
+#[test]
+fn vit_b_16_matches_pytorch() {
+    // Built for 32x32 (torchvision's image_size=32): four patches and the class token.
+    check_at("vit_b_16", ImageSize::square(32));
 }

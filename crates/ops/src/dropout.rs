@@ -31,23 +31,29 @@ fn splitmix64(mut z: u64) -> u64 {
 /// function of `(seed, step, i)`, so a kernel that needs the mask again (attention's
 /// backward) draws it again instead of storing it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Draws {
+pub struct Draws {
     base: u64,
     threshold: u64,
 }
 
 impl Draws {
     /// The draws for drop probability `p` (checked by the caller) of node `seed` at `step`.
-    pub(crate) fn new(p: f64, seed: u64, step: u64) -> Self {
+    pub fn new(p: f64, seed: u64, step: u64) -> Self {
         Draws {
             base: splitmix64(seed ^ splitmix64(step)),
             threshold: (p * (1u64 << 53) as f64) as u64,
         }
     }
 
+    /// The hash's base and the threshold a kept element's 53-bit draw reaches (what a
+    /// CUDA kernel needs to draw the same bits).
+    pub fn parts(&self) -> (u64, u64) {
+        (self.base, self.threshold)
+    }
+
     /// Whether element `i` is kept.
     #[inline(always)]
-    pub(crate) fn kept(&self, i: u64) -> bool {
+    pub fn kept(&self, i: u64) -> bool {
         splitmix64(self.base ^ i.wrapping_mul(0xD6E8_FEB8_6659_FD93)) >> 11 >= self.threshold
     }
 }

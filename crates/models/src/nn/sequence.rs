@@ -121,14 +121,19 @@ impl Layers<'_> {
     }
 }
 
-/// `x @ wᵀ + bias` over the last dimension of `x` (any rank).
+/// `x @ wᵀ + bias` over the last dimension of `x` (any rank): one linear node over the
+/// flattened rows (its GEMM reads `w` transposed in place).
 fn project(
     b: &mut wick_graph::GraphBuilder,
     x: ValueId,
     w: ValueId,
     bias: ValueId,
 ) -> wick_graph::Result<ValueId> {
-    let wt = b.transpose(w, 0, 1)?;
-    let y = b.matmul(x, wt)?;
-    b.broadcast_add(y, bias)
+    let shape = b.shape(x).to_vec();
+    let (cin, cout) = (shape[shape.len() - 1], b.shape(w)[0]);
+    let flat = b.reshape(x, &[shape.iter().product::<usize>() / cin.max(1), cin])?;
+    let y = b.linear(flat, w, Some(bias))?;
+    let mut out = shape;
+    *out.last_mut().expect("rank >= 1") = cout;
+    b.reshape(y, &out)
 }

@@ -140,6 +140,7 @@ impl ResNetConfig {
             stem: self.stem,
             dropout: 0.0,
             stochastic_depth: 0.0,
+            image_size: crate::model::DEFAULT_IMAGE_SIZE,
         }
     }
 

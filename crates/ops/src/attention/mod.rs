@@ -9,6 +9,8 @@
 //! scores: the unfused graph, kept as the reference path).
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod generic;
 mod mask;
 mod params;
@@ -69,6 +71,8 @@ pub fn scaled_dot_product_attention(
         Route::Cpu if is_float(q.dtype()) => {
             dispatch_float!(OP, q.dtype(), cpu::forward(&shape, q, k, v, mask, a, step))
         }
+        #[cfg(feature = "cuda")]
+        Route::Cuda => cuda::forward(&shape, q, k, v, mask, a, step),
         _ => generic::forward(&shape, q, k, v, mask, a, step),
     }
 }
@@ -114,6 +118,8 @@ pub fn scaled_dot_product_attention_backward(
             q.dtype(),
             cpu::backward(&shape, [q, k, v], saved, grad_out, mask, a, step)
         ),
+        #[cfg(feature = "cuda")]
+        Route::Cuda => cuda::backward(&shape, [q, k, v], saved, grad_out, mask, a, step),
         _ => generic::backward(&shape, [q, k, v], saved, grad_out, mask, a, step),
     }
 }

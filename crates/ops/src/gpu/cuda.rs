@@ -18,6 +18,7 @@ use crate::error::{CandleContext, OpError, Result};
 /// A CUDA source file of wick, compiled as one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Source {
+    Attention,
     BatchNorm,
     Elementwise,
     GlobalPool,
@@ -32,6 +33,7 @@ impl Source {
     /// The file's text, with the shared header in front (NVRTC has no include path).
     fn text(self) -> String {
         let file = match self {
+            Source::Attention => include_str!("../../cuda/attention.cu"),
             Source::BatchNorm => include_str!("../../cuda/batchnorm.cu"),
             Source::Elementwise => include_str!("../../cuda/elementwise.cu"),
             Source::GlobalPool => include_str!("../../cuda/global_pool.cu"),

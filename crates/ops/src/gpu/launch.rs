@@ -87,7 +87,13 @@ impl Launch {
 
     /// Global average pooling forward: one warp per plane.
     pub fn global_avg_pool(planes: usize) -> Launch {
-        Launch::linear((planes as u64).div_ceil((BLOCK / 32) as u64))
+        Launch::warp_per_row(planes)
+    }
+
+    /// One warp per row (attention's rows of queries or keys), grid-stride past 65536
+    /// blocks.
+    pub fn warp_per_row(rows: usize) -> Launch {
+        Launch::linear((rows as u64).div_ceil((BLOCK / 32) as u64))
     }
 
     /// Cross-entropy forward: one block per row up to 4096 rows (then blocks take several

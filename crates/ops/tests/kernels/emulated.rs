@@ -33,6 +33,12 @@ impl Elem for f64 {
         self.to_bits() == other.to_bits()
     }
 }
+impl Elem for i64 {
+    const CANARY: i64 = 0x0dea_dbee_f0de_adbe;
+    fn same_bits(self, other: i64) -> bool {
+        self == other
+    }
+}
 impl Elem for u32 {
     const CANARY: u32 = 0xdead_beef;
     fn same_bits(self, other: u32) -> bool {

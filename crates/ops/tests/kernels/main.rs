@@ -11,6 +11,7 @@ mod conv_fused;
 mod depthwise;
 mod elementwise;
 mod emulated;
+mod emulated_attention;
 mod emulated_batchnorm;
 mod emulated_emulator;
 mod emulated_fixtures;

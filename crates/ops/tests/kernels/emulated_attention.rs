@@ -1,0 +1,240 @@
+//! The emulated CUDA attention kernels (`cuda/attention.cu`) against wick's CPU kernel, in
+//! f64: plain with vectors wider than a warp, causal, a shared boolean mask with a row
+//! that sees no key, and dropout (the same counter draws on both sides).
+
+use crate::emulated::{host, Buf};
+use candle_core::{DType, Device, Tensor};
+use wick_ops::attention::*;
+use wick_ops::dropout::Draws;
+use wick_ops::emulate;
+use wick_ops::gpu::Launch;
+
+struct Case {
+    heads: usize,
+    dims: (usize, usize, usize, usize),
+    causal: bool,
+    dropout_p: f64,
+    /// A `[L, S]` boolean mask shared by every head.
+    mask: Option<Vec<u8>>,
+}
+
+fn values(seed: u64, n: usize) -> Vec<f64> {
+    crate::emulated::uniform(seed, n, 2.0)
+}
+
+/// Runs the four kernels; returns out, lse, dq, dk, dv.
+fn emulated(c: &Case, q: &[f64], k: &[f64], v: &[f64], g: &[f64], a: &Attention) -> [Vec<f64>; 5] {
+    let (l, s, e, ev) = c.dims;
+    let (queries, keys) = (c.heads * l, c.heads * s);
+    let (bias, offsets, row, col) = match &c.mask {
+        Some(m) => {
+            let add: Vec<f64> = m
+                .iter()
+                .map(|&x| if x != 0 { 0.0 } else { f64::NEG_INFINITY })
+                .collect();
+            (add, vec![0i64; c.heads], s as i64, 1i64)
+        }
+        None => (vec![0.0], vec![0i64; c.heads], 0, 0),
+    };
+    let (qb, kb, vb, gb) = (
+        Buf::new("q", q),
+        Buf::new("k", k),
+        Buf::new("v", v),
+        Buf::new("g", g),
+    );
+    let (bb, ob) = (Buf::new("bias", &bias), Buf::new("offsets", &offsets));
+    let (base, threshold) = Draws::new(a.dropout_p, a.seed, 0).parts();
+    let keep = if a.dropout_p > 0.0 {
+        1.0 / (1.0 - a.dropout_p)
+    } else {
+        0.0
+    };
+    let (h, li, si, ei, evi) = (c.heads as i32, l as i32, s as i32, e as i32, ev as i32);
+    let causal = i32::from(a.causal);
+    let mut out = Buf::filled("out", queries * ev, 0f64);
+    let mut lse = Buf::filled("lse", queries, 0f64);
+    emulate!(wick_emu_attention_forward_f64(
+        Launch::warp_per_row(queries),
+        qb.ptr(),
+        kb.ptr(),
+        vb.ptr(),
+        out.mut_ptr(),
+        lse.mut_ptr(),
+        h,
+        li,
+        si,
+        ei,
+        evi,
+        a.scale,
+        causal,
+        bb.ptr(),
+        ob.ptr(),
+        row,
+        col,
+        base,
+        threshold,
+        keep
+    ))
+    .unwrap();
+    let mut delta = Buf::filled("delta", queries, 0f64);
+    emulate!(wick_emu_attention_delta_f64(
+        Launch::warp_per_row(queries),
+        gb.ptr(),
+        out.ptr(),
+        delta.mut_ptr(),
+        queries as i64,
+        evi
+    ))
+    .unwrap();
+    let mut dq = Buf::filled("dq", queries * e, 0f64);
+    emulate!(wick_emu_attention_backward_q_f64(
+        Launch::warp_per_row(queries),
+        qb.ptr(),
+        kb.ptr(),
+        vb.ptr(),
+        gb.ptr(),
+        lse.ptr(),
+        delta.ptr(),
+        dq.mut_ptr(),
+        h,
+        li,
+        si,
+        ei,
+        evi,
+        a.scale,
+        causal,
+        bb.ptr(),
+        ob.ptr(),
+        row,
+        col,
+        base,
+        threshold,
+        keep
+    ))
+    .unwrap();
+    let mut dk = Buf::filled("dk", keys * e, 0f64);
+    let mut dv = Buf::filled("dv", keys * ev, 0f64);
+    emulate!(wick_emu_attention_backward_kv_f64(
+        Launch::warp_per_row(keys),
+        qb.ptr(),
+        kb.ptr(),
+        vb.ptr(),
+        gb.ptr(),
+        lse.ptr(),
+        delta.ptr(),
+        dk.mut_ptr(),
+        dv.mut_ptr(),
+        h,
+        li,
+        si,
+        ei,
+        evi,
+        a.scale,
+        causal,
+        bb.ptr(),
+        ob.ptr(),
+        row,
+        col,
+        base,
+        threshold,
+        keep
+    ))
+    .unwrap();
+    [
+        out.values(),
+        lse.values(),
+        dq.values(),
+        dk.values(),
+        dv.values(),
+    ]
+}
+
+fn max_rel(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = b
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(1e-300f64, |m, x| m.max(x.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() / scale })
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn emulated_attention_matches_the_cpu_kernel() {
+    let mut keep = vec![1u8; 9 * 13];
+    for (i, x) in keep.iter_mut().enumerate() {
+        if i % 5 == 0 || i / 13 == 3 {
+            *x = 0; // row 3 sees no key
+        }
+    }
+    let cases = [
+        Case {
+            heads: 3,
+            dims: (9, 13, 40, 33),
+            causal: false,
+            dropout_p: 0.0,
+            mask: None,
+        },
+        Case {
+            heads: 2,
+            dims: (12, 12, 8, 8),
+            causal: true,
+            dropout_p: 0.0,
+            mask: None,
+        },
+        Case {
+            heads: 2,
+            dims: (9, 13, 8, 5),
+            causal: false,
+            dropout_p: 0.0,
+            mask: Some(keep),
+        },
+        Case {
+            heads: 2,
+            dims: (10, 10, 8, 8),
+            causal: true,
+            dropout_p: 0.3,
+            mask: None,
+        },
+    ];
+    for (n, c) in cases.iter().enumerate() {
+        let (l, s, e, ev) = c.dims;
+        let seed = 100 * n as u64;
+        let (q, k, v, g) = (
+            values(seed, c.heads * l * e),
+            values(seed + 1, c.heads * s * e),
+            values(seed + 2, c.heads * s * ev),
+            values(seed + 3, c.heads * l * ev),
+        );
+        let a = Attention {
+            scale: 0.4,
+            causal: c.causal,
+            dropout_p: c.dropout_p,
+            seed: 11,
+        };
+        let got = emulated(c, &q, &k, &v, &g, &a);
+        let t = |x: &[f64], rows, cols| {
+            Tensor::from_vec(x.to_vec(), (c.heads, rows, cols), &Device::Cpu).unwrap()
+        };
+        let mask = c
+            .mask
+            .as_ref()
+            .map(|m| Tensor::from_vec(m.clone(), (l, s), &Device::Cpu).unwrap());
+        let (qt, kt, vt, gt) = (t(&q, l, e), t(&k, s, e), t(&v, s, ev), t(&g, l, ev));
+        let y = scaled_dot_product_attention(&qt, &kt, &vt, mask.as_ref(), &a, 0).unwrap();
+        let grads =
+            scaled_dot_product_attention_backward(&qt, &kt, &vt, &y, &gt, mask.as_ref(), &a, 0)
+                .unwrap();
+        let want = [&y.out, &y.lse, &grads.q, &grads.k, &grads.v]
+            .map(|x| host::<f64>(&x.to_dtype(DType::F64).unwrap()));
+        for (name, (got, want)) in ["out", "lse", "dq", "dk", "dv"]
+            .iter()
+            .zip(got.iter().zip(&want))
+        {
+            let err = max_rel(got, want);
+            assert!(err < 1e-12, "case {n} {name}: {err:.2e}");
+        }
+    }
+}
