@@ -1,10 +1,11 @@
 //! Scaled dot-product attention, forward + backward, f32, `[batch 2, heads 8, T, 64]`:
 //! wick's fused kernel (`fused`: tiles and an online softmax, O(T) memory per head)
 //! against the unfused ops (`unfused`: candle's matmul and softmax over the T×T scores,
-//! the path `KernelPath::Generic` forces), plain and causal. The side-by-side with
-//! PyTorch's `F.scaled_dot_product_attention` is `scripts/compare_attention.sh`.
+//! the path `KernelPath::Generic` forces), plain and causal, at T = 256 and 1024
+//! (`WICK_ATTENTION_T=4096` for others). `scripts/compare_pytorch.sh` runs it beside
+//! PyTorch's `F.scaled_dot_product_attention` (cases `attention_t1024`, ...).
 //!
-//! `cargo bench --bench attention` (`-- fused/causal` to filter).
+//! `cargo bench --bench attention` (`-- '^attention/fused/causal'` to filter).
 
 use std::time::Duration;
 
@@ -37,13 +38,19 @@ fn bench(c: &mut Criterion) {
         .sample_size(10)
         .measurement_time(Duration::from_secs(4))
         .warm_up_time(Duration::from_secs(1));
-    for t in [256usize, 1024] {
+    let sizes = std::env::var("WICK_ATTENTION_T").unwrap_or_else(|_| "256,1024".into());
+    let sizes: Vec<usize> = sizes
+        .split(',')
+        .map(|t| {
+            t.trim()
+                .parse()
+                .expect("WICK_ATTENTION_T: comma-separated sequence lengths")
+        })
+        .collect();
+    for t in sizes {
         let shape = (2, 8, t, 64);
-        let r = |seed: u64| {
-            let _ = seed;
-            Tensor::randn(0f32, 1.0, shape, &Device::Cpu).expect("input")
-        };
-        let (q, k, v, g) = (r(0), r(1), r(2), r(3));
+        let r = || Tensor::randn(0f32, 1.0, shape, &Device::Cpu).expect("input");
+        let (q, k, v, g) = (r(), r(), r(), r());
         for causal in [false, true] {
             let a = Attention {
                 scale: 0.125,

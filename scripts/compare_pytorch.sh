@@ -7,8 +7,11 @@
 #   PYTHON=/path/to/venv/bin/python bash scripts/compare_pytorch.sh [ROUNDS]
 #   CASES="mobilenet_v2_train_b8_128 efficientnet_b0_train_b8_128" ... (a subset)
 #
-# Needs a release build of the examples (cargo build --release --examples) and a Python
-# with torch and torchvision. Times: wick's median iteration (profile_resnet, training;
+# Needs a release build of the examples (cargo build --release --examples) and of the
+# attention bench (cargo bench --bench attention --no-run), and a Python with torch and
+# torchvision. attention_t1024, attention_t1024_causal, attention_t4096: fused attention
+# forward + backward, [2, 8, T, 64] f32, against F.scaled_dot_product_attention.
+# Times: wick's median iteration (profile_resnet, training;
 # infer_resnet --bench p50, inference) and PyTorch's median step, both after warm-up, on
 # the threads rayon / torch use by default (every core).
 set -euo pipefail
@@ -33,6 +36,17 @@ wick_case() {
         mobilenet_v2_train_b8_128 | efficientnet_b0_train_b8_128)
             args="$EX/profile_resnet --model ${1%_train_b8_128} --num-classes 10 --dropout 0 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
     esac
+    case $1 in
+        attention_t*)
+            # The fused kernel's forward + backward in the criterion bench (its median).
+            local t=${1#attention_t} mask=plain
+            case $t in *_causal) t=${t%_causal}; mask=causal ;; esac
+            local bench log
+            bench=$(ls -t target/release/deps/attention-* | grep -v '\.d$' | head -1)
+            log=$( { WICK_ATTENTION_T=$t /usr/bin/time -f "rss_kib %M" "$bench" --bench "^attention/fused/$mask/$t\$"; } 2>&1 )
+            echo "$(echo "$log" | sed -n 's/.*time: *\[[0-9.]* [mµ]s \([0-9.]*\) \([mµ]\)s.*/\1 \2/p' | awk '{ print ($2 == "m") ? $1 : $1 / 1000 }') $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
+            return ;;
+    esac
     # Training: the graph passes train_resnet uses (profile_resnet defaults to none).
     case $1 in *train*) args="$args --passes default" ;; esac
     local log
@@ -47,6 +61,10 @@ wick_case() {
 torch_case() {
     local log
     case $1 in
+        attention_t*)
+            local t=${1#attention_t} causal=
+            case $t in *_causal) t=${t%_causal}; causal=--causal ;; esac
+            log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_attention_baseline.py --t "$t" $causal --threads "$THREADS"; } 2>&1 ) ;;
         *_train_b8_128)
             # The zoo's cases: scripts/torch_zoo_baseline.py, the same model and step.
             log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_zoo_baseline.py --model "${1%_train_b8_128}" --batch 8 --size 128 --threads "$THREADS" --reps 10; } 2>&1 ) ;;
@@ -79,7 +97,8 @@ med = lambda k, i: statistics.median(v[i] for v in runs[k]) if k in runs else No
 print(f"| case | wick ms | PyTorch ms | wick / PyTorch | wick peak RSS MiB | PyTorch peak RSS MiB |")
 print("|---|---|---|---|---|---|")
 for case in ["resnet18_cifar_train_b8", "resnet18_cifar_train_b32", "resnet50_train_b2", "resnet50_infer_b1",
-             "mobilenet_v2_train_b8_128", "efficientnet_b0_train_b8_128"]:
+             "mobilenet_v2_train_b8_128", "efficientnet_b0_train_b8_128",
+             "attention_t1024", "attention_t1024_causal", "attention_t4096"]:
     w, t = med(("wick", case), 0), med(("torch", case), 0)
     if w is None or t is None:
         continue

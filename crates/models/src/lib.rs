@@ -15,6 +15,7 @@ pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod evaluate;
+pub mod gpt2;
 pub mod image;
 pub mod init;
 pub mod limits;

@@ -1,0 +1,371 @@
+//! GPT-2 (Radford et al. 2019) as Hugging Face's `GPT2LMHeadModel` defines it, with its
+//! parameter names (`transformer.h.0.attn.c_attn.weight`, ...), its `Conv1D` layout
+//! (weights `[in, out]`, `y = x·W + b`), the language-model head tied to the token
+//! embedding (`lm_head.weight` is `transformer.wte.weight`, absent from a checkpoint as in
+//! Hugging Face's safetensors files), the tanh form of GELU (`gelu_new`), and its
+//! initialisation. The size comes from a `config.json` of Hugging Face's format.
+//!
+//! # Examples
+//!
+//! ```
+//! use candle_core::DType;
+//! use wick_graph::{GraphBuilder, Mode};
+//! use wick_models::gpt2::{Gpt2, Gpt2Config};
+//! use wick_models::nn::Layers;
+//!
+//! let config = Gpt2Config::from_json(r#"{"vocab_size": 256, "n_positions": 64, "n_embd": 32,
+//!     "n_layer": 2, "n_head": 4}"#)?;
+//! let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+//! let tokens = b.input("tokens", &[2, 17], DType::I64)?;
+//! let mut nn = Layers::new(&mut b);
+//! let out = Gpt2::new(config).next_token_loss(&mut nn, tokens)?;
+//! assert_eq!(nn.builder().shape(out.logits), &[2, 16, 256]);
+//! assert_eq!(nn.specs()[0].name, "transformer.wte.weight");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use serde_json::Value;
+use wick_graph::{GraphError, ValueId};
+
+use crate::error::{ModelError, Result};
+use crate::nn::{Init, Layers, TensorRole};
+
+/// A GPT-2's size and dropout, Hugging Face's `GPT2Config` fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpt2Config {
+    /// Tokens in the vocabulary (50257 for GPT-2's BPE; 256 for bytes).
+    pub vocab_size: usize,
+    /// The longest sequence (the position embedding's rows).
+    pub n_positions: usize,
+    /// The model width.
+    pub n_embd: usize,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Attention heads (dividing `n_embd`).
+    pub n_head: usize,
+    /// The MLP's width (`n_inner`; Hugging Face's `null` is `4·n_embd`).
+    pub n_inner: usize,
+    /// The layer norms' epsilon.
+    pub layer_norm_epsilon: f64,
+    /// Dropout after the embeddings.
+    pub embd_pdrop: f64,
+    /// Dropout on the attention weights.
+    pub attn_pdrop: f64,
+    /// Dropout after each block's attention and MLP.
+    pub resid_pdrop: f64,
+}
+
+impl Gpt2Config {
+    /// GPT-2 small (124M): Hugging Face's `GPT2Config()` defaults.
+    pub fn small() -> Self {
+        Gpt2Config {
+            vocab_size: 50257,
+            n_positions: 1024,
+            n_embd: 768,
+            n_layer: 12,
+            n_head: 12,
+            n_inner: 4 * 768,
+            layer_norm_epsilon: 1e-5,
+            embd_pdrop: 0.1,
+            attn_pdrop: 0.1,
+            resid_pdrop: 0.1,
+        }
+    }
+
+    /// The configuration in a `config.json` text: fields missing there take GPT-2
+    /// small's values, as Hugging Face's `GPT2Config` does; an `activation_function` other
+    /// than `gelu_new` is refused.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| ModelError::Config(format!("GPT-2 config.json: {e}")))?;
+        let mut c = Gpt2Config::small();
+        let size = |key: &str, into: &mut usize| -> Result<()> {
+            match v.get(key) {
+                None => Ok(()),
+                Some(x) => {
+                    *into = x.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                        ModelError::Config(format!(
+                            "GPT-2 config.json: `{key}` must be a positive integer, got {x}"
+                        ))
+                    })? as usize;
+                    Ok(())
+                }
+            }
+        };
+        size("vocab_size", &mut c.vocab_size)?;
+        size("n_positions", &mut c.n_positions)?;
+        size("n_embd", &mut c.n_embd)?;
+        size("n_layer", &mut c.n_layer)?;
+        size("n_head", &mut c.n_head)?;
+        c.n_inner = 4 * c.n_embd;
+        if v.get("n_inner").is_some_and(|x| !x.is_null()) {
+            size("n_inner", &mut c.n_inner)?;
+        }
+        // Settings of GPT2LMHeadModel this implementation does not have: refused, not
+        // silently ignored.
+        for (key, want) in [
+            ("scale_attn_weights", true),
+            ("scale_attn_by_inverse_layer_idx", false),
+            ("tie_word_embeddings", true),
+            ("add_cross_attention", false),
+        ] {
+            if let Some(x) = v.get(key) {
+                if x.as_bool() != Some(want) {
+                    return Err(ModelError::Config(format!(
+                        "GPT-2 config.json: `{key}`: {x} is not supported (only {want})"
+                    )));
+                }
+            }
+        }
+        let real = |key: &str, into: &mut f64, probability: bool| -> Result<()> {
+            if let Some(x) = v.get(key) {
+                *into = x
+                    .as_f64()
+                    .filter(|p| {
+                        if probability {
+                            (0.0..1.0).contains(p)
+                        } else {
+                            *p > 0.0
+                        }
+                    })
+                    .ok_or_else(|| {
+                        ModelError::Config(format!(
+                            "GPT-2 config.json: `{key}` is out of range: {x}"
+                        ))
+                    })?;
+            }
+            Ok(())
+        };
+        real("layer_norm_epsilon", &mut c.layer_norm_epsilon, false)?;
+        real("embd_pdrop", &mut c.embd_pdrop, true)?;
+        real("attn_pdrop", &mut c.attn_pdrop, true)?;
+        real("resid_pdrop", &mut c.resid_pdrop, true)?;
+        if let Some(f) = v.get("activation_function") {
+            if f.as_str() != Some("gelu_new") {
+                return Err(ModelError::Config(format!(
+                    "GPT-2 config.json: activation_function {f} is not supported (gelu_new is GPT-2's)"
+                )));
+            }
+        }
+        if !c.n_embd.is_multiple_of(c.n_head) {
+            return Err(ModelError::Config(format!(
+                "GPT-2 config.json: n_embd {} is not a multiple of n_head {}",
+                c.n_embd, c.n_head
+            )));
+        }
+        Ok(c)
+    }
+
+    /// The configuration in Hugging Face's format.
+    pub fn to_json(&self) -> String {
+        serde_json::json!({
+            "model_type": "gpt2",
+            "architectures": ["GPT2LMHeadModel"],
+            "activation_function": "gelu_new",
+            "vocab_size": self.vocab_size,
+            "n_positions": self.n_positions,
+            "n_embd": self.n_embd,
+            "n_layer": self.n_layer,
+            "n_head": self.n_head,
+            "n_inner": self.n_inner,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "embd_pdrop": self.embd_pdrop,
+            "attn_pdrop": self.attn_pdrop,
+            "resid_pdrop": self.resid_pdrop,
+        })
+        .to_string()
+    }
+
+    /// The same model without dropout (deterministic steps, evaluation).
+    pub fn without_dropout(self) -> Self {
+        Gpt2Config {
+            embd_pdrop: 0.0,
+            attn_pdrop: 0.0,
+            resid_pdrop: 0.0,
+            ..self
+        }
+    }
+}
+
+/// A GPT-2 language model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gpt2 {
+    /// Its size and dropout.
+    pub config: Gpt2Config,
+}
+
+/// The logits and the next-token loss of one batch.
+#[derive(Debug, Clone, Copy)]
+pub struct LanguageModelOutput {
+    /// `[N, T, vocab]`.
+    pub logits: ValueId,
+    /// The mean cross-entropy of each position's logits against the next token.
+    pub loss: ValueId,
+}
+
+impl Gpt2 {
+    /// A model of `config`.
+    pub fn new(config: Gpt2Config) -> Self {
+        Gpt2 { config }
+    }
+
+    /// The logits `[N, T, vocab]` of tokens `[N, T]` (`i64`), `T ≤ n_positions`:
+    /// `GPT2LMHeadModel`'s forward, parameters created under Hugging Face's names.
+    pub fn forward(&self, nn: &mut Layers, tokens: ValueId) -> wick_graph::Result<ValueId> {
+        let c = &self.config;
+        let shape = nn.builder().shape(tokens).to_vec();
+        let [n, t] = shape[..] else {
+            return Err(GraphError::Usage(format!(
+                "GPT-2 takes tokens [N, T], got {shape:?}"
+            )));
+        };
+        if t == 0 || t > c.n_positions {
+            return Err(GraphError::Usage(format!(
+                "GPT-2: {t} tokens per sequence; the model takes 1 to n_positions = {}",
+                c.n_positions
+            )));
+        }
+        let std = Init::Normal(0.02);
+        let (h, wte) = nn.scope("transformer", |nn| {
+            let wte = nn.param(
+                "wte.weight",
+                &[c.vocab_size, c.n_embd],
+                TensorRole::FcWeight,
+                std,
+                c.n_embd,
+            )?;
+            let wpe = nn.param(
+                "wpe.weight",
+                &[c.n_positions, c.n_embd],
+                TensorRole::FcWeight,
+                std,
+                c.n_embd,
+            )?;
+            let b = nn.builder();
+            let tok = b.embedding(tokens, wte, None)?;
+            let pos = b.narrow(wpe, 0, 0, t)?;
+            let mut h = b.broadcast_add(tok, pos)?;
+            h = nn.scope("drop", |nn| nn.builder().dropout(h, c.embd_pdrop))?;
+            for i in 0..c.n_layer {
+                h = nn.scope(&format!("h.{i}"), |nn| self.block(nn, h, [n, t]))?;
+            }
+            Ok((
+                nn.layer_norm("ln_f", h, c.n_embd, c.layer_norm_epsilon)?,
+                wte,
+            ))
+        })?;
+        // The head is the token embedding, transposed in place by the linear node.
+        nn.scope("lm_head", |nn| {
+            let b = nn.builder();
+            let rows = b.reshape(h, &[n * t, c.n_embd])?;
+            let logits = b.linear(rows, wte, None)?;
+            b.reshape(logits, &[n, t, c.vocab_size])
+        })
+    }
+
+    /// The logits of `tokens[:, :-1]` and their mean cross-entropy against
+    /// `tokens[:, 1:]`, for a batch `[N, T + 1]` of sequences.
+    pub fn next_token_loss(
+        &self,
+        nn: &mut Layers,
+        tokens: ValueId,
+    ) -> wick_graph::Result<LanguageModelOutput> {
+        let shape = nn.builder().shape(tokens).to_vec();
+        let [n, t1] = shape[..] else {
+            return Err(GraphError::Usage(format!(
+                "GPT-2 takes tokens [N, T + 1], got {shape:?}"
+            )));
+        };
+        if t1 < 2 {
+            return Err(GraphError::Usage(format!(
+                "GPT-2's next-token loss needs at least 2 tokens per sequence, got {t1}"
+            )));
+        }
+        let b = nn.builder();
+        let inputs = b.narrow(tokens, 1, 0, t1 - 1)?;
+        let targets = b.narrow(tokens, 1, 1, t1 - 1)?;
+        let logits = self.forward(nn, inputs)?;
+        let loss = nn.scope("loss", |nn| {
+            let b = nn.builder();
+            let rows = b.reshape(logits, &[n * (t1 - 1), self.config.vocab_size])?;
+            let targets = b.reshape(targets, &[n * (t1 - 1)])?;
+            b.cross_entropy(rows, targets)
+        })?;
+        Ok(LanguageModelOutput { logits, loss })
+    }
+
+    /// One `GPT2Block`: `x + attn(ln_1(x))`, then `+ mlp(ln_2(·))`.
+    fn block(
+        &self,
+        nn: &mut Layers,
+        x: ValueId,
+        [n, t]: [usize; 2],
+    ) -> wick_graph::Result<ValueId> {
+        let c = &self.config;
+        let (e, heads) = (c.n_embd, c.n_head);
+        let eps = c.layer_norm_epsilon;
+        let y = nn.layer_norm("ln_1", x, e, eps)?;
+        let y = nn.scope("attn", |nn| {
+            let qkv = self.conv1d(nn, "c_attn", y, e, 3 * e, false)?;
+            let b = nn.builder();
+            let parts = b.chunk(qkv, 3, -1)?;
+            let mut split = |v| -> wick_graph::Result<ValueId> {
+                let v = b.reshape(v, &[n, t, heads, e / heads])?;
+                b.permute(v, &[0, 2, 1, 3])
+            };
+            let (q, k, v) = (split(parts[0])?, split(parts[1])?, split(parts[2])?);
+            let y = b.scaled_dot_product_attention(q, k, v, None, c.attn_pdrop, true, None)?;
+            let y = b.permute(y, &[0, 2, 1, 3])?;
+            let y = b.reshape(y, &[n, t, e])?;
+            let y = self.conv1d(nn, "c_proj", y, e, e, true)?;
+            nn.scope("resid_dropout", |nn| nn.builder().dropout(y, c.resid_pdrop))
+        })?;
+        let x = nn.builder().add(x, y)?;
+        let y = nn.layer_norm("ln_2", x, e, eps)?;
+        let y = nn.scope("mlp", |nn| {
+            let y = self.conv1d(nn, "c_fc", y, e, c.n_inner, false)?;
+            let y = nn.scope("act", |nn| nn.builder().gelu_tanh(y))?;
+            let y = self.conv1d(nn, "c_proj", y, c.n_inner, e, true)?;
+            nn.scope("dropout", |nn| nn.builder().dropout(y, c.resid_pdrop))
+        })?;
+        nn.builder().add(x, y)
+    }
+
+    /// Hugging Face's `Conv1D(out, in)` as layer `path`: weight `[in, out]`, `y = x·W + b`
+    /// over the last dimension, one GEMM over the flattened rows. Its weight is
+    /// `N(0, 0.02²)`; a residual projection's (`c_proj`) `N(0, (0.02/√(2·n_layer))²)`.
+    fn conv1d(
+        &self,
+        nn: &mut Layers,
+        path: &str,
+        x: ValueId,
+        cin: usize,
+        cout: usize,
+        residual: bool,
+    ) -> wick_graph::Result<ValueId> {
+        let std = if residual {
+            0.02 / (2.0 * self.config.n_layer as f64).sqrt()
+        } else {
+            0.02
+        };
+        nn.scope(path, |nn| {
+            let w = nn.param(
+                "weight",
+                &[cin, cout],
+                TensorRole::FcWeight,
+                Init::Normal(std),
+                cin,
+            )?;
+            let bias = nn.param(
+                "bias",
+                &[cout],
+                TensorRole::FcBias,
+                Init::Constant(0.0),
+                cin,
+            )?;
+            let b = nn.builder();
+            let y = b.matmul(x, w)?;
+            b.broadcast_add(y, bias)
+        })
+    }
+}
