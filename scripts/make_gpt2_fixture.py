@@ -8,7 +8,8 @@ Hugging Face names (`weights.<name>`; `lm_head.weight` is the tied `transformer.
 weight, left out as in Hugging Face's safetensors files), the logits of tokens[:, :-1],
 the loss against tokens[:, 1:] (transformers' `labels` loss, computed in the model's dtype
 where transformers casts to float32), and every parameter after
-one torch.optim.AdamW step (lr 1e-2, weight decay 0.01) on that loss (`after.<name>`).
+one torch.optim.AdamW step (lr 1e-2, weight decay 0.01) on that loss (`after.<name>`), and
+transformers' greedy generation of 8 tokens after tokens[0, :3] (`generated`).
 Metadata: versions, and PyTorch float32's error against float64 on the logits and on the
 updates (the scale wick's float32 is judged by).
 
@@ -59,7 +60,13 @@ logits, loss, after = run(torch.float64)
 logits32, loss32, after32 = run(torch.float32)
 rel = lambda a, b: ((a.double() - b).abs().max() / b.abs().max()).item()
 update_err = max(rel(after32[k] - base.state_dict()[k], after[k] - base.state_dict()[k].double()) for k in names)
-tensors = {"tokens": tokens.contiguous(), "logits": logits.contiguous(), "loss": loss.reshape(1)}
+# Greedy generation (transformers' generate, its key/value cache) of 8 tokens after the
+# first sequence's first 3, in float64.
+with torch.no_grad():
+    generated = base.double().generate(tokens[:1, :3], max_new_tokens=8, do_sample=False,
+                                       pad_token_id=0)[0]
+tensors = {"tokens": tokens.contiguous(), "logits": logits.contiguous(), "loss": loss.reshape(1),
+           "generated": generated.contiguous()}
 for k in names:
     tensors[f"weights.{k}"] = base.state_dict()[k].double().contiguous()
     tensors[f"after.{k}"] = after[k].contiguous()

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use candle_core::{DType, Device, Tensor};
 use wick_graph::nodes::optim::{Optimizer, OptimizerConfig};
 use wick_graph::{Executor, GraphBuilder, Mode};
-use wick_models::gpt2::{Gpt2, Gpt2Config};
+use wick_models::gpt2::{Gpt2, Gpt2Config, Sampling};
 use wick_models::nn::Layers;
 use wick_ops::AdamParams;
 
@@ -146,4 +146,42 @@ fn config_json_settings_gpt2_lacks_are_refused() {
     }
     let round = Gpt2Config::from_json(&Gpt2Config::small().to_json()).unwrap();
     assert_eq!(round, Gpt2Config::small());
+}
+
+#[test]
+fn greedy_generation_with_the_cache_is_transformers() {
+    let (config, t, _) = fixture();
+    let weights: std::collections::HashMap<String, Tensor> = t
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("weights.")
+                .map(|n| (n.to_string(), v.clone()))
+        })
+        .collect();
+    let expected: Vec<i64> = t["generated"].to_vec1().unwrap();
+    let prompt: Vec<u32> = expected[..3].iter().map(|&x| x as u32).collect();
+    let model = Gpt2::new(config);
+    let got = model
+        .generate(&weights, &prompt, 8, Sampling::Greedy, &Device::Cpu)
+        .unwrap();
+    let expected: Vec<u32> = expected.iter().map(|&x| x as u32).collect();
+    assert_eq!(got, expected);
+    // Sampling is seeded: the same seed the same text, and within the vocabulary.
+    let warm = Sampling::Temperature {
+        temperature: 1.5,
+        seed: 3,
+    };
+    let a = model
+        .generate(&weights, &prompt, 8, warm, &Device::Cpu)
+        .unwrap();
+    let b = model
+        .generate(&weights, &prompt, 8, warm, &Device::Cpu)
+        .unwrap();
+    assert_eq!(a, b);
+    assert!(a.iter().all(|&x| x < 50));
+    let e = model
+        .generate(&weights, &prompt, 14, Sampling::Greedy, &Device::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("n_positions = 16"), "{e}");
 }

@@ -24,6 +24,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod generate;
+
+pub use generate::Sampling;
+
 use serde_json::Value;
 use wick_graph::{GraphError, ValueId};
 
@@ -194,6 +198,9 @@ pub struct Gpt2 {
     pub config: Gpt2Config,
 }
 
+/// One layer's keys and values `[N, heads, positions, head_dim]`.
+pub type KeyValue = (ValueId, ValueId);
+
 /// The logits and the next-token loss of one batch.
 #[derive(Debug, Clone, Copy)]
 pub struct LanguageModelOutput {
@@ -212,6 +219,20 @@ impl Gpt2 {
     /// The logits `[N, T, vocab]` of tokens `[N, T]` (`i64`), `T ≤ n_positions`:
     /// `GPT2LMHeadModel`'s forward, parameters created under Hugging Face's names.
     pub fn forward(&self, nn: &mut Layers, tokens: ValueId) -> wick_graph::Result<ValueId> {
+        Ok(self.forward_cached(nn, tokens, None)?.0)
+    }
+
+    /// [`forward`](Gpt2::forward) with a key/value cache: `past` holds each layer's keys
+    /// and values `[N, heads, P, head_dim]` of the `P` tokens before these (then `tokens`
+    /// is one token per sequence, at position `P`); without it the tokens start at
+    /// position 0 under the causal rule. Returns the logits and each layer's keys and
+    /// values of all `P + T` positions, the next step's `past`.
+    pub fn forward_cached(
+        &self,
+        nn: &mut Layers,
+        tokens: ValueId,
+        past: Option<&[KeyValue]>,
+    ) -> wick_graph::Result<(ValueId, Vec<KeyValue>)> {
         let c = &self.config;
         let shape = nn.builder().shape(tokens).to_vec();
         let [n, t] = shape[..] else {
@@ -219,14 +240,26 @@ impl Gpt2 {
                 "GPT-2 takes tokens [N, T], got {shape:?}"
             )));
         };
-        if t == 0 || t > c.n_positions {
+        let offset = match past {
+            None => 0,
+            Some(p) if p.len() == c.n_layer && t == 1 => nn.builder().shape(p[0].0)[2],
+            Some(p) => {
+                return Err(GraphError::Usage(format!(
+                    "GPT-2 with a cache takes one token per sequence and {} layers' keys and values, got {t} tokens and {} layers",
+                    c.n_layer,
+                    p.len()
+                )))
+            }
+        };
+        if t == 0 || offset + t > c.n_positions {
             return Err(GraphError::Usage(format!(
-                "GPT-2: {t} tokens per sequence; the model takes 1 to n_positions = {}",
+                "GPT-2: positions {offset}..{} are past n_positions = {}",
+                offset + t,
                 c.n_positions
             )));
         }
         let std = Init::Normal(0.02);
-        let (h, wte) = nn.scope("transformer", |nn| {
+        let (h, wte, presents) = nn.scope("transformer", |nn| {
             let wte = nn.param(
                 "wte.weight",
                 &[c.vocab_size, c.n_embd],
@@ -243,24 +276,31 @@ impl Gpt2 {
             )?;
             let b = nn.builder();
             let tok = b.embedding(tokens, wte, None)?;
-            let pos = b.narrow(wpe, 0, 0, t)?;
+            let pos = b.narrow(wpe, 0, offset, t)?;
             let mut h = b.broadcast_add(tok, pos)?;
             h = nn.scope("drop", |nn| nn.builder().dropout(h, c.embd_pdrop))?;
+            let mut presents = Vec::with_capacity(c.n_layer);
             for i in 0..c.n_layer {
-                h = nn.scope(&format!("h.{i}"), |nn| self.block(nn, h, [n, t]))?;
+                let cached = past.map(|p| p[i]);
+                let (y, kv) =
+                    nn.scope(&format!("h.{i}"), |nn| self.block(nn, h, [n, t], cached))?;
+                h = y;
+                presents.push(kv);
             }
             Ok((
                 nn.layer_norm("ln_f", h, c.n_embd, c.layer_norm_epsilon)?,
                 wte,
+                presents,
             ))
         })?;
         // The head is the token embedding, transposed in place by the linear node.
-        nn.scope("lm_head", |nn| {
+        let logits = nn.scope("lm_head", |nn| {
             let b = nn.builder();
             let rows = b.reshape(h, &[n * t, c.n_embd])?;
             let logits = b.linear(rows, wte, None)?;
             b.reshape(logits, &[n, t, c.vocab_size])
-        })
+        })?;
+        Ok((logits, presents))
     }
 
     /// The logits of `tokens[:, :-1]` and their mean cross-entropy against
@@ -294,18 +334,21 @@ impl Gpt2 {
         Ok(LanguageModelOutput { logits, loss })
     }
 
-    /// One `GPT2Block`: `x + attn(ln_1(x))`, then `+ mlp(ln_2(·))`.
+    /// One `GPT2Block`: `x + attn(ln_1(x))`, then `+ mlp(ln_2(·))`; with the layer's
+    /// cached keys and values in front of its own. Returns the block's output and its
+    /// keys and values.
     fn block(
         &self,
         nn: &mut Layers,
         x: ValueId,
         [n, t]: [usize; 2],
-    ) -> wick_graph::Result<ValueId> {
+        cached: Option<KeyValue>,
+    ) -> wick_graph::Result<(ValueId, KeyValue)> {
         let c = &self.config;
         let (e, heads) = (c.n_embd, c.n_head);
         let eps = c.layer_norm_epsilon;
         let y = nn.layer_norm("ln_1", x, e, eps)?;
-        let y = nn.scope("attn", |nn| {
+        let (y, kv) = nn.scope("attn", |nn| {
             let qkv = self.conv1d(nn, "c_attn", y, e, 3 * e, false)?;
             let b = nn.builder();
             let parts = b.chunk(qkv, 3, -1)?;
@@ -313,12 +356,19 @@ impl Gpt2 {
                 let v = b.reshape(v, &[n, t, heads, e / heads])?;
                 b.permute(v, &[0, 2, 1, 3])
             };
-            let (q, k, v) = (split(parts[0])?, split(parts[1])?, split(parts[2])?);
-            let y = b.scaled_dot_product_attention(q, k, v, None, c.attn_pdrop, true, None)?;
+            let (q, mut k, mut v) = (split(parts[0])?, split(parts[1])?, split(parts[2])?);
+            if let Some((past_k, past_v)) = cached {
+                k = b.concat(&[past_k, k], 2)?;
+                v = b.concat(&[past_v, v], 2)?;
+            }
+            // A cached step's one query sees every key; the first step is causal.
+            let causal = cached.is_none();
+            let y = b.scaled_dot_product_attention(q, k, v, None, c.attn_pdrop, causal, None)?;
             let y = b.permute(y, &[0, 2, 1, 3])?;
             let y = b.reshape(y, &[n, t, e])?;
             let y = self.conv1d(nn, "c_proj", y, e, e, true)?;
-            nn.scope("resid_dropout", |nn| nn.builder().dropout(y, c.resid_pdrop))
+            let y = nn.scope("resid_dropout", |nn| nn.builder().dropout(y, c.resid_pdrop))?;
+            Ok((y, (k, v)))
         })?;
         let x = nn.builder().add(x, y)?;
         let y = nn.layer_norm("ln_2", x, e, eps)?;
@@ -328,7 +378,7 @@ impl Gpt2 {
             let y = self.conv1d(nn, "c_proj", y, c.n_inner, e, true)?;
             nn.scope("dropout", |nn| nn.builder().dropout(y, c.resid_pdrop))
         })?;
-        nn.builder().add(x, y)
+        Ok((nn.builder().add(x, y)?, kv))
     }
 
     /// Hugging Face's `Conv1D(out, in)` as layer `path`: weight `[in, out]`, `y = x·W + b`
