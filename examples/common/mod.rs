@@ -314,14 +314,24 @@ impl ProfileArgs {
 
     /// Attaches wick's time profiler to `session` unless the verbosity is 0.
     pub fn attach(&self, session: &mut wick::models::Session) -> Result<()> {
+        let info = run_info(session);
+        self.attach_to(session.executor_mut(), info)
+    }
+
+    /// [`attach`](Self::attach) to any executor (a model built outside a `Session`).
+    pub fn attach_to(
+        &self,
+        exec: &mut wick::graph::Executor,
+        info: wick::profiler::RunInfo,
+    ) -> Result<()> {
         let level = self.level();
         if level > 0 {
             let record = wick::profiler::RecordLevel::from_verbosity(level);
             let profiler = wick::profiler::TimeProfiler::with_schedule(self.schedule(), record)
                 .reporting_at(level)
                 .with_memory_counter(Box::new(wick::allocator::Counter))
-                .with_run_info(run_info(session));
-            session.executor_mut().add_hook(profiler)?;
+                .with_run_info(info);
+            exec.add_hook(profiler)?;
         }
         Ok(())
     }
@@ -338,7 +348,16 @@ impl ProfileArgs {
         session: &wick::models::Session,
         distributed: Option<wick::profiler::DistProfile>,
     ) -> Result<()> {
-        let Some(profiler) = session.executor().hook::<wick::profiler::TimeProfiler>() else {
+        self.report_executor(session.executor(), distributed)
+    }
+
+    /// [`report_with`](Self::report_with) for any executor.
+    pub fn report_executor(
+        &self,
+        exec: &wick::graph::Executor,
+        distributed: Option<wick::profiler::DistProfile>,
+    ) -> Result<()> {
+        let Some(profiler) = exec.hook::<wick::profiler::TimeProfiler>() else {
             return Ok(());
         };
         let mut profile = profiler.profile();
@@ -347,7 +366,7 @@ impl ProfileArgs {
         // JSON profile always carries them, so that `wick-prof diff` can tell a loaded
         // machine from a slower build.
         if !profile.ops.is_empty() || self.json.is_some() {
-            let device = session.executor().device();
+            let device = exec.device();
             profile.machine = Some(wick::profiler::MachinePeaks::measure(device)?);
             // The probe's copy buffers raised the process's peak: the report gives both.
             if let Some(memory) = profile.memory.as_mut() {

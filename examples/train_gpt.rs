@@ -1,0 +1,359 @@
+//! Train a GPT-2 (Hugging Face's `GPT2LMHeadModel`) on a text file, byte by byte, then
+//! write text with it.
+//!
+//!   cargo run --release --example train_gpt -- --steps 200 --generate 200
+//!
+//! The text (default: Shakespeare's sonnets, shipped in `examples/data`) is split into
+//! the first 90% for training and the last 10% held out. Each step trains on `--batch-size`
+//! windows of `--context + 1` bytes drawn from the training part (seeded by `--seed` and
+//! the step); each epoch ends with the held-out loss. `--config` takes a Hugging Face
+//! `config.json` (default: a 4-layer, 128-wide byte-level model); `--weights` and `--save`
+//! read and write safetensors under Hugging Face's names. `--verbosity 2` profiles the
+//! training steps: SINGA's per-op lines and every view.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use candle_core::{DType, Device, Tensor};
+use clap::Parser;
+use wick::file_roles::FileRoles;
+use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
+use wick::graph::{Executor, GraphBuilder, Mode, ValueId};
+use wick::models::checkpoint::{read_safetensors, write_safetensors};
+use wick::models::gpt2::{Gpt2, Gpt2Config, Sampling};
+use wick::models::nn::{self, Layers};
+use wick::ops::{AdamParams, SgdParams};
+
+/// Huge pages under big blocks, and the allocation counter the profiler's memory view reads.
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
+#[derive(Parser)]
+#[command(about = "Train a GPT-2 on a text file with wick, then generate text")]
+struct Args {
+    /// The text to train on, read as bytes (tokens 0..=255).
+    #[arg(long, default_value = "examples/data/sonnets.txt")]
+    text: PathBuf,
+    /// A Hugging Face config.json [default: vocab 256, 4 layers, 128 wide, 4 heads,
+    /// n_positions 256 or --context].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Tokens each sequence predicts (at most the model's n_positions).
+    #[arg(long, default_value_t = 64)]
+    context: usize,
+    /// Train on this batch every step: a safetensors file with `tokens` [N, T+1] (int64).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Start from these weights (safetensors, Hugging Face's names).
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Write the trained weights here (safetensors, Hugging Face's names), and the
+    /// config.json beside them.
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Training steps.
+    #[arg(long, default_value_t = 200)]
+    steps: usize,
+    /// Steps per epoch (each epoch ends with the held-out loss).
+    #[arg(long, default_value_t = 50)]
+    steps_per_epoch: usize,
+    /// Sequences per batch.
+    #[arg(long, default_value_t = 8)]
+    batch_size: usize,
+    /// Learning rate.
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f64,
+    /// sgd (momentum 0.9), adam or adamw, PyTorch's update rules.
+    #[arg(long, default_value = "adamw")]
+    optimizer: String,
+    /// Weight decay (AdamW's decoupled; none on biases and layer norms).
+    #[arg(long, default_value_t = 0.01)]
+    weight_decay: f64,
+    /// Seed of the initialisation, the batches and the dropout.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Bytes to generate after training, from --prompt.
+    #[arg(long, default_value_t = 0)]
+    generate: usize,
+    /// The text generation starts from.
+    #[arg(long, default_value = "Shall I compare thee")]
+    prompt: String,
+    /// Sampling temperature (seeded by --seed); 0 picks the most likely byte.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    #[command(flatten)]
+    profile: common::ProfileArgs,
+}
+
+/// The default model: GPT-2's architecture at byte level, small enough for a laptop.
+fn default_config(context: usize) -> Gpt2Config {
+    Gpt2Config {
+        vocab_size: 256,
+        n_positions: context.max(256),
+        n_embd: 128,
+        n_layer: 4,
+        n_head: 4,
+        n_inner: 512,
+        ..Gpt2Config::small()
+    }
+}
+
+/// `n` windows of `len` bytes from `text`, each starting where a hash of (seed, step,
+/// row) says: the batches of a run are a function of its seed.
+fn windows(text: &[u8], n: usize, len: usize, seed: u64, step: u64) -> Result<Tensor> {
+    let room = (text.len() - len + 1) as u64;
+    let mut tokens = Vec::with_capacity(n * len);
+    for row in 0..n as u64 {
+        let mut z = seed
+            ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ row.wrapping_mul(0xD6E8_FEB8_6659_FD93);
+        z = (z ^ (z >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        let start = ((z ^ (z >> 29)) % room) as usize;
+        tokens.extend(text[start..start + len].iter().map(|&b| b as i64));
+    }
+    Ok(Tensor::from_vec(tokens, (n, len), &Device::Cpu)?)
+}
+
+/// A graph of the model's next-token loss on batches of `shape`: the training graph
+/// (backward and the optimizer) or the evaluation one.
+fn graph(
+    model: &Gpt2,
+    shape: &[usize],
+    train: Option<&OptimizerConfig>,
+) -> Result<(Executor, ValueId, Vec<nn::TensorSpec>)> {
+    let mode = if train.is_some() {
+        Mode::Train
+    } else {
+        Mode::Eval
+    };
+    let mut b = GraphBuilder::new(mode, DType::F32);
+    let tokens = b.input("tokens", shape, DType::I64)?;
+    let mut layers = Layers::new(&mut b);
+    let out = model.next_token_loss(&mut layers, tokens)?;
+    let specs = layers.into_specs();
+    b.output(out.loss);
+    if let Some(optimizer) = train {
+        let grads = b.backward(out.loss)?;
+        b.optimize(&grads, optimizer)?;
+    }
+    Ok((Executor::new(b.finish(), &Device::Cpu), out.loss, specs))
+}
+
+fn loss_of(exec: &Executor, loss: ValueId) -> Result<f32> {
+    let t = exec.get_id(loss)?.context("the loss was not kept")?;
+    Ok(t.to_dtype(DType::F32)?.reshape(())?.to_scalar()?)
+}
+
+/// config.json beside `weights`, unless one is there already with other contents.
+fn write_config(weights: &Path, config: &Gpt2Config) -> Result<()> {
+    let path = weights.with_file_name("config.json");
+    let text = config.to_json();
+    if let Ok(old) = std::fs::read_to_string(&path) {
+        ensure!(
+            Gpt2Config::from_json(&old).ok().as_ref() == Some(config),
+            "{} exists and describes another model: move it, or --save elsewhere",
+            path.display()
+        );
+    }
+    wick::graph::atomic_write::write_bytes_atomically(&path, text.as_bytes())?;
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut a = Args::parse();
+    a.profile.default_verbosity(0);
+    wick::prepare_process();
+    a.profile.check(&mut FileRoles::default())?;
+    let config = match &a.config {
+        Some(p) => Gpt2Config::from_json(
+            &std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
+        )?,
+        None => default_config(a.context),
+    };
+    ensure!(
+        a.context >= 1 && a.context <= config.n_positions,
+        "--context {} must be 1..=n_positions ({})",
+        a.context,
+        config.n_positions
+    );
+    ensure!(
+        config.vocab_size >= 256,
+        "byte-level text needs a vocabulary of at least 256, the config has {}",
+        config.vocab_size
+    );
+    ensure!(
+        a.steps_per_epoch > 0 && a.batch_size > 0,
+        "--steps-per-epoch and --batch-size must be at least 1"
+    );
+    let text =
+        std::fs::read(&a.text).with_context(|| format!("reading the text {}", a.text.display()))?;
+    let split = text.len() * 9 / 10;
+    let (train_text, held_out) = text.split_at(split);
+    let len = a.context + 1;
+    ensure!(held_out.len() >= len, "{}: {} bytes leave {} held out, fewer than --context + 1 = {len}; use a longer text or a shorter context", a.text.display(), text.len(), held_out.len());
+    let batch_file = match &a.data {
+        Some(p) => Some(
+            read_safetensors(p)?
+                .remove("tokens")
+                .with_context(|| format!("{}: no `tokens` tensor", p.display()))?,
+        ),
+        None => None,
+    };
+    let shape = batch_file
+        .as_ref()
+        .map_or(vec![a.batch_size, len], |t| t.dims().to_vec());
+
+    let optimizer = match a.optimizer.as_str() {
+        "sgd" => Optimizer::Sgd(SgdParams {
+            lr: a.lr,
+            momentum: 0.9,
+            weight_decay: a.weight_decay,
+            ..Default::default()
+        }),
+        "adam" => Optimizer::Adam(AdamParams {
+            weight_decay: a.weight_decay,
+            ..AdamParams::adam(a.lr)
+        }),
+        "adamw" => Optimizer::Adam(AdamParams {
+            weight_decay: a.weight_decay,
+            ..AdamParams::adamw(a.lr)
+        }),
+        other => anyhow::bail!("--optimizer {other}: expected sgd, adam or adamw"),
+    };
+    let optimizer =
+        OptimizerConfig::from(optimizer).no_weight_decay_on(ParamSelector::OneDimensional);
+    let model = Gpt2::new(config.clone());
+    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer))?;
+    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None)?;
+    let mut weights: HashMap<String, Tensor> = match &a.weights {
+        Some(p) => read_safetensors(p)?,
+        None => nn::initial_state(&specs, a.seed)?,
+    };
+    for s in &specs {
+        let w = weights
+            .remove(&s.name)
+            .with_context(|| format!("the weights have no `{}`", s.name))?;
+        ensure!(
+            w.dims() == s.shape.as_slice(),
+            "`{}` has shape {:?}, the model's is {:?}",
+            s.name,
+            w.dims(),
+            s.shape
+        );
+        train.set(&s.name, &w.to_dtype(DType::F32)?)?;
+    }
+    let params: usize = specs
+        .iter()
+        .map(|s| s.shape.iter().product::<usize>())
+        .sum();
+    let info = wick::profiler::RunInfo {
+        wick_version: env!("CARGO_PKG_VERSION").into(),
+        model: format!(
+            "gpt2 ({} layers, {} wide, {} heads, vocab {})",
+            config.n_layer, config.n_embd, config.n_head, config.vocab_size
+        ),
+        batch: shape[0],
+        image_size: format!("{} tokens", shape[1] - 1),
+        dtype: "F32".into(),
+        device_name: "Cpu".into(),
+        ..wick::profiler::RunInfo::detect()
+    };
+    a.profile.attach_to(&mut train, info)?;
+    println!(
+        "training a GPT-2 of {params} parameters ({} layers, {} wide) on {} ({} bytes, {} held out): batch {} x {} tokens, {} steps, {}, lr {}",
+        config.n_layer, config.n_embd, a.text.display(), text.len(), held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
+    );
+
+    let epochs = a.steps.div_ceil(a.steps_per_epoch);
+    for epoch in 0..epochs {
+        let started = Instant::now();
+        let steps = (epoch * a.steps_per_epoch..((epoch + 1) * a.steps_per_epoch).min(a.steps))
+            .collect::<Vec<_>>();
+        let mut total = 0.0;
+        for &step in &steps {
+            let batch = match &batch_file {
+                Some(t) => t.clone(),
+                None => windows(train_text, a.batch_size, len, a.seed, step as u64)?,
+            };
+            train.set("tokens", &batch)?;
+            train.set("step", &Tensor::new(step as i64, &Device::Cpu)?)?;
+            train.run()?;
+            let l = loss_of(&train, loss)?;
+            ensure!(l.is_finite(), "step {step}: the loss is {l}; lower --lr");
+            total += l as f64;
+        }
+        // The held-out loss: its non-overlapping windows, up to 16.
+        for s in &specs {
+            eval.set(
+                &s.name,
+                train.get(&s.name)?.context("a weight was not kept")?,
+            )?;
+        }
+        let mut held = Vec::new();
+        for chunk in held_out.chunks_exact(len).take(16) {
+            let ids: Vec<i64> = chunk.iter().map(|&b| b as i64).collect();
+            eval.set("tokens", &Tensor::from_vec(ids, (1, len), &Device::Cpu)?)?;
+            eval.run()?;
+            held.push(loss_of(&eval, eval_loss)? as f64);
+        }
+        let secs = started.elapsed().as_secs_f64();
+        println!(
+            "epoch {}/{epochs}  lr {:.5}  train loss {:.4}  test loss {:.4} ({} held-out windows)  {:.0} tokens/s  {secs:.1} s",
+            epoch + 1,
+            a.lr,
+            total / steps.len() as f64,
+            held.iter().sum::<f64>() / held.len() as f64,
+            held.len(),
+            (steps.len() * shape[0] * (shape[1] - 1)) as f64 / secs
+        );
+    }
+    let trained: HashMap<String, Tensor> = specs
+        .iter()
+        .map(|s| {
+            Ok((
+                s.name.clone(),
+                train
+                    .get(&s.name)?
+                    .context("a weight was not kept")?
+                    .clone(),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    if let Some(path) = &a.save {
+        write_config(path, &config)?;
+        write_safetensors(&trained, path)?;
+        println!(
+            "weights written to {} (config.json beside them)",
+            path.display()
+        );
+    }
+    a.profile.report_executor(&train, None)?;
+    if a.generate > 0 {
+        let prompt: Vec<u32> = a.prompt.bytes().map(u32::from).collect();
+        let sampling = if a.temperature > 0.0 {
+            Sampling::Temperature {
+                temperature: a.temperature,
+                seed: a.seed,
+            }
+        } else {
+            Sampling::Greedy
+        };
+        let room = config.n_positions.saturating_sub(prompt.len());
+        ensure!(
+            a.generate <= room,
+            "--generate {}: the prompt's {} bytes leave room for {room} in n_positions = {}",
+            a.generate,
+            prompt.len(),
+            config.n_positions
+        );
+        let out = model.generate(&trained, &prompt, a.generate, sampling, &Device::Cpu)?;
+        let bytes: Vec<u8> = out.iter().map(|&t| t as u8).collect();
+        println!("---\n{}\n---", String::from_utf8_lossy(&bytes));
+    }
+    Ok(())
+}

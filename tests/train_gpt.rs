@@ -1,0 +1,185 @@
+//! train_gpt run as a user would: on the shipped text with a tiny config.json, the loss
+//! falls, the weights and config.json are written under Hugging Face's names, a second
+//! run starts from them and generates text, a batch file trains, and bad settings are one
+//! clear line.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::run;
+
+const TINY: &str = r#"{"vocab_size": 256, "n_positions": 96, "n_embd": 32, "n_layer": 1, "n_head": 2,
+  "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}"#;
+
+fn text() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/data/sonnets.txt")
+        .display()
+        .to_string()
+}
+
+/// The train losses of the per-epoch lines.
+fn train_losses(stdout: &str) -> Vec<f64> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("epoch "))
+        .map(|l| {
+            let after = l.split("train loss ").nth(1).unwrap();
+            after.split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn the_loss_falls_the_weights_are_saved_and_generation_reads_them() {
+    let d = common::scratch("wick-gpt-");
+    let config = write(d.path(), "tiny.json", TINY);
+    let text = text();
+    let base = [
+        "--text",
+        &text,
+        "--config",
+        &config,
+        "--context",
+        "32",
+        "--batch-size",
+        "4",
+    ];
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain([
+            "--steps",
+            "60",
+            "--steps-per-epoch",
+            "20",
+            "--lr",
+            "1e-2",
+            "--save",
+            "out/model.safetensors",
+        ])
+        .collect();
+    std::fs::create_dir(d.path().join("out")).unwrap();
+    let out = run(d.path(), "train_gpt", &args, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let losses = train_losses(&stdout);
+    assert_eq!(losses.len(), 3, "{stdout}");
+    assert!(losses[2] < losses[0] - 0.3, "the loss falls: {losses:?}");
+    // Hugging Face's names, no separate head (tied), and its config.json beside them.
+    let saved = wick::models::checkpoint::read_safetensors(&d.path().join("out/model.safetensors"))
+        .unwrap();
+    assert!(saved.contains_key("transformer.h.0.attn.c_attn.weight"));
+    assert_eq!(saved["transformer.h.0.attn.c_attn.weight"].dims(), [32, 96]);
+    assert!(!saved.contains_key("lm_head.weight"));
+    let written = std::fs::read_to_string(d.path().join("out/config.json")).unwrap();
+    assert!(written.contains("\"n_embd\":32"), "{written}");
+
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain([
+            "--steps",
+            "1",
+            "--weights",
+            "out/model.safetensors",
+            "--lr",
+            "0",
+            "--generate",
+            "30",
+            "--temperature",
+            "0",
+            "--prompt",
+            "Shall I",
+        ])
+        .collect();
+    let out = run(d.path(), "train_gpt", &args, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = stdout.split("---\n").nth(1).unwrap();
+    assert!(
+        generated.starts_with("Shall I") && generated.len() > "Shall I".len() + 30,
+        "{generated:?}"
+    );
+    // From the saved weights, the first step's loss is the trained one, not a fresh model's.
+    assert!(train_losses(&stdout)[0] < losses[0], "{stdout}");
+}
+
+#[test]
+fn a_batch_file_trains_and_bad_settings_are_one_line() {
+    let d = common::scratch("wick-gpt-");
+    let config = write(d.path(), "tiny.json", TINY);
+    let text = text();
+    let tokens: Vec<i64> = (0..2 * 17).map(|i| (i * 7 % 256) as i64).collect();
+    let batch = candle_core::Tensor::from_vec(tokens, (2, 17), &candle_core::Device::Cpu).unwrap();
+    let batch_file = d.path().join("batch.safetensors");
+    let map = std::collections::HashMap::from([("tokens".to_string(), batch)]);
+    wick::models::checkpoint::write_safetensors(&map, &batch_file).unwrap();
+    let batch_file = batch_file.display().to_string();
+    let out = run(
+        d.path(),
+        "train_gpt",
+        &[
+            "--text",
+            &text,
+            "--config",
+            &config,
+            "--data",
+            &batch_file,
+            "--steps",
+            "30",
+            "--steps-per-epoch",
+            "10",
+            "--lr",
+            "1e-2",
+        ],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("batch 2 x 16 tokens"), "{stdout}");
+    let losses = train_losses(&stdout);
+    assert!(losses[2] < losses[0], "one batch is learnt: {losses:?}");
+
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--context", "200"],
+            "--context 200 must be 1..=n_positions (96)",
+        ),
+        (&["--weights", "missing.safetensors"], "missing.safetensors"),
+        (&["--optimizer", "lion"], "--optimizer lion"),
+    ];
+    for (extra, needle) in cases {
+        let args: Vec<&str> = ["--text", &text, "--config", &config]
+            .iter()
+            .copied()
+            .chain(extra.iter().copied())
+            .collect();
+        let out = run(d.path(), "train_gpt", &args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(
+            err.contains(needle) && !err.contains("panicked"),
+            "{extra:?}: {err}"
+        );
+    }
+}
