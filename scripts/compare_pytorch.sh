@@ -33,6 +33,8 @@ wick_case() {
         resnet18_cifar_train_b32) args="$EX/profile_resnet --model resnet18 --stem cifar --batch-size 32 --image-size 32 --iterations 13 --skip 3 --verbosity 1" ;;
         resnet50_train_b2) args="$EX/profile_resnet --model resnet50 --batch-size 2 --image-size 224 --iterations 13 --skip 3 --verbosity 1" ;;
         resnet50_infer_b1) args="$EX/infer_resnet --model resnet50 --bench --warmup 3 --reps 20" ;;
+        vit_b_16_train_b2_224) args="$EX/profile_resnet --model vit_b_16 --num-classes 10 --batch-size 2 --image-size 224 --iterations 8 --skip 3 --verbosity 1" ;;
+        convnext_tiny_train_b8_128) args="$EX/profile_resnet --model convnext_tiny --num-classes 10 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
         mobilenet_v2_train_b8_128 | efficientnet_b0_train_b8_128)
             args="$EX/profile_resnet --model ${1%_train_b8_128} --num-classes 10 --dropout 0 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
     esac
@@ -44,7 +46,8 @@ wick_case() {
             local bench log
             bench=$(ls -t target/release/deps/attention-* | grep -v '\.d$' | head -1)
             log=$( { WICK_ATTENTION_T=$t /usr/bin/time -f "rss_kib %M" "$bench" --bench "^attention/fused/$mask/$t\$"; } 2>&1 )
-            echo "$(echo "$log" | sed -n 's/.*time: *\[[0-9.]* [mµ]s \([0-9.]*\) \([mµ]\)s.*/\1 \2/p' | awk '{ print ($2 == "m") ? $1 : $1 / 1000 }') $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
+            # criterion's median: the middle of "time: [low mid high]", in s, ms or µs.
+            echo "$(echo "$log" | sed -n 's/.*time: *\[[0-9.]* [mµ]*s \([0-9.]*\) \([mµ]*\)s.*/\1 \2/p' | awk '{ print ($2 == "m") ? $1 : ($2 == "") ? $1 * 1000 : $1 / 1000 }') $(echo "$log" | sed -n 's/.*rss_kib \([0-9]*\)$/\1/p')"
             return ;;
     esac
     # Training: the graph passes train_resnet uses (profile_resnet defaults to none).
@@ -61,6 +64,8 @@ wick_case() {
 torch_case() {
     local log
     case $1 in
+        vit_b_16_train_b2_224)
+            log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_zoo_baseline.py --model vit_b_16 --batch 2 --size 224 --threads "$THREADS" --warmup 2 --reps 5; } 2>&1 ) ;;
         attention_t*)
             local t=${1#attention_t} causal=
             case $t in *_causal) t=${t%_causal}; causal=--causal ;; esac
@@ -97,7 +102,8 @@ med = lambda k, i: statistics.median(v[i] for v in runs[k]) if k in runs else No
 print(f"| case | wick ms | PyTorch ms | wick / PyTorch | wick peak RSS MiB | PyTorch peak RSS MiB |")
 print("|---|---|---|---|---|---|")
 for case in ["resnet18_cifar_train_b8", "resnet18_cifar_train_b32", "resnet50_train_b2", "resnet50_infer_b1",
-             "mobilenet_v2_train_b8_128", "efficientnet_b0_train_b8_128",
+             "mobilenet_v2_train_b8_128", "efficientnet_b0_train_b8_128", "convnext_tiny_train_b8_128",
+             "vit_b_16_train_b2_224",
              "attention_t1024", "attention_t1024_causal", "attention_t4096"]:
     w, t = med(("wick", case), 0), med(("torch", case), 0)
     if w is None or t is None:

@@ -30,7 +30,10 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = getattr(torchvision.models, a.model)(num_classes=10, **OFF[a.model]).train()
+    settings = dict(OFF[a.model])
+    if "image_size" in settings:  # a ViT is built for the size it runs
+        settings["image_size"] = a.size
+    model = getattr(torchvision.models, a.model)(num_classes=10, **settings).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     x = torch.randn(a.batch, 3, a.size, a.size)
     y = torch.randint(0, 10, (a.batch,))
