@@ -35,6 +35,7 @@ pub mod error;
 pub mod gpu;
 pub mod kernel;
 pub mod kernel_class;
+mod layer_norm_cpu;
 pub mod layout;
 pub mod linear;
 pub mod loss;

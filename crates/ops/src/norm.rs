@@ -1,5 +1,6 @@
 //! Softmax, layer norm (over the last dimension; ConvNeXt's channel norm is a permute to
-//! channels-last around it) and group norm, forward and backward, on candle's tensor ops.
+//! channels-last around it) and group norm, forward and backward, on candle's tensor ops;
+//! layer norm on the CPU by its own kernel (`layer_norm_cpu`).
 //! Statistics are recomputed from the input in backward instead of being kept from
 //! forward: one more pass over the input, and one less tensor alive between the passes.
 
@@ -99,8 +100,31 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     check_layer_norm(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
+    if crate::cpu::on_cpu_kernel(x) {
+        crate::cpu::same_dtype(LAYER_NORM, x.dtype(), &affine_params(weight, bias))?;
+        return crate::cpu::dispatch_float!(
+            LAYER_NORM,
+            x.dtype(),
+            crate::layer_norm_cpu::forward(x, weight, bias, eps)
+        );
+    }
     let (xhat, _) = normalize_rows(LAYER_NORM, x, eps)?;
     affine(LAYER_NORM, xhat, weight, bias)
+}
+
+/// The affine parameters given, named, for dtype checks.
+fn affine_params<'a>(
+    weight: Option<&'a Tensor>,
+    bias: Option<&'a Tensor>,
+) -> Vec<(&'static str, &'a Tensor)> {
+    let mut v = Vec::new();
+    if let Some(w) = weight {
+        v.push(("weight", w));
+    }
+    if let Some(b) = bias {
+        v.push(("bias", b));
+    }
+    v
 }
 
 fn affine(
@@ -140,6 +164,21 @@ pub fn layer_norm_backward(
 ) -> Result<NormGrads> {
     let op = LAYER_NORM;
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
+    if crate::cpu::on_cpu_kernel(x) {
+        let mut operands = affine_params(weight, None);
+        operands.push(("output gradient", grad_y));
+        crate::cpu::same_dtype(op, x.dtype(), &operands)?;
+        let (input, dw, db) = crate::cpu::dispatch_float!(
+            op,
+            x.dtype(),
+            crate::layer_norm_cpu::backward(grad_y, x, weight, eps)
+        )?;
+        return Ok(NormGrads {
+            input,
+            weight: weight.map(|_| dw),
+            bias: has_bias.then_some(db),
+        });
+    }
     let (xhat, rstd) = normalize_rows(op, x, eps)?;
     let g = match weight {
         Some(w) => grad_y.broadcast_mul(w).ctx(op)?,

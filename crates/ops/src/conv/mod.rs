@@ -134,8 +134,41 @@ pub fn conv2d_backward_filter(
 /// Convolution bias gradient (`ConvBackwardBias`): the output gradient summed over batch,
 /// height and width.
 pub fn conv2d_backward_bias(grad_out: &Tensor) -> Result<Tensor> {
-    nchw(OP, "output gradient", grad_out.dims())?;
+    let dims = nchw(OP, "output gradient", grad_out.dims())?;
+    if cpu_data::on_cpu_kernel(grad_out) {
+        return dispatch_float!(OP, grad_out.dtype(), bias_sums(grad_out, dims));
+    }
     grad_out.sum((0, 2, 3)).ctx(OP)
+}
+
+/// The CPU bias gradient: each channel's planes summed in f64 (eight lanes), the
+/// channels split across threads.
+fn bias_sums<T: cpu_data::Float>(grad_out: &Tensor, [n, c, h, w]: [usize; 4]) -> Result<Tensor> {
+    use rayon::prelude::*;
+    let hw = h * w;
+    let sums = cpu_data::with_slice::<T, _>(OP, grad_out, |g| {
+        Ok((0..c)
+            .into_par_iter()
+            .map(|ch| {
+                let total: f64 = (0..n)
+                    .map(|i| cpu_data::run_wide(PlaneSum(&g[(i * c + ch) * hw..][..hw])))
+                    .sum();
+                T::from_f64(total)
+            })
+            .collect::<Vec<T>>())
+    })?;
+    cpu_data::tensor(OP, sums, c)
+}
+
+/// One plane's sum in f64, compiled for the widest vectors.
+struct PlaneSum<'a, T>(&'a [T]);
+
+impl<T: cpu_data::Float> cpu_data::WideKernel for PlaneSum<'_, T> {
+    type Output = f64;
+    #[inline(always)]
+    fn run(self) -> f64 {
+        cpu_data::sum_f64(self.0, |v| v.to_f64())
+    }
 }
 
 /// FLOPs of the bias gradient for an output gradient of shape `grad_out`: one add per element.

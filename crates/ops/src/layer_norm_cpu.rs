@@ -1,0 +1,201 @@
+//! Layer norm over the last dimension on the CPU: one pass per row for the statistics
+//! (summed in f64) and one to write, forward and backward; the weight and bias gradients
+//! summed per thread over its rows, then across threads. In place of candle's nine
+//! generic ops, each of which reads and writes the whole tensor.
+
+use candle_core::Tensor;
+use rayon::prelude::*;
+
+use crate::cpu::{self, Float, WideKernel};
+use crate::error::{CandleContext, Result};
+
+const OP: &str = "layer_norm";
+
+/// Rows per task: enough work per task, enough tasks for the threads.
+fn rows_per_task(rows: usize, d: usize) -> usize {
+    (cpu::CHUNK / d.max(1)).clamp(1, rows.div_ceil(4 * cpu::threads()).max(1))
+}
+
+/// A row's mean and `1/√(var + eps)`, in f64.
+#[inline(always)]
+fn stats<T: Float>(row: &[T], eps: f64) -> (f64, f64) {
+    let d = row.len() as f64;
+    let mean = cpu::sum_f64(row, |v| v.to_f64()) / d;
+    let var = cpu::sum_f64(row, |v| {
+        let c = v.to_f64() - mean;
+        c * c
+    }) / d;
+    (mean, 1.0 / (var + eps).sqrt())
+}
+
+/// The forward of a block of rows.
+struct Forward<'a, T> {
+    x: &'a [T],
+    out: &'a mut [T],
+    weight: Option<&'a [T]>,
+    bias: Option<&'a [T]>,
+    d: usize,
+    eps: f64,
+}
+
+impl<T: Float> WideKernel for Forward<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        for (x, y) in self
+            .x
+            .chunks_exact(self.d)
+            .zip(self.out.chunks_exact_mut(self.d))
+        {
+            // In f64, rounded once.
+            let (mean, rstd) = stats(x, self.eps);
+            let at = |v: Option<&[T]>, i: usize, none: f64| v.map_or(none, |v| v[i].to_f64());
+            for (i, (y, &x)) in y.iter_mut().zip(x).enumerate() {
+                let h = (x.to_f64() - mean) * rstd;
+                *y = T::from_f64(h * at(self.weight, i, 1.0) + at(self.bias, i, 0.0));
+            }
+        }
+    }
+}
+
+/// `layer_norm(x, weight, bias, eps)` over the last dimension (`d` values).
+pub(crate) fn forward<T: Float>(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    let d = *x.dims().last().unwrap_or(&1);
+    let rows = x.elem_count() / d.max(1);
+    let mut out = vec![T::ZERO; x.elem_count()];
+    let w = weight
+        .map(|w| w.flatten_all()?.to_vec1::<T>())
+        .transpose()
+        .ctx(OP)?;
+    let b = bias
+        .map(|b| b.flatten_all()?.to_vec1::<T>())
+        .transpose()
+        .ctx(OP)?;
+    if d > 0 && rows > 0 {
+        let per = rows_per_task(rows, d);
+        cpu::with_slice::<T, _>(OP, x, |xs| {
+            out.par_chunks_mut(per * d)
+                .zip(xs.par_chunks(per * d))
+                .for_each(|(o, x)| {
+                    cpu::run_wide(Forward {
+                        x,
+                        out: o,
+                        weight: w.as_deref(),
+                        bias: b.as_deref(),
+                        d,
+                        eps,
+                    })
+                });
+            Ok(())
+        })?;
+    }
+    cpu::tensor(OP, out, x.dims())
+}
+
+/// The backward of a block of rows: their input gradient, and their share of the weight
+/// and bias gradients (f64 column sums).
+struct Backward<'a, T> {
+    x: &'a [T],
+    g: &'a [T],
+    dx: &'a mut [T],
+    weight: Option<&'a [T]>,
+    d: usize,
+    eps: f64,
+}
+
+impl<T: Float> WideKernel for Backward<'_, T> {
+    type Output = (Vec<f64>, Vec<f64>);
+    #[inline(always)]
+    fn run(self) -> (Vec<f64>, Vec<f64>) {
+        let d = self.d;
+        let (mut dw, mut db) = (vec![0f64; d], vec![0f64; d]);
+        let mut gw = vec![T::ZERO; d];
+        let mut xhat = vec![T::ZERO; d];
+        let rows = self
+            .x
+            .chunks_exact(d)
+            .zip(self.g.chunks_exact(d))
+            .zip(self.dx.chunks_exact_mut(d));
+        for ((x, g), dx) in rows {
+            let (mean, rstd) = stats(x, self.eps);
+            let (mean_t, rstd_t) = (T::from_f64(mean), T::from_f64(rstd));
+            for (h, &x) in xhat.iter_mut().zip(x) {
+                *h = (x - mean_t) * rstd_t;
+            }
+            match self.weight {
+                Some(w) => gw
+                    .iter_mut()
+                    .zip(g)
+                    .zip(w)
+                    .for_each(|((o, &g), &w)| *o = g * w),
+                None => gw.copy_from_slice(g),
+            }
+            let n = d as f64;
+            let mean_g = T::from_f64(cpu::sum_f64(&gw, |v| v.to_f64()) / n);
+            let mut acc = [0f64; 8];
+            for (i, (&a, &h)) in gw.iter().zip(&xhat).enumerate() {
+                acc[i % 8] += (a * h).to_f64();
+            }
+            let mean_gx = T::from_f64(acc.iter().sum::<f64>() / n);
+            for ((dx, &a), &h) in dx.iter_mut().zip(&gw).zip(&xhat) {
+                *dx = (a - mean_g - h * mean_gx) * rstd_t;
+            }
+            for (((w, b), &g), &h) in dw.iter_mut().zip(db.iter_mut()).zip(g).zip(&xhat) {
+                *w += (g * h).to_f64();
+                *b += g.to_f64();
+            }
+        }
+        (dw, db)
+    }
+}
+
+/// Layer norm's input gradient and the column sums `Σ g·x̂` and `Σ g` (the weight's and
+/// the bias's gradients), from the output gradient `g` and the input `x`.
+pub(crate) fn backward<T: Float>(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    eps: f64,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let d = *x.dims().last().unwrap_or(&1);
+    let rows = x.elem_count() / d.max(1);
+    let mut dx = vec![T::ZERO; x.elem_count()];
+    let w = weight
+        .map(|w| w.flatten_all()?.to_vec1::<T>())
+        .transpose()
+        .ctx(OP)?;
+    let mut sums = (vec![0f64; d], vec![0f64; d]);
+    if d > 0 && rows > 0 {
+        let per = rows_per_task(rows, d);
+        let parts: Vec<(Vec<f64>, Vec<f64>)> = cpu::with_slice::<T, _>(OP, x, |xs| {
+            cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+                Ok(dx
+                    .par_chunks_mut(per * d)
+                    .zip(xs.par_chunks(per * d))
+                    .zip(gs.par_chunks(per * d))
+                    .map(|((dx, x), g)| {
+                        cpu::run_wide(Backward {
+                            x,
+                            g,
+                            dx,
+                            weight: w.as_deref(),
+                            d,
+                            eps,
+                        })
+                    })
+                    .collect())
+            })
+        })?;
+        for (pw, pb) in parts {
+            sums.0.iter_mut().zip(&pw).for_each(|(a, b)| *a += b);
+            sums.1.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
+        }
+    }
+    let col = |v: Vec<f64>| cpu::tensor(OP, v.into_iter().map(T::from_f64).collect::<Vec<T>>(), d);
+    Ok((cpu::tensor(OP, dx, x.dims())?, col(sums.0)?, col(sums.1)?))
+}
