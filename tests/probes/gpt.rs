@@ -62,9 +62,8 @@ fn a_char_level_gpt_with_a_causal_mask_learns_its_text() {
         0.3,
         &profile,
         &[
-            "MatMulForward",
-            "MatMulBackward",
-            "MaskedFill",
+            "AttentionForward",
+            "AttentionBackward",
             "EmbeddingBackward",
             "NllLossForward",
         ],

@@ -67,7 +67,7 @@ fn a_tiny_vit_with_a_class_token_learns_its_batch() {
             "ExpandBackward",
             "Narrow",
             "NarrowBackward",
-            "MatMulForward",
+            "AttentionForward",
         ],
     );
 }
