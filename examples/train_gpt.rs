@@ -164,11 +164,8 @@ fn write_config(weights: &Path, config: &Gpt2Config) -> Result<()> {
     Ok(())
 }
 
-fn main() -> Result<()> {
-    let mut a = Args::parse();
-    a.profile.default_verbosity(0);
-    wick::prepare_process();
-    a.profile.check(&mut FileRoles::default())?;
+/// The model's configuration, with every setting checked before any work.
+fn read_config(a: &Args) -> Result<Gpt2Config> {
     let config = match &a.config {
         Some(p) => Gpt2Config::from_json(
             &std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
@@ -190,24 +187,19 @@ fn main() -> Result<()> {
         a.steps_per_epoch > 0 && a.batch_size > 0,
         "--steps-per-epoch and --batch-size must be at least 1"
     );
-    let text =
-        std::fs::read(&a.text).with_context(|| format!("reading the text {}", a.text.display()))?;
-    let split = text.len() * 9 / 10;
-    let (train_text, held_out) = text.split_at(split);
-    let len = a.context + 1;
-    ensure!(held_out.len() >= len, "{}: {} bytes leave {} held out, fewer than --context + 1 = {len}; use a longer text or a shorter context", a.text.display(), text.len(), held_out.len());
-    let batch_file = match &a.data {
-        Some(p) => Some(
-            read_safetensors(p)?
-                .remove("tokens")
-                .with_context(|| format!("{}: no `tokens` tensor", p.display()))?,
-        ),
-        None => None,
-    };
-    let shape = batch_file
-        .as_ref()
-        .map_or(vec![a.batch_size, len], |t| t.dims().to_vec());
+    let room = config.n_positions.saturating_sub(a.prompt.len());
+    ensure!(
+        a.generate <= room,
+        "--generate {}: the prompt's {} bytes leave room for {room} in n_positions = {}",
+        a.generate,
+        a.prompt.len(),
+        config.n_positions
+    );
+    Ok(config)
+}
 
+/// `--optimizer` with `--lr` and `--weight-decay` (none on biases and norm weights).
+fn optimizer(a: &Args) -> Result<OptimizerConfig> {
     let optimizer = match a.optimizer.as_str() {
         "sgd" => Optimizer::Sgd(SgdParams {
             lr: a.lr,
@@ -225,16 +217,16 @@ fn main() -> Result<()> {
         }),
         other => anyhow::bail!("--optimizer {other}: expected sgd, adam or adamw"),
     };
-    let optimizer =
-        OptimizerConfig::from(optimizer).no_weight_decay_on(ParamSelector::OneDimensional);
-    let model = Gpt2::new(config.clone());
-    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer))?;
-    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None)?;
+    Ok(OptimizerConfig::from(optimizer).no_weight_decay_on(ParamSelector::OneDimensional))
+}
+
+/// `--weights` (or a fresh, seeded initialisation) into the training graph.
+fn load_weights(train: &mut Executor, specs: &[nn::TensorSpec], a: &Args) -> Result<()> {
     let mut weights: HashMap<String, Tensor> = match &a.weights {
         Some(p) => read_safetensors(p)?,
-        None => nn::initial_state(&specs, a.seed)?,
+        None => nn::initial_state(specs, a.seed)?,
     };
-    for s in &specs {
+    for s in specs {
         let w = weights
             .remove(&s.name)
             .with_context(|| format!("the weights have no `{}`", s.name))?;
@@ -247,11 +239,47 @@ fn main() -> Result<()> {
         );
         train.set(&s.name, &w.to_dtype(DType::F32)?)?;
     }
-    let params: usize = specs
+    Ok(())
+}
+
+/// The trained weights by name.
+fn weights_of(train: &Executor, specs: &[nn::TensorSpec]) -> Result<HashMap<String, Tensor>> {
+    specs
         .iter()
-        .map(|s| s.shape.iter().product::<usize>())
-        .sum();
-    let info = wick::profiler::RunInfo {
+        .map(|s| {
+            let w = train.get(&s.name)?.context("a weight was not kept")?;
+            Ok((s.name.clone(), w.clone()))
+        })
+        .collect()
+}
+
+/// The mean loss over the held-out text's non-overlapping windows (up to 16), with the
+/// training graph's current weights; and how many windows.
+fn held_out_loss(
+    (eval, loss): (&mut Executor, ValueId),
+    weights: &HashMap<String, Tensor>,
+    held_out: &[u8],
+    len: usize,
+) -> Result<(f64, usize)> {
+    for (name, w) in weights {
+        eval.set(name, w)?;
+    }
+    let mut losses = Vec::new();
+    for chunk in held_out.chunks_exact(len).take(16) {
+        let ids: Vec<i64> = chunk.iter().map(|&b| b as i64).collect();
+        eval.set("tokens", &Tensor::from_vec(ids, (1, len), &Device::Cpu)?)?;
+        eval.run()?;
+        losses.push(loss_of(eval, loss)? as f64);
+    }
+    Ok((
+        losses.iter().sum::<f64>() / losses.len() as f64,
+        losses.len(),
+    ))
+}
+
+/// What the profile records about the run.
+fn run_info(config: &Gpt2Config, shape: &[usize]) -> wick::profiler::RunInfo {
+    wick::profiler::RunInfo {
         wick_version: env!("CARGO_PKG_VERSION").into(),
         model: format!(
             "gpt2 ({} layers, {} wide, {} heads, vocab {})",
@@ -262,8 +290,76 @@ fn main() -> Result<()> {
         dtype: "F32".into(),
         device_name: "Cpu".into(),
         ..wick::profiler::RunInfo::detect()
+    }
+}
+
+/// Trains on `batches(step)` for each of `steps`; returns the sum of their losses.
+fn train_steps(
+    (train, loss): (&mut Executor, ValueId),
+    steps: std::ops::Range<usize>,
+    batches: impl Fn(usize) -> Result<Tensor>,
+) -> Result<f64> {
+    let mut total = 0.0;
+    for step in steps {
+        train.set("tokens", &batches(step)?)?;
+        train.set("step", &Tensor::new(step as i64, &Device::Cpu)?)?;
+        train.run()?;
+        let l = loss_of(train, loss)?;
+        ensure!(l.is_finite(), "step {step}: the loss is {l}; lower --lr");
+        total += l as f64;
+    }
+    Ok(total)
+}
+
+/// `--generate` bytes after `--prompt`, printed between `---` lines.
+fn print_generation(a: &Args, model: &Gpt2, trained: &HashMap<String, Tensor>) -> Result<()> {
+    let prompt: Vec<u32> = a.prompt.bytes().map(u32::from).collect();
+    let sampling = if a.temperature > 0.0 {
+        Sampling::Temperature {
+            temperature: a.temperature,
+            seed: a.seed,
+        }
+    } else {
+        Sampling::Greedy
     };
-    a.profile.attach_to(&mut train, info)?;
+    let out = model.generate(trained, &prompt, a.generate, sampling, &Device::Cpu)?;
+    let bytes: Vec<u8> = out.iter().map(|&t| t as u8).collect();
+    println!("---\n{}\n---", String::from_utf8_lossy(&bytes));
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let mut a = Args::parse();
+    a.profile.default_verbosity(0);
+    wick::prepare_process();
+    a.profile.check(&mut FileRoles::default())?;
+    let config = read_config(&a)?;
+    let text =
+        std::fs::read(&a.text).with_context(|| format!("reading the text {}", a.text.display()))?;
+    let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
+    let len = a.context + 1;
+    ensure!(held_out.len() >= len, "{}: {} bytes leave {} held out, fewer than --context + 1 = {len}; use a longer text or a shorter context", a.text.display(), text.len(), held_out.len());
+    let batch_file = match &a.data {
+        Some(p) => Some(
+            read_safetensors(p)?
+                .remove("tokens")
+                .with_context(|| format!("{}: no `tokens` tensor", p.display()))?,
+        ),
+        None => None,
+    };
+    let shape = batch_file
+        .as_ref()
+        .map_or(vec![a.batch_size, len], |t| t.dims().to_vec());
+
+    let model = Gpt2::new(config.clone());
+    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?))?;
+    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None)?;
+    load_weights(&mut train, &specs, &a)?;
+    let params: usize = specs
+        .iter()
+        .map(|s| s.shape.iter().product::<usize>())
+        .sum();
+    a.profile.attach_to(&mut train, run_info(&config, &shape))?;
     println!(
         "training a GPT-2 of {params} parameters ({} layers, {} wide) on {} ({} bytes, {} held out): batch {} x {} tokens, {} steps, {}, lr {}",
         config.n_layer, config.n_embd, a.text.display(), text.len(), held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
@@ -272,58 +368,24 @@ fn main() -> Result<()> {
     let epochs = a.steps.div_ceil(a.steps_per_epoch);
     for epoch in 0..epochs {
         let started = Instant::now();
-        let steps = (epoch * a.steps_per_epoch..((epoch + 1) * a.steps_per_epoch).min(a.steps))
-            .collect::<Vec<_>>();
-        let mut total = 0.0;
-        for &step in &steps {
-            let batch = match &batch_file {
-                Some(t) => t.clone(),
-                None => windows(train_text, a.batch_size, len, a.seed, step as u64)?,
-            };
-            train.set("tokens", &batch)?;
-            train.set("step", &Tensor::new(step as i64, &Device::Cpu)?)?;
-            train.run()?;
-            let l = loss_of(&train, loss)?;
-            ensure!(l.is_finite(), "step {step}: the loss is {l}; lower --lr");
-            total += l as f64;
-        }
-        // The held-out loss: its non-overlapping windows, up to 16.
-        for s in &specs {
-            eval.set(
-                &s.name,
-                train.get(&s.name)?.context("a weight was not kept")?,
-            )?;
-        }
-        let mut held = Vec::new();
-        for chunk in held_out.chunks_exact(len).take(16) {
-            let ids: Vec<i64> = chunk.iter().map(|&b| b as i64).collect();
-            eval.set("tokens", &Tensor::from_vec(ids, (1, len), &Device::Cpu)?)?;
-            eval.run()?;
-            held.push(loss_of(&eval, eval_loss)? as f64);
-        }
+        let steps = epoch * a.steps_per_epoch..((epoch + 1) * a.steps_per_epoch).min(a.steps);
+        let batches = |step: usize| match &batch_file {
+            Some(t) => Ok(t.clone()),
+            None => windows(train_text, a.batch_size, len, a.seed, step as u64),
+        };
+        let total = train_steps((&mut train, loss), steps.clone(), batches)?;
+        let weights = weights_of(&train, &specs)?;
+        let (test_loss, windows) = held_out_loss((&mut eval, eval_loss), &weights, held_out, len)?;
         let secs = started.elapsed().as_secs_f64();
         println!(
-            "epoch {}/{epochs}  lr {:.5}  train loss {:.4}  test loss {:.4} ({} held-out windows)  {:.0} tokens/s  {secs:.1} s",
+            "epoch {}/{epochs}  lr {:.5}  train loss {:.4}  test loss {test_loss:.4} ({windows} held-out windows)  {:.0} tokens/s  {secs:.1} s",
             epoch + 1,
             a.lr,
             total / steps.len() as f64,
-            held.iter().sum::<f64>() / held.len() as f64,
-            held.len(),
             (steps.len() * shape[0] * (shape[1] - 1)) as f64 / secs
         );
     }
-    let trained: HashMap<String, Tensor> = specs
-        .iter()
-        .map(|s| {
-            Ok((
-                s.name.clone(),
-                train
-                    .get(&s.name)?
-                    .context("a weight was not kept")?
-                    .clone(),
-            ))
-        })
-        .collect::<Result<_>>()?;
+    let trained = weights_of(&train, &specs)?;
     if let Some(path) = &a.save {
         write_config(path, &config)?;
         write_safetensors(&trained, path)?;
@@ -334,26 +396,7 @@ fn main() -> Result<()> {
     }
     a.profile.report_executor(&train, None)?;
     if a.generate > 0 {
-        let prompt: Vec<u32> = a.prompt.bytes().map(u32::from).collect();
-        let sampling = if a.temperature > 0.0 {
-            Sampling::Temperature {
-                temperature: a.temperature,
-                seed: a.seed,
-            }
-        } else {
-            Sampling::Greedy
-        };
-        let room = config.n_positions.saturating_sub(prompt.len());
-        ensure!(
-            a.generate <= room,
-            "--generate {}: the prompt's {} bytes leave room for {room} in n_positions = {}",
-            a.generate,
-            prompt.len(),
-            config.n_positions
-        );
-        let out = model.generate(&trained, &prompt, a.generate, sampling, &Device::Cpu)?;
-        let bytes: Vec<u8> = out.iter().map(|&t| t as u8).collect();
-        println!("---\n{}\n---", String::from_utf8_lossy(&bytes));
+        print_generation(&a, &model, &trained)?;
     }
     Ok(())
 }

@@ -21,6 +21,7 @@
 //! This crate knows nothing about graphs: `wick-graph` records these kernels as nodes.
 
 pub mod activation;
+mod activation_lanes;
 pub mod attention;
 pub mod batchnorm;
 pub mod broadcast;

@@ -12,6 +12,9 @@ use super::Gpt2;
 use crate::error::{ModelError, Result};
 use crate::nn::Layers;
 
+/// One layer's cached keys and values `[1, heads, positions, head_dim]`.
+type CachedLayer = (Tensor, Tensor);
+
 /// How the next token is chosen from the logits.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Sampling {
@@ -70,8 +73,31 @@ impl Gpt2 {
         sampling: Sampling,
         device: &Device,
     ) -> Result<Vec<u32>> {
-        let c = self.config.clone().without_dropout();
-        let model = Gpt2::new(c.clone());
+        self.check_request(prompt, n, sampling)?;
+        let model = Gpt2::new(self.config.clone().without_dropout());
+        let seed = match sampling {
+            Sampling::Temperature { seed, .. } => seed,
+            Sampling::Greedy => 0,
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut out = prompt.to_vec();
+        let mut step_input = prompt.to_vec();
+        let mut cache: Option<Vec<CachedLayer>> = None;
+        for _ in 0..n {
+            let (logits, presents) =
+                model.decode_step(weights, &step_input, cache.as_deref(), device)?;
+            let token = choose(&logits, sampling, &mut rng);
+            out.push(token);
+            step_input = vec![token];
+            cache = Some(presents);
+        }
+        Ok(out)
+    }
+
+    /// An error unless the prompt is in the vocabulary, it and `n` more tokens fit in
+    /// `n_positions`, and the temperature is positive.
+    fn check_request(&self, prompt: &[u32], n: usize, sampling: Sampling) -> Result<()> {
+        let c = &self.config;
         if prompt.is_empty() || prompt.len() + n > c.n_positions {
             return Err(ModelError::Config(format!(
                 "generate: a prompt of {} tokens and {n} new ones must fit in n_positions = {} (and the prompt must not be empty)",
@@ -92,73 +118,69 @@ impl Gpt2 {
                 )));
             }
         }
-        let seed = match sampling {
-            Sampling::Temperature { seed, .. } => seed,
-            Sampling::Greedy => 0,
-        };
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut out = prompt.to_vec();
-        let mut step_input = prompt.to_vec();
-        let mut cache: Option<Vec<(Tensor, Tensor)>> = None;
-        for _ in 0..n {
-            let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-            let len = step_input.len();
-            let tokens = b.input("tokens", &[1, len], DType::I64)?;
-            let past = match &cache {
-                None => None,
-                Some(layers) => {
-                    let mut ids = Vec::with_capacity(layers.len());
-                    for (i, (k, v)) in layers.iter().enumerate() {
-                        let k = b.input(&format!("past.{i}.key"), k.dims(), DType::F32)?;
-                        let v = b.input(&format!("past.{i}.value"), v.dims(), DType::F32)?;
-                        ids.push((k, v));
-                    }
-                    Some(ids)
-                }
-            };
-            let mut nn = Layers::new(&mut b);
-            let (logits, presents) = model.forward_cached(&mut nn, tokens, past.as_deref())?;
-            let specs = nn.into_specs();
-            b.output(logits);
-            for (k, v) in &presents {
-                b.output(*k);
-                b.output(*v);
-            }
-            let mut exec = Executor::new(b.finish(), device);
-            for s in &specs {
-                let w = weights.get(&s.name).ok_or_else(|| {
-                    ModelError::State(format!("generate: the weights have no `{}`", s.name))
-                })?;
-                exec.set(&s.name, &w.to_dtype(DType::F32)?.to_device(device)?)?;
-            }
-            let ids: Vec<i64> = step_input.iter().map(|&t| t as i64).collect();
-            exec.set("tokens", &Tensor::from_vec(ids, (1, len), device)?)?;
-            if let Some(layers) = &cache {
+        Ok(())
+    }
+
+    /// One step: the logits of the last of `tokens` (after the cached positions), and
+    /// every layer's keys and values up to it.
+    fn decode_step(
+        &self,
+        weights: &HashMap<String, Tensor>,
+        tokens: &[u32],
+        cache: Option<&[CachedLayer]>,
+        device: &Device,
+    ) -> Result<(Vec<f32>, Vec<CachedLayer>)> {
+        let past_name = |i: usize, part: &str| format!("past.{i}.{part}");
+        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+        let len = tokens.len();
+        let input = b.input("tokens", &[1, len], DType::I64)?;
+        let past = match cache {
+            None => None,
+            Some(layers) => {
+                let mut ids = Vec::with_capacity(layers.len());
                 for (i, (k, v)) in layers.iter().enumerate() {
-                    exec.set(&format!("past.{i}.key"), k)?;
-                    exec.set(&format!("past.{i}.value"), v)?;
+                    let k = b.input(&past_name(i, "key"), k.dims(), DType::F32)?;
+                    let v = b.input(&past_name(i, "value"), v.dims(), DType::F32)?;
+                    ids.push((k, v));
                 }
+                Some(ids)
             }
-            exec.run()?;
-            let kept = |v| {
-                exec.get_id(v)?
-                    .cloned()
-                    .ok_or_else(|| ModelError::State("generate: an output was not kept".into()))
-            };
-            let row: Vec<f32> = kept(logits)?
-                .i((0, len - 1))?
-                .to_dtype(DType::F32)?
-                .to_vec1()?;
-            let token = choose(&row, sampling, &mut rng);
-            out.push(token);
-            step_input = vec![token];
-            cache = Some(
-                presents
-                    .iter()
-                    .map(|&(k, v)| Ok((kept(k)?, kept(v)?)))
-                    .collect::<Result<_>>()?,
-            );
+        };
+        let mut nn = Layers::new(&mut b);
+        let (logits, presents) = self.forward_cached(&mut nn, input, past.as_deref())?;
+        let specs = nn.into_specs();
+        b.output(logits);
+        for (k, v) in &presents {
+            b.output(*k);
+            b.output(*v);
         }
-        Ok(out)
+        let mut exec = Executor::new(b.finish(), device);
+        for s in &specs {
+            let w = weights.get(&s.name).ok_or_else(|| {
+                ModelError::State(format!("generate: the weights have no `{}`", s.name))
+            })?;
+            exec.set(&s.name, &w.to_dtype(DType::F32)?.to_device(device)?)?;
+        }
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        exec.set("tokens", &Tensor::from_vec(ids, (1, len), device)?)?;
+        for (i, (k, v)) in cache.unwrap_or_default().iter().enumerate() {
+            exec.set(&past_name(i, "key"), k)?;
+            exec.set(&past_name(i, "value"), v)?;
+        }
+        exec.run()?;
+        let kept = |v| {
+            exec.get_id(v)?
+                .cloned()
+                .ok_or_else(|| ModelError::State("generate: an output was not kept".into()))
+        };
+        let row = kept(logits)?
+            .i((0, len - 1))?
+            .to_dtype(DType::F32)?
+            .to_vec1()?;
+        let presents = presents
+            .iter()
+            .map(|&(k, v)| Ok((kept(k)?, kept(v)?)))
+            .collect::<Result<_>>()?;
+        Ok((row, presents))
     }
 }

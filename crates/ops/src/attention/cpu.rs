@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::generic;
 use super::mask::Bias;
-use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, OP};
+use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
 use crate::cpu::{self, gemm_strided, Float};
 use crate::dropout::Draws;
 use crate::error::Result;
@@ -21,6 +21,19 @@ const BLOCK_Q: usize = 64;
 const BLOCK_K: usize = 128;
 /// Lanes of the row reductions: independent partial maxima and sums that vectorize.
 const LANES: usize = 16;
+
+/// `dst (m×n, row-major) [+]= lhs · rhs` on this thread, the operands given with their
+/// (row, column) strides: every product of a tile.
+#[inline]
+fn product<T: Float>(
+    dst: &mut [T],
+    (m, n, k): (usize, usize, usize),
+    accumulate: bool,
+    lhs: (&[T], (usize, usize)),
+    rhs: (&[T], (usize, usize)),
+) {
+    gemm_strided(m, n, k, (dst, (n, 1)), accumulate, lhs, rhs, false)
+}
 
 /// One attention's sizes and settings, as the tiles need them.
 struct Plan<'a, T> {
@@ -220,16 +233,7 @@ fn forward_rows<T: Float>(
         let kt = &k[(h * s + k0) * e..][..bc * e];
         let vt = &v[(h * s + k0) * ev..][..bc * ev];
         let tile = &mut tile[..rows * bc];
-        gemm_strided(
-            rows,
-            bc,
-            e,
-            (tile, (bc, 1)),
-            false,
-            (qt, (e, 1)),
-            (kt, (1, e)),
-            false,
-        );
+        product(tile, (rows, bc, e), false, (qt, (e, 1)), (kt, (1, e)));
         cpu::run_wide(SoftmaxTile {
             plan,
             at: (h, i0, k0),
@@ -237,16 +241,7 @@ fn forward_rows<T: Float>(
             run: &mut run,
             out,
         });
-        gemm_strided(
-            rows,
-            ev,
-            bc,
-            (out, (ev, 1)),
-            true,
-            (tile, (bc, 1)),
-            (vt, (ev, 1)),
-            false,
-        );
+        product(out, (rows, ev, bc), true, (tile, (bc, 1)), (vt, (ev, 1)));
     }
     for r in 0..rows {
         let o = &mut out[r * ev..(r + 1) * ev];
@@ -266,17 +261,18 @@ fn empty(shape: &AttentionShape) -> bool {
     shape.heads() * shape.queries * shape.keys * shape.qk_dim * shape.v_dim == 0
 }
 
-pub(super) fn forward<T: Float>(
-    shape: &AttentionShape,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
-) -> Result<AttentionOutput> {
+pub(super) fn forward<T: Float>(c: &Call<'_>) -> Result<AttentionOutput> {
+    let Call {
+        shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    } = *c;
     if empty(shape) {
-        return generic::forward(shape, q, k, v, mask, a, step);
+        return generic::forward(c);
     }
     let bias = mask.map(|m| Bias::<T>::new(OP, m, shape)).transpose()?;
     let plan = Plan::new(shape, a, step, bias.as_ref());
@@ -421,26 +417,8 @@ fn backward_keys<T: Float>(
             let qt = &q[(h * l + i0) * e..][..br * e];
             let dot = &dout[(h * l + i0) * ev..][..br * ev];
             let (p, dp) = (&mut p[..br * bc], &mut dp[..br * bc]);
-            gemm_strided(
-                br,
-                bc,
-                e,
-                (p, (bc, 1)),
-                false,
-                (qt, (e, 1)),
-                (kt, (1, e)),
-                false,
-            );
-            gemm_strided(
-                br,
-                bc,
-                ev,
-                (dp, (bc, 1)),
-                false,
-                (dot, (ev, 1)),
-                (vt, (1, ev)),
-                false,
-            );
+            product(p, (br, bc, e), false, (qt, (e, 1)), (kt, (1, e)));
+            product(dp, (br, bc, ev), false, (dot, (ev, 1)), (vt, (1, ev)));
             let rows = h * l + i0..h * l + i0 + br;
             let dropped = &mut dropped[..if plan.dropout.is_some() { br * bc } else { 0 }];
             cpu::run_wide(GradientTile {
@@ -454,54 +432,31 @@ fn backward_keys<T: Float>(
             });
             let weights: &[T] = if plan.dropout.is_some() { dropped } else { p };
             // dV += weightsᵀ·dO, dQ += dS·K, dK += dSᵀ·Q.
-            gemm_strided(
-                bc,
-                ev,
-                br,
-                (dv, (ev, 1)),
-                true,
-                (weights, (1, bc)),
-                (dot, (ev, 1)),
-                false,
-            );
+            product(dv, (bc, ev, br), true, (weights, (1, bc)), (dot, (ev, 1)));
             let dq = &mut g.dq[i0 * e..][..br * e];
-            gemm_strided(
-                br,
-                e,
-                bc,
-                (dq, (e, 1)),
-                true,
-                (dp, (bc, 1)),
-                (kt, (e, 1)),
-                false,
-            );
-            gemm_strided(
-                bc,
-                e,
-                br,
-                (dk, (e, 1)),
-                true,
-                (dp, (1, bc)),
-                (qt, (e, 1)),
-                false,
-            );
+            product(dq, (br, e, bc), true, (dp, (bc, 1)), (kt, (e, 1)));
+            product(dk, (bc, e, br), true, (dp, (1, bc)), (qt, (e, 1)));
         }
     }
     g
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn backward<T: Float>(
-    shape: &AttentionShape,
-    [q, k, v]: [&Tensor; 3],
+    c: &Call<'_>,
     saved: &AttentionOutput,
     grad_out: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
 ) -> Result<AttentionGrads> {
+    let Call {
+        shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    } = *c;
     if empty(shape) {
-        return generic::backward(shape, [q, k, v], saved, grad_out, mask, a, step);
+        return generic::backward(c, saved, grad_out);
     }
     let bias = mask.map(|m| Bias::<T>::new(OP, m, shape)).transpose()?;
     let plan = Plan::new(shape, a, step, bias.as_ref());

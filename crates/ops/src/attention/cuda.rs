@@ -6,7 +6,7 @@ use candle_core::{DType, Tensor};
 
 use super::generic;
 use super::mask::{additive, Addressing};
-use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, OP};
+use super::params::{AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
 use crate::dropout::Draws;
 use crate::error::{CandleContext, Result};
 use crate::gpu::cuda::{contiguous, device_of, dispatch, launch, output, view, wrap, Source};
@@ -94,17 +94,18 @@ macro_rules! settings {
     }};
 }
 
-pub(super) fn forward(
-    shape: &AttentionShape,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
-) -> Result<AttentionOutput> {
+pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
+    let Call {
+        shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    } = *c;
     if !fits(shape) {
-        return generic::forward(shape, q, k, v, mask, a, step);
+        return generic::forward(c);
     }
     let dev = device_of(OP, q)?;
     let (q, k, v) = (contiguous(OP, q)?, contiguous(OP, k)?, contiguous(OP, v)?);
@@ -126,18 +127,22 @@ pub(super) fn forward(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn backward(
-    shape: &AttentionShape,
-    [q, k, v]: [&Tensor; 3],
+    c: &Call<'_>,
     saved: &AttentionOutput,
     grad_out: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
 ) -> Result<AttentionGrads> {
+    let Call {
+        shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    } = *c;
     if !fits(shape) {
-        return generic::backward(shape, [q, k, v], saved, grad_out, mask, a, step);
+        return generic::backward(c, saved, grad_out);
     }
     let dev = device_of(OP, q)?;
     let c = |t: &Tensor| contiguous(OP, t);

@@ -5,7 +5,7 @@
 use candle_core::{Tensor, D};
 
 use super::mask;
-use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, OP};
+use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
 use crate::error::{CandleContext, Result};
 
 /// `[heads, rows, cols]` of a `[.., rows, cols]` tensor.
@@ -95,15 +95,16 @@ fn dropout_mask(
     .map(Some)
 }
 
-pub(super) fn forward(
-    shape: &AttentionShape,
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
-) -> Result<AttentionOutput> {
+pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
+    let Call {
+        shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    } = *c;
     let logits = logits(shape, q, k, mask, a)?;
     let max = replace_neg_inf(&logits.max_keepdim(D::Minus1).ctx(OP)?, 0.0)?;
     let p = logits.broadcast_sub(&max).ctx(OP)?.exp().ctx(OP)?;
@@ -124,16 +125,20 @@ pub(super) fn forward(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(super) fn backward(
-    shape: &AttentionShape,
-    [q, k, v]: [&Tensor; 3],
+    c: &Call<'_>,
     saved: &AttentionOutput,
     grad_out: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
 ) -> Result<AttentionGrads> {
+    let Call {
+        shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    } = *c;
     let (h, l, s, e, ev) = (
         shape.heads(),
         shape.queries,

@@ -20,8 +20,8 @@ use candle_core::{DType, Tensor};
 use crate::cpu::dispatch_float;
 use crate::error::{OpError, Result};
 use crate::route::{route, Route};
-use params::OP;
 pub use params::{Attention, AttentionGrads, AttentionOutput, AttentionShape};
+use params::{Call, OP};
 
 /// Checks the operands' dtypes and the mask, and gives the shape.
 fn check(
@@ -67,13 +67,20 @@ pub fn scaled_dot_product_attention(
     step: u64,
 ) -> Result<AttentionOutput> {
     let shape = check(q, k, v, mask, a)?;
+    let c = Call {
+        shape: &shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    };
     match route(q.device()) {
-        Route::Cpu if is_float(q.dtype()) => {
-            dispatch_float!(OP, q.dtype(), cpu::forward(&shape, q, k, v, mask, a, step))
-        }
+        Route::Cpu if is_float(q.dtype()) => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
         #[cfg(feature = "cuda")]
-        Route::Cuda => cuda::forward(&shape, q, k, v, mask, a, step),
-        _ => generic::forward(&shape, q, k, v, mask, a, step),
+        Route::Cuda => cuda::forward(&c),
+        _ => generic::forward(&c),
     }
 }
 
@@ -112,15 +119,22 @@ pub fn scaled_dot_product_attention_backward(
             ("output gradient", grad_out),
         ],
     )?;
+    let c = Call {
+        shape: &shape,
+        q,
+        k,
+        v,
+        mask,
+        a,
+        step,
+    };
     match route(q.device()) {
-        Route::Cpu if is_float(q.dtype()) => dispatch_float!(
-            OP,
-            q.dtype(),
-            cpu::backward(&shape, [q, k, v], saved, grad_out, mask, a, step)
-        ),
+        Route::Cpu if is_float(q.dtype()) => {
+            dispatch_float!(OP, q.dtype(), cpu::backward(&c, saved, grad_out))
+        }
         #[cfg(feature = "cuda")]
-        Route::Cuda => cuda::backward(&shape, [q, k, v], saved, grad_out, mask, a, step),
-        _ => generic::backward(&shape, [q, k, v], saved, grad_out, mask, a, step),
+        Route::Cuda => cuda::backward(&c, saved, grad_out),
+        _ => generic::backward(&c, saved, grad_out),
     }
 }
 

@@ -208,3 +208,16 @@ pub struct AttentionGrads {
     /// `∂/∂v`, `v`'s shape.
     pub v: Tensor,
 }
+
+/// One call as the backends take it: the checked shape, the operands, the mask, the
+/// settings and the step the dropout draws for.
+#[derive(Clone, Copy)]
+pub(super) struct Call<'a> {
+    pub(super) shape: &'a AttentionShape,
+    pub(super) q: &'a Tensor,
+    pub(super) k: &'a Tensor,
+    pub(super) v: &'a Tensor,
+    pub(super) mask: Option<&'a Tensor>,
+    pub(super) a: &'a Attention,
+    pub(super) step: u64,
+}
