@@ -176,13 +176,8 @@ impl<T: Float> cpu::WideKernel for SoftmaxTile<'_, '_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let SoftmaxTile {
-            plan,
-            at: (h, i0, k0),
-            tile,
-            run,
-            out,
-        } = self;
+        let (plan, (h, i0, k0)) = (self.plan, self.at);
+        let (tile, run, out) = (self.tile, self.run, self.out);
         let bc = tile.len() / run.max.len();
         for (r, row) in tile.chunks_exact_mut(bc).enumerate() {
             plan.logits(h, i0 + r, k0, row);
@@ -262,15 +257,7 @@ fn empty(shape: &AttentionShape) -> bool {
 }
 
 pub(super) fn forward<T: Float>(c: &Call<'_>) -> Result<AttentionOutput> {
-    let Call {
-        shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    } = *c;
+    let (shape, [q, k, v], mask, a, step) = c.parts();
     if empty(shape) {
         return generic::forward(c);
     }
@@ -331,15 +318,8 @@ impl<T: Float> cpu::WideKernel for GradientTile<'_, '_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let GradientTile {
-            plan,
-            at: (h, i0, k0),
-            lse,
-            delta,
-            p,
-            dp,
-            dropped,
-        } = self;
+        let (plan, (h, i0, k0), lse, delta) = (self.plan, self.at, self.lse, self.delta);
+        let (p, dp, dropped) = (self.p, self.dp, self.dropped);
         let bc = p.len() / lse.len();
         for r in 0..lse.len() {
             let i = i0 + r;
@@ -443,30 +423,16 @@ fn backward_keys<T: Float>(
 
 pub(super) fn backward<T: Float>(
     c: &Call<'_>,
-    saved: &AttentionOutput,
-    grad_out: &Tensor,
+    y: &AttentionOutput,
+    dy: &Tensor,
 ) -> Result<AttentionGrads> {
-    let Call {
-        shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    } = *c;
+    let (shape, [q, k, v], mask, a, step) = c.parts();
     if empty(shape) {
-        return generic::backward(c, saved, grad_out);
+        return generic::backward(c, y, dy);
     }
     let bias = mask.map(|m| Bias::<T>::new(OP, m, shape)).transpose()?;
     let plan = Plan::new(shape, a, step, bias.as_ref());
-    let (heads, l, s, e, ev) = (
-        shape.heads(),
-        shape.queries,
-        shape.keys,
-        shape.qk_dim,
-        shape.v_dim,
-    );
+    let (heads, l, s, e, ev) = shape.dims();
     // Enough key ranges to keep every thread busy when there are few slices.
     let key_blocks = s.div_ceil(BLOCK_K);
     let ranges = (2 * cpu::threads()).div_ceil(heads).clamp(1, key_blocks);
@@ -481,9 +447,9 @@ pub(super) fn backward<T: Float>(
     let parts = cpu::with_slice(OP, q, |q| {
         cpu::with_slice(OP, k, |k| {
             cpu::with_slice(OP, v, |v| {
-                cpu::with_slice(OP, grad_out, |dout| {
-                    cpu::with_slice(OP, &saved.out, |out| {
-                        cpu::with_slice(OP, &saved.lse, |lse| {
+                cpu::with_slice(OP, dy, |dout| {
+                    cpu::with_slice(OP, &y.out, |out| {
+                        cpu::with_slice(OP, &y.lse, |lse| {
                             let delta: Vec<T> = dout
                                 .par_chunks(ev)
                                 .zip(out.par_chunks(ev))

@@ -95,15 +95,7 @@ macro_rules! settings {
 }
 
 pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
-    let Call {
-        shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    } = *c;
+    let (shape, [q, k, v], mask, a, step) = c.parts();
     if !fits(shape) {
         return generic::forward(c);
     }
@@ -127,33 +119,14 @@ pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
     })
 }
 
-pub(super) fn backward(
-    c: &Call<'_>,
-    saved: &AttentionOutput,
-    grad_out: &Tensor,
-) -> Result<AttentionGrads> {
-    let Call {
-        shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    } = *c;
+pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result<AttentionGrads> {
+    let (shape, [q, k, v], mask, a, step) = c.parts();
     if !fits(shape) {
-        return generic::backward(c, saved, grad_out);
+        return generic::backward(c, y, dy);
     }
     let dev = device_of(OP, q)?;
     let c = |t: &Tensor| contiguous(OP, t);
-    let (q, k, v, dout, out, lse) = (
-        c(q)?,
-        c(k)?,
-        c(v)?,
-        c(grad_out)?,
-        c(&saved.out)?,
-        c(&saved.lse)?,
-    );
+    let (q, k, v, dout, out, lse) = (c(q)?, c(k)?, c(v)?, c(dy)?, c(&y.out)?, c(&y.lse)?);
     let m = DeviceMask::new(shape, &q, mask)?;
     let (queries, keys) = (shape.heads() * shape.queries, shape.heads() * shape.keys);
     let sfx = if q.dtype() == DType::F32 {

@@ -96,15 +96,7 @@ fn dropout_mask(
 }
 
 pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
-    let Call {
-        shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    } = *c;
+    let (shape, [q, k, v], mask, a, step) = c.parts();
     let logits = logits(shape, q, k, mask, a)?;
     let max = replace_neg_inf(&logits.max_keepdim(D::Minus1).ctx(OP)?, 0.0)?;
     let p = logits.broadcast_sub(&max).ctx(OP)?.exp().ctx(OP)?;
@@ -125,31 +117,13 @@ pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
     })
 }
 
-pub(super) fn backward(
-    c: &Call<'_>,
-    saved: &AttentionOutput,
-    grad_out: &Tensor,
-) -> Result<AttentionGrads> {
-    let Call {
-        shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    } = *c;
-    let (h, l, s, e, ev) = (
-        shape.heads(),
-        shape.queries,
-        shape.keys,
-        shape.qk_dim,
-        shape.v_dim,
-    );
+pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result<AttentionGrads> {
+    let (shape, [q, k, v], mask, a, step) = c.parts();
+    let (h, l, s, e, ev) = shape.dims();
     let logits = logits(shape, q, k, mask, a)?;
-    let lse = replace_neg_inf(&flat(&saved.lse, l, 1, h)?, f64::INFINITY)?;
+    let lse = replace_neg_inf(&flat(&y.lse, l, 1, h)?, f64::INFINITY)?;
     let p = logits.broadcast_sub(&lse).ctx(OP)?.exp().ctx(OP)?;
-    let dout = flat(grad_out, l, ev, h)?;
+    let dout = flat(dy, l, ev, h)?;
     let drop = dropout_mask(shape, a, step, &p)?;
     let weights = match &drop {
         Some(m) => (&p * m).ctx(OP)?,
@@ -161,7 +135,7 @@ pub(super) fn backward(
     if let Some(m) = &drop {
         dp = (dp * m).ctx(OP)?;
     }
-    let delta = (&dout * flat(&saved.out, l, ev, h)?)
+    let delta = (&dout * flat(&y.out, l, ev, h)?)
         .ctx(OP)?
         .sum_keepdim(D::Minus1)
         .ctx(OP)?;

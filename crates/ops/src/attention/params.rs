@@ -55,6 +55,12 @@ impl AttentionShape {
         })
     }
 
+    /// `(heads, queries, keys, qk_dim, v_dim)`: the slices and the four sizes.
+    pub fn dims(&self) -> (usize, usize, usize, usize, usize) {
+        let s = self;
+        (s.heads(), s.queries, s.keys, s.qk_dim, s.v_dim)
+    }
+
     /// Checks a mask of `dims` and `mask_dtype` for queries of `dtype`: `u8` (boolean)
     /// or `dtype` (additive), broadcasting to the scores `[.., L, S]`.
     pub fn check_mask(&self, dims: &[usize], mask_dtype: DType, dtype: DType) -> Result<()> {
@@ -220,4 +226,21 @@ pub(super) struct Call<'a> {
     pub(super) mask: Option<&'a Tensor>,
     pub(super) a: &'a Attention,
     pub(super) step: u64,
+}
+
+impl<'a> Call<'a> {
+    /// The call's parts: shape, `[q, k, v]`, mask, settings, step.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn parts(
+        &self,
+    ) -> (
+        &'a AttentionShape,
+        [&'a Tensor; 3],
+        Option<&'a Tensor>,
+        &'a Attention,
+        u64,
+    ) {
+        let c = *self;
+        (c.shape, [c.q, c.k, c.v], c.mask, c.a, c.step)
+    }
 }

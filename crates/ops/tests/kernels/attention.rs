@@ -6,6 +6,7 @@
 use crate::common::*;
 use candle_core::{DType, Device, Tensor};
 use wick_ops::attention::*;
+use wick_ops::compare::host_values;
 use wick_ops::KernelPath;
 
 fn settings(e: usize, causal: bool, dropout_p: f64) -> Attention {
@@ -27,10 +28,13 @@ struct Case {
     g: Tensor,
 }
 
+/// `(L, S, E, Ev)`.
+type Dims = (usize, usize, usize, usize);
+
 fn case(
     seed: u64,
     lead: &[usize],
-    (l, s, e, ev): (usize, usize, usize, usize),
+    (l, s, e, ev): Dims,
     mask: Option<Tensor>,
     a: Attention,
 ) -> Case {
@@ -64,6 +68,12 @@ fn run(c: &Case, dtype: DType) -> (AttentionOutput, AttentionGrads) {
     let grads =
         scaled_dot_product_attention_backward(&q, &k, &v, &y, &g, mask.as_ref(), &c.a, 3).unwrap();
     (y, grads)
+}
+
+/// A case with a [`bool_mask`] of `(seed, dims)`, no causal rule and no dropout.
+fn masked(seed: u64, lead: &[usize], dims: Dims, mask: (u64, &[usize]), scale_dim: usize) -> Case {
+    let m = Some(bool_mask(mask.0, mask.1));
+    case(seed, lead, dims, m, settings(scale_dim, false, 0.0))
 }
 
 fn bool_mask(seed: u64, dims: &[usize]) -> Tensor {
@@ -106,23 +116,11 @@ fn cases() -> Vec<(&'static str, Case)> {
         ),
         (
             "bool mask [L, S] shared",
-            case(
-                17,
-                &[2, 2],
-                (66, 140, 8, 8),
-                Some(bool_mask(99, &[66, 140])),
-                settings(8, false, 0.0),
-            ),
+            masked(17, &[2, 2], (66, 140, 8, 8), (99, &[66, 140]), 8),
         ),
         (
             "bool mask [B, 1, L, S]",
-            case(
-                21,
-                &[2, 3],
-                (10, 20, 4, 4),
-                Some(bool_mask(98, &[2, 1, 10, 20])),
-                settings(4, false, 0.0),
-            ),
+            masked(21, &[2, 3], (10, 20, 4, 4), (98, &[2, 1, 10, 20]), 4),
         ),
         (
             "additive mask",
@@ -185,23 +183,9 @@ fn a_row_that_sees_no_key_gives_zeros_and_no_nan() {
         .unwrap();
     for path in PATHS {
         let (y, g) = path.scope(|| run(&c, DType::F64));
-        let row0: Vec<f64> = y
-            .out
-            .narrow(2, 0, 1)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let first_row = |t: &Tensor| host_values(&t.narrow(2, 0, 1).unwrap()).unwrap();
+        let (row0, lse0) = (first_row(&y.out), first_row(&y.lse));
         assert!(row0.iter().all(|&x| x == 0.0), "{path:?}: {row0:?}");
-        let lse0: Vec<f64> = y
-            .lse
-            .narrow(2, 0, 1)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
         assert!(lse0.iter().all(|&x| x == f64::NEG_INFINITY), "{path:?}");
         for t in [&y.out, &g.q, &g.k, &g.v] {
             assert!(wick_ops::first_non_finite(t).unwrap().is_none(), "{path:?}");
@@ -216,16 +200,7 @@ fn gradients_match_finite_differences() {
             "causal",
             case(41, &[2], (5, 5, 3, 2), None, settings(3, true, 0.0)),
         ),
-        (
-            "mask",
-            case(
-                45,
-                &[1, 2],
-                (4, 6, 3, 3),
-                Some(bool_mask(96, &[4, 6])),
-                settings(3, false, 0.0),
-            ),
-        ),
+        ("mask", masked(45, &[1, 2], (4, 6, 3, 3), (96, &[4, 6]), 3)),
         (
             "dropout",
             case(49, &[2], (5, 7, 3, 2), None, settings(3, false, 0.4)),

@@ -51,95 +51,68 @@ fn emulated(c: &Case, q: &[f64], k: &[f64], v: &[f64], g: &[f64], a: &Attention)
     };
     let (h, li, si, ei, evi) = (c.heads as i32, l as i32, s as i32, e as i32, ev as i32);
     let causal = i32::from(a.causal);
+    // Every kernel but the delta takes the same settings after its buffers.
+    macro_rules! run {
+        ($kernel:ident, $rows:expr, $($buf:expr),*) => {
+            emulate!($kernel(
+                Launch::warp_per_row($rows), $($buf,)* h, li, si, ei, evi, a.scale, causal,
+                bb.ptr(), ob.ptr(), row, col, base, threshold, keep
+            ))
+            .unwrap()
+        };
+    }
     let mut out = Buf::filled("out", queries * ev, 0f64);
     let mut lse = Buf::filled("lse", queries, 0f64);
-    emulate!(wick_emu_attention_forward_f64(
-        Launch::warp_per_row(queries),
-        qb.ptr(),
-        kb.ptr(),
-        vb.ptr(),
+    let (q, k, v) = (qb.ptr(), kb.ptr(), vb.ptr());
+    run!(
+        wick_emu_attention_forward_f64,
+        queries,
+        q,
+        k,
+        v,
         out.mut_ptr(),
-        lse.mut_ptr(),
-        h,
-        li,
-        si,
-        ei,
-        evi,
-        a.scale,
-        causal,
-        bb.ptr(),
-        ob.ptr(),
-        row,
-        col,
-        base,
-        threshold,
-        keep
-    ))
-    .unwrap();
+        lse.mut_ptr()
+    );
     let mut delta = Buf::filled("delta", queries, 0f64);
+    let (rows, g) = (queries as i64, gb.ptr());
+    let d = Launch::warp_per_row(queries);
     emulate!(wick_emu_attention_delta_f64(
-        Launch::warp_per_row(queries),
-        gb.ptr(),
+        d,
+        g,
         out.ptr(),
         delta.mut_ptr(),
-        queries as i64,
+        rows,
         evi
     ))
     .unwrap();
     let mut dq = Buf::filled("dq", queries * e, 0f64);
-    emulate!(wick_emu_attention_backward_q_f64(
-        Launch::warp_per_row(queries),
-        qb.ptr(),
-        kb.ptr(),
-        vb.ptr(),
-        gb.ptr(),
-        lse.ptr(),
-        delta.ptr(),
-        dq.mut_ptr(),
-        h,
-        li,
-        si,
-        ei,
-        evi,
-        a.scale,
-        causal,
-        bb.ptr(),
-        ob.ptr(),
-        row,
-        col,
-        base,
-        threshold,
-        keep
-    ))
-    .unwrap();
+    let (lse_p, delta_p) = (lse.ptr(), delta.ptr());
+    run!(
+        wick_emu_attention_backward_q_f64,
+        queries,
+        q,
+        k,
+        v,
+        g,
+        lse_p,
+        delta_p,
+        dq.mut_ptr()
+    );
     let mut dk = Buf::filled("dk", keys * e, 0f64);
     let mut dv = Buf::filled("dv", keys * ev, 0f64);
-    emulate!(wick_emu_attention_backward_kv_f64(
-        Launch::warp_per_row(keys),
-        qb.ptr(),
-        kb.ptr(),
-        vb.ptr(),
-        gb.ptr(),
-        lse.ptr(),
-        delta.ptr(),
-        dk.mut_ptr(),
-        dv.mut_ptr(),
-        h,
-        li,
-        si,
-        ei,
-        evi,
-        a.scale,
-        causal,
-        bb.ptr(),
-        ob.ptr(),
-        row,
-        col,
-        base,
-        threshold,
-        keep
-    ))
-    .unwrap();
+    let (dk_p, dv_p) = (dk.mut_ptr(), dv.mut_ptr());
+    run!(
+        wick_emu_attention_backward_kv_f64,
+        keys,
+        q,
+        k,
+        v,
+        g,
+        lse_p,
+        delta_p,
+        dk_p,
+        dv_p
+    );
     [
         out.values(),
         lse.values(),
