@@ -42,18 +42,32 @@ __device__ A warp_max(A v) {
     return v;
 }
 
-// The sum of `v` over the block, returned to every thread.
-template <typename A>
-__device__ A block_sum(A v) {
+// How block_reduce combines: within a warp, and what lanes past the last warp read.
+struct SumOp {
+    template <typename A>
+    __device__ static A warp(A v) { return warp_sum(v); }
+    template <typename A>
+    __device__ static A pad(A) { return (A)0; }
+};
+struct MaxOp {
+    template <typename A>
+    __device__ static A warp(A v) { return warp_max(v); }
+    template <typename A>
+    __device__ static A pad(A first) { return first; }
+};
+
+// `v` reduced over the block by `Op`, returned to every thread.
+template <typename Op, typename A>
+__device__ A block_reduce(A v) {
     __shared__ A partial[32];
     __shared__ A total;
     unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_sum(v);
+    v = Op::warp(v);
     if (lane == 0) partial[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        A w = lane < warps ? partial[lane] : (A)0;
-        w = warp_sum(w);
+        A w = lane < warps ? partial[lane] : Op::pad(partial[0]);
+        w = Op::warp(w);
         if (lane == 0) total = w;
     }
     __syncthreads();
@@ -62,24 +76,16 @@ __device__ A block_sum(A v) {
     return result;
 }
 
+// The sum of `v` over the block, returned to every thread.
+template <typename A>
+__device__ A block_sum(A v) {
+    return block_reduce<SumOp>(v);
+}
+
 // The maximum of `v` over the block (NaN if any is NaN), returned to every thread.
 template <typename A>
 __device__ A block_max(A v) {
-    __shared__ A partial[32];
-    __shared__ A total;
-    unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_max(v);
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        A w = lane < warps ? partial[lane] : partial[0];
-        w = warp_max(w);
-        if (lane == 0) total = w;
-    }
-    __syncthreads();
-    A result = total;
-    __syncthreads();
-    return result;
+    return block_reduce<MaxOp>(v);
 }
 
 // Count, mean and sum of squared deviations of a set of values (Chan et al.'s parallel

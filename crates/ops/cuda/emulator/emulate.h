@@ -65,50 +65,43 @@ inline void __syncthreads() { wick_emu::sync_block(); }
 inline void __syncwarp(unsigned int mask = 0xffffffffu) { wick_emu::sync_warp(mask); }
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
+// The shuffles, by the kind the emulator's shuffle takes: 0 from a lane, 1 down, 2 up, 3 xor.
+template <typename T>
+inline T shuffled(unsigned int mask, T v, int kind, int arg, int width) {
+    T out;
+    wick_emu::shuffle(mask, &v, &out, sizeof(T), kind, arg, width);
+    return out;
+}
 template <typename T>
 inline T __shfl_sync(unsigned int mask, T v, int src, int width = 32) {
-    T out;
-    wick_emu::shuffle(mask, &v, &out, sizeof(T), 0, src, width);
-    return out;
+    return shuffled(mask, v, 0, src, width);
 }
 template <typename T>
 inline T __shfl_down_sync(unsigned int mask, T v, unsigned int delta, int width = 32) {
-    T out;
-    wick_emu::shuffle(mask, &v, &out, sizeof(T), 1, (int)delta, width);
-    return out;
+    return shuffled(mask, v, 1, (int)delta, width);
 }
 template <typename T>
 inline T __shfl_up_sync(unsigned int mask, T v, unsigned int delta, int width = 32) {
-    T out;
-    wick_emu::shuffle(mask, &v, &out, sizeof(T), 2, (int)delta, width);
-    return out;
+    return shuffled(mask, v, 2, (int)delta, width);
 }
 template <typename T>
 inline T __shfl_xor_sync(unsigned int mask, T v, int lane_mask, int width = 32) {
-    T out;
-    wick_emu::shuffle(mask, &v, &out, sizeof(T), 3, lane_mask, width);
-    return out;
+    return shuffled(mask, v, 3, lane_mask, width);
 }
 
 // Atomics: compare-and-swap loops for floating point, as the hardware's are atomic too.
-inline float atomicAdd(float* a, float v) {
-    float old;
+template <typename F>
+inline F atomic_add_float(F* a, F v) {
+    F old;
     __atomic_load(a, &old, __ATOMIC_RELAXED);
-    float next;
+    F next;
     do {
         next = old + v;
     } while (!__atomic_compare_exchange(a, &old, &next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
     return old;
 }
-inline double atomicAdd(double* a, double v) {
-    double old;
-    __atomic_load(a, &old, __ATOMIC_RELAXED);
-    double next;
-    do {
-        next = old + v;
-    } while (!__atomic_compare_exchange(a, &old, &next, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-    return old;
-}
+inline float atomicAdd(float* a, float v) { return atomic_add_float(a, v); }
+inline double atomicAdd(double* a, double v) { return atomic_add_float(a, v); }
 inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
 inline unsigned int atomicAdd(unsigned int* a, unsigned int v) {
     return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);

@@ -133,6 +133,17 @@ pub(crate) fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: &
 }
 
 /// `len` uninitialised elements on `dev`'s stream, for an output the kernel writes whole.
+/// A zeroed device buffer of `len` elements (at least one), for kernels that scatter.
+pub(crate) fn zeros<T>(op: &'static str, dev: &CudaDevice, len: usize) -> Result<CudaSlice<T>>
+where
+    T: candle_core::cuda::cudarc::driver::DeviceRepr
+        + candle_core::cuda::cudarc::driver::ValidAsZeroBits,
+{
+    dev.cuda_stream()
+        .alloc_zeros::<T>(len.max(1))
+        .map_err(cuda_err(op, "allocating a zeroed buffer"))
+}
+
 pub(crate) fn output<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
     op: &'static str,
     dev: &CudaDevice,

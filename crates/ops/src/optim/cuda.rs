@@ -13,7 +13,9 @@ use candle_core::{Storage, Tensor};
 
 use super::params::{AdamParams, SgdParams};
 use crate::error::{CandleContext, OpError, Result};
-use crate::gpu::cuda::{cuda_err, device_of, dispatch, launch, region, suffix, wrap, Source};
+use crate::gpu::cuda::{
+    cuda_err, device_of, dispatch, launch, region, suffix, wrap, zeros, Source,
+};
 use crate::gpu::workspace::with_scratch;
 use crate::gpu::{ChunkTable, Launch, WorkspaceLayout, CHUNK_LEN};
 
@@ -145,9 +147,7 @@ fn upload<'a>(
 
 /// One non-finite flag per parameter, zeroed, on the device.
 fn flags(op: &'static str, dev: &candle_core::CudaDevice, n: usize) -> Result<CudaSlice<u32>> {
-    dev.cuda_stream()
-        .alloc_zeros::<u32>(n.max(1))
-        .map_err(cuda_err(op, "allocating the non-finite flags"))
+    zeros::<u32>(op, dev, n)
 }
 
 /// The device and dtype of the first parameter, and the gradients made contiguous: what

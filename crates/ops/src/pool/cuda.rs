@@ -9,7 +9,7 @@ use candle_core::cuda::cudarc::driver::{CudaModule, CudaView, LaunchConfig, Push
 use candle_core::{CudaDevice, Storage, Tensor};
 
 use crate::error::{CandleContext, OpError, Result};
-use crate::gpu::cuda::{cuda_err, device_of, module, suffix, wrap, Source};
+use crate::gpu::cuda::{cuda_err, device_of, module, suffix, wrap, zeros, Source};
 
 /// The CUDA device of `t` and the pooling module compiled for it.
 fn device_and_module(op: &'static str, t: &Tensor) -> Result<(CudaDevice, Arc<CudaModule>)> {
@@ -80,17 +80,13 @@ pub(crate) fn max_pool_forward(
 ) -> Result<(Tensor, Tensor)> {
     const OP: &str = "max_pool2d";
     let (dev, module) = device_and_module(OP, x)?;
-    let (total, stream) = (out_shape.iter().product::<usize>(), dev.cuda_stream());
+    let total = out_shape.iter().product::<usize>();
     let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
     let total_i = total as i32;
-    let mut idx = stream
-        .alloc_zeros::<u32>(total)
-        .map_err(cuda_err(OP, "allocating indices"))?;
+    let mut idx = zeros::<u32>(OP, &dev, total)?;
     macro_rules! run {
         ($t:ty, $name:expr) => {{
-            let mut y = stream
-                .alloc_zeros::<$t>(total)
-                .map_err(cuda_err(OP, "allocating the output"))?;
+            let mut y = zeros::<$t>(OP, &dev, total)?;
             with_view::<$t, _>(OP, x, |xv| {
                 launch!(
                     OP,
@@ -127,12 +123,9 @@ pub(crate) fn max_pool_backward(
     let n_in: usize = input_shape.iter().product();
     let [h, w, oh, ow, ..] = d.0;
     let (total_i, hw, ohw) = (total as i32, h * w, oh * ow);
-    let stream = dev.cuda_stream();
     macro_rules! run {
         ($t:ty, $name:expr) => {{
-            let mut dx = stream
-                .alloc_zeros::<$t>(n_in)
-                .map_err(cuda_err(OP, "allocating the gradient"))?;
+            let mut dx = zeros::<$t>(OP, &dev, n_in)?;
             with_view::<$t, _>(OP, grad_y, |gv| {
                 with_view::<u32, _>(OP, indices, |iv| {
                     launch!(
@@ -165,14 +158,12 @@ pub(crate) fn avg_pool(
 ) -> Result<Tensor> {
     const OP: &str = "avg_pool2d";
     let (dev, module) = device_and_module(OP, x)?;
-    let (total, stream) = (out_shape.iter().product::<usize>(), dev.cuda_stream());
+    let total = out_shape.iter().product::<usize>();
     let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
     let total_i = total as i32;
     macro_rules! run {
         ($t:ty, $fwd:expr, $bwd:expr) => {{
-            let mut out = stream
-                .alloc_zeros::<$t>(total)
-                .map_err(cuda_err(OP, "allocating the output"))?;
+            let mut out = zeros::<$t>(OP, &dev, total)?;
             with_view::<$t, _>(OP, x, |xv| {
                 let name = if backward { $bwd } else { $fwd };
                 launch!(
