@@ -83,13 +83,7 @@ fn run(exec: &mut Executor, step: usize, (x, t): (Tensor, Tensor)) {
 }
 
 fn values(exec: &Executor, name: &str) -> Vec<f64> {
-    let t = exec.get(name).unwrap().unwrap();
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
+    wick_ops::compare::host_values(exec.get(name).unwrap().unwrap()).unwrap()
 }
 
 #[test]

@@ -42,15 +42,7 @@ impl NodeOp for Cube {
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
         let (gy, x) = (ctx.grad_y()?, ctx.input(0));
-        let shape = ctx.shape(x);
-        let g = ctx.record(
-            CubeBackward,
-            vec![gy, x],
-            vec![("grad.cube", shape, ctx.dtype())],
-            0,
-        );
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(CubeBackward, vec![gy, x], "grad.cube", 0)
     }
 }
 

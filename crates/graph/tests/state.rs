@@ -49,14 +49,7 @@ fn step(exec: &mut Executor, i: i64) {
 }
 
 fn bits(exec: &Executor, name: &str) -> Vec<u32> {
-    let t = exec.get(name).unwrap().unwrap();
-    t.flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
+    wick_ops::compare::f32_bits(exec.get(name).unwrap().unwrap()).unwrap()
 }
 
 #[test]

@@ -39,13 +39,7 @@ fn steps(s: &mut Session, from: u64, to: u64) -> Vec<u32> {
 }
 
 fn bits(t: &Tensor) -> Vec<u32> {
-    t.flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
+    wick_ops::compare::f32_bits(t).unwrap()
 }
 
 fn same(a: &StateDict, b: &StateDict) {

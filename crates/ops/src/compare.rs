@@ -36,6 +36,13 @@ pub fn host_values(t: &Tensor) -> Result<Vec<f64>> {
     host_f64(OP, t)
 }
 
+/// The bit patterns of an f32 tensor's values (any shape), for checks that two runs agree
+/// to the bit.
+pub fn f32_bits(t: &Tensor) -> Result<Vec<u32>> {
+    let v = t.flatten_all().ctx(OP)?.to_vec1::<f32>().ctx(OP)?;
+    Ok(v.iter().map(|x| x.to_bits()).collect())
+}
+
 /// `max |a - b|` over all elements (NaN where either side has a NaN the other lacks);
 /// the shapes must agree.
 pub fn max_abs_diff(a: &Tensor, b: &Tensor) -> Result<f64> {

@@ -52,12 +52,7 @@ fn load(name: &str) -> Fixture {
 }
 
 fn host(t: &Tensor) -> Vec<f64> {
-    t.to_dtype(DType::F64)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap()
+    wick_ops::compare::host_values(t).unwrap()
 }
 
 /// `max |a - b| / max |b|` over the finite values of `b`; infinite values must match.

@@ -408,57 +408,46 @@ fn emulated_global_avg_pool_matches_the_cpu_kernel() {
 
 // ---- cross-entropy ----
 
-/// Forward (loss, row log-sum-exps) and backward (gradient of the logits) by the
-/// emulated kernels, with the launches wick computes.
-fn cross_entropy_emulated(
-    logits: &[f32],
-    labels: &[u32],
-    classes: usize,
-    grad: f32,
-) -> (f32, Vec<f32>) {
-    let rows = labels.len();
-    let (lb, yb) = (Buf::new("logits", logits), Buf::new("labels", labels));
-    let (mut row_loss, mut lse) = (
-        Buf::filled("row_loss", rows, 0f32),
-        Buf::filled("lse", rows, 0f32),
-    );
-    let (n, k) = (rows as i32, classes as i32);
-    emulate!(wick_emu_cross_entropy_rows_f32(
-        Launch::cross_entropy_rows(rows, classes),
-        lb.ptr(),
-        yb.ptr(),
-        row_loss.mut_ptr(),
-        lse.mut_ptr(),
-        n,
-        k
-    ))
-    .unwrap();
-    let mut loss = Buf::filled("loss", 1, 0f32);
-    emulate!(wick_emu_cross_entropy_mean_f32(
-        Launch::single_block(),
-        row_loss.ptr(),
-        loss.mut_ptr(),
-        n
-    ))
-    .unwrap();
-    let (gb, mut dx) = (
-        Buf::new("grad_loss", &[grad]),
-        Buf::filled("dx", logits.len(), 0f32),
-    );
-    emulate!(wick_emu_cross_entropy_backward_f32(
-        Launch::elementwise(logits.len()),
-        lb.ptr(),
-        yb.ptr(),
-        lse.ptr(),
-        gb.ptr(),
-        dx.mut_ptr(),
-        n,
-        k
-    ))
-    .unwrap();
-    row_loss.values();
-    (loss.values()[0], dx.values())
+/// Defines `$name(logits, labels, classes, grad_loss) -> (loss, grad_logits)`: the
+/// forward (row losses, their mean) and backward by the emulated kernels of one dtype, with
+/// the launches wick computes.
+macro_rules! cross_entropy_emulated {
+    ($name:ident, $t:ty, $rows:ident, $mean:ident, $backward:ident) => {
+        pub fn $name(logits: &[$t], labels: &[u32], classes: usize, grad: $t) -> ($t, Vec<$t>) {
+            let rows = labels.len();
+            let (lb, yb) = (Buf::new("logits", logits), Buf::new("labels", labels));
+            let mut row_loss = Buf::filled("row_loss", rows, 0.0);
+            let mut lse = Buf::filled("lse", rows, 0.0);
+            let (n, k) = (rows as i32, classes as i32);
+            let launch = Launch::cross_entropy_rows(rows, classes);
+            let (l, y) = (lb.ptr(), yb.ptr());
+            emulate!($rows(launch, l, y, row_loss.mut_ptr(), lse.mut_ptr(), n, k)).unwrap();
+            let mut loss = Buf::filled("loss", 1, 0.0);
+            let one = Launch::single_block();
+            emulate!($mean(one, row_loss.ptr(), loss.mut_ptr(), n)).unwrap();
+            let gb = Buf::new("grad_loss", &[grad]);
+            let mut dx = Buf::filled("dx", logits.len(), 0.0);
+            let (each, g, d) = (Launch::elementwise(logits.len()), gb.ptr(), dx.mut_ptr());
+            emulate!($backward(each, l, y, lse.ptr(), g, d, n, k)).unwrap();
+            row_loss.values();
+            (loss.values()[0], dx.values())
+        }
+    };
 }
+cross_entropy_emulated!(
+    cross_entropy_emulated,
+    f32,
+    wick_emu_cross_entropy_rows_f32,
+    wick_emu_cross_entropy_mean_f32,
+    wick_emu_cross_entropy_backward_f32
+);
+cross_entropy_emulated!(
+    cross_entropy_emulated_f64,
+    f64,
+    wick_emu_cross_entropy_rows_f64,
+    wick_emu_cross_entropy_mean_f64,
+    wick_emu_cross_entropy_backward_f64
+);
 
 #[test]
 fn emulated_cross_entropy_matches_the_cpu() {
