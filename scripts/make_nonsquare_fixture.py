@@ -22,7 +22,8 @@ import torch
 import torchvision
 from safetensors.torch import save_file
 
-MASK = (1 << 64) - 1
+from fixture_formula import set_weights, uniform  # same folder
+
 BATCH, HEIGHT, WIDTH, CLASSES = 4, 37, 50, 10
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
 # Entries whose whole update is stored (the rest: the update's norm).
@@ -33,50 +34,10 @@ FULL = [
 ]
 
 
-def fnv1a(name):
-    h = 0xCBF29CE484222325
-    for b in name.encode():
-        h = ((h ^ b) * 0x100000001B3) & MASK
-    return h
-
-
-def uniform(name, n):
-    """u_j in [0, 1) of the stream `name` (splitmix64 of seed + j + golden ratio)."""
-    with np.errstate(over="ignore"):
-        z = np.arange(n, dtype=np.uint64) + np.uint64(fnv1a(name))
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-def formula(name, shape):
-    n = int(np.prod(shape))
-    u = uniform(name, n)
-    s = 2 * u - 1
-    if name.endswith("running_var"):
-        v = 0.5 + u
-    elif name.endswith("running_mean"):
-        v = 0.1 * s
-    elif name == "fc.bias":
-        v = s * np.sqrt(3 / shape[0])
-    elif len(shape) == 1 and name.endswith("weight"):
-        v = 1 + 0.1 * s
-    elif len(shape) == 1 and name.endswith("bias"):
-        v = 0.1 * s
-    else:
-        v = s * np.sqrt(3 / (n / shape[0]))
-    return torch.from_numpy(v.reshape(shape)).float()
-
-
 def model(dtype):
     torch.manual_seed(0)
     m = torchvision.models.resnet18(num_classes=CLASSES)
-    state = {}
-    for k, v in m.state_dict().items():
-        state[k] = torch.zeros_like(v) if k.endswith("num_batches_tracked") else formula(k, tuple(v.shape))
-    m.load_state_dict(state)
+    set_weights(m)
     return m.to(dtype)
 
 

@@ -28,9 +28,8 @@ import numpy as np
 import torch
 import torchvision
 from safetensors.torch import save_file
-from torchvision.models.convnext import LayerNorm2d
 
-from make_nonsquare_fixture import uniform  # the formula's stream (same folder)
+from fixture_formula import set_weights, uniform  # same folder
 
 BATCH, HEIGHT, WIDTH, CLASSES = 4, 37, 50, 10
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
@@ -47,42 +46,12 @@ MODELS = {
 }
 # A ViT is built for one square size: 32x32 (two by two 16x16 patches and the class token).
 SIZES = {"vit_b_16": (32, 32)}
-NORMS = (torch.nn.BatchNorm2d, torch.nn.LayerNorm, LayerNorm2d, torch.nn.GroupNorm)
-
-
-def formula(name, shape, kind):
-    n = int(np.prod(shape))
-    u = uniform(name, n)
-    s = 2 * u - 1
-    if name.endswith("running_var"):
-        v = 0.5 + u
-    elif name.endswith("running_mean"):
-        v = 0.1 * s
-    elif name.endswith("layer_scale"):
-        v = 0.1 * s
-    elif kind == "norm":
-        v = 1 + 0.1 * s if name.endswith("weight") else 0.1 * s
-    elif name.endswith("bias"):
-        v = s * np.sqrt(3 / shape[0])
-    else:
-        v = s * np.sqrt(3 / (n / shape[0]))
-    return torch.from_numpy(v.reshape(shape)).float()
 
 
 def model(name, dtype):
     torch.manual_seed(0)
     m = getattr(torchvision.models, name)(num_classes=CLASSES, **MODELS[name])
-    kinds = {}
-    for mname, mod in m.named_modules():
-        for pname, _ in list(mod.named_parameters(recurse=False)) + list(mod.named_buffers(recurse=False)):
-            kinds[f"{mname}.{pname}" if mname else pname] = "norm" if isinstance(mod, NORMS) else "other"
-    state = {}
-    for k, v in m.state_dict().items():
-        if k.endswith("num_batches_tracked"):
-            state[k] = torch.zeros_like(v)
-        else:
-            state[k] = formula(k, tuple(v.shape), kinds[k])
-    m.load_state_dict(state)
+    set_weights(m)
     return m.to(dtype)
 
 
