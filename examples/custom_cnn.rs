@@ -75,16 +75,9 @@ impl NodeOp for Mish {
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> wick::graph::Result<()> {
         let (gy, x) = (ctx.grad_y()?, ctx.input(0));
-        let shape = ctx.shape(x);
-        let flops = 12 * shape.iter().product::<usize>() as u64;
-        let g = ctx.record(
-            MishBackward,
-            vec![gy, x],
-            vec![("grad.mish", shape, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        let flops = 12 * ctx.shape(x).iter().product::<usize>() as u64;
+        // One node computes x's gradient from gy and x; it is added to x's others.
+        ctx.record_input_grad(MishBackward, vec![gy, x], "grad.mish", flops)
     }
 }
 

@@ -53,17 +53,17 @@ struct Args {
     /// Measure latency: warm-up runs, then timed repetitions and their statistics.
     #[arg(long)]
     bench: bool,
-    /// Untimed warm-up runs for --bench.
-    #[arg(long, default_value_t = 3)]
-    warmup: usize,
-    /// Timed repetitions for --bench.
-    #[arg(long, default_value_t = 20)]
-    reps: usize,
     /// Run the graph without passes and with --passes (default: every pass) alternately,
     /// --warmup + --reps runs each, and print per op type, per phase and per run the
     /// time before, after and the ratio.
     #[arg(long)]
     compare_passes: bool,
+    /// Untimed warm-up runs for --bench and --compare-passes.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Timed repetitions for --bench and --compare-passes.
+    #[arg(long, default_value_t = 20)]
+    reps: usize,
     #[command(flatten)]
     profile: common::ProfileArgs,
 }

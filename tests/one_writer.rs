@@ -7,18 +7,9 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::run;
-
-fn wick_prof(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wick-prof"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
+use common::{assert_fails, run, wick_prof};
 
 /// Every file in `dir` with its bytes.
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
@@ -145,12 +136,7 @@ fn a_checkpoint_folder_that_cannot_be_one_is_refused_before_training() {
         let mut args = small.clone();
         args.extend(["--checkpoint-dir", dir, "--save", "model.safetensors"]);
         let out = run(p, "train_resnet", &args, &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{dir}: {err}");
-        assert!(
-            err.contains("--checkpoint-dir") && err.contains(needle),
-            "{dir}: {err}"
-        );
+        assert_fails(&out, 1, &["--checkpoint-dir", needle], dir);
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "{dir}: checked late"

@@ -3,21 +3,15 @@
 //! are refused naming the field; names with terminal escape sequences are printed
 //! escaped. Every case ends in bounded time with exit status 2 (or 0/1 for a diff).
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
 use wick::graph::{Executor, GraphBuilder, Mode};
 use wick::profiler::TimeProfiler;
 
-fn wick_prof(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_wick-prof"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap()
-}
+use common::{assert_fails, wick_prof};
 
 /// A real profile's JSON: two ops, four timed iterations.
 fn profile_json() -> serde_json::Value {
@@ -122,12 +116,7 @@ fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
                 all.push("r.html");
             }
             let out = wick_prof(p, &all);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "{needle}: {err}");
-            assert!(
-                err.contains("bad.json") && err.contains(needle),
-                "{needle}: {err}"
-            );
+            assert_fails(&out, 2, &["bad.json", needle], needle);
             assert!(
                 !p.join("r.html").exists(),
                 "a report of a bad profile was written"

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::run;
+use common::{run, run_ok};
 
 const TINY: &str = r#"{"vocab_size": 256, "n_positions": 96, "n_embd": 32, "n_layer": 1, "n_head": 2,
   "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}"#;
@@ -67,13 +67,7 @@ fn the_loss_falls_the_weights_are_saved_and_generation_reads_them() {
         ])
         .collect();
     std::fs::create_dir(d.path().join("out")).unwrap();
-    let out = run(d.path(), "train_gpt", &args, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ok(d.path(), "train_gpt", &args);
     let losses = train_losses(&stdout);
     assert_eq!(losses.len(), 3, "{stdout}");
     assert!(losses[2] < losses[0] - 0.3, "the loss falls: {losses:?}");
@@ -104,13 +98,7 @@ fn the_loss_falls_the_weights_are_saved_and_generation_reads_them() {
             "Shall I",
         ])
         .collect();
-    let out = run(d.path(), "train_gpt", &args, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ok(d.path(), "train_gpt", &args);
     let generated = stdout.split("---\n").nth(1).unwrap();
     assert!(
         generated.starts_with("Shall I") && generated.len() > "Shall I".len() + 30,

@@ -40,6 +40,35 @@ pub fn run(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Outpu
     child.wait_with_output().unwrap()
 }
 
+/// [`run`] without extra environment, asserting that it succeeded; returns its stdout.
+pub fn run_ok(dir: &Path, name: &str, args: &[&str]) -> String {
+    let out = run(dir, name, args, &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} {args:?}: {stdout}{stderr}");
+    stdout
+}
+
+/// Runs the `wick-prof` binary with `args` in `dir`.
+pub fn wick_prof(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_wick-prof"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+/// Asserts that `out` exited with `code` and that its stderr contains each of `needles`
+/// (`case` names the case in a failure); returns the stderr.
+pub fn assert_fails(out: &Output, code: i32, needles: &[&str], case: &str) -> String {
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(code), "{case}: {err}");
+    for n in needles {
+        assert!(err.contains(n), "{case}: no {n:?} in: {err}");
+    }
+    err
+}
+
 /// Starts `name` with `args` in `dir`, its output discarded.
 pub fn spawn(dir: &Path, name: &str, args: &[&str]) -> Child {
     Command::new(example(name))

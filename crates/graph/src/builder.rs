@@ -7,7 +7,8 @@ use wick_ops::OpError;
 
 use crate::error::{GraphError, Result};
 use crate::ir::{
-    Graph, NewValue, Node, NodeRecorder, Op, Origin, Phase, ValueId, ValueInfo, ValueKind,
+    Graph, NewValue, NewValues, Node, NodeRecorder, Op, Origin, Phase, ValueId, ValueInfo,
+    ValueKind,
 };
 
 /// No new outputs, for a node that only updates state in place (`push`'s argument).
@@ -336,13 +337,7 @@ impl NodeRecorder for GraphBuilder {
         self.requires_grad[v.0]
     }
 
-    fn record(
-        &mut self,
-        op: Op,
-        inputs: Vec<ValueId>,
-        outputs: Vec<(String, Vec<usize>, DType)>,
-        flops: u64,
-    ) -> Vec<ValueId> {
-        self.push(op, inputs, outputs, vec![], flops)
+    fn record(&mut self, op: Op, ins: Vec<ValueId>, outs: NewValues, flops: u64) -> Vec<ValueId> {
+        self.push(op, ins, outs, vec![], flops)
     }
 }

@@ -13,10 +13,10 @@ mod value;
 
 pub use crate::phase::Phase;
 pub use graph::{Graph, Node};
-pub(crate) use node_op::NodeRecorder;
 pub use node_op::{
     arg, args, one, AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs,
 };
+pub(crate) use node_op::{NewValues, NodeRecorder};
 pub use pass_set::{PassName, PassRecord, PassSet};
 pub use update::{ParamSlots, UpdateCheck};
 pub use value::{Origin, ValueId, ValueInfo, ValueKind};

@@ -137,19 +137,16 @@ pub type NewValue = (&'static str, Vec<usize>, DType);
 
 /// Where backward rules record their nodes: the graph builder, seen only through what a
 /// rule needs, so that this file does not depend on it.
+/// A new node's outputs: name, shape and dtype of each.
+pub(crate) type NewValues = Vec<(String, Vec<usize>, DType)>;
+
 pub(crate) trait NodeRecorder {
     /// The value `v`.
     fn value_info(&self, v: ValueId) -> &ValueInfo;
     /// Whether a gradient must flow to `v`.
     fn needs_grad(&self, v: ValueId) -> bool;
     /// Appends a node in the current phase; returns its new outputs.
-    fn record(
-        &mut self,
-        op: Op,
-        inputs: Vec<ValueId>,
-        outputs: Vec<(String, Vec<usize>, DType)>,
-        flops: u64,
-    ) -> Vec<ValueId>;
+    fn record(&mut self, op: Op, ins: Vec<ValueId>, outs: NewValues, flops: u64) -> Vec<ValueId>;
 }
 
 /// What a forward node's backward rule sees and does: the node, the gradients of its
@@ -244,6 +241,21 @@ impl BackwardCtx<'_> {
             .map(|(n, s, d)| (n.as_ref().to_string(), s, d))
             .collect();
         self.recorder.record(Arc::new(op), inputs, outputs, flops)
+    }
+
+    /// Records `op` as the one node that makes input 0's gradient: one output `name`,
+    /// input 0's shape in the gradients' dtype, contributed to input 0 where it needs one.
+    pub fn record_input_grad(
+        &mut self,
+        op: impl NodeOp,
+        inputs: Vec<ValueId>,
+        name: &str,
+        flops: u64,
+    ) -> Result<()> {
+        let shape = self.shape(self.input(0));
+        let g = self.record(op, inputs, vec![(name, shape, self.dtype())], flops);
+        self.contribute_to_inputs(&g);
+        Ok(())
     }
 
     /// Adds `grad` to the gradient of `v` (summed with the value's other contributions).

@@ -56,44 +56,25 @@ impl GraphBuilder {
         Ok(self.push(node, vec![x], new, vec![], flops)[0])
     }
 
-    /// `1 / (1 + e^-x)`.
-    pub fn sigmoid(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Sigmoid, x)
-    }
-
-    /// `tanh(x)`.
-    pub fn tanh(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Tanh, x)
-    }
-
-    /// SiLU (swish): `x · sigmoid(x)`.
-    pub fn silu(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Silu, x)
-    }
-
-    /// GELU, exact (`x · Φ(x)`).
-    pub fn gelu(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Gelu, x)
-    }
-
-    /// GELU's tanh approximation (PyTorch's `approximate="tanh"`).
-    pub fn gelu_tanh(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::GeluTanh, x)
-    }
-
-    /// `min(max(x, 0), 6)`.
-    pub fn relu6(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Relu6, x)
-    }
-
-    /// `x · relu6(x + 3) / 6`.
-    pub fn hardswish(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Hardswish, x)
-    }
-
-    /// `relu6(x + 3) / 6`.
-    pub fn hardsigmoid(&mut self, x: ValueId) -> Result<ValueId> {
-        self.activation(Activation::Hardsigmoid, x)
+    shorthands! {
+        activation(x) {
+            /// `1 / (1 + e^-x)`.
+            sigmoid => Activation::Sigmoid;
+            /// `tanh(x)`.
+            tanh => Activation::Tanh;
+            /// SiLU (swish): `x · sigmoid(x)`.
+            silu => Activation::Silu;
+            /// GELU, exact (`x · Φ(x)`).
+            gelu => Activation::Gelu;
+            /// GELU's tanh approximation (PyTorch's `approximate="tanh"`).
+            gelu_tanh => Activation::GeluTanh;
+            /// `min(max(x, 0), 6)`.
+            relu6 => Activation::Relu6;
+            /// `x · relu6(x + 3) / 6`.
+            hardswish => Activation::Hardswish;
+            /// `relu6(x + 3) / 6`.
+            hardsigmoid => Activation::Hardsigmoid;
+        }
     }
 
     /// LeakyReLU with negative slope `slope`.
@@ -125,10 +106,7 @@ impl NodeOp for ActivationOp {
             kind: self.kind,
             slope: self.slope,
         };
-        let out = vec![("grad.activation", xs, ctx.dtype())];
-        let g = ctx.record(op, vec![gy, saved], out, flops);
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy, saved], "grad.activation", flops)
     }
 }
 

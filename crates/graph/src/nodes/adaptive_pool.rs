@@ -116,14 +116,7 @@ impl NodeOp for AdaptiveAvgPool {
         let op = AdaptiveAvgPoolBackward {
             forward: self.clone(),
         };
-        let g = ctx.record(
-            op,
-            vec![gy],
-            vec![("grad.adaptive_avgpool", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy], "grad.adaptive_avgpool", flops)
     }
 }
 

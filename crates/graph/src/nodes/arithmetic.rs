@@ -59,24 +59,17 @@ impl GraphBuilder {
         Ok(self.push(Arc::new(Binary { op }), vec![a, b], new, vec![], flops)[0])
     }
 
-    /// `a * b`, broadcasting.
-    pub fn mul(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.binary(BinaryOp::Mul, a, b)
-    }
-
-    /// `a - b`, broadcasting.
-    pub fn sub(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.binary(BinaryOp::Sub, a, b)
-    }
-
-    /// `a / b`, broadcasting.
-    pub fn div(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.binary(BinaryOp::Div, a, b)
-    }
-
-    /// `a + b`, broadcasting ([`add`](GraphBuilder::add) insists on equal shapes).
-    pub fn broadcast_add(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.binary(BinaryOp::Add, a, b)
+    shorthands! {
+        binary(a, b) {
+            /// `a * b`, broadcasting.
+            mul => BinaryOp::Mul;
+            /// `a - b`, broadcasting.
+            sub => BinaryOp::Sub;
+            /// `a / b`, broadcasting.
+            div => BinaryOp::Div;
+            /// `a + b`, broadcasting ([`add`](GraphBuilder::add) insists on equal shapes).
+            broadcast_add => BinaryOp::Add;
+        }
     }
 
     /// `x · factor` for a constant `factor`.

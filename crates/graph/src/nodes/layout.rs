@@ -162,12 +162,9 @@ impl NodeOp for Permute {
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
         let gy = ctx.grad_y()?;
-        let xs = ctx.shape(ctx.input(0));
         let op = Permute {
             dims: layout::inverse_permutation(&self.dims),
         };
-        let g = ctx.record(op, vec![gy], vec![("grad.permute", xs, ctx.dtype())], 0);
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy], "grad.permute", 0)
     }
 }

@@ -106,34 +106,21 @@ impl GraphBuilder {
         Ok(y)
     }
 
-    /// `torch.eq(a, b)`.
-    pub fn eq(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.compare(Comparison::Eq, a, b)
-    }
-
-    /// `torch.ne(a, b)`.
-    pub fn ne(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.compare(Comparison::Ne, a, b)
-    }
-
-    /// `torch.lt(a, b)`.
-    pub fn lt(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.compare(Comparison::Lt, a, b)
-    }
-
-    /// `torch.le(a, b)`.
-    pub fn le(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.compare(Comparison::Le, a, b)
-    }
-
-    /// `torch.gt(a, b)`.
-    pub fn gt(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.compare(Comparison::Gt, a, b)
-    }
-
-    /// `torch.ge(a, b)`.
-    pub fn ge(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
-        self.compare(Comparison::Ge, a, b)
+    shorthands! {
+        compare(a, b) {
+            /// `torch.eq(a, b)`.
+            eq => Comparison::Eq;
+            /// `torch.ne(a, b)`.
+            ne => Comparison::Ne;
+            /// `torch.lt(a, b)`.
+            lt => Comparison::Lt;
+            /// `torch.le(a, b)`.
+            le => Comparison::Le;
+            /// `torch.gt(a, b)`.
+            gt => Comparison::Gt;
+            /// `torch.ge(a, b)`.
+            ge => Comparison::Ge;
+        }
     }
 
     /// `torch.where(cond, a, b)`: `a` where the `u8` mask `cond` is set, else `b`; the
@@ -322,10 +309,12 @@ impl NodeOp for MaskedFill {
         let gy = ctx.grad_y()?;
         let xs = ctx.shape(ctx.input(0));
         let flops = xs.iter().product::<usize>() as u64;
-        let new = vec![("grad.masked_fill", xs, ctx.dtype())];
-        let g = ctx.record(MaskedFillBackward, vec![gy, ctx.input(1)], new, flops);
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(
+            MaskedFillBackward,
+            vec![gy, ctx.input(1)],
+            "grad.masked_fill",
+            flops,
+        )
     }
 }
 

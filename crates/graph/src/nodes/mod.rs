@@ -2,6 +2,29 @@
 //! ([`NodeOp`](crate::NodeOp) implementations) with their backward rules, and how each
 //! runs its `wick-ops` kernel.
 
+/// Builder methods that each call a family's general method with a fixed kind, as
+/// candle's `unary_op!` does: `shorthands! { activation(x) { /// doc
+/// sigmoid => Activation::Sigmoid; } }` is `pub fn sigmoid(&mut self, x: ValueId) ->
+/// Result<ValueId> { self.activation(Activation::Sigmoid, x) }` with that doc.
+macro_rules! shorthands {
+    ($general:ident(x) { $($(#[$doc:meta])* $name:ident => $kind:expr;)+ }) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&mut self, x: ValueId) -> Result<ValueId> {
+                self.$general($kind, x)
+            }
+        )+
+    };
+    ($general:ident(a, b) { $($(#[$doc:meta])* $name:ident => $kind:expr;)+ }) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&mut self, a: ValueId, b: ValueId) -> Result<ValueId> {
+                self.$general($kind, a, b)
+            }
+        )+
+    };
+}
+
 pub mod activation;
 pub mod adaptive_pool;
 pub mod add;

@@ -155,14 +155,7 @@ impl NodeOp for LogSoftmax {
         let xs = ctx.shape(ctx.input(0));
         let flops = norm::softmax_flops(&xs);
         let op = LogSoftmaxBackward { dim: self.dim };
-        let g = ctx.record(
-            op,
-            vec![gy, ctx.output(0)],
-            vec![("grad.log_softmax", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy, ctx.output(0)], "grad.log_softmax", flops)
     }
 }
 

@@ -144,14 +144,7 @@ impl NodeOp for Softmax {
         let xs = ctx.shape(y);
         let flops = norm::softmax_flops(&xs);
         let op = SoftmaxBackward { dim: self.dim };
-        let g = ctx.record(
-            op,
-            vec![gy, y],
-            vec![("grad.softmax", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy, y], "grad.softmax", flops)
     }
 }
 

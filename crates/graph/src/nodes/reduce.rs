@@ -211,12 +211,9 @@ impl NodeOp for ReduceOp {
         inputs.extend(reads_y.then_some(y));
         let op = ReduceBackward {
             r: self.r.clone(),
-            shape: xs.clone(),
+            shape: xs,
         };
-        let out = vec![("grad.reduce", xs, ctx.dtype())];
-        let g = ctx.record(op, inputs, out, flops);
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, inputs, "grad.reduce", flops)
     }
 }
 

@@ -134,14 +134,7 @@ impl NodeOp for Upsample {
             mode: self.mode,
             input,
         };
-        let g = ctx.record(
-            op,
-            vec![gy],
-            vec![("grad.upsample", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy], "grad.upsample", flops)
     }
 }
 

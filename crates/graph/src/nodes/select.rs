@@ -394,9 +394,7 @@ impl NodeOp for Narrow {
             narrow: self.clone(),
             shape: xs.clone(),
         };
-        let g = ctx.record(op, vec![gy], vec![("grad.narrow", xs, ctx.dtype())], 0);
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy], "grad.narrow", 0)
     }
 }
 
@@ -430,9 +428,7 @@ impl NodeOp for Expand {
         let xs = ctx.shape(ctx.input(0));
         let flops = broadcast::flops(&self.shape);
         let op = ExpandBackward { shape: xs.clone() };
-        let g = ctx.record(op, vec![gy], vec![("grad.expand", xs, ctx.dtype())], flops);
-        ctx.contribute_to_inputs(&g);
-        Ok(())
+        ctx.record_input_grad(op, vec![gy], "grad.expand", flops)
     }
 }
 

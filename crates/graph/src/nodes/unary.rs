@@ -44,46 +44,39 @@ impl GraphBuilder {
         Ok(y)
     }
 
-    /// `torch.exp(x)`.
-    ///
-    /// # Examples
-    ///
-    /// A softplus, `log(1 + exp(x))`, from the element-wise calls, run:
-    ///
-    /// ```
-    /// use candle_core::{DType, Device, Tensor};
-    /// use wick_graph::{Executor, GraphBuilder, Mode};
-    ///
-    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    /// let x = b.input("x", &[3], DType::F32)?;
-    /// let e = b.exp(x)?;
-    /// let e1 = b.add_scalar(e, 1.0)?;
-    /// let y = b.log(e1)?;
-    /// b.output(y);
-    /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
-    /// exec.set("x", &Tensor::new(&[-20f32, 0.0, 20.0], &Device::Cpu)?)?;
-    /// exec.run()?;
-    /// let y: Vec<f32> = exec.get_id(y)?.unwrap().to_vec1()?;
-    /// assert!((y[1] - 2f32.ln()).abs() < 1e-6 && (y[2] - 20.0).abs() < 1e-5);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn exp(&mut self, x: ValueId) -> Result<ValueId> {
-        self.unary(Unary::Exp, x)
-    }
-
-    /// `torch.log(x)`, the natural logarithm.
-    pub fn log(&mut self, x: ValueId) -> Result<ValueId> {
-        self.unary(Unary::Log, x)
-    }
-
-    /// `torch.sqrt(x)`.
-    pub fn sqrt(&mut self, x: ValueId) -> Result<ValueId> {
-        self.unary(Unary::Sqrt, x)
-    }
-
-    /// `torch.rsqrt(x)`: `1/√x`.
-    pub fn rsqrt(&mut self, x: ValueId) -> Result<ValueId> {
-        self.unary(Unary::Rsqrt, x)
+    shorthands! {
+        unary(x) {
+            /// `torch.exp(x)`.
+            ///
+            /// # Examples
+            ///
+            /// A softplus, `log(1 + exp(x))`, from the element-wise calls, run:
+            ///
+            /// ```
+            /// use candle_core::{DType, Device, Tensor};
+            /// use wick_graph::{Executor, GraphBuilder, Mode};
+            ///
+            /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+            /// let x = b.input("x", &[3], DType::F32)?;
+            /// let e = b.exp(x)?;
+            /// let e1 = b.add_scalar(e, 1.0)?;
+            /// let y = b.log(e1)?;
+            /// b.output(y);
+            /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+            /// exec.set("x", &Tensor::new(&[-20f32, 0.0, 20.0], &Device::Cpu)?)?;
+            /// exec.run()?;
+            /// let y: Vec<f32> = exec.get_id(y)?.unwrap().to_vec1()?;
+            /// assert!((y[1] - 2f32.ln()).abs() < 1e-6 && (y[2] - 20.0).abs() < 1e-5);
+            /// # Ok::<(), Box<dyn std::error::Error>>(())
+            /// ```
+            exp => Unary::Exp;
+            /// `torch.log(x)`, the natural logarithm.
+            log => Unary::Log;
+            /// `torch.sqrt(x)`.
+            sqrt => Unary::Sqrt;
+            /// `torch.rsqrt(x)`: `1/√x`.
+            rsqrt => Unary::Rsqrt;
+        }
     }
 
     /// `torch.pow(x, exponent)` for a constant exponent.
@@ -109,14 +102,13 @@ impl GraphBuilder {
         self.unary(Unary::Pow(exponent), x)
     }
 
-    /// `torch.abs(x)`.
-    pub fn abs(&mut self, x: ValueId) -> Result<ValueId> {
-        self.unary(Unary::Abs, x)
-    }
-
-    /// `torch.neg(x)`: `-x`.
-    pub fn neg(&mut self, x: ValueId) -> Result<ValueId> {
-        self.unary(Unary::Neg, x)
+    shorthands! {
+        unary(x) {
+            /// `torch.abs(x)`.
+            abs => Unary::Abs;
+            /// `torch.neg(x)`: `-x`.
+            neg => Unary::Neg;
+        }
     }
 
     /// `torch.clamp(x, min, max)`, either bound optional.

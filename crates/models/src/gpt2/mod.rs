@@ -260,20 +260,12 @@ impl Gpt2 {
         }
         let std = Init::Normal(0.02);
         let (h, wte, presents) = nn.scope("transformer", |nn| {
-            let wte = nn.param(
-                "wte.weight",
-                &[c.vocab_size, c.n_embd],
-                TensorRole::FcWeight,
-                std,
-                c.n_embd,
-            )?;
-            let wpe = nn.param(
-                "wpe.weight",
-                &[c.n_positions, c.n_embd],
-                TensorRole::FcWeight,
-                std,
-                c.n_embd,
-            )?;
+            // The token and position tables, `[rows, n_embd]` each.
+            let mut table = |name: &str, rows: usize| {
+                nn.param(name, &[rows, c.n_embd], TensorRole::FcWeight, std, c.n_embd)
+            };
+            let wte = table("wte.weight", c.vocab_size)?;
+            let wpe = table("wpe.weight", c.n_positions)?;
             let b = nn.builder();
             let tok = b.embedding(tokens, wte, None)?;
             let pos = b.narrow(wpe, 0, offset, t)?;

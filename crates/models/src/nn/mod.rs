@@ -38,6 +38,9 @@ use wick_ops::{BatchNorm2dParams, Conv2dParams};
 
 use crate::error::{ModelError, Result};
 
+/// What a layer returns: its output value, or the graph's error naming the op and layer.
+pub type LayerResult = wick_graph::Result<ValueId>;
+
 mod recurrent;
 mod sequence;
 
@@ -264,18 +267,13 @@ impl<'a> Layers<'a> {
     }
 
     /// Notes the spec of `name` in the current layer; returns its full name.
-    fn note(
-        &mut self,
-        name: &str,
-        shape: &[usize],
-        role: TensorRole,
-        init: Init,
-        fan_in: usize,
-    ) -> String {
+    fn note(&mut self, name: &str, shape: &[usize], kind: (TensorRole, Init, usize)) -> String {
+        let (role, init, fan_in) = kind;
         let full = self.full_name(name);
         let shape = shape.to_vec();
+        let name = full.clone();
         self.specs.push(TensorSpec {
-            name: full.clone(),
+            name,
             shape,
             role,
             init,
@@ -296,7 +294,7 @@ impl<'a> Layers<'a> {
         role: TensorRole,
         init: Init,
         fan_in: usize,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         let full = self.full_name(name);
         if let Some(v) = self.b.graph().find(&full) {
             let info = self.b.graph().value(v);
@@ -308,7 +306,7 @@ impl<'a> Layers<'a> {
                 info.kind, info.shape
             )));
         }
-        let full = self.note(name, shape, role, init, fan_in);
+        let full = self.note(name, shape, (role, init, fan_in));
         self.b.param(&full, shape)
     }
 
@@ -319,7 +317,7 @@ impl<'a> Layers<'a> {
         shape: &[usize],
         role: TensorRole,
         init: Init,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         let full = self.full_name(name);
         if self.b.graph().find(&full).is_some() {
             return Err(wick_graph::GraphError::Usage(format!(
@@ -327,13 +325,13 @@ impl<'a> Layers<'a> {
                  place, so it cannot be shared within one graph (share the layers around it)"
             )));
         }
-        let full = self.note(name, shape, role, init, 0);
+        let full = self.note(name, shape, (role, init, 0));
         self.b.state(&full, shape)
     }
 
     /// A convolution as layer `path`: `path.weight` `[cout, cin/groups, k, k]` and, with
     /// a bias, `path.bias`.
-    pub fn conv2d(&mut self, path: &str, x: ValueId, c: Conv) -> wick_graph::Result<ValueId> {
+    pub fn conv2d(&mut self, path: &str, x: ValueId, c: Conv) -> LayerResult {
         self.scope(path, |nn| {
             let per_group = c.cin / c.params.groups.max(1);
             let shape = [c.cout, per_group, c.kernel, c.kernel];
@@ -364,7 +362,7 @@ impl<'a> Layers<'a> {
         x: ValueId,
         c: Conv,
         output_padding: usize,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         self.scope(path, |nn| {
             let per_group = c.cout / c.params.groups.max(1);
             let shape = [c.cin, per_group, c.kernel, c.kernel];
@@ -382,23 +380,14 @@ impl<'a> Layers<'a> {
 
     /// A batch norm over `c` channels as layer `path` (weight 1, bias 0, running mean 0,
     /// running variance 1).
-    pub fn batch_norm(&mut self, path: &str, x: ValueId, c: usize) -> wick_graph::Result<ValueId> {
+    pub fn batch_norm(&mut self, path: &str, x: ValueId, c: usize) -> LayerResult {
         let p = self.batch_norm;
         self.scope(path, |nn| {
             let w = nn.param("weight", &[c], TensorRole::BnWeight, Init::Constant(1.0), 0)?;
             let b = nn.param("bias", &[c], TensorRole::BnBias, Init::Constant(0.0), 0)?;
-            let rm = nn.state(
-                "running_mean",
-                &[c],
-                TensorRole::RunningMean,
-                Init::Constant(0.0),
-            )?;
-            let rv = nn.state(
-                "running_var",
-                &[c],
-                TensorRole::RunningVar,
-                Init::Constant(1.0),
-            )?;
+            let mut stat = |name, role, v| nn.state(name, &[c], role, Init::Constant(v));
+            let rm = stat("running_mean", TensorRole::RunningMean, 0.0)?;
+            let rv = stat("running_var", TensorRole::RunningVar, 1.0)?;
             nn.b.batch_norm(x, w, b, rm, rv, p)
         })
     }
@@ -413,7 +402,7 @@ impl<'a> Layers<'a> {
         cin: usize,
         cout: usize,
         init: Init,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         let bias_init = if init == Init::LinearDefault {
             Init::LinearDefault
         } else {
@@ -431,7 +420,7 @@ impl<'a> Layers<'a> {
         cout: usize,
         init: Init,
         bias_init: Init,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         self.scope(path, |nn| {
             let w = nn.param("weight", &[cout, cin], TensorRole::FcWeight, init, cin)?;
             let bias = nn.param("bias", &[cout], TensorRole::FcBias, bias_init, cin)?;
@@ -449,13 +438,7 @@ impl<'a> Layers<'a> {
     }
 
     /// A layer norm over the last dimension (`dim` values) as layer `path`.
-    pub fn layer_norm(
-        &mut self,
-        path: &str,
-        x: ValueId,
-        dim: usize,
-        eps: f64,
-    ) -> wick_graph::Result<ValueId> {
+    pub fn layer_norm(&mut self, path: &str, x: ValueId, dim: usize, eps: f64) -> LayerResult {
         self.scope(path, |nn| {
             let w = nn.param(
                 "weight",
@@ -471,13 +454,7 @@ impl<'a> Layers<'a> {
 
     /// A layer norm over the channels of an `[N, C, H, W]` input (torchvision's
     /// `LayerNorm2d`: permute to channels-last, normalise, permute back).
-    pub fn layer_norm2d(
-        &mut self,
-        path: &str,
-        x: ValueId,
-        c: usize,
-        eps: f64,
-    ) -> wick_graph::Result<ValueId> {
+    pub fn layer_norm2d(&mut self, path: &str, x: ValueId, c: usize, eps: f64) -> LayerResult {
         let nhwc = self.b.permute(x, &[0, 2, 3, 1])?;
         let y = self.layer_norm(path, nhwc, c, eps)?;
         self.b.permute(y, &[0, 3, 1, 2])

@@ -7,7 +7,7 @@
 
 use wick_graph::{GraphBuilder, GraphError, ValueId};
 
-use super::{Init, Layers, TensorRole};
+use super::{Init, LayerResult, Layers, TensorRole};
 
 /// The size of an `nn.LSTM`/`nn.GRU`: `Recurrent::new(input_size, hidden_size)`, one
 /// layer, one direction, no dropout, as PyTorch's defaults. The layers always take
@@ -321,7 +321,7 @@ fn initial(
     index: usize,
     batch: usize,
     hidden: usize,
-) -> wick_graph::Result<ValueId> {
+) -> LayerResult {
     let row = b.narrow(state, 0, index, 1)?;
     b.reshape(row, &[batch, hidden])
 }

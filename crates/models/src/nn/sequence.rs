@@ -4,7 +4,7 @@
 use wick_graph::ValueId;
 use wick_ops::tensor::mask::Comparison;
 
-use super::{Init, Layers, TensorRole};
+use super::{Init, LayerResult, Layers, TensorRole};
 
 impl Layers<'_> {
     /// `nn.Embedding(num_embeddings, dim, padding_idx)` as layer `path`: `path.weight`
@@ -17,7 +17,7 @@ impl Layers<'_> {
         num_embeddings: usize,
         dim: usize,
         padding_idx: Option<usize>,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         self.scope(path, |nn| {
             let shape = [num_embeddings, dim];
             let w = nn.param(
@@ -61,7 +61,7 @@ impl Layers<'_> {
         dim: usize,
         heads: usize,
         attn_mask: Option<ValueId>,
-    ) -> wick_graph::Result<ValueId> {
+    ) -> LayerResult {
         if heads == 0 || !dim.is_multiple_of(heads) {
             return Err(wick_graph::GraphError::Usage(format!(
                 "multi_head_attention `{path}`: dim {dim} is not a multiple of {heads} heads"
@@ -123,12 +123,7 @@ impl Layers<'_> {
 
 /// `x @ wᵀ + bias` over the last dimension of `x` (any rank): one linear node over the
 /// flattened rows (its GEMM reads `w` transposed in place).
-fn project(
-    b: &mut wick_graph::GraphBuilder,
-    x: ValueId,
-    w: ValueId,
-    bias: ValueId,
-) -> wick_graph::Result<ValueId> {
+fn project(b: &mut wick_graph::GraphBuilder, x: ValueId, w: ValueId, bias: ValueId) -> LayerResult {
     let shape = b.shape(x).to_vec();
     let (cin, cout) = (shape[shape.len() - 1], b.shape(w)[0]);
     let flat = b.reshape(x, &[shape.iter().product::<usize>() / cin.max(1), cin])?;

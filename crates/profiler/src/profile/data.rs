@@ -125,6 +125,17 @@ pub struct OpTypeRow {
     pub input_shapes: Vec<Vec<usize>>,
 }
 
+impl OpTypeRow {
+    /// Its FLOP rate, GFLOP/s (0 when no time was measured).
+    pub fn gflops(&self) -> f64 {
+        if self.total_sec > 0.0 {
+            self.flops as f64 / self.total_sec / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
 /// Everything the profiler measured. The report prints what it holds: per-op lines when
 /// `ops` is filled (verbosity 2), the phase lines otherwise.
 ///

@@ -53,11 +53,7 @@ impl Profile {
         }
         s.push('\n');
         for r in rows {
-            let gflops = if r.total_sec > 0.0 {
-                r.flops as f64 / r.total_sec / 1e9
-            } else {
-                0.0
-            };
+            let gflops = r.gflops();
             let _ = write!(
                 s,
                 "{:<34} {:>6} {:>11.3} {:>10.3} {:>10.3} {:>10.3} {:>10.3} {:>6.1}% {:>9.1}",

@@ -186,11 +186,7 @@ fn op_type_section(b: &mut String, p: &Profile) {
     b.push_str(&bars("op-types", &chart, "ms per iteration"));
     b.push_str("<table id=\"op-type-table\"><tr><th>Kernel</th><th>Nodes</th><th>Total</th><th>Median node</th><th>Share</th><th>GFLOP/s</th></tr>");
     for r in &rows {
-        let gflops = if r.total_sec > 0.0 {
-            r.flops as f64 / r.total_sec / 1e9
-        } else {
-            0.0
-        };
+        let gflops = r.gflops();
         let _ = write!(
             b,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3} ms</td><td>{:.1}%</td><td>{gflops:.1}</td></tr>",
