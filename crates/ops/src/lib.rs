@@ -39,6 +39,7 @@ pub mod kernel_class;
 mod layer_norm_cpu;
 pub mod layout;
 pub mod linear;
+mod linear_cpu;
 pub mod loss;
 pub mod norm;
 pub mod numeric;

@@ -2,7 +2,10 @@
 
 use candle_core::Tensor;
 
+use crate::broadcast::BinaryOp;
+use crate::cpu::{self, dispatch_float};
 use crate::error::{CandleContext, OpError, Result};
+use crate::linear_cpu;
 
 const OP: &str = "linear";
 
@@ -60,12 +63,30 @@ pub fn linear_backward_flops(input: &[usize], weight: &[usize]) -> u64 {
     linear_flops(input, weight).saturating_mul(2)
 }
 
+/// Whether wick's CPU kernel runs these operands (named for errors): all on its CPU path,
+/// in one dtype (a mix is an error naming the odd one).
+fn on_cpu(operands: &[(&str, Option<&Tensor>)]) -> Result<bool> {
+    let present: Vec<(&str, &Tensor)> = operands
+        .iter()
+        .filter_map(|&(name, t)| t.map(|t| (name, t)))
+        .collect();
+    if !present.iter().all(|(_, t)| cpu::on_cpu_kernel(t)) {
+        return Ok(false);
+    }
+    cpu::same_dtype(OP, present[0].1.dtype(), &present)?;
+    Ok(true)
+}
+
 /// Linear forward (`LinearForward`).
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     linear_output_shape(x.dims(), weight.dims(), bias.map(|b| b.dims()))?;
+    if on_cpu(&[("input", Some(x)), ("weight", Some(weight)), ("bias", bias)])? {
+        return dispatch_float!(OP, x.dtype(), linear_cpu::forward(x, weight, bias));
+    }
     let y = x.matmul(&weight.t().ctx(OP)?).ctx(OP)?;
     match bias {
-        Some(b) => y.broadcast_add(b).ctx(OP),
+        // wick's row kernel: candle's broadcast add takes as long as the product here.
+        Some(b) => crate::broadcast::forward(BinaryOp::Add, &y, b),
         None => Ok(y),
     }
 }
@@ -79,10 +100,19 @@ pub fn linear_backward(
 ) -> Result<LinearGrads> {
     let out = linear_output_shape(x.dims(), weight.dims(), None)?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "output", &out)?;
-    let dx = grad_y.matmul(weight).ctx(OP)?;
-    let dw = grad_y.t().ctx(OP)?.matmul(x).ctx(OP)?;
+    let (dx, dw) = if on_cpu(&[
+        ("output gradient", Some(grad_y)),
+        ("input", Some(x)),
+        ("weight", Some(weight)),
+    ])? {
+        dispatch_float!(OP, x.dtype(), linear_cpu::backward(grad_y, x, weight))?
+    } else {
+        let dx = grad_y.matmul(weight).ctx(OP)?;
+        (dx, grad_y.t().ctx(OP)?.matmul(x).ctx(OP)?)
+    };
     let db = if has_bias {
-        Some(grad_y.sum(0).ctx(OP)?)
+        // Column sums in f64 by wick's kernel (candle's sum over rows is strided and slow).
+        Some(crate::broadcast::sum_to_shape(OP, grad_y, &[out[1]])?)
     } else {
         None
     };

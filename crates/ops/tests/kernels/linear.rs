@@ -1,6 +1,7 @@
 //! linear: PyTorch fixture and finite differences.
 
 use crate::common::*;
+use candle_core::DType;
 use wick_ops::linear::*;
 
 #[test]
@@ -86,4 +87,46 @@ fn float32_is_within_rounding_error_bounds_of_float64() {
     let bound = (magnitude.bias.unwrap() * gamma(batch)).unwrap();
     let (db, exact_db) = (g.bias.unwrap(), exact.bias.unwrap());
     assert_within("linear bias gradient", &db, &exact_db, &bound);
+}
+
+/// wick's CPU kernel (bias written first, the product accumulated onto it; the weight
+/// gradient column-major) against candle's generic ops, with and without a bias, on
+/// shapes that take the row-split and the crate-threaded products.
+#[test]
+fn cpu_kernel_matches_the_generic_path() {
+    use wick_ops::KernelPath;
+    for (m, k, n, bias) in [
+        (7, 5, 3, true),
+        (300, 96, 384, true),
+        (513, 384, 96, false),
+        (64, 1024, 40, true),
+    ] {
+        for dtype in [DType::F32, DType::F64] {
+            let t = |seed, dims: &[usize]| rand_tensor(seed, dims).to_dtype(dtype).unwrap();
+            let (x, w, b, g) = (t(1, &[m, k]), t(2, &[n, k]), t(3, &[n]), t(4, &[m, n]));
+            let b = bias.then_some(&b);
+            let run = || {
+                let y = linear(&x, &w, b).unwrap();
+                (y, linear_backward(&g, &x, &w, bias).unwrap())
+            };
+            let (y, grads) = run();
+            let (want_y, want) = KernelPath::Generic.scope(run);
+            let tol = if dtype == DType::F32 { 1e-5 } else { 1e-12 };
+            let case = format!("{m}x{k}x{n} bias {bias} {dtype:?}");
+            assert_close(&format!("{case} y"), &y, &want_y, tol);
+            assert_close(&format!("{case} dx"), &grads.x, &want.x, tol);
+            assert_close(&format!("{case} dw"), &grads.weight, &want.weight, tol);
+            if bias {
+                let (db, want_db) = (grads.bias.unwrap(), want.bias.unwrap());
+                assert_close(&format!("{case} db"), &db, &want_db, tol);
+            }
+        }
+    }
+}
+
+#[test]
+fn mixed_dtypes_are_an_error_naming_the_operand() {
+    let x = rand_tensor(1, &[3, 5]).to_dtype(DType::F32).unwrap();
+    let w = rand_tensor(2, &[4, 5]).to_dtype(DType::F64).unwrap();
+    assert_error_names(linear(&x, &w, None), &["linear", "weight", "F64", "F32"]);
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""PyTorch's GPT-2 training step, timed as scripts/compare_pytorch.sh compares it with
+`train_gpt`: Hugging Face's GPT2LMHeadModel (eager, its default SDPA attention) built from
+the same config.json, AdamW (lr 3e-3, weight decay 0.01, as train_gpt's defaults), the
+next-token cross-entropy over a batch of random byte tokens; the median of `--reps` steps
+after `--warmup`. Prints one JSON line with "median_ms".
+
+Usage: python3 scripts/torch_gpt_baseline.py --config gpt.json [--batch 4] [--context 256]
+       [--threads 2] [--warmup 3] [--reps 7]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--context", type=int, default=256)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=7)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    with open(a.config) as f:
+        # Generation's token ids are unused; the bytes' range holds them.
+        cfg = GPT2Config(**json.load(f), bos_token_id=0, eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    # train_gpt predicts `context` tokens from `context + 1`: the same here.
+    tokens = torch.randint(0, cfg.vocab_size, (a.batch, a.context + 1))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=x).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, cfg.vocab_size), y.reshape(-1))
+        loss.backward()
+        opt.step()
+
+    for _ in range(a.warmup):
+        step()
+    ms = []
+    for _ in range(a.reps):
+        t = time.perf_counter()
+        step()
+        ms.append((time.perf_counter() - t) * 1e3)
+    print(json.dumps({"case": "gpt2", "config": a.config, "batch": a.batch, "context": a.context,
+                      "threads": a.threads, "median_ms": round(statistics.median(ms), 3),
+                      "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
