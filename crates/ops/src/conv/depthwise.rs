@@ -6,11 +6,13 @@
 //!
 //! Each output sums its k² products in the tap order (row by row), like a direct
 //! convolution; the weight gradient sums over batch and pixels in f64, then rounds once.
+//! Stride 1 and dilation 1 take `depthwise_s1`'s padded planes and register blocks.
 
 use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::depthwise_s1;
 use super::epilogue::CpuEpilogue;
 use super::params::Geom;
 use crate::cpu::Float;
@@ -124,6 +126,9 @@ fn dot<T: Float>(g: &[T], x: &[T], stride: usize) -> T {
 
 /// Forward: `out[n, c] = x[n, c] ⋆ w[c]`, then the epilogue.
 pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<'_, T>) -> Vec<T> {
+    if depthwise_s1::applies(g) {
+        return depthwise_s1::forward(g, xs, ws, epi);
+    }
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
     let [sy, sx] = g.p.stride;
     let mut out = vec![T::ZERO; g.n * g.c_out * p];
@@ -152,6 +157,9 @@ pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<
 
 /// Input gradient: each output gradient scattered back through its plane's filter.
 pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
+    if depthwise_s1::applies(g) {
+        return depthwise_s1::backward_data(g, gs, ws);
+    }
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
     let [sy, sx] = g.p.stride;
     let mut dx = vec![T::ZERO; g.n * g.c_in * hw];
@@ -177,6 +185,9 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
 
 /// Weight gradient: `dw[c, tap] = Σ_n Σ_pixels gy[n, c] · x[n, c] at the tap`, in f64.
 pub(super) fn backward_filter<T: Float>(g: &Geom, gs: &[T], xs: &[T]) -> Vec<T> {
+    if depthwise_s1::applies(g) {
+        return depthwise_s1::backward_filter(g, gs, xs);
+    }
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
     let [sy, sx] = g.p.stride;
     let mut dw = vec![T::ZERO; g.c_out * taps];

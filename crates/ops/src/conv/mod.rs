@@ -9,6 +9,7 @@
 mod algorithm;
 mod cpu;
 mod depthwise;
+mod depthwise_s1;
 mod epilogue;
 mod generic;
 mod im2col;

@@ -73,6 +73,38 @@ fn cases() -> Vec<Case> {
             k: 3,
             p: p(3, 2, 1),
         },
+        // Rows wider than a 16-value register block, with a tail: ConvNeXt's 7x7 and a
+        // 3x3 without padding (the input gradient padded by k - 1).
+        Case {
+            c: 3,
+            h: 12,
+            w: 37,
+            k: 7,
+            p: p(1, 3, 1),
+        },
+        Case {
+            c: 2,
+            h: 5,
+            w: 34,
+            k: 3,
+            p: p(1, 0, 1),
+        },
+        // Rows of 4 to 15: half and quarter blocks and a tail.
+        Case {
+            c: 2,
+            h: 4,
+            w: 7,
+            k: 7,
+            p: p(1, 3, 1),
+        },
+        // Rows of 8 to 15.
+        Case {
+            c: 2,
+            h: 8,
+            w: 11,
+            k: 7,
+            p: p(1, 3, 1),
+        },
         // Planes smaller than the kernel: taps that read only padding.
         Case {
             c: 2,

@@ -1,0 +1,265 @@
+//! Depthwise convolution at stride 1 and dilation 1 (ConvNeXt's 7x7, MobileNet's 3x3):
+//! each plane is first copied into a zero-padded scratch plane, so every tap reads inside
+//! it, and each output row is built 16 values at a time in registers over all k² taps
+//! before it is stored once. The taps are summed in the same order as the general loops
+//! (row by row), so the forward gives their values.
+
+use rayon::prelude::*;
+
+use super::epilogue::CpuEpilogue;
+use super::params::Geom;
+use crate::cpu::{self, Float, WideKernel};
+
+/// Output values one register block holds.
+const LANES: usize = 16;
+
+/// Whether the padded-plane kernels run `g`: stride 1, dilation 1, and padding of at most
+/// the kernel's size - 1 (so the input gradient's padding is not negative).
+pub(super) fn applies(g: &Geom) -> bool {
+    g.p.stride == [1, 1]
+        && g.p.dilation == [1, 1]
+        && g.oh * g.ow * g.h * g.w > 0
+        && g.p.padding[0] < g.kh
+        && g.p.padding[1] < g.kw
+}
+
+/// `plane` (`rows x cols`) inside a zero border of `top`/`left` rows/columns, in `buf`
+/// made a plane of `prows x pcols` (reused across planes: no allocation per plane).
+fn pad_into<'b, T: Float>(
+    buf: &'b mut Vec<T>,
+    plane: &[T],
+    (rows, cols): (usize, usize),
+    (top, left): (usize, usize),
+    (prows, pcols): (usize, usize),
+) -> &'b [T] {
+    buf.clear();
+    buf.resize(prows * pcols, T::ZERO);
+    for (r, row) in plane.chunks_exact(cols).take(rows).enumerate() {
+        buf[(r + top) * pcols + left..][..cols].copy_from_slice(row);
+    }
+    buf
+}
+
+/// `out [rows x cols] = padded ⋆ taps` (correlation, `kh x kw` taps, row-major).
+struct Correlate<'a, T> {
+    padded: &'a [T],
+    pcols: usize,
+    taps: &'a [T],
+    k: (usize, usize),
+    out: &'a mut [T],
+    cols: usize,
+}
+
+impl<T: Float> WideKernel for Correlate<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (padded, pcols, taps, k) = (self.padded, self.pcols, self.taps, self.k);
+        for (oy, orow) in self.out.chunks_exact_mut(self.cols).enumerate() {
+            let mut ox = 0;
+            while ox + LANES <= orow.len() {
+                let at = (oy, ox);
+                correlate_block::<T, LANES>(padded, pcols, taps, k, at, &mut orow[ox..]);
+                ox += LANES;
+            }
+            // Narrow planes (8x8, 4x4) in half and quarter blocks, the rest one at a time.
+            while ox + LANES / 2 <= orow.len() {
+                let at = (oy, ox);
+                correlate_block::<T, { LANES / 2 }>(padded, pcols, taps, k, at, &mut orow[ox..]);
+                ox += LANES / 2;
+            }
+            while ox + LANES / 4 <= orow.len() {
+                let at = (oy, ox);
+                correlate_block::<T, { LANES / 4 }>(padded, pcols, taps, k, at, &mut orow[ox..]);
+                ox += LANES / 4;
+            }
+            while ox < orow.len() {
+                correlate_block::<T, 1>(padded, pcols, taps, k, (oy, ox), &mut orow[ox..]);
+                ox += 1;
+            }
+        }
+    }
+}
+
+/// `out[..L]`: the `L` outputs of row `oy` from column `ox`, summed over the taps in order.
+#[inline(always)]
+fn correlate_block<T: Float, const L: usize>(
+    padded: &[T],
+    pcols: usize,
+    taps: &[T],
+    (kh, kw): (usize, usize),
+    (oy, ox): (usize, usize),
+    out: &mut [T],
+) {
+    let mut acc = [T::ZERO; L];
+    for ky in 0..kh {
+        let row = &padded[(oy + ky) * pcols + ox..];
+        for kx in 0..kw {
+            let (wt, src) = (taps[ky * kw + kx], &row[kx..kx + L]);
+            for l in 0..L {
+                acc[l] += src[l] * wt;
+            }
+        }
+    }
+    out[..L].copy_from_slice(&acc);
+}
+
+/// Forward: `out[n, c] = x[n, c] ⋆ w[c]`, then the epilogue, one plane per task.
+pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<'_, T>) -> Vec<T> {
+    let mut out = vec![T::ZERO; g.n * g.c_out * g.pixels()];
+    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let [ph, pw] = g.p.padding;
+    let (prows, pcols) = (g.h + 2 * ph, g.w + 2 * pw);
+    out.par_chunks_mut(p)
+        .enumerate()
+        .for_each_init(Vec::new, |buf, (plane, o)| {
+            let (n, c) = (plane / g.c_in, plane % g.c_in);
+            let xp = pad_into(
+                buf,
+                &xs[plane * hw..][..hw],
+                (g.h, g.w),
+                (ph, pw),
+                (prows, pcols),
+            );
+            let w = &ws[c * taps..][..taps];
+            cpu::run_wide(Correlate {
+                padded: xp,
+                pcols,
+                taps: w,
+                k: (g.kh, g.kw),
+                out: o,
+                cols: g.ow,
+            });
+            if !epi.is_empty() {
+                epi.apply_row(g, n, c, 0, o);
+            }
+        });
+    out
+}
+
+/// Input gradient: the output gradient, padded by `k - 1 - padding`, correlated with the
+/// flipped filter.
+pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
+    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let (top, left) = (g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]);
+    let (prows, pcols) = (g.h + g.kh - 1, g.w + g.kw - 1);
+    let mut dx = vec![T::ZERO; g.n * g.c_in * hw];
+    dx.par_chunks_mut(hw)
+        .enumerate()
+        .for_each_init(Vec::new, |buf, (plane, d)| {
+            let c = plane % g.c_in;
+            let gp = pad_into(
+                buf,
+                &gs[plane * p..][..p],
+                (g.oh, g.ow),
+                (top, left),
+                (prows, pcols),
+            );
+            let flipped: Vec<T> = ws[c * taps..][..taps].iter().rev().copied().collect();
+            cpu::run_wide(Correlate {
+                padded: gp,
+                pcols,
+                taps: &flipped,
+                k: (g.kh, g.kw),
+                out: d,
+                cols: g.w,
+            });
+        });
+    dx
+}
+
+/// One channel's weight gradient from one image: `dw[tap] += Σ gy · x at the tap`, each
+/// tap's sum in 16 lanes, then added in f64.
+struct FilterTaps<'a, T> {
+    padded: &'a [T],
+    pcols: usize,
+    gy: &'a [T],
+    ow: usize,
+    k: (usize, usize),
+    acc: &'a mut [f64],
+}
+
+impl<T: Float> WideKernel for FilterTaps<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (kh, kw) = self.k;
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let at = (ky, kx);
+                self.acc[ky * kw + kx] += match self.ow {
+                    16.. => tap_sum::<T, LANES>(self.padded, self.pcols, self.gy, self.ow, at),
+                    8.. => {
+                        tap_sum::<T, { LANES / 2 }>(self.padded, self.pcols, self.gy, self.ow, at)
+                    }
+                    4.. => {
+                        tap_sum::<T, { LANES / 4 }>(self.padded, self.pcols, self.gy, self.ow, at)
+                    }
+                    _ => tap_sum::<T, 1>(self.padded, self.pcols, self.gy, self.ow, at),
+                };
+            }
+        }
+    }
+}
+
+/// `Σ gy · x at tap (ky, kx)` over one plane, in `L` lanes (the row's tail apart), in f64.
+#[inline(always)]
+fn tap_sum<T: Float, const L: usize>(
+    padded: &[T],
+    pcols: usize,
+    gy: &[T],
+    ow: usize,
+    (ky, kx): (usize, usize),
+) -> f64 {
+    let full = ow - ow % L;
+    let (mut lanes, mut tail) = ([T::ZERO; L], T::ZERO);
+    for (oy, grow) in gy.chunks_exact(ow).enumerate() {
+        let row = &padded[(oy + ky) * pcols + kx..][..ow];
+        let blocks = grow[..full]
+            .chunks_exact(L)
+            .zip(row[..full].chunks_exact(L));
+        for (gl, xl) in blocks {
+            for l in 0..L {
+                lanes[l] += gl[l] * xl[l];
+            }
+        }
+        for (g, x) in grow[full..].iter().zip(&row[full..]) {
+            tail += *g * *x;
+        }
+    }
+    lanes.iter().fold(tail.to_f64(), |s, v| s + v.to_f64())
+}
+
+/// Weight gradient: `dw[c, tap] = Σ_n Σ_pixels gy[n, c] · x[n, c] at the tap`, in f64.
+pub(super) fn backward_filter<T: Float>(g: &Geom, gs: &[T], xs: &[T]) -> Vec<T> {
+    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
+    let [ph, pw] = g.p.padding;
+    let (prows, pcols) = (g.h + 2 * ph, g.w + 2 * pw);
+    let mut dw = vec![T::ZERO; g.c_out * taps];
+    dw.par_chunks_mut(taps).enumerate().for_each(|(c, dwc)| {
+        let (mut acc, mut buf) = (vec![0f64; taps], Vec::new());
+        for n in 0..g.n {
+            let plane = n * g.c_in + c;
+            let xp = pad_into(
+                &mut buf,
+                &xs[plane * hw..][..hw],
+                (g.h, g.w),
+                (ph, pw),
+                (prows, pcols),
+            );
+            let gy = &gs[plane * p..][..p];
+            cpu::run_wide(FilterTaps {
+                padded: xp,
+                pcols,
+                gy,
+                ow: g.ow,
+                k: (g.kh, g.kw),
+                acc: &mut acc,
+            });
+        }
+        for (d, a) in dwc.iter_mut().zip(acc) {
+            *d = T::from_f64(a);
+        }
+    });
+    dw
+}
