@@ -44,8 +44,8 @@ wick_case() {
         vit_b_16_train_b2_224) args="$EX/profile_resnet --model vit_b_16 --num-classes 10 --batch-size 2 --image-size 224 --iterations 8 --skip 3 --verbosity 1" ;;
         gpt2_6l_384_train_b4_256) args="$EX/train_gpt --config $GPT_CONFIG --context 256 --batch-size 4 --steps 10 --skip 3 --steps-per-epoch 1000 --verbosity 1" ;;
         convnext_tiny_train_b8_128) args="$EX/profile_resnet --model convnext_tiny --num-classes 10 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
-        mobilenet_v2_train_b8_128 | efficientnet_b0_train_b8_128)
-            args="$EX/profile_resnet --model ${1%_train_b8_128} --num-classes 10 --dropout 0 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
+        mobilenet_v2_train_b8_128) args="$EX/profile_resnet --model mobilenet_v2 --num-classes 10 --dropout 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
+        efficientnet_b0_train_b8_128) args="$EX/profile_resnet --model efficientnet_b0 --num-classes 10 --dropout 0 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
     esac
     case $1 in
         attention_t*)
@@ -62,7 +62,7 @@ wick_case() {
     # Training: the graph passes train_resnet uses (profile_resnet defaults to none).
     case $1 in gpt2_*) ;; *train*) args="$args --passes default" ;; esac
     local log
-    log=$( { /usr/bin/time -f "rss_kib %M" $args; } 2>&1 )
+    log=$( { /usr/bin/time -f "rss_kib %M" $args; } 2>&1 ) || { echo "wick_case $1 failed: $log" >&2; exit 1; }
     local ms
     ms=$(echo "$log" | sed -n 's/.*Iteration spread : median \([0-9.e+-]*\) sec.*/\1/p' | awk '{ printf "%.3f", $1 * 1000 }')
     [ -n "$ms" ] || ms=$(echo "$log" | sed -n 's/.*p50 \([0-9.]*\) ms.*/\1/p')
