@@ -15,7 +15,7 @@ use crate::ir::{Graph, Phase, ValueInfo, ValueKind};
 pub struct MemorySplit {
     /// Trainable parameters.
     pub parameters: u64,
-    /// Optimizer state: momentum buffers.
+    /// Optimizer state: momentum buffers, Adam's moments, accumulated gradients.
     pub optimizer_state: u64,
     /// Other persistent state: batch norm's running statistics.
     pub statistics: u64,
@@ -105,13 +105,17 @@ impl Graph {
                 })
             })
             .collect();
+        // The optimizer's state as its state dict has it (what optimizer nodes write:
+        // momentum, Adam's moments, accumulated gradients), whatever the names.
+        let mut optimizer_state = vec![false; self.values.len()];
+        for v in self.optimizer_state() {
+            optimizer_state[v.0] = true;
+        }
         let mut resident = MemorySplit::default();
-        for (v, bytes) in self.values.iter().zip(&value_bytes) {
+        for ((i, v), bytes) in self.values.iter().enumerate().zip(&value_bytes) {
             let part = match v.kind {
                 ValueKind::Param => &mut resident.parameters,
-                ValueKind::State if v.name.ends_with(".momentum_buffer") => {
-                    &mut resident.optimizer_state
-                }
+                ValueKind::State if optimizer_state[i] => &mut resident.optimizer_state,
                 ValueKind::State => &mut resident.statistics,
                 ValueKind::Input => &mut resident.inputs,
                 ValueKind::Intermediate => continue,
