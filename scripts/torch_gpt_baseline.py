@@ -10,11 +10,11 @@ Usage: python3 scripts/torch_gpt_baseline.py --config gpt.json [--batch 4] [--co
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+
+from baseline_timing import median_ms  # same folder
 
 
 def main():
@@ -44,15 +44,9 @@ def main():
         loss.backward()
         opt.step()
 
-    for _ in range(a.warmup):
-        step()
-    ms = []
-    for _ in range(a.reps):
-        t = time.perf_counter()
-        step()
-        ms.append((time.perf_counter() - t) * 1e3)
+    median = median_ms(step, a.warmup, a.reps)
     print(json.dumps({"case": "gpt2", "config": a.config, "batch": a.batch, "context": a.context,
-                      "threads": a.threads, "median_ms": round(statistics.median(ms), 3),
+                      "threads": a.threads, "median_ms": median,
                       "torch": torch.__version__}))
 
 

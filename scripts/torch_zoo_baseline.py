@@ -9,11 +9,11 @@ Usage: python3 scripts/torch_zoo_baseline.py --model mobilenet_v2 [--batch 8] [-
 """
 import argparse
 import json
-import statistics
-import time
 
 import torch
 import torchvision
+
+from baseline_timing import median_ms  # noqa: E402 (same folder)
 
 # Dropout and stochastic depth off, as the fixtures build them.
 from make_zoo_fixtures import MODELS as OFF  # noqa: E402 (same folder)
@@ -44,15 +44,9 @@ def main():
         loss.backward()
         opt.step()
 
-    for _ in range(a.warmup):
-        step()
-    ms = []
-    for _ in range(a.reps):
-        t = time.perf_counter()
-        step()
-        ms.append((time.perf_counter() - t) * 1e3)
+    median = median_ms(step, a.warmup, a.reps)
     print(json.dumps({"model": a.model, "batch": a.batch, "size": a.size, "threads": a.threads,
-                      "median_ms": round(statistics.median(ms), 3), "torch": torch.__version__}))
+                      "median_ms": median, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":
