@@ -1,14 +1,22 @@
 //! Linear layers on the CPU through wick's GEMM (`cpu::gemm_*`): the forward's bias is
-//! written first and the product accumulated onto it (no second pass over the output), and
+//! written first and the product accumulated onto it (no second pass over the output) for
+//! deep products, and
 //! the weight gradient is computed transposed, column-major, which the `gemm` crate runs
 //! faster for the tall, narrow operands of a linear layer over many rows.
 
 use candle_core::Tensor;
 
+use crate::broadcast::BinaryOp;
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
 const OP: &str = "linear";
+
+/// From this depth the forward writes the bias first and accumulates the product onto it;
+/// shallower products (few flops per output) store the product and add the bias in a
+/// second pass, which measured faster (`cargo bench --bench transformer_layers -- linear`:
+/// 121 against 98 GFLOP/s at 8192x96->384, 166 against 142 at 8192x384->96).
+const ACCUMULATE_BIAS_FROM: usize = 256;
 
 /// `y [m, n] = x [m, k] · weightᵀ (+ bias)`, `weight` `[n, k]`.
 pub(crate) fn forward<T: Float>(
@@ -23,7 +31,7 @@ pub(crate) fn forward<T: Float>(
             // weightᵀ's element (j, c) is weight[c][j]: strides (1, k).
             let (lhs, rhs) = ((xd, (k, 1)), (wd, (1, k)));
             let mut y = Vec::with_capacity(m * n);
-            match bias {
+            match bias.filter(|_| k >= ACCUMULATE_BIAS_FROM) {
                 Some(b) => cpu::with_slice::<T, _>(OP, b, |bd| {
                     for _ in 0..m {
                         y.extend_from_slice(bd);
@@ -40,7 +48,11 @@ pub(crate) fn forward<T: Float>(
             Ok(y)
         })
     })?;
-    cpu::tensor(OP, y, (m, n))
+    let y = cpu::tensor(OP, y, (m, n))?;
+    match bias.filter(|_| k < ACCUMULATE_BIAS_FROM) {
+        Some(b) => crate::broadcast::forward(BinaryOp::Add, &y, b),
+        None => Ok(y),
+    }
 }
 
 /// `(grad_x [m, k], grad_weight [n, k])` for `grad_y [m, n]`, `x [m, k]`, `weight [n, k]`.

@@ -1,0 +1,90 @@
+//! The layers a ConvNeXt, a ViT or a GPT-2 spends its step in, each on wick's CPU kernel
+//! (`wick`) and on candle's device-generic ops (`candle`, the path `KernelPath::Generic`
+//! forces, which they took before): linear layers over many rows (ConvNeXt's at batch 8,
+//! 128x128; a GPT-2 block's at batch 4, context 256), forward and backward with a bias, and
+//! ConvNeXt's 7x7 depthwise convolutions, forward, input and weight gradient. Criterion's
+//! throughput is FLOP/s: read Gelem/s as GFLOP/s.
+//!
+//! `cargo bench --bench transformer_layers` (`-- linear` or `-- depthwise` to filter).
+
+use std::time::Duration;
+
+use candle_core::{Device, Tensor};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use wick::ops::{conv, linear, Conv2dParams, KernelPath};
+
+/// Transparent huge pages under every big block (see `wick::allocator`).
+#[global_allocator]
+static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
+
+type Op<'a> = Box<dyn Fn() -> wick::ops::Result<()> + 'a>;
+
+fn randn(dims: &[usize]) -> Tensor {
+    Tensor::randn(0f32, 1.0, dims, &Device::Cpu).expect("randn")
+}
+
+/// Runs `op` on wick's kernel and on candle's generic path, in one group.
+fn both(c: &mut Criterion, name: String, flops: u64, op: Op) {
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(flops));
+    group.bench_function(BenchmarkId::from_parameter("wick"), |b| {
+        b.iter(|| op().expect("runs"))
+    });
+    group.bench_function(BenchmarkId::from_parameter("candle"), |b| {
+        b.iter(|| KernelPath::Generic.scope(|| op().expect("runs")))
+    });
+    group.finish();
+}
+
+fn linear_layers(c: &mut Criterion) {
+    // (rows, in, out): ConvNeXt's first and third stage MLPs, a GPT-2 block's c_attn.
+    for (m, k, n) in [
+        (8192, 96, 384),
+        (8192, 384, 96),
+        (512, 384, 1536),
+        (1024, 384, 1152),
+    ] {
+        let (x, w, b, gy) = (randn(&[m, k]), randn(&[n, k]), randn(&[n]), randn(&[m, n]));
+        let flops = 2 * (m * k * n) as u64;
+        let forward: Op = Box::new(|| linear::linear(&x, &w, Some(&b)).map(|_| ()));
+        both(c, format!("linear forward {m}x{k}->{n}"), flops, forward);
+        let backward: Op = Box::new(|| linear::linear_backward(&gy, &x, &w, true).map(|_| ()));
+        both(
+            c,
+            format!("linear backward {m}x{k}->{n}"),
+            2 * flops,
+            backward,
+        );
+    }
+}
+
+fn depthwise_layers(c: &mut Criterion) {
+    // ConvNeXt-T's 7x7 depthwise convolutions at batch 8, 128x128: its four stages.
+    for (ch, side) in [(96, 32), (192, 16), (384, 8), (768, 4)] {
+        let p = Conv2dParams::new(1, 3).with_groups(ch);
+        let (x, w) = (randn(&[8, ch, side, side]), randn(&[ch, 1, 7, 7]));
+        let gy = randn(&[8, ch, side, side]);
+        let flops = 2 * (8 * ch * side * side * 49) as u64;
+        let at = format!("{ch}x{side}x{side}");
+        let forward: Op = Box::new(|| conv::conv2d(&x, &w, None, &p).map(|_| ()));
+        both(c, format!("depthwise forward {at}"), flops, forward);
+        let data: Op = Box::new(|| conv::conv2d_backward_data(&gy, &w, x.dims(), &p).map(|_| ()));
+        both(c, format!("depthwise input_grad {at}"), flops, data);
+        let filter: Op =
+            Box::new(|| conv::conv2d_backward_filter(&gy, &x, w.dims(), &p).map(|_| ()));
+        both(c, format!("depthwise weight_grad {at}"), flops, filter);
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    wick::allocator::keep_freed_memory();
+    linear_layers(c);
+    depthwise_layers(c);
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(10).warm_up_time(Duration::from_millis(300)).measurement_time(Duration::from_secs(1));
+    targets = bench
+}
+criterion_main!(benches);
