@@ -4,7 +4,9 @@
 
 use candle_core::Tensor;
 
+use super::adam_cpu;
 use super::params::AdamParams;
+use crate::cpu::{self, dispatch_float};
 use crate::error::{CandleContext, OpError, Result};
 
 const OP: &str = "adam";
@@ -33,6 +35,15 @@ pub fn adam_step(
     #[cfg(feature = "cuda")]
     if let Some(mut one) = adam_cuda(&[(param, grad, exp_avg, exp_avg_sq)], step, p)? {
         return Ok(one.remove(0));
+    }
+    let operands = [Some(param), Some(grad), exp_avg, exp_avg_sq];
+    if operands
+        .iter()
+        .flatten()
+        .all(|t| cpu::on_cpu_kernel(t) && t.dtype() == param.dtype())
+    {
+        let members = (param, grad, exp_avg, exp_avg_sq);
+        return dispatch_float!(OP, param.dtype(), adam_cpu::step(members, step, p));
     }
     let mut param = param.clone();
     let mut grad = grad.clone();

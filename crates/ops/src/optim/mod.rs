@@ -5,6 +5,7 @@
 //! parameter in one call (one launch on CUDA, `cuda.rs`).
 
 pub mod adam;
+mod adam_cpu;
 pub mod clip;
 #[cfg(feature = "cuda")]
 mod cuda;

@@ -103,3 +103,46 @@ fn adam_settings_are_checked_as_pytorch_does() {
     );
     assert_error_names(clip_factor(&[&t], 0.0), &["clip_grad_norm", "max_norm"]);
 }
+
+/// The one-pass CPU update against candle's generic ops (`KernelPath::Generic`): Adam with
+/// L2 decay, AdamW and plain Adam, from zero moments over three steps, in f32 and f64, on
+/// a tensor longer than one parallel chunk (a partial last chunk) and a small one.
+#[test]
+fn cpu_adam_matches_the_generic_path_over_three_steps() {
+    use candle_core::DType;
+    use wick_ops::KernelPath;
+    let settings = [
+        AdamParams {
+            weight_decay: 0.01,
+            ..AdamParams::adam(1e-2)
+        },
+        AdamParams::adamw(1e-2),
+        AdamParams::adam(3e-3),
+    ];
+    for p in settings {
+        for dtype in [DType::F32, DType::F64] {
+            for n in [70_001usize, 5] {
+                let t = |seed| rand_tensor(seed, &[n]).to_dtype(dtype).unwrap();
+                let (mut fast, mut generic) = ((t(1), None, None), (t(1), None, None));
+                for step in 1..=3u64 {
+                    let g = t(10 + step);
+                    let run = |s: &(candle_core::Tensor, Option<_>, Option<_>)| {
+                        let (w, m, v) =
+                            adam::adam_step(&s.0, &g, s.1.as_ref(), s.2.as_ref(), step, &p)
+                                .unwrap();
+                        (w, Some(m), Some(v))
+                    };
+                    fast = run(&fast);
+                    generic = KernelPath::Generic.scope(|| run(&generic));
+                }
+                let tol = if dtype == DType::F32 { 1e-6 } else { 1e-13 };
+                let case = format!("{p:?} {dtype:?} n {n}");
+                assert_close(&format!("{case} param"), &fast.0, &generic.0, tol);
+                let (m, gm) = (fast.1.unwrap(), generic.1.unwrap());
+                assert_close(&format!("{case} exp_avg"), &m, &gm, tol);
+                let (v, gv) = (fast.2.unwrap(), generic.2.unwrap());
+                assert_close(&format!("{case} exp_avg_sq"), &v, &gv, tol);
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Adam on the CPU in one pass: each element's parameter, gradient and two moments read
+//! once and the three results written once, in parallel chunks compiled for the widest
+//! vectors (`cpu::run_wide`), with PyTorch's single-tensor Adam formula and its scalars
+//! (`1 - beta`, the step size) rounded from f64. candle's ops took about a dozen passes,
+//! each a new tensor.
+
+use candle_core::Tensor;
+use rayon::prelude::*;
+
+use super::params::AdamParams;
+use crate::cpu::{self, Float, WideKernel, CHUNK};
+use crate::error::Result;
+
+const OP: &str = "adam";
+
+/// The step's constants in the element type.
+#[derive(Clone, Copy)]
+struct Constants<T> {
+    /// `1 - lr · weight_decay` (decoupled) or `weight_decay` (added to the gradient); 0
+    /// and 1 without decay.
+    decay: T,
+    decoupled: bool,
+    beta2: T,
+    /// `1 - beta1` and `1 - beta2`, rounded from f64 as PyTorch's Python scalars are (1 -
+    /// beta2 taken in f32 would be 1.3e-5 off for 0.999).
+    one_minus_beta1: T,
+    one_minus_beta2: T,
+    eps: T,
+    step_size: T,
+    bias2_sqrt: T,
+}
+
+/// One chunk's update: `out` holds (parameter, m, v) slices, `inp` the old ones and `g`.
+struct Chunk<'a, T> {
+    c: Constants<T>,
+    w: &'a [T],
+    g: &'a [T],
+    m: Option<&'a [T]>,
+    v: Option<&'a [T]>,
+    out: (&'a mut [T], &'a mut [T], &'a mut [T]),
+}
+
+impl<T: Float> WideKernel for Chunk<'_, T> {
+    type Output = ();
+    #[inline(always)]
+    fn run(self) {
+        let (c, (pw, pm, pv)) = (self.c, self.out);
+        for j in 0..self.w.len() {
+            let (mut w, mut d) = (self.w[j], self.g[j]);
+            if c.decoupled {
+                w *= c.decay;
+            } else {
+                d += w * c.decay;
+            }
+            let (m0, v0) = (
+                self.m.map_or(T::ZERO, |m| m[j]),
+                self.v.map_or(T::ZERO, |v| v[j]),
+            );
+            let m = m0 + (d - m0) * c.one_minus_beta1;
+            let v = v0 * c.beta2 + c.one_minus_beta2 * d * d;
+            pm[j] = m;
+            pv[j] = v;
+            pw[j] = w - m / (v.sqrt() / c.bias2_sqrt + c.eps) * c.step_size;
+        }
+    }
+}
+
+/// One Adam step of CPU tensors of one float dtype (shapes checked by the caller); new
+/// tensors for the parameter and both moments.
+pub(super) fn step<T: Float>(
+    (param, grad, exp_avg, exp_avg_sq): (&Tensor, &Tensor, Option<&Tensor>, Option<&Tensor>),
+    step: u64,
+    p: &AdamParams,
+) -> Result<(Tensor, Tensor, Tensor)> {
+    let t = step as f64;
+    let decoupled = p.decoupled || p.weight_decay == 0.0;
+    let c = Constants {
+        decay: T::from_f64(if !decoupled {
+            p.weight_decay
+        } else {
+            1.0 - p.lr * p.weight_decay
+        }),
+        decoupled,
+        beta2: T::from_f64(p.beta2),
+        one_minus_beta1: T::from_f64(1.0 - p.beta1),
+        one_minus_beta2: T::from_f64(1.0 - p.beta2),
+        eps: T::from_f64(p.eps),
+        step_size: T::from_f64(p.lr / (1.0 - p.beta1.powf(t))),
+        bias2_sqrt: T::from_f64((1.0 - p.beta2.powf(t)).sqrt()),
+    };
+    let n = param.elem_count();
+    let (mut w1, mut m1, mut v1) = (vec![T::ZERO; n], vec![T::ZERO; n], vec![T::ZERO; n]);
+    cpu::with_slice::<T, _>(OP, param, |w| {
+        cpu::with_slice::<T, _>(OP, grad, |g| {
+            with_moment::<T, _>(exp_avg, |m| {
+                with_moment::<T, _>(exp_avg_sq, |v| {
+                    let outs = w1.par_chunks_mut(CHUNK).zip(m1.par_chunks_mut(CHUNK));
+                    let outs = outs.zip(v1.par_chunks_mut(CHUNK));
+                    outs.enumerate().for_each(|(i, ((pw, pm), pv))| {
+                        let r = i * CHUNK..i * CHUNK + pw.len();
+                        cpu::run_wide(Chunk {
+                            c,
+                            w: &w[r.clone()],
+                            g: &g[r.clone()],
+                            m: m.map(|m| &m[r.clone()]),
+                            v: v.map(|v| &v[r.clone()]),
+                            out: (pw, pm, pv),
+                        });
+                    });
+                    Ok(())
+                })
+            })
+        })
+    })?;
+    let dims = param.dims();
+    Ok((
+        cpu::tensor(OP, w1, dims)?,
+        cpu::tensor(OP, m1, dims)?,
+        cpu::tensor(OP, v1, dims)?,
+    ))
+}
+
+/// Runs `f` on a moment's values, or on `None` before the first step (zeros).
+fn with_moment<T: Float, R>(
+    t: Option<&Tensor>,
+    f: impl FnOnce(Option<&[T]>) -> Result<R>,
+) -> Result<R> {
+    match t {
+        Some(t) => cpu::with_slice::<T, _>(OP, t, |s| f(Some(s))),
+        None => f(None),
+    }
+}
