@@ -206,6 +206,18 @@ pub(crate) fn with_slice<T: WithDType, R>(
     }
 }
 
+/// [`with_slice`] on an optional tensor: `f(None)` when there is none.
+pub(crate) fn with_opt_slice<T: WithDType, R>(
+    op: &'static str,
+    t: Option<&Tensor>,
+    f: impl FnOnce(Option<&[T]>) -> Result<R>,
+) -> Result<R> {
+    match t {
+        Some(t) => with_slice::<T, _>(op, t, |s| f(Some(s))),
+        None => f(None),
+    }
+}
+
 /// Wraps a vector as a CPU tensor of the given shape.
 pub(crate) fn tensor<T: WithDType>(
     op: &'static str,

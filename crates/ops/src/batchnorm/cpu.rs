@@ -369,17 +369,6 @@ fn gradient_by_plane<T: Float, const MASK: bool>(
     sums
 }
 
-/// Runs `f` on the ReLU output's data, if there is one.
-fn with_mask<T: Float, R>(
-    relu_out: Option<&Tensor>,
-    f: impl FnOnce(Option<&[T]>) -> Result<R>,
-) -> Result<R> {
-    match relu_out {
-        Some(z) => cpu::with_slice::<T, _>(OP, z, |zs| f(Some(zs))),
-        None => f(None),
-    }
-}
-
 /// Per-channel mean and biased variance, channels in parallel, in two passes: the mean
 /// from f32 partial sums of at most 16 values each ([`block_sum`]: the first pass reads
 /// the data from memory, and converting every value to f64 would make it compute-bound),
@@ -514,7 +503,7 @@ fn backward_per_channel<T: Float>(
     let m = (n * hw) as f64;
     let mut dx: Vec<T> = Vec::with_capacity(len);
     let sums: Vec<(f64, f64)> = cpu::with_slice::<T, _>(OP, grad_y, |gs| {
-        with_mask::<T, _>(relu_out, |zs| {
+        cpu::with_opt_slice::<T, _>(OP, relu_out, |zs| {
             cpu::with_slice::<T, _>(OP, x, |xs| {
                 if gs.len() != len || xs.len() != len || zs.is_some_and(|z| z.len() != len) {
                     return Err(OpError::invalid(

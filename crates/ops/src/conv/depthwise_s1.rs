@@ -143,6 +143,11 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
     let (top, left) = (g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]);
     let (prows, pcols) = (g.h + g.kh - 1, g.w + g.kw - 1);
+    // Every channel's filter reversed once, not once per plane.
+    let flipped: Vec<T> = ws
+        .chunks_exact(taps)
+        .flat_map(|w| w.iter().rev().copied())
+        .collect();
     let mut dx = vec![T::ZERO; g.n * g.c_in * hw];
     dx.par_chunks_mut(hw)
         .enumerate()
@@ -155,11 +160,10 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
                 (top, left),
                 (prows, pcols),
             );
-            let flipped: Vec<T> = ws[c * taps..][..taps].iter().rev().copied().collect();
             cpu::run_wide(Correlate {
                 padded: gp,
                 pcols,
-                taps: &flipped,
+                taps: &flipped[c * taps..][..taps],
                 k: (g.kh, g.kw),
                 out: d,
                 cols: g.w,

@@ -92,8 +92,8 @@ pub(super) fn step<T: Float>(
     let (mut w1, mut m1, mut v1) = (vec![T::ZERO; n], vec![T::ZERO; n], vec![T::ZERO; n]);
     cpu::with_slice::<T, _>(OP, param, |w| {
         cpu::with_slice::<T, _>(OP, grad, |g| {
-            with_moment::<T, _>(exp_avg, |m| {
-                with_moment::<T, _>(exp_avg_sq, |v| {
+            cpu::with_opt_slice::<T, _>(OP, exp_avg, |m| {
+                cpu::with_opt_slice::<T, _>(OP, exp_avg_sq, |v| {
                     let outs = w1.par_chunks_mut(CHUNK).zip(m1.par_chunks_mut(CHUNK));
                     let outs = outs.zip(v1.par_chunks_mut(CHUNK));
                     outs.enumerate().for_each(|(i, ((pw, pm), pv))| {
@@ -118,15 +118,4 @@ pub(super) fn step<T: Float>(
         cpu::tensor(OP, m1, dims)?,
         cpu::tensor(OP, v1, dims)?,
     ))
-}
-
-/// Runs `f` on a moment's values, or on `None` before the first step (zeros).
-fn with_moment<T: Float, R>(
-    t: Option<&Tensor>,
-    f: impl FnOnce(Option<&[T]>) -> Result<R>,
-) -> Result<R> {
-    match t {
-        Some(t) => cpu::with_slice::<T, _>(OP, t, |s| f(Some(s))),
-        None => f(None),
-    }
 }
