@@ -259,6 +259,8 @@ fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
     let dom = String::from_utf8(dom.stdout).unwrap();
     for id in [
         "step-breakdown",
+        "kernel-classes",
+        "kernel-class-table",
         "op-types",
         "op-type-table",
         "layers",
@@ -295,6 +297,11 @@ fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
             .map(|r| (format!("op_type.{}", r.name), r.total_sec)),
     );
     expected.extend(
+        p.by_class()
+            .iter()
+            .map(|r| (format!("class.{}", r.class.name()), r.total_sec)),
+    );
+    expected.extend(
         p.by_layer(LayerLevel::Layer)
             .iter()
             .take(20)
@@ -310,7 +317,14 @@ fn the_report_renders_in_chromium_with_every_chart_and_the_json_numbers() {
         );
     }
     // Every chart has axes with numbers.
-    for chart in ["op-types", "layers", "memory", "roofline", "step-breakdown"] {
+    for chart in [
+        "kernel-classes",
+        "op-types",
+        "layers",
+        "memory",
+        "roofline",
+        "step-breakdown",
+    ] {
         let svg = svg(&dom, chart);
         assert!(
             svg.contains("class=\"tick x\"") && svg.contains("axis-label"),

@@ -213,10 +213,9 @@ impl Kernel {
             Binary(_) | BinaryBackward(_) => C::Elementwise,
             Dropout | DropoutBackward => C::Elementwise,
             Concat | ConcatBackward | Permute => C::Reshape,
-            SoftmaxForward | SoftmaxBackward => C::Normalization,
-            LayerNormForward | LayerNormBackward | GroupNormForward | GroupNormBackward => {
-                C::Normalization
-            }
+            SoftmaxForward | SoftmaxBackward => C::Softmax,
+            LayerNormForward | LayerNormBackward => C::LayerNorm,
+            GroupNormForward | GroupNormBackward => C::Normalization,
             Loss(_) | LossBackward(_) | LossGradSeed => C::Loss,
             ConvTransposeForward | ConvTransposeBackwardData | ConvTransposeBackwardFilter => {
                 C::Convolution
@@ -480,6 +479,18 @@ mod tests {
             (AccumulateGrad, C::Elementwise),
             (ConvForward, C::Convolution),
             (BatchNormBackward, C::Normalization),
+            (LayerNormBackward, C::LayerNorm),
+            (SoftmaxForward, C::Softmax),
+            (AttentionForward, C::Attention),
+            (
+                Tensor(crate::tensor::TensorKernel::MatMulBackward),
+                C::MatMul,
+            ),
+            (
+                Tensor(crate::tensor::TensorKernel::LogSoftmaxForward),
+                C::Softmax,
+            ),
+            (LinearBackward, C::Linear),
             (PoolingForward, C::Pooling),
             (SgdUpdate, C::Optimizer),
             (Reshape, C::Reshape),

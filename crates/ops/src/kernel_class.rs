@@ -8,13 +8,21 @@
 pub enum KernelClass {
     /// Convolutions and their gradients (compute-bound GEMMs).
     Convolution,
-    /// Fully connected layers, matrix products, and their gradients.
+    /// Fully connected layers (`linear`) and their gradients.
     Linear,
+    /// Matrix products of two activations or of an activation and a weight
+    /// (`matmul`, Hugging Face's `Conv1D`), and their gradients.
+    MatMul,
     /// Fused attention and its gradients: two products per (query, key) pair with a
     /// softmax between them, compute-bound at long sequences.
     Attention,
-    /// Batch norm, its gradients and its fusions (a few passes over an activation).
+    /// Batch norm and group norm, their gradients and fusions (a few passes over an
+    /// activation).
     Normalization,
+    /// Layer norm and its gradients: a mean and a variance per row, then a scale.
+    LayerNorm,
+    /// Softmax and log-softmax and their gradients: a maximum and a sum per row.
+    Softmax,
     /// One pass over the data per element, no reduction: activations, additions and
     /// their gradients (memory-bound; candidates for fusion).
     Elementwise,
@@ -34,6 +42,48 @@ pub enum KernelClass {
     /// Moves data by index or range: slices, expansions, embedding lookups, gathers and
     /// their scatter-add gradients (memory-bound).
     Indexing,
+}
+
+impl KernelClass {
+    /// Every class, in the order the profiler lists them when their times tie.
+    pub const ALL: [KernelClass; 15] = [
+        KernelClass::Convolution,
+        KernelClass::Linear,
+        KernelClass::MatMul,
+        KernelClass::Attention,
+        KernelClass::Normalization,
+        KernelClass::LayerNorm,
+        KernelClass::Softmax,
+        KernelClass::Elementwise,
+        KernelClass::Pooling,
+        KernelClass::Reshape,
+        KernelClass::Loss,
+        KernelClass::Optimizer,
+        KernelClass::Communication,
+        KernelClass::Reduction,
+        KernelClass::Indexing,
+    ];
+
+    /// The name the profiler's views print.
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelClass::Convolution => "convolution",
+            KernelClass::Linear => "linear",
+            KernelClass::MatMul => "matmul",
+            KernelClass::Attention => "attention",
+            KernelClass::Normalization => "batch/group norm",
+            KernelClass::LayerNorm => "layer norm",
+            KernelClass::Softmax => "softmax",
+            KernelClass::Elementwise => "element-wise",
+            KernelClass::Pooling => "pooling",
+            KernelClass::Reshape => "reshape",
+            KernelClass::Loss => "loss",
+            KernelClass::Optimizer => "optimizer",
+            KernelClass::Communication => "communication",
+            KernelClass::Reduction => "reduction",
+            KernelClass::Indexing => "indexing",
+        }
+    }
 }
 
 /// Which part of a training step a kernel serves.

@@ -68,7 +68,7 @@ impl TensorKernel {
         use KernelClass as C;
         use TensorKernel::*;
         match self {
-            MatMul | MatMulBackward => C::Linear,
+            MatMul | MatMulBackward => C::MatMul,
             Unary(_) | UnaryBackward(_) | Compare(_) | Where | WhereBackward | MaskedFill
             | MaskedFillBackward => C::Elementwise,
             Reduce(_) | ReduceBackward(_) | ExpandBackward => C::Reduction,
@@ -76,7 +76,7 @@ impl TensorKernel {
             IndexSelect | IndexSelectBackward | Gather | GatherBackward => C::Indexing,
             Embedding | EmbeddingBackward => C::Indexing,
             Detach => C::Reshape,
-            LogSoftmaxForward | LogSoftmaxBackward => C::Normalization,
+            LogSoftmaxForward | LogSoftmaxBackward => C::Softmax,
             NllLossForward | NllLossBackward => C::Loss,
         }
     }

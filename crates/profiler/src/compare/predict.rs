@@ -229,7 +229,13 @@ fn row_for<'r>(rows: &'r mut Vec<PredictedRow>, op: &OpProfile) -> &'r mut Predi
                 nodes: 0,
                 flops: 0,
                 bytes: 0,
-                tensor_cores: matches!(op.class, KernelClass::Convolution | KernelClass::Linear),
+                tensor_cores: matches!(
+                    op.class,
+                    KernelClass::Convolution
+                        | KernelClass::Linear
+                        | KernelClass::MatMul
+                        | KernelClass::Attention
+                ),
                 roof_sec: 0.0,
                 launches: Launches {
                     wick: 0,

@@ -1,6 +1,7 @@
 //! The result: [`Profile`], plain numbers that every view reads and JSON carries.
 //!
-//! - [`data`]: the profile, its phases, ops and op-type rows; [`layers`] and
+//! - [`data`]: the profile, its phases, ops and op-type rows; [`classes`]: its op time
+//!   per kernel class; [`layers`] and
 //!   [`roofline`]: its rows per layer and per op type against the machine's peaks;
 //! - [`json`], [`samples`], [`validate`]: its file format, per-iteration samples and the
 //!   checks a profile read from a file must pass;
@@ -8,6 +9,7 @@
 //!   the values a profile records;
 //! - [`stats`]: the median the views share.
 
+pub mod classes;
 pub mod contention;
 pub mod data;
 pub mod json;
@@ -22,6 +24,7 @@ pub mod stats;
 pub mod step;
 pub mod validate;
 
+pub use classes::ClassRow;
 pub use contention::CpuContention;
 pub use data::{OpProfile, OpTypeRow, PhaseProfile, Profile};
 pub use layers::{LayerLevel, LayerRow};

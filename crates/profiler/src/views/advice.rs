@@ -46,10 +46,15 @@ pub const OPTIMIZER_SHARE: f64 = 0.10;
 /// new one must be.
 fn few_flops_per_element(class: KernelClass) -> bool {
     match class {
-        KernelClass::Elementwise | KernelClass::Normalization | KernelClass::Reduction => true,
+        KernelClass::Elementwise
+        | KernelClass::Normalization
+        | KernelClass::LayerNorm
+        | KernelClass::Softmax
+        | KernelClass::Reduction => true,
         KernelClass::Convolution
         | KernelClass::Attention
         | KernelClass::Linear
+        | KernelClass::MatMul
         | KernelClass::Pooling
         | KernelClass::Reshape
         | KernelClass::Loss

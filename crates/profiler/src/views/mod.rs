@@ -7,7 +7,7 @@
 //!   breakdown; [`cycles`]: one row per active schedule cycle;
 //! - [`step`], [`memory`], [`placement`], [`distributed`], [`contention`]: the whole
 //!   step, memory, placement and precision, data-parallel ranks, CPU contention;
-//! - [`table`]: the per-op-type table; [`layers`]: time per layer, block and stage;
+//! - [`classes`]: op time per kernel class; [`table`]: the per-op-type table; [`layers`]: time per layer, block and stage;
 //! - [`roofline`]: each op type against the machine's peaks; [`advice`]: recommendations;
 //! - [`trace`]: the Chrome/Perfetto trace; [`html`] (with its charts): the HTML report; [`float_format`]: C++'s float formatting, as SINGA prints.
 
@@ -16,6 +16,7 @@ use std::fmt;
 use crate::profile::Profile;
 
 pub mod advice;
+pub mod classes;
 pub mod contention;
 pub mod cycles;
 pub mod distributed;
@@ -93,6 +94,10 @@ pub const REPORT: &[Section] = &[
                 .map(|d| format!("\n{}", d.report()))
                 .unwrap_or_default()
         },
+    },
+    Section {
+        name: "kernel classes",
+        text: classes::section,
     },
     Section {
         name: "op types",

@@ -69,6 +69,7 @@ fn verbosity_one_prints_singa_lines_and_no_op_lines() {
     // No per-op lines (the memory line may name the OP_ID of the predicted peak).
     assert!(!text.lines().any(|l| l.starts_with("OP_ID")), "{text}");
     assert!(!text.contains("Per-op-type summary"));
+    assert!(!text.contains("Per-class summary"));
 }
 
 #[test]
@@ -153,6 +154,12 @@ fn verbosity_two_prints_one_line_per_op_id_in_order() {
     let conv = rows.iter().find(|r| r.name == "ConvForward").unwrap();
     assert_eq!(conv.nodes, 3);
     assert!(text.contains("Per-op-type summary") && text.contains("ConvBackwardFilter"));
+    // The class table sums to the same op time, and comes before the per-type table.
+    let classes = p.by_class();
+    assert!((classes.iter().map(|c| c.total_sec).sum::<f64>() - total).abs() < 1e-12);
+    assert_eq!(classes.iter().map(|c| c.nodes).sum::<usize>(), n);
+    let class_at = text.find("Per-class summary").expect("the class table");
+    assert!(class_at < text.find("Per-op-type summary").unwrap());
     // The trace holds one complete event per node of every timed iteration.
     let trace: serde_json::Value =
         serde_json::from_str(&p.chrome_trace().expect("verbosity 2 has a trace")).unwrap();

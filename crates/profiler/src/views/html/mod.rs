@@ -67,6 +67,7 @@ pub fn report(p: &Profile, diff: Option<&Diff>) -> String {
         diff_section(&mut b, d);
     }
     step_section(&mut b, p);
+    class_section(&mut b, p);
     op_type_section(&mut b, p);
     layer_section(&mut b, p);
     memory_section(&mut b, p);
@@ -163,6 +164,35 @@ fn step_section(b: &mut String, p: &Profile) {
     if !cycles.is_empty() {
         let _ = write!(b, "<pre id=\"cycles\">{}</pre>", esc(&cycles));
     }
+}
+
+/// Op time per kernel class (matmul, attention, layer norm...), one bar each.
+fn class_section(b: &mut String, p: &Profile) {
+    let rows = p.by_class();
+    if rows.is_empty() {
+        return;
+    }
+    b.push_str("<h2>Kernel classes</h2>");
+    let chart: Vec<(String, f64, &str)> = rows
+        .iter()
+        .map(|r| (r.class.name().to_string(), r.total_sec * 1e3, "#4c78a8"))
+        .collect();
+    b.push_str(&bars("kernel-classes", &chart, "ms per iteration"));
+    b.push_str("<table id=\"kernel-class-table\"><tr><th>Class</th><th>Nodes</th><th>Total</th><th>Share</th><th>GFLOP/s</th><th>Kernels</th></tr>");
+    for r in &rows {
+        let kernels: Vec<&str> = r.kernels.iter().map(|(name, _)| name.as_str()).collect();
+        let _ = write!(
+            b,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.1}%</td><td>{:.1}</td><td>{}</td></tr>",
+            esc(r.class.name()),
+            r.nodes,
+            ms(&format!("class.{}", r.class.name()), r.total_sec),
+            100.0 * r.share,
+            r.gflops(),
+            esc(&kernels.join(", "))
+        );
+    }
+    b.push_str("</table>");
 }
 
 fn op_type_section(b: &mut String, p: &Profile) {
