@@ -50,6 +50,7 @@ pub mod relu;
 pub mod resample;
 pub mod route;
 pub mod shape;
+mod softmax_cpu;
 pub mod tensor;
 mod vector_math;
 

@@ -1,12 +1,13 @@
 //! Softmax, layer norm (over the last dimension; ConvNeXt's channel norm is a permute to
 //! channels-last around it) and group norm, forward and backward, on candle's tensor ops;
-//! layer norm on the CPU by its own kernel (`layer_norm_cpu`).
+//! softmax and layer norm on the CPU by their own kernels (`softmax_cpu`, `layer_norm_cpu`).
 //! Statistics are recomputed from the input in backward instead of being kept from
 //! forward: one more pass over the input, and one less tensor alive between the passes.
 
 use candle_core::{Tensor, D};
 
 use crate::error::{CandleContext, OpError, Result};
+use crate::softmax_cpu::SoftmaxKind;
 
 const SOFTMAX: &str = "softmax";
 const LAYER_NORM: &str = "layer_norm";
@@ -26,6 +27,9 @@ pub fn check_dim(op: &'static str, shape: &[usize], dim: usize) -> Result<()> {
 /// Softmax of `x` along `dim`.
 pub fn softmax(x: &Tensor, dim: usize) -> Result<Tensor> {
     check_dim(SOFTMAX, x.dims(), dim)?;
+    if crate::cpu::on_cpu_kernel(x) {
+        return crate::softmax_cpu::forward_on_cpu(x, dim, SoftmaxKind::Softmax);
+    }
     let shifted = x
         .broadcast_sub(&x.max_keepdim(dim).ctx(SOFTMAX)?)
         .ctx(SOFTMAX)?;
@@ -43,6 +47,10 @@ pub fn softmax_backward(grad_y: &Tensor, y: &Tensor, dim: usize) -> Result<Tenso
         "output",
         y.dims(),
     )?;
+    check_dim(SOFTMAX, y.dims(), dim)?;
+    if crate::cpu::on_cpu_kernel(y) {
+        return crate::softmax_cpu::backward_on_cpu(grad_y, y, dim, SoftmaxKind::Softmax);
+    }
     let dot = (grad_y * y).ctx(SOFTMAX)?.sum_keepdim(dim).ctx(SOFTMAX)?;
     (y * grad_y.broadcast_sub(&dot).ctx(SOFTMAX)?).ctx(SOFTMAX)
 }

@@ -78,6 +78,10 @@ pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
 }
 
 fn log_softmax(logits: &Tensor) -> Result<Tensor> {
+    if crate::cpu::on_cpu_kernel(logits) {
+        let kind = crate::softmax_cpu::SoftmaxKind::LogSoftmax;
+        return crate::softmax_cpu::forward_on_cpu(logits, 1, kind);
+    }
     let max = logits.max_keepdim(1).ctx(OP)?;
     let shifted = logits.broadcast_sub(&max).ctx(OP)?;
     let lse = shifted
@@ -148,6 +152,13 @@ pub fn cross_entropy_backward(
     {
         return cuda::cross_entropy_backward(OP, grad_loss, logits, labels);
     }
+    if crate::cpu::on_cpu_kernel(logits) {
+        return crate::cpu::dispatch_float!(
+            OP,
+            logits.dtype(),
+            backward_on_cpu(grad_loss, logits, labels)
+        );
+    }
     let probs = log_softmax(logits)?.exp().ctx(OP)?;
     let classes = Tensor::arange(0u32, c as u32, logits.device())
         .ctx(OP)?
@@ -168,6 +179,38 @@ pub fn cross_entropy_backward(
         / n as f64)
         .ctx(OP)?;
     (probs - onehot).ctx(OP)?.broadcast_mul(&scale).ctx(OP)
+}
+
+/// The backward on the CPU: each row's softmax by wick's kernel, minus one at the label,
+/// times `grad_loss / N`, in one more pass over the probabilities.
+fn backward_on_cpu<T: crate::cpu::Float>(
+    grad_loss: &Tensor,
+    logits: &Tensor,
+    labels: &Tensor,
+) -> Result<Tensor> {
+    use crate::softmax_cpu::{forward_values, SoftmaxKind};
+    let (n, c) = (logits.dims()[0], logits.dims()[1]);
+    let scale = grad_loss
+        .flatten_all()
+        .ctx(OP)?
+        .to_dtype(DType::F64)
+        .ctx(OP)?
+        .to_vec1::<f64>()
+        .ctx(OP)?[0]
+        / n as f64;
+    let scale = T::from_f64(scale);
+    let labels = labels.to_dtype(DType::I64).ctx(OP)?.to_vec1::<i64>().ctx(OP)?;
+    let mut grad = forward_values::<T>(logits, 1, SoftmaxKind::Softmax)?;
+    for (row, &label) in grad.chunks_exact_mut(c).zip(&labels) {
+        // A label outside 0..C (unchecked here, see above) subtracts nothing.
+        if let Some(p) = usize::try_from(label).ok().and_then(|l| row.get_mut(l)) {
+            *p = *p - T::ONE;
+        }
+        for v in row.iter_mut() {
+            *v *= scale;
+        }
+    }
+    crate::cpu::tensor(OP, grad, (n, c))
 }
 
 /// FLOPs of the forward pass: about 4 per logit (max, subtract, exp, sum).

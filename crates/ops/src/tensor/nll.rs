@@ -9,10 +9,15 @@ use super::candle;
 use super::reduce::{Reduce, Reduction};
 use super::select::check_index_dtype;
 use crate::error::{OpError, Result};
+use crate::softmax_cpu::SoftmaxKind;
 
 /// `log_softmax(x, dim)`: `x - logsumexp(x, dim)` (the stable log-sum-exp of
 /// [`Reduction::LogSumExp`]).
 pub fn log_softmax(x: &Tensor, dim: usize) -> Result<Tensor> {
+    crate::norm::check_dim("log_softmax", x.dims(), dim)?;
+    if crate::cpu::on_cpu_kernel(x) {
+        return crate::softmax_cpu::forward_on_cpu(x, dim, SoftmaxKind::LogSoftmax);
+    }
     let lse = Reduce {
         op: Reduction::LogSumExp,
         dims: vec![dim],
@@ -25,6 +30,11 @@ pub fn log_softmax(x: &Tensor, dim: usize) -> Result<Tensor> {
 
 /// `log_softmax`'s gradient from its output `y`: `gy - exp(y) · Σ gy`.
 pub fn log_softmax_backward(gy: &Tensor, y: &Tensor, dim: usize) -> Result<Tensor> {
+    crate::shape::same("log_softmax", "output gradient", gy.dims(), "output", y.dims())?;
+    crate::norm::check_dim("log_softmax", y.dims(), dim)?;
+    if crate::cpu::on_cpu_kernel(y) {
+        return crate::softmax_cpu::backward_on_cpu(gy, y, dim, SoftmaxKind::LogSoftmax);
+    }
     let c = candle("log_softmax");
     let total = gy.sum_keepdim(dim).map_err(&c)?;
     let p = y.exp().map_err(&c)?;

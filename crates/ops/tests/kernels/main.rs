@@ -22,6 +22,7 @@ mod loss;
 mod optim;
 mod pool;
 mod precision;
+mod softmax;
 mod tier;
 mod tier_optim;
 mod winograd;
