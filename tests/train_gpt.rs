@@ -171,3 +171,69 @@ fn a_batch_file_trains_and_bad_settings_are_one_line() {
         );
     }
 }
+
+/// A run stopped after 7 of 12 steps and resumed from its checkpoints ends with the
+/// uninterrupted run's weights, byte for byte; a resume with another learning rate is
+/// refused, naming it.
+#[test]
+fn a_resumed_run_ends_with_the_uninterrupted_weights() {
+    let d = common::scratch("wick-gpt-");
+    let config = write(d.path(), "tiny.json", TINY.replace("0.0", "0.1").as_str());
+    let text = text();
+    let base = [
+        "--text",
+        &text,
+        "--config",
+        &config,
+        "--context",
+        "16",
+        "--batch-size",
+        "2",
+        "--steps-per-epoch",
+        "4",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    run_ok(
+        d.path(),
+        "train_gpt",
+        &with(&["--steps", "12", "--save", "straight.safetensors"]),
+    );
+    let first = with(&[
+        "--steps",
+        "7",
+        "--checkpoint-dir",
+        "ck",
+        "--checkpoint-every",
+        "3",
+    ]);
+    run_ok(d.path(), "train_gpt", &first);
+    let steps: Vec<u64> = wick::models::resume::periodic(&d.path().join("ck"))
+        .unwrap()
+        .iter()
+        .map(|(s, _)| *s)
+        .collect();
+    assert_eq!(steps, [3, 6, 7], "every 3 steps and at the run's end");
+    let resumed = with(&[
+        "--steps",
+        "12",
+        "--resume",
+        "ck",
+        "--save",
+        "resumed.safetensors",
+    ]);
+    let stdout = run_ok(d.path(), "train_gpt", &resumed);
+    assert!(stdout.contains("at step 7"), "{stdout}");
+    let read = |name: &str| std::fs::read(d.path().join(name)).unwrap();
+    assert!(
+        read("straight.safetensors") == read("resumed.safetensors"),
+        "resumed weights differ"
+    );
+
+    let other = with(&["--steps", "14", "--resume", "ck", "--lr", "0.01"]);
+    let out = run(d.path(), "train_gpt", &other, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("lr 0.003, this one 0.01"), "{err}");
+}

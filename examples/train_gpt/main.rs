@@ -11,7 +11,8 @@
 //! read and write safetensors under Hugging Face's names. `--verbosity 2` profiles the
 //! training steps: SINGA's per-op lines and every view.
 
-#[path = "common/mod.rs"]
+mod checkpoints;
+#[path = "../common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;
@@ -27,6 +28,9 @@ use wick::graph::{Executor, GraphBuilder, Mode, ValueId};
 use wick::models::checkpoint::{read_safetensors, write_safetensors};
 use wick::models::gpt2::{Gpt2, Gpt2Config, Sampling};
 use wick::models::nn::{self, Layers};
+use wick::models::resume;
+
+use checkpoints::{weights_of, Checkpoints, GptTraining};
 use wick::ops::{AdamParams, SgdParams};
 
 /// Huge pages under big blocks, and the allocation counter the profiler's memory view reads.
@@ -56,6 +60,24 @@ struct Args {
     /// config.json beside them.
     #[arg(long)]
     save: Option<PathBuf>,
+    /// Keep training checkpoints (weights, optimizer state, counters) in this folder:
+    /// `step-<N>` every --checkpoint-every steps, and `best` by held-out loss.
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// Steps between checkpoints [default: --steps-per-epoch].
+    #[arg(long)]
+    checkpoint_every: Option<usize>,
+    /// Periodic checkpoints to keep (the newest).
+    #[arg(long, default_value_t = 3)]
+    keep: usize,
+    /// Continue from the newest checkpoint in this folder (or from this checkpoint) toward
+    /// the same --steps; checkpoints keep going there unless --checkpoint-dir says else.
+    #[arg(long)]
+    resume: Option<PathBuf>,
+    /// Resume even when this run's settings (model, batch, context, text, seed, optimizer,
+    /// learning rate, weight decay, steps per epoch) differ from the checkpoint's.
+    #[arg(long)]
+    resume_override: bool,
     /// Training steps.
     #[arg(long, default_value_t = 200)]
     steps: usize,
@@ -164,6 +186,31 @@ fn write_config(weights: &Path, config: &Gpt2Config) -> Result<()> {
     Ok(())
 }
 
+/// Every file argument, with one writer per file and no output over an input.
+fn check_files(a: &Args) -> Result<()> {
+    let mut files = FileRoles::default();
+    for (flag, path) in [("--text", Some(&a.text)), ("--config", a.config.as_ref())] {
+        if let Some(p) = path {
+            files.input(flag, p)?;
+        }
+    }
+    for (flag, path) in [("--data", &a.data), ("--weights", &a.weights)] {
+        if let Some(p) = path {
+            files.input(flag, p)?;
+        }
+    }
+    a.profile.check(&mut files)?;
+    if let Some(p) = &a.save {
+        files.output("--save", p)?;
+    }
+    match (&a.checkpoint_dir, &a.resume) {
+        (Some(dir), _) => files.output_dir("--checkpoint-dir", dir)?,
+        (None, Some(dir)) => files.output_dir("--resume", dir)?,
+        (None, None) => {}
+    }
+    Ok(())
+}
+
 /// The model's configuration, with every setting checked before any work.
 fn read_config(a: &Args) -> Result<Gpt2Config> {
     let config = match &a.config {
@@ -222,35 +269,14 @@ fn optimizer(a: &Args) -> Result<OptimizerConfig> {
 
 /// `--weights` (or a fresh, seeded initialisation) into the training graph.
 fn load_weights(train: &mut Executor, specs: &[nn::TensorSpec], a: &Args) -> Result<()> {
-    let mut weights: HashMap<String, Tensor> = match &a.weights {
-        Some(p) => read_safetensors(p)?,
-        None => nn::initial_state(specs, a.seed)?,
+    let (weights, from) = match &a.weights {
+        Some(p) => (read_safetensors(p)?, p.display().to_string()),
+        None => (
+            nn::initial_state(specs, a.seed)?,
+            "the initialisation".into(),
+        ),
     };
-    for s in specs {
-        let w = weights
-            .remove(&s.name)
-            .with_context(|| format!("the weights have no `{}`", s.name))?;
-        ensure!(
-            w.dims() == s.shape.as_slice(),
-            "`{}` has shape {:?}, the model's is {:?}",
-            s.name,
-            w.dims(),
-            s.shape
-        );
-        train.set(&s.name, &w.to_dtype(DType::F32)?)?;
-    }
-    Ok(())
-}
-
-/// The trained weights by name.
-fn weights_of(train: &Executor, specs: &[nn::TensorSpec]) -> Result<HashMap<String, Tensor>> {
-    specs
-        .iter()
-        .map(|s| {
-            let w = train.get(&s.name)?.context("a weight was not kept")?;
-            Ok((s.name.clone(), w.clone()))
-        })
-        .collect()
+    checkpoints::set_weights(train, specs, weights, &from)
 }
 
 /// The mean loss over the held-out text's non-overlapping windows (up to 16), with the
@@ -293,22 +319,89 @@ fn run_info(config: &Gpt2Config, shape: &[usize]) -> wick::profiler::RunInfo {
     }
 }
 
-/// Trains on `batches(step)` for each of `steps`; returns the sum of their losses.
+/// Trains on `batches(step)` for each of `steps`, writing the checkpoints that fall due;
+/// returns the sum of their losses.
 fn train_steps(
-    (train, loss): (&mut Executor, ValueId),
+    (run, loss): (&mut GptTraining, ValueId),
     steps: std::ops::Range<usize>,
     batches: impl Fn(usize) -> Result<Tensor>,
+    ckpts: &Checkpoints,
+    steps_per_epoch: usize,
 ) -> Result<f64> {
     let mut total = 0.0;
     for step in steps {
-        train.set("tokens", &batches(step)?)?;
-        train.set("step", &Tensor::new(step as i64, &Device::Cpu)?)?;
-        train.run()?;
-        let l = loss_of(train, loss)?;
+        run.exec.set("tokens", &batches(step)?)?;
+        run.exec
+            .set("step", &Tensor::new(step as i64, &Device::Cpu)?)?;
+        run.exec.run()?;
+        let l = loss_of(run.exec, loss)?;
         ensure!(l.is_finite(), "step {step}: the loss is {l}; lower --lr");
         total += l as f64;
+        ckpts.after_step(run, step + 1, (step + 1) / steps_per_epoch)?;
     }
     Ok(total)
+}
+
+/// The settings that define a run's trajectory, as a checkpoint records them: a resumed
+/// run with other values would not continue the same run.
+fn trajectory(
+    a: &Args,
+    config: &Gpt2Config,
+    shape: &[usize],
+    text_len: usize,
+) -> Vec<(&'static str, String)> {
+    let data = match &a.data {
+        Some(p) => format!("batch file {}", p.display()),
+        None => format!("{} ({text_len} bytes)", a.text.display()),
+    };
+    vec![
+        ("model", config.to_json()),
+        ("batch", format!("{} x {} tokens", shape[0], shape[1] - 1)),
+        ("data", data),
+        ("seed", a.seed.to_string()),
+        ("optimizer", a.optimizer.clone()),
+        ("lr", a.lr.to_string()),
+        ("weight decay", a.weight_decay.to_string()),
+        ("steps per epoch", a.steps_per_epoch.to_string()),
+    ]
+}
+
+/// Where checkpoints go (--checkpoint-dir, else the run --resume continues), and the
+/// step a resumed run starts from (0 for a fresh one), and the folder's lock.
+fn checkpoints(
+    a: &Args,
+    run: &mut GptTraining,
+    trajectory: Vec<(&'static str, String)>,
+) -> Result<(Checkpoints, usize, Option<resume::DirLock>)> {
+    let resumed_dir = a.resume.as_ref().map(|r| match r.parent() {
+        Some(parent) if r.join("training.safetensors").is_file() => parent.to_path_buf(),
+        _ => r.clone(),
+    });
+    let every = a.checkpoint_every.unwrap_or(a.steps_per_epoch);
+    common::at_least_one("--checkpoint-every", every)?;
+    common::at_least_one("--keep", a.keep)?;
+    let mut ckpts = Checkpoints {
+        dir: a.checkpoint_dir.clone().or(resumed_dir),
+        every,
+        keep: a.keep,
+        last: a.steps,
+        trajectory,
+        best: f64::INFINITY,
+    };
+    // One run at a time writes a checkpoint folder.
+    let lock = ckpts
+        .dir
+        .as_deref()
+        .map(resume::DirLock::acquire)
+        .transpose()?;
+    if let Some(dir) = &ckpts.dir {
+        resume::check_dir(dir)?;
+    }
+    let start = match &a.resume {
+        Some(from) => ckpts.resume(from, run, a.resume_override)?.0,
+        None => 0,
+    };
+    Ok((ckpts, start, lock))
 }
 
 /// `--generate` bytes after `--prompt`, printed between `---` lines.
@@ -332,7 +425,7 @@ fn main() -> Result<()> {
     let mut a = Args::parse();
     a.profile.default_verbosity(0);
     wick::prepare_process();
-    a.profile.check(&mut FileRoles::default())?;
+    check_files(&a)?;
     let config = read_config(&a)?;
     let text =
         std::fs::read(&a.text).with_context(|| format!("reading the text {}", a.text.display()))?;
@@ -365,23 +458,44 @@ fn main() -> Result<()> {
         config.n_layer, config.n_embd, a.text.display(), text.len(), held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
     );
 
+    let trajectory = trajectory(&a, &config, &shape, text.len());
+    let mut run = GptTraining {
+        exec: &mut train,
+        specs: &specs,
+    };
+    let (mut ckpts, start, _lock) = checkpoints(&a, &mut run, trajectory)?;
+    if start >= a.steps {
+        println!(
+            "--resume: the checkpoint is at step {start}, the run has {} steps: nothing to train",
+            a.steps
+        );
+    }
     let epochs = a.steps.div_ceil(a.steps_per_epoch);
-    for epoch in 0..epochs {
+    for epoch in start / a.steps_per_epoch..epochs {
         let started = Instant::now();
-        let steps = epoch * a.steps_per_epoch..((epoch + 1) * a.steps_per_epoch).min(a.steps);
+        let first = (epoch * a.steps_per_epoch).max(start);
+        let steps = first..((epoch + 1) * a.steps_per_epoch).min(a.steps);
         let batches = |step: usize| match &batch_file {
             Some(t) => Ok(t.clone()),
             None => windows(train_text, a.batch_size, len, a.seed, step as u64),
         };
-        let total = train_steps((&mut train, loss), steps.clone(), batches)?;
-        let weights = weights_of(&train, &specs)?;
+        let total = train_steps(
+            (&mut run, loss),
+            steps.clone(),
+            batches,
+            &ckpts,
+            a.steps_per_epoch,
+        )?;
+        let weights = weights_of(run.exec, &specs)?;
         let (test_loss, windows) = held_out_loss((&mut eval, eval_loss), &weights, held_out, len)?;
+        let best = ckpts.after_epoch(&run, test_loss, steps.end, epoch + 1)?;
         let secs = started.elapsed().as_secs_f64();
         println!(
-            "epoch {}/{epochs}  lr {:.5}  train loss {:.4}  test loss {test_loss:.4} ({windows} held-out windows)  {:.0} tokens/s  {secs:.1} s",
+            "epoch {}/{epochs}  lr {:.5}  train loss {:.4}  test loss {test_loss:.4}{} ({windows} held-out windows)  {:.0} tokens/s  {secs:.1} s",
             epoch + 1,
             a.lr,
             total / steps.len() as f64,
+            if best { " (best)" } else { "" },
             (steps.len() * shape[0] * (shape[1] - 1)) as f64 / secs
         );
     }

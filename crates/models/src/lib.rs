@@ -9,6 +9,8 @@
 //! - [`checkpoint`]: safetensors checkpoints that move to and from PyTorch;
 //! - [`Session`]: a training or inference graph with its weights, as the examples use it,
 //!   for images of any [`ImageSize`] the model accepts, square or not;
+//! - [`resume`]: training checkpoints that resume exactly, for a [`Session`] or any
+//!   [`resume::Checkpointable`] run; [`optimizer_state`]: an executor's optimizer state by name;
 //! - [`data`]: synthetic images, CIFAR-10 binaries and batch files, prefetched on a thread.
 
 pub mod checkpoint;
@@ -22,6 +24,7 @@ pub mod limits;
 pub mod lr_schedule;
 pub mod model;
 pub mod nn;
+pub mod optimizer_state;
 pub mod registry;
 pub mod resume;
 pub mod session;

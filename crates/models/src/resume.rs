@@ -18,7 +18,38 @@ use candle_core::{Device, Tensor};
 
 use crate::checkpoint::read_safetensors;
 use crate::error::{ModelError, Result};
+pub use crate::optimizer_state::{optimizer_state_of, set_optimizer_state_of};
 use crate::session::Session;
+
+/// What a training checkpoint saves and restores of a run: its weights (one safetensors
+/// file under the model's own names) and its optimizer's state. [`Session`] is one; a
+/// model trained on an executor of its own (`train_gpt`'s GPT-2) implements it with
+/// [`optimizer_state_of`] and [`set_optimizer_state_of`].
+pub trait Checkpointable {
+    /// Writes the weights to `path`.
+    fn save_weights(&self, path: &Path) -> Result<()>;
+    /// Reads the weights from `path`, checking their names and shapes.
+    fn load_weights(&mut self, path: &Path) -> Result<()>;
+    /// The optimizer's state by full name (`<param>.exp_avg`, ...).
+    fn optimizer_state(&self) -> Result<Vec<(String, Tensor)>>;
+    /// Restores the optimizer's state and the count of steps taken.
+    fn set_optimizer_state(&mut self, state: &HashMap<String, Tensor>, steps: u64) -> Result<()>;
+}
+
+impl Checkpointable for Session {
+    fn save_weights(&self, path: &Path) -> Result<()> {
+        self.save_checkpoint(path)
+    }
+    fn load_weights(&mut self, path: &Path) -> Result<()> {
+        self.load_checkpoint(path)
+    }
+    fn optimizer_state(&self) -> Result<Vec<(String, Tensor)>> {
+        Session::optimizer_state(self)
+    }
+    fn set_optimizer_state(&mut self, state: &HashMap<String, Tensor>, steps: u64) -> Result<()> {
+        Session::set_optimizer_state(self, state, steps)
+    }
+}
 
 /// The counters and fields a training checkpoint records.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -147,7 +178,12 @@ impl Drop for DirLock {
 /// Saves `session` and `state` as `dir/<name>` (`step-<N>` for periodic checkpoints,
 /// `best`, ...), replacing a checkpoint of that name (never anything wick did not write:
 /// see its `wick-checkpoint` marker). Returns its folder.
-pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) -> Result<PathBuf> {
+pub fn save(
+    session: &impl Checkpointable,
+    state: &TrainingState,
+    dir: &Path,
+    name: &str,
+) -> Result<PathBuf> {
     fs::create_dir_all(dir).map_err(io(dir))?;
     check_replaceable(&dir.join(name))?;
     let partial = dir.join(format!(".{name}.partial"));
@@ -155,7 +191,7 @@ pub fn save(session: &Session, state: &TrainingState, dir: &Path, name: &str) ->
         fs::remove_dir_all(&partial).map_err(io(&partial))?;
     }
     fs::create_dir(&partial).map_err(io(&partial))?;
-    session.save_checkpoint(&partial.join(MODEL))?;
+    session.save_weights(&partial.join(MODEL))?;
     let buffers: HashMap<String, Tensor> = session.optimizer_state()?.into_iter().collect();
     let mut meta: HashMap<String, String> = state
         .fields
@@ -258,8 +294,8 @@ pub fn read_state(ckpt: &Path) -> Result<TrainingState> {
 
 /// Loads checkpoint folder `ckpt` into `session` (a training session of the same model
 /// and batch shape) and returns its state.
-pub fn load(session: &mut Session, ckpt: &Path) -> Result<TrainingState> {
-    session.load_checkpoint(&ckpt.join(MODEL))?;
+pub fn load(session: &mut impl Checkpointable, ckpt: &Path) -> Result<TrainingState> {
+    session.load_weights(&ckpt.join(MODEL))?;
     let state = read_state(ckpt)?;
     let path = ckpt.join(TRAINING);
     let tensors = read_safetensors(&path)?;

@@ -445,14 +445,7 @@ impl Session {
     /// The optimizer's state that exists (after a first step), by its full name
     /// (`<param>.momentum_buffer`, `<param>.exp_avg`, `<param>.exp_avg_sq`): copies.
     pub fn optimizer_state(&self) -> Result<Vec<(String, Tensor)>> {
-        let mut out = Vec::new();
-        for v in self.exec.graph().optimizer_state() {
-            let name = &self.exec.graph().value(v).name;
-            if let Some(t) = self.exec.get_id(v)? {
-                out.push((name.clone(), t.copy()?));
-            }
-        }
-        Ok(out)
+        crate::optimizer_state::optimizer_state_of(&self.exec)
     }
 
     /// Restores optimizer state (by full name, as [`optimizer_state`](Session::optimizer_state)
@@ -462,16 +455,7 @@ impl Session {
         state: &HashMap<String, Tensor>,
         steps: u64,
     ) -> Result<()> {
-        let known = self.exec.graph().optimizer_state();
-        for (name, t) in state {
-            let id = self.exec.graph().find(name);
-            if !id.is_some_and(|id| known.contains(&id)) {
-                return Err(ModelError::State(format!(
-                    "`{name}` is not optimizer state of this training graph (was the checkpoint written with another optimizer?)"
-                )));
-            }
-            self.exec.set(name, t)?;
-        }
+        crate::optimizer_state::set_optimizer_state_of(&mut self.exec, state)?;
         self.steps = steps;
         Ok(())
     }
