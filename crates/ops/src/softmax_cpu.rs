@@ -202,7 +202,11 @@ impl<T: Float> WideKernel for Backward<'_, T> {
                 acc.fill(0.0);
                 for (gr, yr) in g.chunks_exact(inner).zip(y.chunks_exact(inner)) {
                     for ((a, &g), &y) in acc.iter_mut().zip(gr).zip(yr) {
-                        *a += if softmax { (g * y).to_f64() } else { g.to_f64() };
+                        *a += if softmax {
+                            (g * y).to_f64()
+                        } else {
+                            g.to_f64()
+                        };
                     }
                 }
             }
@@ -214,7 +218,11 @@ impl<T: Float> WideKernel for Backward<'_, T> {
             for ((dxr, gr), yr) in rows {
                 for (((dx, &g), &y), &c) in dxr.iter_mut().zip(gr).zip(yr).zip(&c) {
                     // softmax: y·(g - Σ g·y); log-softmax: g - exp(y)·Σ g.
-                    *dx = if softmax { y * (g - c) } else { g - y.exp() * c };
+                    *dx = if softmax {
+                        y * (g - c)
+                    } else {
+                        g - y.exp() * c
+                    };
                 }
             }
         }

@@ -199,7 +199,11 @@ fn backward_on_cpu<T: crate::cpu::Float>(
         .ctx(OP)?[0]
         / n as f64;
     let scale = T::from_f64(scale);
-    let labels = labels.to_dtype(DType::I64).ctx(OP)?.to_vec1::<i64>().ctx(OP)?;
+    let labels = labels
+        .to_dtype(DType::I64)
+        .ctx(OP)?
+        .to_vec1::<i64>()
+        .ctx(OP)?;
     let mut grad = forward_values::<T>(logits, 1, SoftmaxKind::Softmax)?;
     for (row, &label) in grad.chunks_exact_mut(c).zip(&labels) {
         // A label outside 0..C (unchecked here, see above) subtracts nothing.

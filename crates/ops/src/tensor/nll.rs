@@ -30,7 +30,13 @@ pub fn log_softmax(x: &Tensor, dim: usize) -> Result<Tensor> {
 
 /// `log_softmax`'s gradient from its output `y`: `gy - exp(y) · Σ gy`.
 pub fn log_softmax_backward(gy: &Tensor, y: &Tensor, dim: usize) -> Result<Tensor> {
-    crate::shape::same("log_softmax", "output gradient", gy.dims(), "output", y.dims())?;
+    crate::shape::same(
+        "log_softmax",
+        "output gradient",
+        gy.dims(),
+        "output",
+        y.dims(),
+    )?;
     crate::norm::check_dim("log_softmax", y.dims(), dim)?;
     if crate::cpu::on_cpu_kernel(y) {
         return crate::softmax_cpu::backward_on_cpu(gy, y, dim, SoftmaxKind::LogSoftmax);

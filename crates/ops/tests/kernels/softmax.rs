@@ -50,7 +50,10 @@ fn cpu_kernel_matches_the_generic_path_along_every_dimension() {
                 // The masked entry: softmax 0 on both paths, log-softmax -inf.
                 let masked = y.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
                 let masked = masked.get(1).unwrap().to_scalar::<f64>().unwrap();
-                assert!(masked == 0.0 || masked == f64::NEG_INFINITY, "{case}: {masked}");
+                assert!(
+                    masked == 0.0 || masked == f64::NEG_INFINITY,
+                    "{case}: {masked}"
+                );
                 let finite = |t: &Tensor| {
                     let t = t.to_dtype(DType::F64).unwrap();
                     let keep = t.abs().unwrap().le(1e300).unwrap();
@@ -83,8 +86,11 @@ fn float32_is_within_a_few_ulps_of_float64() {
 #[test]
 fn a_nan_makes_its_row_nan_and_bad_input_names_the_op() {
     for (name, forward, backward) in KINDS {
-        let x = Tensor::new(&[[1f32, f32::NAN, 2.0], [0.5, 0.25, 1.0]], &candle_core::Device::Cpu)
-            .unwrap();
+        let x = Tensor::new(
+            &[[1f32, f32::NAN, 2.0], [0.5, 0.25, 1.0]],
+            &candle_core::Device::Cpu,
+        )
+        .unwrap();
         let y = forward(&x, 1).unwrap().to_vec2::<f32>().unwrap();
         assert!(y[0].iter().all(|v| v.is_nan()), "{name}: {y:?}");
         assert!(y[1].iter().all(|v| v.is_finite()), "{name}: {y:?}");
