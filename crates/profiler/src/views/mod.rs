@@ -80,7 +80,7 @@ pub const REPORT: &[Section] = &[
     },
     Section {
         name: "memory",
-        text: |p| p.memory.as_ref().map(|m| m.lines()).unwrap_or_default(),
+        text: memory::section,
     },
     Section {
         name: "placement and precision",

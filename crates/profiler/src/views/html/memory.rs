@@ -24,6 +24,9 @@ pub(crate) fn memory_section(b: &mut String, p: &Profile) {
             .map(|v| format!("; measured (counting allocator) {:.1} MiB", mib(v)))
             .unwrap_or_default()
     );
+    if let Some(line) = crate::views::memory::attention_line(p) {
+        let _ = write!(b, "<p id=\"attention-memory\">{}</p>", esc(line.trim_end()));
+    }
     memory_chart(b, p, m);
     memory_categories(b, m);
 }
