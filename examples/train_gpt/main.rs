@@ -421,17 +421,13 @@ fn print_generation(a: &Args, model: &Gpt2, trained: &HashMap<String, Tensor>) -
     Ok(())
 }
 
-fn main() -> Result<()> {
-    let mut a = Args::parse();
-    a.profile.default_verbosity(0);
-    wick::prepare_process();
-    check_files(&a)?;
-    let config = read_config(&a)?;
+/// The text, the --data batch if one is given, and the training batches' shape.
+fn read_data(a: &Args) -> Result<(Vec<u8>, Option<Tensor>, Vec<usize>)> {
     let text =
         std::fs::read(&a.text).with_context(|| format!("reading the text {}", a.text.display()))?;
-    let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
+    let held_out = text.len() - text.len() * 9 / 10;
     let len = a.context + 1;
-    ensure!(held_out.len() >= len, "{}: {} bytes leave {} held out, fewer than --context + 1 = {len}; use a longer text or a shorter context", a.text.display(), text.len(), held_out.len());
+    ensure!(held_out >= len, "{}: {} bytes leave {held_out} held out, fewer than --context + 1 = {len}; use a longer text or a shorter context", a.text.display(), text.len());
     let batch_file = match &a.data {
         Some(p) => Some(
             read_safetensors(p)?
@@ -443,7 +439,18 @@ fn main() -> Result<()> {
     let shape = batch_file
         .as_ref()
         .map_or(vec![a.batch_size, len], |t| t.dims().to_vec());
+    Ok((text, batch_file, shape))
+}
 
+fn main() -> Result<()> {
+    let mut a = Args::parse();
+    a.profile.default_verbosity(0);
+    wick::prepare_process();
+    check_files(&a)?;
+    let config = read_config(&a)?;
+    let (text, batch_file, shape) = read_data(&a)?;
+    let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
+    let len = a.context + 1;
     let model = Gpt2::new(config.clone());
     let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?))?;
     let (mut eval, eval_loss, _) = graph(&model, &[1, len], None)?;

@@ -41,14 +41,18 @@ __device__ void sgd_multi(T* const* params, const T* const* grads, T* const* buf
     }
 }
 
-// PyTorch's Adam/AdamW (no amsgrad). `step_size` = lr / (1 - beta1^t) and `bias2_sqrt` =
-// sqrt(1 - beta2^t) come from the host, which knows the step t.
+// PyTorch's Adam/AdamW (no amsgrad), as the CPU kernel (optim/adam_cpu.rs) computes it.
+// The host computes every constant in double and rounds it once, as PyTorch's Python
+// scalars are: `decay` is 1 - lr * weight_decay (decoupled) or weight_decay (added to the
+// gradient); `one_minus_beta1` and `one_minus_beta2` are 1 - beta (1 - 0.999 taken in
+// float would be 1.3e-5 off); `step_size` = lr / (1 - beta1^t) and `bias2_sqrt` =
+// sqrt(1 - beta2^t) for the step t.
 template <typename T>
 __device__ void adam_multi(T* const* params, const T* const* grads, T* const* exp_avgs,
                            T* const* exp_avg_sqs, const long long* sizes, const int* chunk_tensor,
-                           const long long* chunk_start, int chunks, int chunk_len, T lr, T beta1,
-                           T beta2, T eps, T weight_decay, int decoupled, T step_size,
-                           T bias2_sqrt, unsigned int* non_finite) {
+                           const long long* chunk_start, int chunks, int chunk_len, T decay,
+                           int decoupled, T beta2, T one_minus_beta1, T one_minus_beta2, T eps,
+                           T step_size, T bias2_sqrt, unsigned int* non_finite) {
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
         int t = chunk_tensor[chunk];
         long long start = chunk_start[chunk];
@@ -58,14 +62,12 @@ __device__ void adam_multi(T* const* params, const T* const* grads, T* const* ex
         bool finite = true;
         for (long long j = start + threadIdx.x; j < end; j += blockDim.x) {
             T w = p[j], d = g[j];
-            if (weight_decay != (T)0) {
-                if (decoupled)
-                    w = w * ((T)1 - lr * weight_decay);
-                else
-                    d = d + w * weight_decay;
-            }
-            T mj = m[j] + (d - m[j]) * ((T)1 - beta1);
-            T vj = v[j] * beta2 + d * ((T)1 - beta2) * d;
+            if (decoupled)
+                w = w * decay;
+            else
+                d = d + w * decay;
+            T mj = m[j] + (d - m[j]) * one_minus_beta1;
+            T vj = v[j] * beta2 + one_minus_beta2 * d * d;
             m[j] = mj;
             v[j] = vj;
             T next = w - mj / (sqrt(vj) / bias2_sqrt + eps) * step_size;
@@ -88,11 +90,11 @@ __device__ void adam_multi(T* const* params, const T* const* grads, T* const* ex
     extern "C" __global__ void adam_multi_tensor_##S(                                              \
         T* const* params, const T* const* grads, T* const* exp_avgs, T* const* exp_avg_sqs,        \
         const long long* sizes, const int* chunk_tensor, const long long* chunk_start, int chunks,  \
-        int chunk_len, T lr, T beta1, T beta2, T eps, T weight_decay, int decoupled, T step_size,  \
-        T bias2_sqrt, unsigned int* non_finite) {                                                  \
+        int chunk_len, T decay, int decoupled, T beta2, T one_minus_beta1, T one_minus_beta2,      \
+        T eps, T step_size, T bias2_sqrt, unsigned int* non_finite) {                              \
         adam_multi<T>(params, grads, exp_avgs, exp_avg_sqs, sizes, chunk_tensor, chunk_start,      \
-                      chunks, chunk_len, lr, beta1, beta2, eps, weight_decay, decoupled,           \
-                      step_size, bias2_sqrt, non_finite);                                          \
+                      chunks, chunk_len, decay, decoupled, beta2, one_minus_beta1,                 \
+                      one_minus_beta2, eps, step_size, bias2_sqrt, non_finite);                    \
     }
 
 WICK_OPTIMIZERS(float, f32)

@@ -72,21 +72,16 @@ pub(super) fn step<T: Float>(
     step: u64,
     p: &AdamParams,
 ) -> Result<(Tensor, Tensor, Tensor)> {
-    let t = step as f64;
-    let decoupled = p.decoupled || p.weight_decay == 0.0;
+    let k = p.step_constants(step);
     let c = Constants {
-        decay: T::from_f64(if !decoupled {
-            p.weight_decay
-        } else {
-            1.0 - p.lr * p.weight_decay
-        }),
-        decoupled,
-        beta2: T::from_f64(p.beta2),
-        one_minus_beta1: T::from_f64(1.0 - p.beta1),
-        one_minus_beta2: T::from_f64(1.0 - p.beta2),
-        eps: T::from_f64(p.eps),
-        step_size: T::from_f64(p.lr / (1.0 - p.beta1.powf(t))),
-        bias2_sqrt: T::from_f64((1.0 - p.beta2.powf(t)).sqrt()),
+        decay: T::from_f64(k.decay),
+        decoupled: k.decoupled,
+        beta2: T::from_f64(k.beta2),
+        one_minus_beta1: T::from_f64(k.one_minus_beta1),
+        one_minus_beta2: T::from_f64(k.one_minus_beta2),
+        eps: T::from_f64(k.eps),
+        step_size: T::from_f64(k.step_size),
+        bias2_sqrt: T::from_f64(k.bias2_sqrt),
     };
     let n = param.elem_count();
     let (mut w1, mut m1, mut v1) = (vec![T::ZERO; n], vec![T::ZERO; n], vec![T::ZERO; n]);

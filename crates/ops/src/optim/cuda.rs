@@ -228,21 +228,20 @@ pub(crate) fn adam_multi_tensor(
     let (dev, dtype, grads) = prologue(op, params, grads)?;
     let grads: Vec<&Tensor> = grads.iter().collect();
     let sfx = suffix(op, dtype)?;
-    let t_f = step as f64;
-    let step_size = p.lr / (1.0 - p.beta1.powf(t_f));
-    let bias2_sqrt = (1.0 - p.beta2.powf(t_f)).sqrt();
+    let k = p.step_constants(step);
     dispatch!(op, dtype, T => {
         let host = HostTables::new::<T>(op, &[params, &grads, exp_avg, exp_avg_sq])?;
         let mut flags = flags(op, &dev, params.len())?;
         let (chunks, chunk_len) = (host.table.chunks(), host.table.chunk_len);
-        let (lr, b1, b2, eps, wd) = (p.lr as T, p.beta1 as T, p.beta2 as T, p.eps as T, p.weight_decay as T);
-        let (decoupled, ss, b2s) = (p.decoupled as i32, step_size as T, bias2_sqrt as T);
+        let (decay, decoupled, b2) = (k.decay as T, k.decoupled as i32, k.beta2 as T);
+        let (omb1, omb2, eps) = (k.one_minus_beta1 as T, k.one_minus_beta2 as T, k.eps as T);
+        let (ss, b2s) = (k.step_size as T, k.bias2_sqrt as T);
         let launch_config = Launch::multi_tensor(&host.table);
         with_scratch(op, &dev, host.layout().bytes(), |mut scratch| {
             let t = upload(op, &dev, &mut scratch, &host)?;
             launch!(op, dev, Source::Optimizer, format!("adam_multi_tensor_{sfx}"), launch_config,
                 [&t.pointers[0], &t.pointers[1], &t.pointers[2], &t.pointers[3], &t.sizes, &t.tensor, &t.start,
-                 &chunks, &chunk_len, &lr, &b1, &b2, &eps, &wd, &decoupled, &ss, &b2s, &mut flags]);
+                 &chunks, &chunk_len, &decay, &decoupled, &b2, &omb1, &omb2, &eps, &ss, &b2s, &mut flags]);
             Ok(())
         })?;
         Ok(wrap(flags, &dev, &[params.len()]))

@@ -14,7 +14,7 @@ pub mod sgd;
 
 pub use adam::{adam_step, adam_step_multi_tensor, AdamMember};
 pub use clip::clip_factor;
-pub use params::{AdamParams, SgdParams};
+pub use params::{AdamParams, AdamStepConstants, SgdParams};
 pub use sgd::{
     sgd_step, sgd_step_in_place, sgd_step_in_place_checked, sgd_step_multi_tensor_in_place,
     FiniteCheck, SgdMember, SgdUpdated,

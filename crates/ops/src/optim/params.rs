@@ -57,6 +57,30 @@ impl SgdParams {
     }
 }
 
+/// One Adam step's constants in f64 ([`AdamParams::step_constants`]). The update of a
+/// parameter `w` with gradient `d` and moments `m`, `v` is: `w *= decay` (decoupled) or
+/// `d += w · decay`; `m += (d - m) · one_minus_beta1`; `v = v · beta2 + one_minus_beta2 ·
+/// d · d`; `w -= m / (√v / bias2_sqrt + eps) · step_size`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamStepConstants {
+    /// `1 - lr · weight_decay` when decoupled (1 without decay), else `weight_decay`.
+    pub decay: f64,
+    /// Whether the decay scales the parameter (AdamW, or no decay) or adds to the gradient.
+    pub decoupled: bool,
+    /// The second moment's decay.
+    pub beta2: f64,
+    /// `1 - beta1` (taken in f32 it would round differently).
+    pub one_minus_beta1: f64,
+    /// `1 - beta2` (in f32, 1 - 0.999 is 1.3e-5 off).
+    pub one_minus_beta2: f64,
+    /// Added to the denominator.
+    pub eps: f64,
+    /// `lr / (1 - beta1^t)`.
+    pub step_size: f64,
+    /// `√(1 - beta2^t)`.
+    pub bias2_sqrt: f64,
+}
+
 /// The settings of Adam and AdamW.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamParams {
@@ -95,6 +119,28 @@ impl AdamParams {
             weight_decay: 0.01,
             decoupled: true,
             ..Self::adam(lr)
+        }
+    }
+
+    /// The constants of step `step` (1-based), each computed in f64 and to be rounded
+    /// once to the element type, as PyTorch's Python scalars are: every kernel (CPU, CUDA)
+    /// takes these, so that they compute the same update.
+    pub fn step_constants(&self, step: u64) -> AdamStepConstants {
+        let t = step as f64;
+        let decoupled = self.decoupled || self.weight_decay == 0.0;
+        AdamStepConstants {
+            decay: if decoupled {
+                1.0 - self.lr * self.weight_decay
+            } else {
+                self.weight_decay
+            },
+            decoupled,
+            beta2: self.beta2,
+            one_minus_beta1: 1.0 - self.beta1,
+            one_minus_beta2: 1.0 - self.beta2,
+            eps: self.eps,
+            step_size: self.lr / (1.0 - self.beta1.powf(t)),
+            bias2_sqrt: (1.0 - self.beta2.powf(t)).sqrt(),
         }
     }
 
