@@ -120,7 +120,7 @@ impl Checkpoints {
     /// Writes `step-<step>` when one is due (and at the run's last step), keeping the
     /// --keep newest.
     pub fn after_step(&self, run: &GptTraining, step: usize, epoch: usize) -> Result<()> {
-        let due = step % self.every == 0 || step == self.last;
+        let due = step.is_multiple_of(self.every) || step == self.last;
         if let Some(dir) = self.dir.as_ref().filter(|_| due) {
             resume::save(run, &self.state(step, epoch), dir, &format!("step-{step}"))?;
             resume::prune(dir, self.keep)?;
@@ -136,7 +136,8 @@ impl Checkpoints {
         step: usize,
         epoch: usize,
     ) -> Result<bool> {
-        if !(test_loss < self.best) {
+        // A NaN loss is never the best.
+        if test_loss.is_nan() || test_loss >= self.best {
             return Ok(false);
         }
         self.best = test_loss;

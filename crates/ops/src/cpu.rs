@@ -18,6 +18,7 @@ pub(crate) trait Float:
     + std::ops::Div<Output = Self>
     + std::ops::Neg<Output = Self>
     + std::ops::AddAssign
+    + std::ops::SubAssign
     + std::ops::MulAssign
     + std::iter::Sum
     + 'static

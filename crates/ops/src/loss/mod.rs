@@ -208,7 +208,7 @@ fn backward_on_cpu<T: crate::cpu::Float>(
     for (row, &label) in grad.chunks_exact_mut(c).zip(&labels) {
         // A label outside 0..C (unchecked here, see above) subtracts nothing.
         if let Some(p) = usize::try_from(label).ok().and_then(|l| row.get_mut(l)) {
-            *p = *p - T::ONE;
+            *p -= T::ONE;
         }
         for v in row.iter_mut() {
             *v *= scale;

@@ -70,8 +70,7 @@ mod tests {
             bytes: 4_000,
             ..OpProfile::new(kernel, sec)
         };
-        let mut p = Profile::default();
-        p.ops = vec![
+        let ops = vec![
             op(Kernel::Tensor(TensorKernel::MatMul), 0.004),
             op(Kernel::Tensor(TensorKernel::MatMulBackward), 0.008),
             op(Kernel::AttentionForward, 0.002),
@@ -81,6 +80,10 @@ mod tests {
             op(Kernel::SoftmaxForward, 0.0005),
             op(Kernel::BatchNormBackward, 0.003),
         ];
+        let p = Profile {
+            ops,
+            ..Default::default()
+        };
         let rows = p.by_class();
         let classes: Vec<KernelClass> = rows.iter().map(|r| r.class).collect();
         use KernelClass as C;
