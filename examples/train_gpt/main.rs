@@ -24,7 +24,7 @@ use candle_core::{DType, Device, Tensor};
 use clap::Parser;
 use wick::file_roles::FileRoles;
 use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
-use wick::graph::{Executor, GraphBuilder, Mode, ValueId};
+use wick::graph::{Executor, GraphBuilder, Mode, PassSet, ValueId};
 use wick::models::checkpoint::{read_safetensors, write_safetensors};
 use wick::models::gpt2::{Gpt2, Gpt2Config, Sampling};
 use wick::models::nn::{self, Layers};
@@ -108,6 +108,10 @@ struct Args {
     /// Sampling temperature (seeded by --seed); 0 picks the most likely byte.
     #[arg(long, default_value_t = 0.8)]
     temperature: f64,
+    /// Graph passes: default, all, none, or a comma-separated list (bias_activation fuses
+    /// each MLP's bias add and GELU, forward and backward).
+    #[arg(long, default_value = "default")]
+    passes: PassSet,
     #[command(flatten)]
     profile: common::ProfileArgs,
 }
@@ -147,6 +151,7 @@ fn graph(
     model: &Gpt2,
     shape: &[usize],
     train: Option<&OptimizerConfig>,
+    passes: PassSet,
 ) -> Result<(Executor, ValueId, Vec<nn::TensorSpec>)> {
     let mode = if train.is_some() {
         Mode::Train
@@ -163,7 +168,9 @@ fn graph(
         let grads = b.backward(out.loss)?;
         b.optimize(&grads, optimizer)?;
     }
-    Ok((Executor::new(b.finish(), &Device::Cpu), out.loss, specs))
+    let mut graph = b.finish();
+    graph.apply_passes(passes);
+    Ok((Executor::new(graph, &Device::Cpu), out.loss, specs))
 }
 
 fn loss_of(exec: &Executor, loss: ValueId) -> Result<f32> {
@@ -452,8 +459,8 @@ fn main() -> Result<()> {
     let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
     let len = a.context + 1;
     let model = Gpt2::new(config.clone());
-    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?))?;
-    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None)?;
+    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?), a.passes)?;
+    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None, a.passes)?;
     load_weights(&mut train, &specs, &a)?;
     let params: usize = specs
         .iter()

@@ -45,7 +45,8 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
                 ("conv_epilogue", epilogues),
                 ("max_pool_values", 1),
                 ("batch_norm_relu", 0),
-                ("add_relu", 0)
+                ("add_relu", 0),
+                ("bias_activation", 0)
             ],
             "{depth:?}"
         );
@@ -106,7 +107,8 @@ fn the_pass_log_names_resnet18_and_resnet50_subgraph_counts() {
                 ("conv_epilogue", 0),
                 ("max_pool_values", 0),
                 ("batch_norm_relu", bn_relu),
-                ("add_relu", residuals)
+                ("add_relu", residuals),
+                ("bias_activation", 0)
             ],
             "{depth:?}"
         );

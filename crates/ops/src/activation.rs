@@ -99,6 +99,36 @@ impl Activation {
         }
     }
 
+    /// Whether a bias add before it fuses into one node ([`crate::bias_activation`]): the
+    /// smooth activations of transformer MLPs, whose gradient reads their input.
+    pub fn fuses_with_bias(self) -> bool {
+        matches!(
+            self,
+            Activation::Gelu | Activation::GeluTanh | Activation::Silu
+        )
+    }
+
+    /// The fused bias + activation kernel's name (`BiasGELUTanh`), for the kinds that
+    /// [`fuse`](Activation::fuses_with_bias); `BiasActivation` for the others.
+    pub fn bias_name(self) -> &'static str {
+        match self {
+            Activation::Gelu => "BiasGELU",
+            Activation::GeluTanh => "BiasGELUTanh",
+            Activation::Silu => "BiasSiLU",
+            _ => "BiasActivation",
+        }
+    }
+
+    /// Its backward's name (`BiasGELUTanhBackward`).
+    pub fn bias_backward_name(self) -> &'static str {
+        match self {
+            Activation::Gelu => "BiasGELUBackward",
+            Activation::GeluTanh => "BiasGELUTanhBackward",
+            Activation::Silu => "BiasSiLUBackward",
+            _ => "BiasActivationBackward",
+        }
+    }
+
     /// Whether the gradient is computed from the forward output (sigmoid, tanh) rather
     /// than the input: the backward node then keeps the output alive, not the input.
     pub fn backward_reads_output(self) -> bool {
@@ -133,7 +163,7 @@ fn sigmoid64(x: f64) -> f64 {
 }
 
 /// `f(x)` in f64.
-fn forward64(kind: Activation, slope: f64, x: f64) -> f64 {
+pub(crate) fn forward64(kind: Activation, slope: f64, x: f64) -> f64 {
     match kind {
         Activation::Sigmoid => sigmoid64(x),
         Activation::Tanh => x.tanh(),
@@ -165,7 +195,7 @@ fn relu6(x: f64) -> f64 {
 }
 
 /// `f'(x)` in f64, from the input `x` or (for sigmoid and tanh) the output `y`.
-fn derivative64(kind: Activation, slope: f64, x: f64) -> f64 {
+pub(crate) fn derivative64(kind: Activation, slope: f64, x: f64) -> f64 {
     match kind {
         Activation::Sigmoid => x * (1.0 - x),
         Activation::Tanh => 1.0 - x * x,

@@ -81,6 +81,10 @@ pub enum Kernel {
     Activation(Activation),
     /// An activation's gradient.
     ActivationBackward(Activation),
+    /// A bias add over the last dimension and an activation, fused by a pass.
+    BiasActivation(Activation),
+    /// Its gradient: the input's and the bias's.
+    BiasActivationBackward(Activation),
     /// Element-wise arithmetic with broadcasting.
     Binary(BinaryOp),
     /// One operand's gradient of a broadcasting binary op.
@@ -210,6 +214,7 @@ impl Kernel {
             AccumulateMicroBatch | UpdateCount => C::Optimizer,
             AdamUpdate | AdamUpdateMultiTensor => C::Optimizer,
             Activation(_) | ActivationBackward(_) | Scale => C::Elementwise,
+            BiasActivation(_) | BiasActivationBackward(_) => C::Elementwise,
             Binary(_) | BinaryBackward(_) => C::Elementwise,
             Dropout | DropoutBackward => C::Elementwise,
             Concat | ConcatBackward | Permute => C::Reshape,
@@ -246,6 +251,7 @@ impl Kernel {
             | GlobalAvgPoolForward
             | SoftmaxCrossEntropyForward
             | Activation(_)
+            | BiasActivation(_)
             | Binary(_)
             | Dropout
             | Concat
@@ -271,6 +277,7 @@ impl Kernel {
             | DistAllReduce
             | DistWait
             | ActivationBackward(_)
+            | BiasActivationBackward(_)
             | BinaryBackward(_)
             | DropoutBackward
             | ConcatBackward
@@ -349,6 +356,8 @@ impl Kernel {
             SgdUpdateMultiTensor => "SgdUpdateMultiTensor",
             Activation(a) => a.name(),
             ActivationBackward(a) => a.backward_name(),
+            BiasActivation(a) => a.bias_name(),
+            BiasActivationBackward(a) => a.bias_backward_name(),
             Binary(op) => op.name(),
             BinaryBackward(op) => op.backward_name(),
             Scale => "Scale",

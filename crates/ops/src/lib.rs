@@ -24,6 +24,7 @@ pub mod activation;
 mod activation_lanes;
 pub mod attention;
 pub mod batchnorm;
+pub mod bias_activation;
 pub mod broadcast;
 pub mod compare;
 pub mod conv;

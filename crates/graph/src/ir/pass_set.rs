@@ -17,6 +17,8 @@ pub enum PassName {
     BatchNormRelu,
     /// Fuses add + ReLU.
     AddRelu,
+    /// Fuses a bias add + GELU or SiLU, forward and backward.
+    BiasActivation,
     /// Merges the SGD (and the Adam) updates with equal settings into one node (one CUDA
     /// launch).
     MultiTensorUpdate,
@@ -24,12 +26,13 @@ pub enum PassName {
 
 impl PassName {
     /// Every pass, in the order the pipeline runs them.
-    pub const ALL: [PassName; 6] = [
+    pub const ALL: [PassName; 7] = [
         PassName::FoldBatchNorm,
         PassName::ConvEpilogue,
         PassName::MaxPoolValues,
         PassName::BatchNormRelu,
         PassName::AddRelu,
+        PassName::BiasActivation,
         PassName::MultiTensorUpdate,
     ];
 
@@ -41,6 +44,7 @@ impl PassName {
             PassName::MaxPoolValues => "max_pool_values",
             PassName::BatchNormRelu => "batch_norm_relu",
             PassName::AddRelu => "add_relu",
+            PassName::BiasActivation => "bias_activation",
             PassName::MultiTensorUpdate => "multi_tensor_update",
         }
     }

@@ -1,8 +1,11 @@
 //! The fused training nodes that the graph passes make (never recorded directly; see
-//! [`passes`](crate::passes)): batch norm + ReLU forward and backward, and add + ReLU.
-//! Kernels in `wick_ops::batchnorm` and `wick_ops::elementwise`.
+//! [`passes`](crate::passes)): batch norm + ReLU forward and backward, add + ReLU, and
+//! bias + activation forward and backward. Kernels in `wick_ops::batchnorm`,
+//! `wick_ops::elementwise` and `wick_ops::bias_activation`.
 
+use wick_ops::activation::Activation;
 use wick_ops::batchnorm::{self, BatchNorm2dParams};
+use wick_ops::bias_activation::{bias_activation, bias_activation_backward};
 use wick_ops::{elementwise, DeviceKind, Kernel};
 
 use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp, ValueInfo};
@@ -26,6 +29,45 @@ pub struct BatchNormReluTrainBackward;
 /// add's, as before the fusion.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AddRelu;
+
+/// `act(h + b)`, the bias `b` `[C]` over the last dimension of `h`. in: h, b; out: y.
+/// Its backward is [`BiasActivationBackward`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct BiasActivation {
+    /// The activation (GELU, GELU tanh or SiLU).
+    pub kind: Activation,
+}
+
+/// The backward of [`BiasActivation`], the bias's gradient included. in: grad_y, h, b;
+/// out: grad_h, grad_b.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BiasActivationBackward {
+    /// The activation.
+    pub kind: Activation,
+}
+
+impl NodeOp for BiasActivation {
+    fn kernel(&self) -> Kernel {
+        Kernel::BiasActivation(self.kind)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [h, b] = args(inputs, self.kind.bias_name())?;
+        one(bias_activation(self.kind, h, b)?)
+    }
+}
+
+impl NodeOp for BiasActivationBackward {
+    fn kernel(&self) -> Kernel {
+        Kernel::BiasActivationBackward(self.kind)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let [gy, h, b] = args(inputs, self.kind.bias_backward_name())?;
+        let (gh, gb) = bias_activation_backward(self.kind, gy, h, b)?;
+        Ok(vec![Some(gh), Some(gb)])
+    }
+}
 
 impl NodeOp for BatchNormReluTrain {
     fn kernel(&self) -> Kernel {

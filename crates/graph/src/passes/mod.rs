@@ -19,6 +19,8 @@
 //! - [`batch_norm_relu`](PassName::BatchNormRelu): batch norm + ReLU forward in one
 //!   output pass, and their backward with ReLU's mask read inside batch norm's;
 //! - [`add_relu`](PassName::AddRelu): add + ReLU in one pass;
+//! - [`bias_activation`](PassName::BiasActivation): a bias add + GELU (or SiLU) in one
+//!   pass, forward and backward (the bias's gradient included);
 //! - [`multi_tensor_update`](PassName::MultiTensorUpdate): the SGD (or Adam) updates
 //!   with equal settings as one node, one launch on CUDA (not in `default` on the CPU: it merges the
 //!   per-layer optimizer rows).
@@ -27,6 +29,7 @@
 
 mod add_relu;
 mod batch_norm_relu;
+mod bias_activation;
 mod conv_epilogue;
 pub mod data_parallel;
 mod fold_batch_norm;
@@ -45,6 +48,7 @@ fn run(pass: PassName, graph: &mut Graph) -> usize {
         PassName::MaxPoolValues => max_pool_values::run(graph),
         PassName::BatchNormRelu => batch_norm_relu::run(graph),
         PassName::AddRelu => add_relu::run(graph),
+        PassName::BiasActivation => bias_activation::run(graph),
         PassName::MultiTensorUpdate => multi_tensor_update::run(graph),
     }
 }

@@ -6,6 +6,7 @@ mod common;
 
 mod attention;
 mod batchnorm;
+mod bias_activation;
 mod conv;
 mod conv_fused;
 mod depthwise;
