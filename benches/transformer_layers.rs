@@ -2,15 +2,17 @@
 //! (`wick`) and on candle's device-generic ops (`candle`, the path `KernelPath::Generic`
 //! forces, which they took before): linear layers over many rows (ConvNeXt's at batch 8,
 //! 128x128; a GPT-2 block's at batch 4, context 256), forward and backward with a bias, and
-//! ConvNeXt's 7x7 depthwise convolutions, forward, input and weight gradient. Criterion's
-//! throughput is FLOP/s: read Gelem/s as GFLOP/s.
+//! GPT-2's `Conv1D` products (`matmul` of activations and a weight), and ConvNeXt's 7x7
+//! depthwise convolutions, forward, input and weight gradient. Criterion's throughput is
+//! FLOP/s: read Gelem/s as GFLOP/s.
 //!
-//! `cargo bench --bench transformer_layers` (`-- linear` or `-- depthwise` to filter).
+//! `cargo bench --bench transformer_layers` (`-- linear`, `-- matmul` or `-- depthwise`).
 
 use std::time::Duration;
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use wick::ops::tensor::matmul::MatMulShape;
 use wick::ops::{conv, linear, Conv2dParams, KernelPath};
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -58,6 +60,28 @@ fn linear_layers(c: &mut Criterion) {
     }
 }
 
+fn matmul_layers(c: &mut Criterion) {
+    // GPT-2's Conv1D layers (`x @ W`, W `[in, out]`) at batch 4, context 256: c_attn
+    // and c_fc of a 384-wide model.
+    for (k, n) in [(384, 1152), (384, 1536)] {
+        let s = MatMulShape::new(&[4, 256, k], &[k, n]).expect("shapes");
+        let (x, w, gy) = (randn(&[4, 256, k]), randn(&[k, n]), randn(&[4, 256, n]));
+        let flops = s.flops();
+        let forward: Op = Box::new(|| s.forward(&x, &w).map(|_| ()));
+        both(c, format!("matmul forward 1024x{k}->{n}"), flops, forward);
+        let backward: Op = Box::new(|| {
+            s.backward_a(&gy, &w)?;
+            s.backward_b(&gy, &x).map(|_| ())
+        });
+        both(
+            c,
+            format!("matmul backward 1024x{k}->{n}"),
+            2 * flops,
+            backward,
+        );
+    }
+}
+
 fn depthwise_layers(c: &mut Criterion) {
     // ConvNeXt-T's 7x7 depthwise convolutions at batch 8, 128x128: its four stages.
     for (ch, side) in [(96, 32), (192, 16), (384, 8), (768, 4)] {
@@ -79,6 +103,7 @@ fn depthwise_layers(c: &mut Criterion) {
 fn bench(c: &mut Criterion) {
     wick::allocator::keep_freed_memory();
     linear_layers(c);
+    matmul_layers(c);
     depthwise_layers(c);
 }
 

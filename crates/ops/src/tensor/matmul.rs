@@ -4,8 +4,9 @@
 
 use candle_core::Tensor;
 
-use super::candle;
+use super::{candle, matmul_cpu};
 use crate::broadcast::{broadcast_shape, sum_to_shape};
+use crate::cpu::{self, dispatch_float};
 use crate::error::{OpError, Result};
 
 const OP: &str = "matmul";
@@ -104,9 +105,24 @@ impl MatMulShape {
             .reshape((b, last[0], last[1]))
     }
 
+    /// The flat product's `(rows, k, n)` when wick's CPU GEMM runs it: `b` without batch
+    /// dimensions, no empty dimension, and `x` (`a`, or the output gradient) and `y` f32
+    /// or f64 CPU tensors of one dtype; `rows` is `a`'s rows, all batch dimensions
+    /// flattened.
+    fn on_cpu(&self, x: &Tensor, y: &Tensor) -> Option<(usize, usize, usize)> {
+        let (_, k, n) = self.mkn;
+        let rows = self.a.iter().product::<usize>() / k.max(1);
+        let cpu = cpu::on_cpu_kernel(x) && cpu::on_cpu_kernel(y) && x.dtype() == y.dtype();
+        (self.flat() && cpu && rows * k * n > 0).then_some((rows, k, n))
+    }
+
     /// `a @ b`.
     pub fn forward(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         let (_, k, n) = self.mkn;
+        if let Some(mkn) = self.on_cpu(a, b) {
+            let y = dispatch_float!(OP, a.dtype(), matmul_cpu::forward(a, b, mkn))?;
+            return self.finish(Ok(y), &self.out);
+        }
         let y = if self.flat() {
             let rows = a.reshape(((), k)).and_then(|a| a.contiguous());
             rows.and_then(|r| r.matmul(&b.reshape((k, n))?.contiguous()?))
@@ -122,6 +138,10 @@ impl MatMulShape {
     /// dimensions `a` was broadcast along.
     pub fn backward_a(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
         let (m, k, n) = self.mkn;
+        if let Some(mkn) = self.on_cpu(gy, b) {
+            let ga = dispatch_float!(OP, gy.dtype(), matmul_cpu::backward_a(gy, b, mkn))?;
+            return self.finish(Ok(ga), &self.a);
+        }
         if self.flat() {
             let rows = gy.reshape(((), n)).and_then(|g| g.contiguous());
             let bt = b.reshape((k, n)).and_then(|b| b.t());
@@ -136,6 +156,10 @@ impl MatMulShape {
     /// dimensions `b` was broadcast along.
     pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
         let (_, k, n) = self.mkn;
+        if let Some(mkn) = self.on_cpu(a, gy) {
+            let gb = dispatch_float!(OP, a.dtype(), matmul_cpu::backward_b(a, gy, mkn))?;
+            return self.finish(Ok(gb), &self.b);
+        }
         if self.flat() {
             let rows = gy.reshape(((), n)).and_then(|g| g.contiguous());
             let at = a.reshape(((), k)).and_then(|a| a.contiguous()?.t());

@@ -22,6 +22,7 @@ mod cpu_kernels;
 pub mod kernel;
 pub mod mask;
 pub mod matmul;
+mod matmul_cpu;
 pub mod nll;
 pub mod reduce;
 mod reduce_rows;

@@ -1,0 +1,85 @@
+//! `matmul`'s flat products on the CPU through wick's GEMM (`cpu::gemm_*`), in place of
+//! candle's matmul: `[m, k] @ [k, n]` (Hugging Face's `Conv1D`, any activation times a
+//! weight), its input gradient `gy · bᵀ` read through strides (no transposed copy), and
+//! its weight gradient `aᵀ · gy` computed as `(gyᵀ · a)ᵀ` into column-major storage, which
+//! the `gemm` crate runs faster for the tall, narrow operands of a layer over many rows
+//! (as `linear_cpu` does).
+
+use candle_core::Tensor;
+
+use crate::cpu::{self, Float};
+use crate::error::Result;
+
+const OP: &str = "matmul";
+
+/// `y [m, n] = a [m, k] · b [k, n]`.
+pub(crate) fn forward<T: Float>(
+    a: &Tensor,
+    b: &Tensor,
+    (m, k, n): (usize, usize, usize),
+) -> Result<Tensor> {
+    let y = cpu::with_slice::<T, _>(OP, a, |ad| {
+        cpu::with_slice::<T, _>(OP, b, |bd| {
+            let mut y = Vec::with_capacity(m * n);
+            cpu::gemm_uninit(
+                m,
+                n,
+                k,
+                y.spare_capacity_mut(),
+                (ad, (k, 1)),
+                (bd, (n, 1)),
+                true,
+            );
+            // SAFETY: gemm_uninit wrote all m * n slots.
+            unsafe { y.set_len(m * n) };
+            Ok(y)
+        })
+    })?;
+    cpu::tensor(OP, y, (m, n))
+}
+
+/// `ga [m, k] = gy [m, n] · bᵀ`, `b` `[k, n]`.
+pub(crate) fn backward_a<T: Float>(
+    gy: &Tensor,
+    b: &Tensor,
+    (m, k, n): (usize, usize, usize),
+) -> Result<Tensor> {
+    let ga = cpu::with_slice::<T, _>(OP, gy, |gd| {
+        cpu::with_slice::<T, _>(OP, b, |bd| {
+            let mut ga = Vec::with_capacity(m * k);
+            // bᵀ's element (j, c) is b[c][j]: strides (1, n).
+            cpu::gemm_uninit(
+                m,
+                k,
+                n,
+                ga.spare_capacity_mut(),
+                (gd, (n, 1)),
+                (bd, (1, n)),
+                true,
+            );
+            // SAFETY: gemm_uninit wrote all m * k slots.
+            unsafe { ga.set_len(m * k) };
+            Ok(ga)
+        })
+    })?;
+    cpu::tensor(OP, ga, (m, k))
+}
+
+/// `gb [k, n] = aᵀ · gy`, `a` `[m, k]`, `gy` `[m, n]`: computed as `gbᵀ [n, k] = gyᵀ · a`
+/// stored column-major, which is `gb` row-major.
+pub(crate) fn backward_b<T: Float>(
+    a: &Tensor,
+    gy: &Tensor,
+    (m, k, n): (usize, usize, usize),
+) -> Result<Tensor> {
+    let gb = cpu::with_slice::<T, _>(OP, a, |ad| {
+        cpu::with_slice::<T, _>(OP, gy, |gd| {
+            let mut gb = vec![T::ZERO; k * n];
+            // gyᵀ's element (j, r) is gy[r][j]: strides (1, n).
+            let (gyt, a) = ((gd, (1, n)), (ad, (k, 1)));
+            cpu::gemm_strided(n, k, m, (&mut gb, (1, n)), false, gyt, a, true);
+            Ok(gb)
+        })
+    })?;
+    cpu::tensor(OP, gb, (k, n))
+}
