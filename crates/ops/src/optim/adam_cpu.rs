@@ -4,6 +4,8 @@
 //! (`1 - beta`, the step size) rounded from f64. candle's ops took about a dozen passes,
 //! each a new tensor.
 
+use std::mem::MaybeUninit;
+
 use candle_core::Tensor;
 use rayon::prelude::*;
 
@@ -37,8 +39,11 @@ struct Chunk<'a, T> {
     g: &'a [T],
     m: Option<&'a [T]>,
     v: Option<&'a [T]>,
-    out: (&'a mut [T], &'a mut [T], &'a mut [T]),
+    out: (Slots<'a, T>, Slots<'a, T>, Slots<'a, T>),
 }
+
+/// Output slots, each written once (no zeroing pass before).
+type Slots<'a, T> = &'a mut [MaybeUninit<T>];
 
 impl<T: Float> WideKernel for Chunk<'_, T> {
     type Output = ();
@@ -58,9 +63,9 @@ impl<T: Float> WideKernel for Chunk<'_, T> {
             );
             let m = m0 + (d - m0) * c.one_minus_beta1;
             let v = v0 * c.beta2 + c.one_minus_beta2 * d * d;
-            pm[j] = m;
-            pv[j] = v;
-            pw[j] = w - m / (v.sqrt() / c.bias2_sqrt + c.eps) * c.step_size;
+            pm[j].write(m);
+            pv[j].write(v);
+            pw[j].write(w - m / (v.sqrt() / c.bias2_sqrt + c.eps) * c.step_size);
         }
     }
 }
@@ -84,13 +89,22 @@ pub(super) fn step<T: Float>(
         bias2_sqrt: T::from_f64(k.bias2_sqrt),
     };
     let n = param.elem_count();
-    let (mut w1, mut m1, mut v1) = (vec![T::ZERO; n], vec![T::ZERO; n], vec![T::ZERO; n]);
+    let (mut w1, mut m1, mut v1): (Vec<T>, Vec<T>, Vec<T>) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (sw, sm, sv) = (
+        &mut w1.spare_capacity_mut()[..n],
+        &mut m1.spare_capacity_mut()[..n],
+        &mut v1.spare_capacity_mut()[..n],
+    );
     cpu::with_slice::<T, _>(OP, param, |w| {
         cpu::with_slice::<T, _>(OP, grad, |g| {
             cpu::with_opt_slice::<T, _>(OP, exp_avg, |m| {
                 cpu::with_opt_slice::<T, _>(OP, exp_avg_sq, |v| {
-                    let outs = w1.par_chunks_mut(CHUNK).zip(m1.par_chunks_mut(CHUNK));
-                    let outs = outs.zip(v1.par_chunks_mut(CHUNK));
+                    let outs = sw.par_chunks_mut(CHUNK).zip(sm.par_chunks_mut(CHUNK));
+                    let outs = outs.zip(sv.par_chunks_mut(CHUNK));
                     outs.enumerate().for_each(|(i, ((pw, pm), pv))| {
                         let r = i * CHUNK..i * CHUNK + pw.len();
                         cpu::run_wide(Chunk {
@@ -107,6 +121,13 @@ pub(super) fn step<T: Float>(
             })
         })
     })?;
+    // SAFETY: the chunks above cover all n slots of each vector (w, g and the outputs
+    // have n elements; the caller checked the shapes), and Chunk::run writes every slot.
+    unsafe {
+        w1.set_len(n);
+        m1.set_len(n);
+        v1.set_len(n);
+    }
     let dims = param.dims();
     Ok((
         cpu::tensor(OP, w1, dims)?,
