@@ -51,5 +51,6 @@ pub mod regression_loss;
 pub mod relu;
 pub mod resample;
 pub mod select;
+pub mod split;
 pub mod sync_batchnorm;
 pub mod unary;

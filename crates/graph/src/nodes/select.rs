@@ -1,5 +1,5 @@
-//! Slicing and joining (`narrow`, `split`, `chunk`, `expand`, `unsqueeze`, `squeeze`,
-//! `stack`) and selection by index (`index_select`, `gather`, `embedding`): recording,
+//! Slicing and joining (`narrow`, `expand`, `unsqueeze`, `squeeze`, `stack`; `split`
+//! and `chunk` are in [`split`](super::split)) and selection by index (`index_select`, `gather`, `embedding`): recording,
 //! backward rules, execution (kernels in `wick_ops::tensor::select`).
 
 use std::sync::Arc;
@@ -104,56 +104,6 @@ impl GraphBuilder {
         };
         let new = vec![("narrow", out, self.dtype_of(x))];
         Ok(self.push(Arc::new(op), vec![x], new, vec![], 0)[0])
-    }
-
-    /// `torch.split(x, split_size, dim)`: pieces of `split_size` along `dim` (the last
-    /// one shorter when the size does not divide), each differentiable.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use candle_core::DType;
-    /// use wick_graph::{GraphBuilder, Mode};
-    ///
-    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    /// let qkv = b.input("qkv", &[2, 7, 48], DType::F32)?;
-    /// let parts = b.split(qkv, 16, -1)?; // q, k, v
-    /// assert_eq!(parts.len(), 3);
-    /// assert_eq!(b.shape(parts[2]), &[2, 7, 16]);
-    /// let last = b.narrow(qkv, 1, 6, 1)?; // the last token
-    /// assert_eq!(b.shape(last), &[2, 1, 48]);
-    /// # Ok::<(), wick_graph::GraphError>(())
-    /// ```
-    pub fn split(&mut self, x: ValueId, split_size: usize, dim: isize) -> Result<Vec<ValueId>> {
-        let xs = self.shape(x).to_vec();
-        let d = dim_index("split", xs.len(), dim).map_err(self.build_err("split"))?;
-        if split_size == 0 {
-            return Err(self.build_err("split")(OpError::invalid(
-                "split",
-                "split_size must be positive",
-            )));
-        }
-        let n = xs[d];
-        (0..n.div_ceil(split_size).max(1))
-            .map(|i| {
-                let start = i * split_size;
-                self.narrow(x, d as isize, start, split_size.min(n - start))
-            })
-            .collect()
-    }
-
-    /// `torch.chunk(x, chunks, dim)`: at most `chunks` pieces of `ceil(n / chunks)` along
-    /// `dim`, as PyTorch's.
-    pub fn chunk(&mut self, x: ValueId, chunks: usize, dim: isize) -> Result<Vec<ValueId>> {
-        let xs = self.shape(x).to_vec();
-        let d = dim_index("chunk", xs.len(), dim).map_err(self.build_err("chunk"))?;
-        if chunks == 0 {
-            return Err(self.build_err("chunk")(OpError::invalid(
-                "chunk",
-                "chunks must be positive",
-            )));
-        }
-        self.split(x, xs[d].div_ceil(chunks).max(1), dim)
     }
 
     /// `x.expand(sizes)`: dimensions of size 1 repeated, new ones in front; `-1` keeps a

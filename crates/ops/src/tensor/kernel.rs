@@ -24,6 +24,10 @@ pub enum TensorKernel {
     Narrow,
     /// `narrow`'s gradient: the output gradient placed in zeros.
     NarrowBackward,
+    /// `split`/`chunk`: every piece along one dimension, copied, in one node.
+    Split,
+    /// `split`'s gradient: the pieces' gradients joined (zeros for a piece with none).
+    SplitBackward,
     /// `expand`: broadcast to a larger shape.
     Expand,
     /// `expand`'s gradient: the sum over the expanded dimensions.
@@ -72,7 +76,7 @@ impl TensorKernel {
             Unary(_) | UnaryBackward(_) | Compare(_) | Where | WhereBackward | MaskedFill
             | MaskedFillBackward => C::Elementwise,
             Reduce(_) | ReduceBackward(_) | ExpandBackward => C::Reduction,
-            Narrow | NarrowBackward | Expand => C::Indexing,
+            Narrow | NarrowBackward | Expand | Split | SplitBackward => C::Indexing,
             IndexSelect | IndexSelectBackward | Gather | GatherBackward => C::Indexing,
             Embedding | EmbeddingBackward => C::Indexing,
             Detach => C::Reshape,
@@ -85,15 +89,14 @@ impl TensorKernel {
     pub fn phase(self) -> Option<KernelPhase> {
         use TensorKernel::*;
         Some(match self {
-            MatMul | Unary(_) | Reduce(_) | Narrow | Expand | IndexSelect | Gather => {
+            MatMul | Unary(_) | Reduce(_) | Narrow | Split | Expand | IndexSelect | Gather => {
                 KernelPhase::Forward
             }
             Embedding | Compare(_) | Where | MaskedFill | LogSoftmaxForward | NllLossForward => {
                 KernelPhase::Forward
             }
-            MatMulBackward | UnaryBackward(_) | ReduceBackward(_) | NarrowBackward => {
-                KernelPhase::Backward
-            }
+            MatMulBackward | UnaryBackward(_) | ReduceBackward(_) | NarrowBackward
+            | SplitBackward => KernelPhase::Backward,
             ExpandBackward | IndexSelectBackward | GatherBackward | EmbeddingBackward => {
                 KernelPhase::Backward
             }
@@ -116,6 +119,8 @@ impl TensorKernel {
             ReduceBackward(r) => r.backward_name(),
             Narrow => "Narrow",
             NarrowBackward => "NarrowBackward",
+            Split => "Split",
+            SplitBackward => "SplitBackward",
             Expand => "Expand",
             ExpandBackward => "ExpandBackward",
             IndexSelect => "IndexSelect",

@@ -52,6 +52,48 @@ pub fn narrow_backward(gy: &Tensor, shape: &[usize], dim: usize, start: usize) -
     Tensor::cat(&parts, dim).map_err(c)
 }
 
+/// `torch.split` with the pieces' `sizes` along `dim` (summing to its size): each piece
+/// copied.
+pub fn split(x: &Tensor, dim: usize, sizes: &[usize]) -> Result<Vec<Tensor>> {
+    let mut start = 0;
+    sizes
+        .iter()
+        .map(|&len| {
+            let part = narrow(x, dim, start, len);
+            start += len;
+            part
+        })
+        .collect()
+}
+
+/// `split`'s gradient: the pieces' gradients joined along `dim`, zeros for a piece with
+/// none (`None`), into one tensor of `shape`, in one pass.
+pub fn split_backward(
+    grads: &[Option<&Tensor>],
+    shape: &[usize],
+    dim: usize,
+    sizes: &[usize],
+) -> Result<Tensor> {
+    let c = candle("split");
+    let Some(like) = grads.iter().flatten().next() else {
+        return Err(OpError::invalid("split", "no piece has a gradient"));
+    };
+    let parts: Vec<Tensor> = grads
+        .iter()
+        .zip(sizes)
+        .map(|(g, &len)| match g {
+            Some(g) => Ok((*g).clone()),
+            None => {
+                let mut s = shape.to_vec();
+                s[dim] = len;
+                Tensor::zeros(s, like.dtype(), like.device())
+            }
+        })
+        .collect::<candle_core::Result<_>>()
+        .map_err(&c)?;
+    Tensor::cat(&parts, dim).map_err(c)
+}
+
 /// The shape of `x.expand(sizes)`, PyTorch's way: new dimensions in front, `-1` keeps a
 /// dimension, and only dimensions of size 1 grow.
 pub fn expand_shape(shape: &[usize], sizes: &[isize]) -> Result<Vec<usize>> {
