@@ -30,8 +30,11 @@ fn one_node_splits_and_one_joins_the_gradients_with_zeros_for_an_unread_piece() 
     assert_eq!(count(TensorKernel::NarrowBackward), 0, "{kernels:?}");
     let mut exec = Executor::new(graph, &Device::Cpu);
     let values: Vec<f64> = (0..42).map(f64::from).collect();
-    exec.set("x", &Tensor::from_vec(values, (2, 3, 7), &Device::Cpu).unwrap())
-        .unwrap();
+    exec.set(
+        "x",
+        &Tensor::from_vec(values, (2, 3, 7), &Device::Cpu).unwrap(),
+    )
+    .unwrap();
     exec.run().unwrap();
     let g = exec.get_id(gx).unwrap().unwrap();
     let row: Vec<f64> = g.get(1).unwrap().get(2).unwrap().to_vec1().unwrap();
