@@ -31,6 +31,13 @@ fn train_losses(stdout: &str) -> Vec<f64> {
         .collect()
 }
 
+/// `--text text --config config` and then `settings`.
+fn with_text<'a>(text: &'a str, config: &'a str, settings: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--text", text, "--config", config];
+    args.extend_from_slice(settings);
+    args
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
@@ -42,16 +49,7 @@ fn the_loss_falls_the_weights_are_saved_and_generation_reads_them() {
     let d = common::scratch("wick-gpt-");
     let config = write(d.path(), "tiny.json", TINY);
     let text = text();
-    let base = [
-        "--text",
-        &text,
-        "--config",
-        &config,
-        "--context",
-        "32",
-        "--batch-size",
-        "4",
-    ];
+    let base = with_text(&text, &config, &["--context", "32", "--batch-size", "4"]);
     let args: Vec<&str> = base
         .iter()
         .copied()
@@ -180,11 +178,7 @@ fn a_resumed_run_ends_with_the_uninterrupted_weights() {
     let d = common::scratch("wick-gpt-");
     let config = write(d.path(), "tiny.json", TINY.replace("0.0", "0.1").as_str());
     let text = text();
-    let base = [
-        "--text",
-        &text,
-        "--config",
-        &config,
+    let settings = [
         "--context",
         "16",
         "--batch-size",
@@ -192,6 +186,7 @@ fn a_resumed_run_ends_with_the_uninterrupted_weights() {
         "--steps-per-epoch",
         "4",
     ];
+    let base = with_text(&text, &config, &settings);
     let with = |extra: &[&'static str]| -> Vec<&str> {
         base.iter().copied().chain(extra.iter().copied()).collect()
     };

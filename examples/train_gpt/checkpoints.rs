@@ -155,7 +155,7 @@ impl Checkpoints {
         run: &mut GptTraining,
         override_settings: bool,
     ) -> Result<(usize, usize)> {
-        let ckpt = if from.join("training.safetensors").is_file() {
+        let ckpt = if resume::is_checkpoint(from) {
             from.to_path_buf()
         } else {
             resume::periodic(from)?.pop().map(|(_, p)| p).ok_or_else(|| {

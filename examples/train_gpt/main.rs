@@ -380,10 +380,7 @@ fn checkpoints(
     run: &mut GptTraining,
     trajectory: Vec<(&'static str, String)>,
 ) -> Result<(Checkpoints, usize, Option<resume::DirLock>)> {
-    let resumed_dir = a.resume.as_ref().map(|r| match r.parent() {
-        Some(parent) if r.join("training.safetensors").is_file() => parent.to_path_buf(),
-        _ => r.clone(),
-    });
+    let resumed_dir = a.resume.as_deref().map(resume::run_folder_of);
     let every = a.checkpoint_every.unwrap_or(a.steps_per_epoch);
     common::at_least_one("--checkpoint-every", every)?;
     common::at_least_one("--keep", a.keep)?;

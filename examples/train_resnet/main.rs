@@ -239,7 +239,7 @@ impl Plan {
             checkpoints: a
                 .checkpoint_dir
                 .clone()
-                .or_else(|| a.resume.as_deref().map(run_state::checkpoints_of)),
+                .or_else(|| a.resume.as_deref().map(resume::run_folder_of)),
             checkpoint_every,
             top5: config.num_classes() >= 100,
             trajectory: Vec::new(),

@@ -43,7 +43,7 @@ pub(crate) fn resume_from(
     };
     // A checkpoint folder itself, or the folder of a run's step-<N> checkpoints (then the
     // latest).
-    let (at, ckpt) = if is_checkpoint(dir) {
+    let (at, ckpt) = if resume::is_checkpoint(dir) {
         let at = dir
             .file_name()
             .and_then(|n| n.to_str()?.strip_prefix("step-")?.parse().ok());
@@ -113,19 +113,6 @@ pub(crate) fn at_the_end(a: &Args, plan: &Plan, start: usize, session: &Session)
         plan.steps
     );
     Ok(())
-}
-
-fn is_checkpoint(dir: &std::path::Path) -> bool {
-    dir.join("model.safetensors").is_file() && dir.join("training.safetensors").is_file()
-}
-
-/// Where a run resumed from `resume` writes its checkpoints without --checkpoint-dir: the
-/// run's folder (the parent of a checkpoint given itself).
-pub(crate) fn checkpoints_of(resume: &std::path::Path) -> std::path::PathBuf {
-    match resume.parent() {
-        Some(parent) if is_checkpoint(resume) => parent.to_path_buf(),
-        _ => resume.to_path_buf(),
-    }
 }
 
 /// The best accuracy a resumed run starts from, so that a worse model never replaces

@@ -230,6 +230,20 @@ pub fn save(
     Ok(target)
 }
 
+/// Whether `dir` is one checkpoint (its model and training state), not a run's folder.
+pub fn is_checkpoint(dir: &Path) -> bool {
+    dir.join(MODEL).is_file() && dir.join(TRAINING).is_file()
+}
+
+/// Where a run resumed from `resume` writes its checkpoints without --checkpoint-dir: the
+/// run's folder (the parent of a checkpoint given itself).
+pub fn run_folder_of(resume: &Path) -> PathBuf {
+    match resume.parent() {
+        Some(parent) if is_checkpoint(resume) => parent.to_path_buf(),
+        _ => resume.to_path_buf(),
+    }
+}
+
 /// The periodic checkpoints in `dir` (`step-<N>`), oldest first.
 pub fn periodic(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     if !dir.exists() {

@@ -123,24 +123,20 @@ impl NodeOp for SplitBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        // The inputs are the present pieces' gradients, in order.
         let mut given = (0..inputs.len()).map(|i| arg(inputs, i, "split"));
-        let mut grads = Vec::with_capacity(self.present.len());
-        for &present in &self.present {
-            grads.push(if present {
-                Some(
-                    given.next().ok_or_else(|| {
-                        OpError::invalid("split", "a piece's gradient is missing")
-                    })??,
-                )
-            } else {
-                None
-            });
-        }
-        Ok(vec![Some(kernels::split_backward(
-            &grads,
-            &self.shape,
-            self.split.dim,
-            &self.split.sizes,
-        )?)])
+        let grads = self
+            .present
+            .iter()
+            .map(|&present| {
+                let missing = || Err(OpError::invalid("split", "a piece's gradient is missing"));
+                present
+                    .then(|| given.next().unwrap_or_else(missing))
+                    .transpose()
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let (dim, sizes) = (self.split.dim, &self.split.sizes);
+        let g = kernels::split_backward(&grads, &self.shape, dim, sizes)?;
+        Ok(vec![Some(g)])
     }
 }

@@ -16,14 +16,13 @@ pub(crate) fn section(p: &Profile) -> String {
     out
 }
 
-/// Bytes per element of a dtype as the profile names it (`F32`, `BF16`, ...).
+/// Bytes per element of a dtype as the profile names it (`F32`, `BF16`, ...: candle's
+/// `DType` in `Debug` form); 4 for a name candle does not know.
 fn dtype_bytes(dtype: &str) -> u64 {
-    match dtype {
-        "F64" | "I64" => 8,
-        "F16" | "BF16" => 2,
-        "U8" => 1,
-        _ => 4,
-    }
+    dtype
+        .to_lowercase()
+        .parse::<candle_core::DType>()
+        .map_or(4, |d| d.size_in_bytes() as u64)
 }
 
 /// What the fused attention nodes keep for their backward (the output, kept anyway as
