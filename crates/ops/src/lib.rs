@@ -37,6 +37,7 @@ pub mod error;
 pub mod gpu;
 pub mod kernel;
 pub mod kernel_class;
+mod layer_norm_channels_cpu;
 mod layer_norm_cpu;
 pub mod layout;
 pub mod linear;

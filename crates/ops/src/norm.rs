@@ -1,6 +1,7 @@
-//! Softmax, layer norm (over the last dimension; ConvNeXt's channel norm is a permute to
-//! channels-last around it) and group norm, forward and backward, on candle's tensor ops;
-//! softmax and layer norm on the CPU by their own kernels (`softmax_cpu`, `layer_norm_cpu`).
+//! Softmax, layer norm (over the last dimension, or over the channels of `[N, C, ...]` as
+//! ConvNeXt's `LayerNorm2d`) and group norm, forward and backward, on candle's tensor ops;
+//! softmax and both layer norms on the CPU by their own kernels (`softmax_cpu`,
+//! `layer_norm_cpu`, `layer_norm_channels_cpu`).
 //! Statistics are recomputed from the input in backward instead of being kept from
 //! forward: one more pass over the input, and one less tensor alive between the passes.
 
@@ -11,6 +12,7 @@ use crate::softmax_cpu::SoftmaxKind;
 
 const SOFTMAX: &str = "softmax";
 const LAYER_NORM: &str = "layer_norm";
+const LAYER_NORM_2D: &str = "layer_norm2d";
 const GROUP_NORM: &str = "group_norm";
 
 /// Checks that `dim` is a dimension of `shape`.
@@ -206,6 +208,103 @@ pub fn layer_norm_backward(
         } else {
             None
         },
+    })
+}
+
+/// Checks a channel layer norm's input `[N, C, ...]` and per-channel parameters.
+pub fn check_layer_norm2d(
+    x: &[usize],
+    weight: Option<&[usize]>,
+    bias: Option<&[usize]>,
+) -> Result<()> {
+    if x.len() < 2 {
+        return Err(OpError::invalid(
+            LAYER_NORM_2D,
+            format!("the input must be [N, C, ...], got {x:?}"),
+        ));
+    }
+    for (what, s) in [("weight", weight), ("bias", bias)] {
+        if let Some(s) = s {
+            crate::shape::same(LAYER_NORM_2D, what, s, "channels", &[x[1]])?;
+        }
+    }
+    Ok(())
+}
+
+/// The permutations of an `[N, C, ...]` input to channels-last and back.
+fn channels_last_perms(rank: usize) -> (Vec<usize>, Vec<usize>) {
+    let to: Vec<usize> = [0].into_iter().chain(2..rank).chain([1]).collect();
+    let back: Vec<usize> = [0, rank - 1].into_iter().chain(1..rank - 1).collect();
+    (to, back)
+}
+
+/// Permutes `t` by `perm` into contiguous storage.
+fn permuted(t: &Tensor, perm: &[usize]) -> Result<Tensor> {
+    t.permute(perm)
+        .ctx(LAYER_NORM_2D)?
+        .contiguous()
+        .ctx(LAYER_NORM_2D)
+}
+
+/// Layer norm over the channels (dimension 1) of an `[N, C, ...]` input, with an optional
+/// per-channel `weight` and `bias`: torchvision's `LayerNorm2d` without its permutes.
+pub fn layer_norm2d(
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    bias: Option<&Tensor>,
+    eps: f64,
+) -> Result<Tensor> {
+    check_layer_norm2d(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
+    if crate::cpu::on_cpu_kernel(x) {
+        crate::cpu::same_dtype(LAYER_NORM_2D, x.dtype(), &affine_params(weight, bias))?;
+        return crate::cpu::dispatch_float!(
+            LAYER_NORM_2D,
+            x.dtype(),
+            crate::layer_norm_channels_cpu::forward(x, weight, bias, eps)
+        );
+    }
+    let (to, back) = channels_last_perms(x.rank());
+    let y = layer_norm(&permuted(x, &to)?, weight, bias, eps)?;
+    permuted(&y, &back)
+}
+
+/// The channel layer norm's gradients, recomputing the statistics from `x`.
+pub fn layer_norm2d_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    has_bias: bool,
+    eps: f64,
+) -> Result<NormGrads> {
+    let op = LAYER_NORM_2D;
+    check_layer_norm2d(x.dims(), weight.map(|w| w.dims()), None)?;
+    crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
+    if crate::cpu::on_cpu_kernel(x) {
+        let mut operands = affine_params(weight, None);
+        operands.push(("output gradient", grad_y));
+        crate::cpu::same_dtype(op, x.dtype(), &operands)?;
+        let (input, dw, db) = crate::cpu::dispatch_float!(
+            op,
+            x.dtype(),
+            crate::layer_norm_channels_cpu::backward(grad_y, x, weight, eps)
+        )?;
+        return Ok(NormGrads {
+            input,
+            weight: weight.map(|_| dw),
+            bias: has_bias.then_some(db),
+        });
+    }
+    let (to, back) = channels_last_perms(x.rank());
+    let g = layer_norm_backward(
+        &permuted(grad_y, &to)?,
+        &permuted(x, &to)?,
+        weight,
+        has_bias,
+        eps,
+    )?;
+    Ok(NormGrads {
+        input: permuted(&g.input, &back)?,
+        ..g
     })
 }
 

@@ -30,6 +30,8 @@ pub struct SoftmaxBackward {
 pub enum NormKind {
     /// Over the last dimension.
     Layer,
+    /// Over the channels of an `[N, C, ...]` input (torchvision's `LayerNorm2d`).
+    LayerChannels,
     /// Over groups of channels of an `[N, C, ...]` input.
     Group(usize),
 }
@@ -66,7 +68,7 @@ impl GraphBuilder {
     }
 
     /// Layer norm over the last dimension with an optional affine `weight` and `bias` of
-    /// that size (ConvNeXt's channel norm: permute to channels-last, then this).
+    /// that size.
     pub fn layer_norm(
         &mut self,
         x: ValueId,
@@ -82,6 +84,27 @@ impl GraphBuilder {
         norm::check_layer_norm(self.shape(x), w.as_deref(), b.as_deref())
             .map_err(self.build_err("layer_norm"))?;
         self.record_norm(NormKind::Layer, x, weight, bias, eps)
+    }
+
+    /// Layer norm over the channels of an `[N, C, ...]` input, with an optional
+    /// per-channel `weight` and `bias`: torchvision's `LayerNorm2d` (ConvNeXt's), the same
+    /// values as permuting to channels-last around [`GraphBuilder::layer_norm`] without
+    /// the two copies.
+    pub fn layer_norm2d(
+        &mut self,
+        x: ValueId,
+        weight: Option<ValueId>,
+        bias: Option<ValueId>,
+        eps: f64,
+    ) -> Result<ValueId> {
+        self.forward_only("layer_norm2d")?;
+        let (w, b) = (
+            weight.map(|w| self.shape(w).to_vec()),
+            bias.map(|b| self.shape(b).to_vec()),
+        );
+        norm::check_layer_norm2d(self.shape(x), w.as_deref(), b.as_deref())
+            .map_err(self.build_err("layer_norm2d"))?;
+        self.record_norm(NormKind::LayerChannels, x, weight, bias, eps)
     }
 
     /// Group norm of an `[N, C, ...]` input in `groups` groups, with an optional
@@ -163,6 +186,7 @@ impl Norm {
     fn op_name(&self) -> &'static str {
         match self.kind {
             NormKind::Layer => "layer_norm",
+            NormKind::LayerChannels => "layer_norm2d",
             NormKind::Group(_) => "group_norm",
         }
     }
@@ -171,7 +195,7 @@ impl Norm {
 impl NodeOp for Norm {
     fn kernel(&self) -> Kernel {
         match self.kind {
-            NormKind::Layer => Kernel::LayerNormForward,
+            NormKind::Layer | NormKind::LayerChannels => Kernel::LayerNormForward,
             NormKind::Group(_) => Kernel::GroupNormForward,
         }
     }
@@ -191,6 +215,7 @@ impl NodeOp for Norm {
         };
         one(match self.kind {
             NormKind::Layer => norm::layer_norm(x, w, b, self.eps)?,
+            NormKind::LayerChannels => norm::layer_norm2d(x, w, b, self.eps)?,
             NormKind::Group(g) => norm::group_norm(x, g, w, b, self.eps)?,
         })
     }
@@ -234,7 +259,7 @@ impl NodeOp for Norm {
 impl NodeOp for NormBackward {
     fn kernel(&self) -> Kernel {
         match self.forward.kind {
-            NormKind::Layer => Kernel::LayerNormBackward,
+            NormKind::Layer | NormKind::LayerChannels => Kernel::LayerNormBackward,
             NormKind::Group(_) => Kernel::GroupNormBackward,
         }
     }
@@ -254,6 +279,7 @@ impl NodeOp for NormBackward {
             bias,
         } = match f.kind {
             NormKind::Layer => norm::layer_norm_backward(gy, x, w, f.has_bias, f.eps)?,
+            NormKind::LayerChannels => norm::layer_norm2d_backward(gy, x, w, f.has_bias, f.eps)?,
             NormKind::Group(g) => norm::group_norm_backward(gy, x, g, w, f.has_bias, f.eps)?,
         };
         let mut out = vec![Some(input)];

@@ -452,12 +452,14 @@ impl<'a> Layers<'a> {
         })
     }
 
-    /// A layer norm over the channels of an `[N, C, H, W]` input (torchvision's
-    /// `LayerNorm2d`: permute to channels-last, normalise, permute back).
+    /// A layer norm over the channels of an `[N, C, H, W]` input as layer `path`
+    /// (torchvision's `LayerNorm2d`, without its permutes to channels-last and back).
     pub fn layer_norm2d(&mut self, path: &str, x: ValueId, c: usize, eps: f64) -> LayerResult {
-        let nhwc = self.b.permute(x, &[0, 2, 3, 1])?;
-        let y = self.layer_norm(path, nhwc, c, eps)?;
-        self.b.permute(y, &[0, 3, 1, 2])
+        self.scope(path, |nn| {
+            let w = nn.param("weight", &[c], TensorRole::BnWeight, Init::Constant(1.0), 0)?;
+            let b = nn.param("bias", &[c], TensorRole::BnBias, Init::Constant(0.0), 0)?;
+            nn.b.layer_norm2d(x, Some(w), Some(b), eps)
+        })
     }
 }
 

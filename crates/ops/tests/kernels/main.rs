@@ -18,6 +18,7 @@ mod emulated_emulator;
 mod emulated_fixtures;
 mod emulated_optim;
 mod fused_train;
+mod layer_norm;
 mod linear;
 mod loss;
 mod optim;
