@@ -39,11 +39,17 @@ fn both(c: &mut Criterion, name: String, flops: u64, op: Op) {
 }
 
 fn linear_layers(c: &mut Criterion) {
-    // (rows, in, out): ConvNeXt's first and third stage MLPs, a GPT-2 block's c_attn.
+    // (rows, in, out): ConvNeXt's first and third stage MLPs, its last stage's at 64x64
+    // batch 4 and at batch 1 (few rows, deep sums), a GPT-2 block's c_attn.
     for (m, k, n) in [
         (8192, 96, 384),
         (8192, 384, 96),
         (512, 384, 1536),
+        (64, 1536, 384),
+        (16, 768, 3072),
+        (16, 3072, 768),
+        (1, 768, 3072),
+        (1, 3072, 768),
         (1024, 384, 1152),
     ] {
         let (x, w, b, gy) = (randn(&[m, k]), randn(&[n, k]), randn(&[n]), randn(&[m, n]));

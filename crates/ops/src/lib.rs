@@ -42,6 +42,7 @@ mod layer_norm_cpu;
 pub mod layout;
 pub mod linear;
 mod linear_cpu;
+mod linear_few_rows;
 pub mod loss;
 pub mod norm;
 pub mod numeric;

@@ -1,14 +1,16 @@
-//! Linear layers on the CPU through wick's GEMM (`cpu::gemm_*`): the forward's bias is
+//! Linear layers on the CPU through wick's GEMM (`cpu::gemm_*`), or in float32 with few
+//! rows through `linear_few_rows`: the forward's bias is
 //! written first and the product accumulated onto it (no second pass over the output) for
 //! deep products, and
 //! the weight gradient is computed transposed, column-major, which the `gemm` crate runs
 //! faster for the tall, narrow operands of a linear layer over many rows.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::broadcast::BinaryOp;
 use crate::cpu::{self, Float};
 use crate::error::Result;
+use crate::linear_few_rows;
 
 const OP: &str = "linear";
 
@@ -26,6 +28,18 @@ pub(crate) fn forward<T: Float>(
 ) -> Result<Tensor> {
     let (m, k) = (x.dims()[0], x.dims()[1]);
     let n = weight.dims()[0];
+    if x.dtype() == DType::F32 && linear_few_rows::takes_few_rows_path(m, n, k) {
+        let y = cpu::with_slice::<f32, _>(OP, x, |xd| {
+            cpu::with_slice::<f32, _>(OP, weight, |wd| {
+                Ok(linear_few_rows::forward(xd, wd, m, n, k))
+            })
+        })?;
+        let y = cpu::tensor(OP, y, (m, n))?;
+        return match bias {
+            Some(b) => crate::broadcast::forward(BinaryOp::Add, &y, b),
+            None => Ok(y),
+        };
+    }
     let y = cpu::with_slice::<T, _>(OP, x, |xd| {
         cpu::with_slice::<T, _>(OP, weight, |wd| {
             // weightᵀ's element (j, c) is weight[c][j]: strides (1, k).

@@ -91,7 +91,8 @@ fn float32_is_within_rounding_error_bounds_of_float64() {
 
 /// wick's CPU kernel (bias written first, the product accumulated onto it; the weight
 /// gradient column-major) against candle's generic ops, with and without a bias, on
-/// shapes that take the row-split and the crate-threaded products.
+/// shapes that take the row-split and the crate-threaded products, and the few-rows
+/// float32 forward (tails of the sum, of the weight rows and of the input rows).
 #[test]
 fn cpu_kernel_matches_the_generic_path() {
     use wick_ops::KernelPath;
@@ -100,6 +101,10 @@ fn cpu_kernel_matches_the_generic_path() {
         (300, 96, 384, true),
         (513, 384, 96, false),
         (64, 1024, 40, true),
+        (1, 37, 5, true),
+        (3, 100, 7, false),
+        (16, 300, 22, true),
+        (70, 65, 9, true),
     ] {
         for dtype in [DType::F32, DType::F64] {
             let t = |seed, dims: &[usize]| rand_tensor(seed, dims).to_dtype(dtype).unwrap();
