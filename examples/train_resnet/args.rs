@@ -43,9 +43,9 @@ pub struct Args {
     /// Classes of the synthetic data (at most --num-classes).
     #[arg(long, default_value_t = 10)]
     pub synthetic_classes: usize,
-    /// Base learning rate.
-    #[arg(long, default_value_t = 0.05)]
-    pub lr: f64,
+    /// Base learning rate [default: 0.05 for sgd, 0.001 for adam and adamw].
+    #[arg(long)]
+    pub lr: Option<f64>,
     /// Schedule (PyTorch's definitions), counted in epochs, or in steps with a /step
     /// suffix: constant, step:MILESTONES[:GAMMA] (step:30,60:0.1) or
     /// cosine:TOTAL[:WARMUP[:MIN_LR]] (linear warm-up from lr/3, then cosine annealing).
@@ -55,9 +55,9 @@ pub struct Args {
     /// (betas 0.9, 0.999, eps 1e-8).
     #[arg(long, value_enum, default_value = "sgd")]
     pub optimizer: OptimizerKind,
-    /// SGD momentum.
-    #[arg(long, default_value_t = 0.9)]
-    pub momentum: f64,
+    /// SGD momentum [default: 0.9]; adam and adamw use betas 0.9, 0.999 instead.
+    #[arg(long)]
+    pub momentum: Option<f64>,
     /// Weight decay (an L2 penalty for sgd and adam, decoupled for adamw).
     #[arg(long, default_value_t = 5e-4)]
     pub weight_decay: f64,
@@ -143,6 +143,19 @@ pub enum OptimizerKind {
 }
 
 impl Args {
+    /// The base learning rate: --lr, or the optimizer's usual one.
+    pub fn lr(&self) -> f64 {
+        self.lr.unwrap_or(match self.optimizer {
+            OptimizerKind::Sgd => 0.05,
+            OptimizerKind::Adam | OptimizerKind::Adamw => 1e-3,
+        })
+    }
+
+    /// SGD's momentum: --momentum, or 0.9.
+    pub fn momentum(&self) -> f64 {
+        self.momentum.unwrap_or(0.9)
+    }
+
     /// The augmentation asked for: (random crop, horizontal flip).
     pub fn augmentation(&self) -> anyhow::Result<(bool, bool)> {
         if self.no_augmentation {
@@ -196,6 +209,11 @@ pub fn check_args(a: &Args, distributed: bool) -> Result<()> {
     }
     a.profile.check(&mut files)?;
     a.augmentation()?;
+    anyhow::ensure!(
+        a.momentum.is_none() || a.optimizer == OptimizerKind::Sgd,
+        "--momentum is SGD's; {:?} uses betas 0.9, 0.999 instead",
+        a.optimizer
+    );
     anyhow::ensure!(
         a.bucket_mb.is_finite() && a.bucket_mb > 0.0,
         "--bucket-mb must be a positive number of MiB, got {}",

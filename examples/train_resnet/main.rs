@@ -144,11 +144,19 @@ fn print_header(a: &Args, plan: &Plan, config: &ModelConfig, device: &wick::cand
         );
     }
     println!(
-        "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), momentum {}, weight decay {}, augmentation: {}",
+        "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), {}, weight decay {}, augmentation: {}",
         config.describe(), device.location(),
         plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
-        a.optimizer, a.lr, a.lr_schedule, a.momentum, a.weight_decay, augmentation_text(a)
+        a.optimizer, a.lr(), a.lr_schedule, momentum_text(a), a.weight_decay, augmentation_text(a)
     );
+}
+
+/// SGD's momentum, or Adam's betas.
+fn momentum_text(a: &Args) -> String {
+    match a.optimizer {
+        OptimizerKind::Sgd => format!("momentum {}", a.momentum()),
+        OptimizerKind::Adam | OptimizerKind::Adamw => "betas (0.9, 0.999)".into(),
+    }
 }
 
 /// After the last epoch: every rank's checksum; rank 0 gathers the ranks' timings (a
@@ -258,15 +266,15 @@ impl Plan {
 fn optimizer_config(a: &Args) -> OptimizerConfig {
     let optimizer = match a.optimizer {
         OptimizerKind::Sgd => Optimizer::Sgd(SgdParams {
-            lr: a.lr,
-            momentum: a.momentum,
+            lr: a.lr(),
+            momentum: a.momentum(),
             weight_decay: a.weight_decay,
             ..Default::default()
         }),
         OptimizerKind::Adam | OptimizerKind::Adamw => Optimizer::Adam(AdamParams {
             weight_decay: a.weight_decay,
             decoupled: a.optimizer == OptimizerKind::Adamw,
-            ..AdamParams::adam(a.lr)
+            ..AdamParams::adam(a.lr())
         }),
     };
     let mut config = OptimizerConfig::from(optimizer);
@@ -403,7 +411,7 @@ impl<'a> TrainLoop<'a> {
         )?);
         let (mut train, mut train_secs, mut wall_secs) = (Scores::default(), 0.0, 0.0);
         while self.step < plan.steps && self.step < epoch * plan.per_epoch {
-            let next = a.lr_schedule.lr(a.lr, self.step, plan.per_epoch);
+            let next = a.lr_schedule.lr(a.lr(), self.step, plan.per_epoch);
             if next != self.lr {
                 self.lr = next;
                 session.executor_mut().set_learning_rate(next)?;

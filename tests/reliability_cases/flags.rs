@@ -182,5 +182,14 @@ pub fn cases() -> Vec<Case> {
             }
         }
     }
+    // A setting the chosen optimizer does not have: Adam has betas, not momentum.
+    let adam = [TRAIN, &["--optimizer", "adam"]].concat();
+    v.push(refused(
+        "train_resnet",
+        &adam,
+        "--momentum",
+        "0.5",
+        vec!["--momentum is SGD's".into()],
+    ));
     v
 }
