@@ -71,6 +71,49 @@ fn describe(shape: &[usize], dtype: DType) -> String {
     format!("shape {shape:?} {dtype:?}")
 }
 
+/// What hooks are told about node `op_id`, `n`, of `graph` on a device of kind `kind`.
+fn node_info(
+    graph: &Graph,
+    plan: &crate::memory_plan::MemoryPlan,
+    kind: DeviceKind,
+    op_id: usize,
+    n: &crate::ir::Node,
+) -> NodeInfo {
+    let shapes = |values: &[ValueId]| -> Vec<Vec<usize>> {
+        values
+            .iter()
+            .map(|v| graph.values[v.0].shape.clone())
+            .collect()
+    };
+    let input_shapes = shapes(&n.inputs);
+    NodeInfo {
+        op_id,
+        param_slots: n.op.param_slots(),
+        kernel: n.op.kernel(),
+        name: n.op.kernel().name(kind),
+        variant: n.op.variant(&input_shapes),
+        phase: n.phase,
+        input_shapes,
+        output_shapes: shapes(&n.outputs),
+        flops: n.flops,
+        origin: n.origin.clone(),
+        // A reshape is a view of its input: it reads and writes nothing.
+        bytes: if n.op.kernel() == wick_ops::Kernel::Reshape {
+            0
+        } else {
+            n.inputs
+                .iter()
+                .chain(&n.outputs)
+                .fold(0u64, |a, v| a.saturating_add(plan.value_bytes[v.0]))
+        },
+        dtype: n
+            .outputs
+            .first()
+            .or(n.inputs.first())
+            .map_or(DType::F32, |v| graph.values[v.0].dtype),
+    }
+}
+
 impl Executor {
     /// An executor for `graph` on `device`. Parameters and state start unset: set them with
     /// [`set`](Executor::set) before the first [`run`](Executor::run).
@@ -81,39 +124,7 @@ impl Executor {
             .nodes
             .iter()
             .enumerate()
-            .map(|(op_id, n)| NodeInfo {
-                op_id,
-                param_slots: n.op.param_slots(),
-                kernel: n.op.kernel(),
-                name: n.op.kernel().name(kind),
-                phase: n.phase,
-                input_shapes: n
-                    .inputs
-                    .iter()
-                    .map(|v| graph.values[v.0].shape.clone())
-                    .collect(),
-                output_shapes: n
-                    .outputs
-                    .iter()
-                    .map(|v| graph.values[v.0].shape.clone())
-                    .collect(),
-                flops: n.flops,
-                origin: n.origin.clone(),
-                // A reshape is a view of its input: it reads and writes nothing.
-                bytes: if n.op.kernel() == wick_ops::Kernel::Reshape {
-                    0
-                } else {
-                    n.inputs
-                        .iter()
-                        .chain(&n.outputs)
-                        .fold(0u64, |a, v| a.saturating_add(plan.value_bytes[v.0]))
-                },
-                dtype: n
-                    .outputs
-                    .first()
-                    .or(n.inputs.first())
-                    .map_or(DType::F32, |v| graph.values[v.0].dtype),
-            })
+            .map(|(op_id, n)| node_info(&graph, &plan, kind, op_id, n))
             .collect();
         let frees = graph.last_uses();
         let communicates = graph.nodes.iter().any(|n| n.op.kernel().communicates());

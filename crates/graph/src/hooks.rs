@@ -17,6 +17,8 @@ pub struct NodeInfo {
     pub kernel: Kernel,
     /// The kernel's name on the executor's device (`ConvForward`, `cudnnConvForward`, ...).
     pub name: &'static str,
+    /// What sets the node apart from others of its kernel ([`NodeOp::variant`](crate::NodeOp::variant)).
+    pub variant: Option<wick_ops::KernelVariant>,
     /// The node's phase.
     pub phase: Phase,
     /// Shapes of the inputs, in the op's input order.

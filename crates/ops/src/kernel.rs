@@ -9,7 +9,7 @@ use candle_core::Device;
 use crate::activation::Activation;
 use crate::broadcast::BinaryOp;
 use crate::device_kind::DeviceKind;
-pub use crate::kernel_class::{KernelClass, KernelPhase};
+pub use crate::kernel_class::{KernelClass, KernelPhase, KernelVariant};
 use crate::regression_loss::ElementwiseLoss;
 use crate::tensor::TensorKernel;
 

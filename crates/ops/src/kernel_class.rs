@@ -86,6 +86,40 @@ impl KernelClass {
     }
 }
 
+/// What sets a node apart from others of its kernel when that changes where its time
+/// goes: the profiler's per-type rows, roofline points and advice split a kernel by it
+/// (`ConvForward (depthwise)`), while SINGA's per-op lines keep the kernel's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelVariant {
+    /// A convolution whose every group is one input channel (MobileNet's 3x3s): little
+    /// arithmetic per byte, memory-bound.
+    DepthwiseConv,
+    /// A grouped convolution with several input channels per group (ResNeXt's).
+    GroupedConv,
+    /// A dense 1x1 convolution: a plain matrix product over the pixels.
+    PointwiseConv,
+}
+
+impl KernelVariant {
+    /// The label the profiler appends to the kernel's name.
+    pub fn label(self) -> &'static str {
+        match self {
+            KernelVariant::DepthwiseConv => "depthwise",
+            KernelVariant::GroupedConv => "grouped",
+            KernelVariant::PointwiseConv => "1x1",
+        }
+    }
+
+    /// `name (label)`: a per-type row's name.
+    pub fn type_name(variant: Option<KernelVariant>, name: &str) -> String {
+        match variant {
+            Some(v) => format!("{name} ({})", v.label()),
+            None => name.to_string(),
+        }
+    }
+}
+
 /// Which part of a training step a kernel serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelPhase {

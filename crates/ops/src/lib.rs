@@ -66,7 +66,7 @@ pub use cuda_launches::CudaLaunches;
 pub use device_kind::DeviceKind;
 pub use elementwise::add;
 pub use error::{OpError, Result};
-pub use kernel::{CustomKernel, Kernel, KernelClass, KernelPhase};
+pub use kernel::{CustomKernel, Kernel, KernelClass, KernelPhase, KernelVariant};
 pub use linear::{linear, LinearGrads};
 pub use loss::{cross_entropy, cross_entropy_backward};
 pub use numeric::{first_non_finite, first_non_finite_of};

@@ -45,6 +45,13 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
     /// The kernel this node runs (its name on each device comes from `wick-ops`).
     fn kernel(&self) -> Kernel;
 
+    /// What sets this node apart from others of its kernel (a depthwise convolution),
+    /// given its inputs' shapes: the profiler's per-type rows split a kernel by it.
+    /// `None` for most nodes (the default).
+    fn variant(&self, _input_shapes: &[Vec<usize>]) -> Option<wick_ops::KernelVariant> {
+        None
+    }
+
     /// Runs the kernel. `inputs` are the node's input tensors in order; every input is set
     /// except those [`optional_input`](NodeOp::optional_input) allows to be missing.
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult;

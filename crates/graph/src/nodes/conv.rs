@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use wick_ops::conv::{self, Conv2dParams};
-use wick_ops::Kernel;
+use wick_ops::{Kernel, KernelVariant};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -76,6 +76,10 @@ impl NodeOp for Conv2d {
         Kernel::ConvForward
     }
 
+    fn variant(&self, input_shapes: &[Vec<usize>]) -> Option<KernelVariant> {
+        self.params.variant(input_shapes.get(1)?)
+    }
+
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let bias = if self.has_bias {
             Some(arg(inputs, 2, OP)?)
@@ -131,6 +135,10 @@ impl NodeOp for ConvBackwardData {
         Kernel::ConvBackwardData
     }
 
+    fn variant(&self, input_shapes: &[Vec<usize>]) -> Option<KernelVariant> {
+        self.params.variant(input_shapes.get(1)?)
+    }
+
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, w] = args(inputs, OP)?;
         one(conv::conv2d_backward_data(
@@ -145,6 +153,10 @@ impl NodeOp for ConvBackwardData {
 impl NodeOp for ConvBackwardFilter {
     fn kernel(&self) -> Kernel {
         Kernel::ConvBackwardFilter
+    }
+
+    fn variant(&self, _input_shapes: &[Vec<usize>]) -> Option<KernelVariant> {
+        self.params.variant(&self.weight_shape)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

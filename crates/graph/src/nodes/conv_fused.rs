@@ -114,6 +114,10 @@ impl NodeOp for ConvBiasActivation {
         Kernel::ConvBiasActivationForward
     }
 
+    fn variant(&self, input_shapes: &[Vec<usize>]) -> Option<wick_ops::KernelVariant> {
+        self.params.variant(input_shapes.get(1)?)
+    }
+
     /// A folded batch norm keeps its folded weight (the convolution's size) and bias (the
     /// batch norm's bias's size).
     fn held_bytes(&self, input_bytes: &[u64]) -> u64 {

@@ -71,6 +71,19 @@ impl Geom {
 }
 
 impl Conv2dParams {
+    /// What kind of convolution these settings make with a weight of shape
+    /// `[O, C/groups, KH, KW]`: depthwise (one input channel per group), grouped, 1x1
+    /// (dense, any stride), or `None` for any other dense convolution.
+    pub fn variant(&self, weight_shape: &[usize]) -> Option<crate::KernelVariant> {
+        use crate::KernelVariant as V;
+        match *weight_shape {
+            [_, 1, _, _] if self.groups > 1 => Some(V::DepthwiseConv),
+            _ if self.groups > 1 => Some(V::GroupedConv),
+            [_, _, 1, 1] => Some(V::PointwiseConv),
+            _ => None,
+        }
+    }
+
     /// Settings with the given stride and padding (same along H and W), no dilation, one group.
     pub fn new(stride: usize, padding: usize) -> Self {
         Conv2dParams {

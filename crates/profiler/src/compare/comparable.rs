@@ -254,7 +254,7 @@ pub(crate) fn normalize(
     let compute: f64 = reference
         .ops
         .iter()
-        .filter(|o| bounds.get(&o.name) == Some(&crate::profile::roofline::Bound::Compute))
+        .filter(|o| bounds.get(&o.type_name()) == Some(&crate::profile::roofline::Bound::Compute))
         .map(|o| o.mean_sec)
         .sum();
     // Without per-op rows, a mixed row counts as compute-bound.

@@ -187,7 +187,7 @@ fn series(p: &Profile) -> RowSeries {
         for (i, iter) in s.ops.iter().enumerate() {
             for (op, sec) in p.ops.iter().zip(iter) {
                 let t = types
-                    .entry(op.name.clone())
+                    .entry(op.type_name())
                     .or_insert_with(|| vec![0.0; s.ops.len()]);
                 t[i] += sec;
                 let layer = op

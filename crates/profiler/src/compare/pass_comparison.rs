@@ -201,7 +201,7 @@ fn untouched(before: &Profile, after: &Profile, name: &str) -> bool {
         let mut v: Vec<Shapes<'p>> = p
             .ops
             .iter()
-            .filter(|o| o.name == name)
+            .filter(|o| o.type_name() == name)
             .map(|o| (&o.input_shapes, &o.output_shapes))
             .collect();
         v.sort();

@@ -406,6 +406,7 @@ mod tests {
             op_id: 0,
             name: name.into(),
             class: KernelClass::Optimizer,
+            variant: None,
             phase: Phase::Optimizer,
             mean_sec: 1e-3,
             min_sec: 1e-3,

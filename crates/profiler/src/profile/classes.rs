@@ -61,9 +61,10 @@ impl Profile {
                 let total_sec: f64 = ops.iter().map(|o| o.mean_sec).sum();
                 let mut kernels: Vec<(String, f64)> = Vec::new();
                 for o in &ops {
-                    match kernels.iter_mut().find(|(name, _)| *name == o.name) {
+                    let type_name = o.type_name();
+                    match kernels.iter_mut().find(|(name, _)| *name == type_name) {
                         Some((_, sec)) => *sec += o.mean_sec,
-                        None => kernels.push((o.name.clone(), o.mean_sec)),
+                        None => kernels.push((type_name, o.mean_sec)),
                     }
                 }
                 kernels.sort_by(|a, b| b.1.total_cmp(&a.1));

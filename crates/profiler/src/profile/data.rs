@@ -2,7 +2,7 @@
 //! rows, and its JSON form. The text formats live beside it (`singa`, `table`, `trace`).
 
 use serde::{Deserialize, Serialize};
-use wick_ops::{DeviceKind, Kernel, KernelClass};
+use wick_ops::{DeviceKind, Kernel, KernelClass, KernelVariant};
 
 use crate::profile::schedule::Schedule;
 use wick_graph::ir::{Origin, Phase};
@@ -16,6 +16,10 @@ pub struct OpProfile {
     pub name: String,
     /// The kernel's class ([`Kernel::class`](wick_ops::Kernel::class)).
     pub class: KernelClass,
+    /// What sets the node apart from others of its kernel (a depthwise convolution).
+    /// Absent in profiles written before wick recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<KernelVariant>,
     /// The node's phase.
     pub phase: Phase,
     /// Mean seconds per execution.
@@ -62,6 +66,12 @@ pub struct PhaseProfile {
 }
 
 impl OpProfile {
+    /// The name of its per-type row: the kernel's, with its variant's label
+    /// (`ConvForward (depthwise)`).
+    pub fn type_name(&self) -> String {
+        KernelVariant::type_name(self.variant, &self.name)
+    }
+
     /// OP_ID 0 running `kernel` (its CPU name) in the forward phase for `sec` seconds in
     /// every timed iteration, with nothing else recorded: a profile made by hand (a test,
     /// a what-if) sets the rest with `..OpProfile::new(kernel, sec)`.
@@ -70,6 +80,7 @@ impl OpProfile {
             op_id: 0,
             name: kernel.name(DeviceKind::Cpu).into(),
             class: kernel.class(),
+            variant: None,
             phase: Phase::Forward,
             mean_sec: sec,
             min_sec: sec,
@@ -96,7 +107,7 @@ impl PhaseProfile {
     }
 }
 
-/// One row of the per-op-type table: every node with the same kernel name.
+/// One row of the per-op-type table: every node with the same kernel name and variant.
 #[derive(Debug, Clone, Serialize)]
 pub struct OpTypeRow {
     /// The kernel name.
@@ -262,14 +273,14 @@ impl Profile {
             .iter()
             .all(|iteration| iteration.len() == self.ops.len());
         for (index, op) in self.ops.iter().enumerate() {
-            let same = |r: &OpTypeRow| {
-                r.name == op.name && (!by_shape || r.input_shapes == op.input_shapes)
-            };
+            let name = op.type_name();
+            let same =
+                |r: &OpTypeRow| r.name == name && (!by_shape || r.input_shapes == op.input_shapes);
             let i = match rows.iter().position(same) {
                 Some(i) => i,
                 None => {
                     rows.push(OpTypeRow {
-                        name: op.name.clone(),
+                        name: name.clone(),
                         nodes: 0,
                         total_sec: 0.0,
                         min_sec: f64::INFINITY,

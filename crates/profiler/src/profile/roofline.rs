@@ -73,11 +73,12 @@ impl Profile {
         let mut rows: Vec<RooflineRow> = Vec::new();
         let all: f64 = self.ops.iter().map(|o| o.mean_sec).sum();
         for op in &self.ops {
-            let i = match rows.iter().position(|r| r.name == op.name) {
+            let name = op.type_name();
+            let i = match rows.iter().position(|r| r.name == name) {
                 Some(i) => i,
                 None => {
                     rows.push(RooflineRow {
-                        name: op.name.clone(),
+                        name,
                         total_sec: 0.0,
                         share: 0.0,
                         flops: 0,

@@ -344,6 +344,7 @@ impl TimeProfiler {
                 op_id: info.op_id,
                 name: info.name.to_string(),
                 class: info.kernel.class(),
+                variant: info.variant,
                 phase: info.phase,
                 mean_sec: s.sum / s.count.max(1) as f64,
                 min_sec: if s.count > 0 { s.min } else { 0.0 },

@@ -80,20 +80,7 @@ impl Profile {
         }
         let op_time: f64 = self.ops.iter().map(|o| o.mean_sec).sum();
         if op_time > 0.0 {
-            let elementwise_time: f64 = self
-                .ops
-                .iter()
-                .filter(|o| few_flops_per_element(o.class))
-                .map(|o| o.mean_sec)
-                .sum();
-            let share = elementwise_time / op_time;
-            if share >= FUSION_SHARE {
-                out.push(Recommendation {
-                    rule: "fusion",
-                    figure: format!("elementwise kernels (ReLU, Add, batch norm, gradient sums) take {:.1}% of op time", 100.0 * share),
-                    advice: "fuse them into their neighbours (conv + batch norm + ReLU) to save a read and a write of each activation".into(),
-                });
-            }
+            out.extend(self.fusion_rule(op_time));
             let f32_time: f64 = self
                 .ops
                 .iter()
@@ -131,6 +118,59 @@ impl Profile {
         out
     }
 
+    /// The fusion rule: the kernels that do a few FLOPs per element, named by time, and
+    /// the fusions that fit the kernels this model has.
+    fn fusion_rule(&self, op_time: f64) -> Option<Recommendation> {
+        let mut kernels: Vec<(String, f64)> = Vec::new();
+        for o in self.ops.iter().filter(|o| few_flops_per_element(o.class)) {
+            let name = o.type_name();
+            match kernels.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, sec)) => *sec += o.mean_sec,
+                None => kernels.push((name, o.mean_sec)),
+            }
+        }
+        let share = kernels.iter().map(|(_, sec)| sec).sum::<f64>() / op_time;
+        if share < FUSION_SHARE {
+            return None;
+        }
+        kernels.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let named: Vec<&str> = kernels.iter().take(4).map(|(n, _)| n.as_str()).collect();
+        let more = match kernels.len().saturating_sub(named.len()) {
+            0 => String::new(),
+            n => format!(", {n} more"),
+        };
+        let has = |class: KernelClass| self.ops.iter().any(|o| o.class == class);
+        let mut fusions = Vec::new();
+        if has(KernelClass::Convolution) && has(KernelClass::Normalization) {
+            fusions.push("convolution + batch norm + activation");
+        }
+        if (has(KernelClass::Linear) || has(KernelClass::MatMul)) && has(KernelClass::Elementwise) {
+            fusions.push("linear + bias + activation");
+        }
+        if has(KernelClass::LayerNorm) {
+            fusions.push("residual add + layer norm");
+        }
+        if has(KernelClass::Softmax) {
+            fusions.push("matmul + softmax + matmul as fused attention");
+        }
+        let fit = if fusions.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", fusions.join("; "))
+        };
+        Some(Recommendation {
+            rule: "fusion",
+            figure: format!(
+                "kernels of a few FLOPs per element ({}{more}) take {:.1}% of op time",
+                named.join(", "),
+                100.0 * share
+            ),
+            advice: format!(
+                "fuse them into their neighbours{fit} to save a read and a write of each activation"
+            ),
+        })
+    }
+
     /// The optimizer rule: its phase's share of the iteration, and, with the machine's
     /// peaks, how close its update kernels run to the memory roof.
     fn optimizer_rule(&self) -> Option<Recommendation> {
@@ -152,7 +192,7 @@ impl Profile {
                 .filter(|r| {
                     self.ops
                         .iter()
-                        .any(|o| o.name == r.name && o.class == KernelClass::Optimizer)
+                        .any(|o| o.type_name() == r.name && o.class == KernelClass::Optimizer)
                 })
                 .fold((0.0, 0.0), |(t, a), r| (t + r.total_sec, a + r.roof_sec));
             (sec > 0.0).then_some(roof / sec)
@@ -176,11 +216,20 @@ impl Profile {
         })
     }
 
+    /// The op types far below their roofs, ranked by their time above it: the first is
+    /// the one kernel to tune first.
     fn far_below_roof(&self, machine: &MachinePeaks) -> Vec<Recommendation> {
-        self.roofline(machine)
+        let mut rows: Vec<_> = self
+            .roofline(machine)
             .into_iter()
             .filter(|r| r.share >= ROOF_MIN_SHARE && r.roofline_share < FAR_BELOW_ROOF)
-            .map(|r| {
+            .collect();
+        let above = |r: &crate::profile::roofline::RooflineRow| r.total_sec - r.roof_sec;
+        rows.sort_by(|a, b| above(b).total_cmp(&above(a)));
+        let first = rows.first().map(|r| r.name.clone()).unwrap_or_default();
+        rows.iter()
+            .enumerate()
+            .map(|(rank, r)| {
                 let roof = match r.bound {
                     Bound::Compute => format!(
                         "{:.1} GFLOP/s of the GEMM's {:.1}",
@@ -193,6 +242,18 @@ impl Profile {
                         machine.bytes_per_sec / 1e9
                     ),
                 };
+                let ms = 1e3 * above(r);
+                let advice = if rank == 0 {
+                    format!(
+                        "{} is the kernel to tune first: {ms:.3} ms per iteration above its roof, the most of any",
+                        r.name
+                    )
+                } else {
+                    format!(
+                        "{ms:.3} ms per iteration above its roof: after {first}, number {} by time above the roof",
+                        rank + 1
+                    )
+                };
                 Recommendation {
                     rule: "roofline",
                     figure: format!(
@@ -201,7 +262,7 @@ impl Profile {
                         100.0 * r.share,
                         100.0 * r.roofline_share
                     ),
-                    advice: format!("{} is the kernel to tune first", r.name),
+                    advice,
                 }
             })
             .collect()
@@ -333,5 +394,81 @@ mod tests {
         );
         p.phases[1].sec = 0.09;
         assert_eq!(rules(&p), Vec::<&str>::new(), "9%: under the threshold");
+    }
+
+    #[test]
+    fn the_fusion_rule_names_this_models_kernels_and_fusions() {
+        // A transformer's step: linear layers, GELU and layer norm; no ReLU, no batch norm.
+        let mut p = quiet();
+        p.ops = vec![
+            op(Kernel::LinearForward, 0.6, 60_000_000_000, 1_000_000_000),
+            op(
+                Kernel::Activation(wick_ops::Activation::Gelu),
+                0.25,
+                0,
+                800_000_000,
+            ),
+            op(Kernel::LayerNormForward, 0.15, 0, 800_000_000),
+        ];
+        let r = p.recommendations();
+        let fusion = r.iter().find(|r| r.rule == "fusion").expect("fires at 40%");
+        assert!(
+            fusion.figure.contains("(GELU, LayerNormForward)")
+                && fusion.figure.contains("40.0% of op time"),
+            "{fusion:?}"
+        );
+        assert!(
+            fusion.advice.contains("linear + bias + activation")
+                && fusion.advice.contains("residual add + layer norm")
+                && !fusion.advice.contains("batch norm"),
+            "{fusion:?}"
+        );
+        // A CNN's: the convolution + batch norm fusion, and no layer norm's.
+        let mut p = quiet();
+        p.ops[1].mean_sec = 0.2;
+        p.ops
+            .push(op(Kernel::BatchNormForwardTraining, 0.2, 0, 800_000_000));
+        let fusion = p.recommendations().into_iter().find(|r| r.rule == "fusion");
+        let fusion = fusion.expect("fires");
+        assert!(
+            fusion.figure.contains("(ReLU, BatchNormForwardTraining)"),
+            "{fusion:?}"
+        );
+        assert!(
+            fusion
+                .advice
+                .contains("convolution + batch norm + activation")
+                && !fusion.advice.contains("layer norm"),
+            "{fusion:?}"
+        );
+    }
+
+    #[test]
+    fn one_kernel_is_named_first_by_its_time_above_the_roof() {
+        // Two types far below their roofs: the conv 0.5 s at 10% (0.45 s above), the
+        // depthwise conv 0.4 s at 5% (0.38 s above), and a ReLU.
+        let mut p = quiet();
+        p.ops[0].mean_sec = 0.5;
+        p.ops[0].flops = 5_000_000_000;
+        p.ops[0].bytes = 100_000_000;
+        let mut depthwise = op(Kernel::ConvForward, 0.4, 0, 200_000_000);
+        depthwise.variant = Some(wick_ops::KernelVariant::DepthwiseConv);
+        p.ops.push(depthwise);
+        let roof: Vec<Recommendation> = p
+            .recommendations()
+            .into_iter()
+            .filter(|r| r.rule == "roofline")
+            .collect();
+        assert_eq!(roof.len(), 2, "{roof:?}");
+        let first: Vec<_> = roof.iter().filter(|r| r.advice.contains("first")).collect();
+        assert_eq!(first.len(), 1, "{roof:?}");
+        assert!(roof[0]
+            .advice
+            .starts_with("ConvForward is the kernel to tune first: 450.000 ms"));
+        assert!(
+            roof[1].figure.starts_with("ConvForward (depthwise) takes"),
+            "{roof:?}"
+        );
+        assert!(roof[1].advice.contains("380.000 ms") && roof[1].advice.contains("number 2"));
     }
 }

@@ -352,7 +352,7 @@ pub(crate) fn phase_legend(b: &mut String, p: &Profile) {
 /// The phase most of an op type's time is in.
 pub(crate) fn type_phase(p: &Profile, name: &str) -> Phase {
     let mut by_phase = [0.0; 3];
-    for o in p.ops.iter().filter(|o| o.name == name) {
+    for o in p.ops.iter().filter(|o| o.type_name() == name) {
         by_phase[o.phase as usize] += o.mean_sec;
     }
     let i = (0..3)
