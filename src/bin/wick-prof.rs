@@ -1,6 +1,6 @@
 //! `wick-prof`: compare two wick profiles, or render one as an HTML report.
 //!
-//!   wick-prof diff A.json B.json            # exit 1 on a significant regression
+//!   wick-prof diff A.json B.json            # exit 1 on a regression, 3 if inconclusive
 //!   wick-prof report P.json -o report.html  # one self-contained file
 //!   wick-prof report B.json --diff A.json   # with the diff view against A
 //!   wick-prof predict P.json --device h200  # the step predicted on a GPU
@@ -13,13 +13,13 @@ use clap::{Args, Parser, Subcommand};
 use wick::file_roles::FileRoles;
 use wick::profiler::compare::predict::predict;
 use wick::profiler::Profile;
-use wick::profiler::{diff, diff_runs, views::html, DeviceSheet, DiffOptions};
+use wick::profiler::{diff, diff_runs, views::html, DeviceSheet, DiffOptions, Outcome};
 
 #[derive(Parser)]
 #[command(
     name = "wick-prof",
     about = "Compare wick profiles (--json files) and render them as HTML reports",
-    after_help = "Exit status: 0 when nothing regressed, 1 when `diff` flags a significant regression, 2 on errors."
+    after_help = "Exit status: 0 when nothing regressed, 1 when `diff` flags a significant regression, 2 on errors, 3 when `diff` is inconclusive (changes flagged while a run shared its cores or the machine's peaks moved; --fail-on-inconclusive makes that 1)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -33,7 +33,8 @@ struct Cli {
 enum Command {
     /// B against A: per phase, op type and layer, the time ratio with a bootstrap
     /// confidence interval from the per-iteration samples. Flags changes whose interval
-    /// excludes 1 and whose size reaches --threshold; exits 1 when one is a slowdown.
+    /// excludes 1 and whose size reaches --threshold; exits 1 when one is a slowdown, 3
+    /// when changes were flagged while the machine moved (inconclusive).
     Diff(DiffArgs),
     /// Renders a profile as one self-contained HTML file (no network; inline SVG).
     Report(ReportArgs),
@@ -75,6 +76,9 @@ struct DiffArgs {
     /// loaded or slower machine is not read as a slower build.
     #[arg(long)]
     normalize_by_peak: bool,
+    /// Exit 1, as a regression, when the verdict is inconclusive (exit 3 otherwise).
+    #[arg(long)]
+    fail_on_inconclusive: bool,
     /// Also write the diff as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -142,6 +146,7 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
         confidence,
         allow_different_graphs,
         normalize_by_peak,
+        fail_on_inconclusive,
         json,
     } = args;
     anyhow::ensure!(
@@ -187,10 +192,11 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
         let text = serde_json::to_string_pretty(&d)?;
         wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;
     }
-    Ok(if d.regressions().next().is_some() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
+    Ok(match d.outcome() {
+        Outcome::NoRegression => ExitCode::SUCCESS,
+        Outcome::Regression => ExitCode::from(1),
+        Outcome::Inconclusive if fail_on_inconclusive => ExitCode::from(1),
+        Outcome::Inconclusive => ExitCode::from(3),
     })
 }
 

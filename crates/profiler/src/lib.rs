@@ -43,7 +43,9 @@ pub mod profile;
 pub mod record;
 pub mod views;
 
-pub use compare::{diff, diff_runs, DeviceSheet, Diff, DiffOptions, DiffRow, GpuPrediction};
+pub use compare::{
+    diff, diff_runs, DeviceSheet, Diff, DiffOptions, DiffRow, GpuPrediction, Outcome,
+};
 pub use profile::{
     Bound, BucketProfile, CpuContention, DistProfile, InputVerdict, LayerLevel, LayerRow,
     MachinePeaks, MemoryCategory, MemoryProfile, OpMemory, OpProfile, OpTypeRow, PhaseProfile,

@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use common::*;
 use wick_graph::{Executor, GraphBuilder, Mode};
 use wick_ops::SgdParams;
-use wick_profiler::{diff, DiffOptions, Mark, SlotLayout};
+use wick_profiler::{diff, DiffOptions, Mark, Outcome, SlotLayout};
 use wick_profiler::{Profile, TimeProfiler, Timer};
 
 /// A clock that advances at each mark: an op lasts its base time (1 ms per 100 FLOPs of
@@ -223,10 +223,18 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     let loaded = with_machine(run_drifting(2, 2, "", 1.0, 1.7), 52e9 / 1.7, 40e9 / 1.7);
     let raw = diff(&a, &loaded, &DiffOptions::default()).unwrap();
     let text = raw.text();
+    // Every op 1.7x slower, and so were the machine's peaks: inconclusive, not SLOWER.
     assert!(raw.regressions().any(|r| r.kind == "iteration"), "{text}");
-    assert!(text.contains("Verdict: SLOWER"), "{text}");
+    assert_eq!(raw.outcome(), Outcome::Inconclusive, "{text}");
     assert!(
-        text.contains("SLOWER: iteration x") && !text.contains("iteration iteration"),
+        text.contains("Verdict: inconclusive (")
+            && text.contains("the machine's GEMM peak moved from 50.4-52.0 to 29.7-30.6 GFLOP/s"),
+        "{text}"
+    );
+    assert!(
+        text.contains("slower, inconclusive: iteration x")
+            && !text.contains("SLOWER")
+            && !text.contains("iteration iteration"),
         "{text}"
     );
     assert!(
@@ -240,6 +248,7 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     };
     let normalised = diff(&a, &loaded, &opts).unwrap();
     assert_eq!(normalised.regressions().count(), 0, "{}", normalised.text());
+    assert_eq!(normalised.outcome(), Outcome::NoRegression);
     let it = &normalised.rows[0];
     assert!((it.ratio - 1.0).abs() < 0.05, "{it:?}");
     assert!(normalised
@@ -285,6 +294,19 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
             && !text.contains("the machine itself was"),
         "{text}"
     );
+    // A real slowdown from 2 threads to 1 (x1.63) stays a regression: the threads are no
+    // machine state, and normalising by each run's peak on its own threads, which would
+    // undo it, is refused.
+    let mut slower = with_machine(run_drifting(2, 6, "", 1.0, 1.63), 26e9, 21e9);
+    slower.run.threads = 1;
+    let d = diff(&a, &slower, &DiffOptions::default()).unwrap();
+    assert_eq!(d.outcome(), Outcome::Regression, "{}", d.text());
+    assert!(d.text().contains("Verdict: SLOWER"), "{}", d.text());
+    let e = diff(&a, &slower, &opts).unwrap_err().to_string();
+    assert!(
+        e.contains("--normalize-by-peak needs the same threads") && e.contains("A 2, B 1"),
+        "{e}"
+    );
 }
 
 /// Issue #29: the run-queue wait measured during the timed iterations names the run that
@@ -315,4 +337,17 @@ fn a_run_that_shared_its_cores_is_named_and_missing_peaks_are_said() {
             && text.contains("B shared its cores with another load"),
         "{text}"
     );
+    // The same build, B 1.7x slower while sharing its cores: inconclusive, exit 3 in
+    // wick-prof, and never "SLOWER"; the same slowdown on a quiet machine is a regression.
+    let d = diff(&a, &loaded, &DiffOptions::default()).unwrap();
+    assert_eq!(d.outcome(), Outcome::Inconclusive, "{text}");
+    assert!(
+        text.contains("Verdict: inconclusive (")
+            && text.contains("but B shared its cores with another load, so the machine")
+            && !text.contains("SLOWER"),
+        "{text}"
+    );
+    let quiet_but_slower = contended(run_drifting(2, 3, "", 1.0, 1.7), 0.02);
+    let d = diff(&a, &quiet_but_slower, &DiffOptions::default()).unwrap();
+    assert_eq!(d.outcome(), Outcome::Regression, "{}", d.text());
 }

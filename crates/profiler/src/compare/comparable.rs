@@ -79,28 +79,64 @@ fn setting_warnings(a: &[Profile], b: &[Profile]) -> Vec<String> {
     out
 }
 
-/// CPU contention in either side, measured during the timed iterations (the peaks come
-/// after them).
-fn contention_warning(a: &[Profile], b: &[Profile]) -> Option<String> {
+/// The largest share of runnable time each side's threads waited for a core, when both
+/// sides measured it.
+fn contention_shares(a: &[Profile], b: &[Profile]) -> Option<(f64, f64)> {
     let waiting = |side: &[Profile]| {
         side.iter()
             .filter_map(|p| p.cpu_contention.map(|c| c.waiting_share()))
             .fold(None, |m: Option<f64>, w| Some(m.map_or(w, |m| m.max(w))))
     };
-    let (wa, wb) = (waiting(a)?, waiting(b)?);
-    if wa.max(wb) < CONTENDED_SHARE {
-        return None;
+    Some((waiting(a)?, waiting(b)?))
+}
+
+/// Which side shared its cores with another load, if one did.
+fn contended_side(a: &[Profile], b: &[Profile]) -> Option<&'static str> {
+    let (wa, wb) = contention_shares(a, b)?;
+    match (wa >= CONTENDED_SHARE, wb >= CONTENDED_SHARE) {
+        (true, true) => Some("both runs shared their cores with another load"),
+        (true, false) => Some("A shared its cores with another load"),
+        (false, true) => Some("B shared its cores with another load"),
+        (false, false) => None,
     }
-    let who = match (wa >= CONTENDED_SHARE, wb >= CONTENDED_SHARE) {
-        (true, true) => "both runs shared their cores with another load",
-        (true, false) => "A shared its cores with another load",
-        _ => "B shared its cores with another load",
-    };
+}
+
+/// CPU contention in either side, measured during the timed iterations (the peaks come
+/// after them).
+fn contention_warning(a: &[Profile], b: &[Profile]) -> Option<String> {
+    let who = contended_side(a, b)?;
+    let (wa, wb) = contention_shares(a, b)?;
     Some(format!(
         "CPU contention: the threads waited for a core {:.1}% (A) and {:.1}% (B) of their runnable time during the timed iterations: {who}, and its times are inflated by it; rerun on a quiet machine",
         100.0 * wa,
         100.0 * wb
     ))
+}
+
+/// Why the machine rather than the code may have moved the times: a side shared its
+/// cores, or, with the same threads on every run and the times not `normalized` by the
+/// peaks, a measured peak moved beyond its spread. `None` when neither happened (or
+/// nothing was measured to tell).
+pub fn machine_moved(a: &[Profile], b: &[Profile], normalized: bool) -> Option<String> {
+    if let Some(who) = contended_side(a, b) {
+        return Some(who.to_string());
+    }
+    let threads = a.first()?.run.threads;
+    if normalized || a.iter().chain(b).any(|p| p.run.threads != threads) {
+        return None;
+    }
+    PEAKS.iter().find_map(|peak| {
+        let (ra, rb) = peaks_apart(a, b, peak)?;
+        Some(format!(
+            "the machine's {} moved from {:.1}-{:.1} to {:.1}-{:.1} {} between the sides",
+            peak.name,
+            ra[0] / 1e9,
+            ra[1] / 1e9,
+            rb[0] / 1e9,
+            rb[1] / 1e9,
+            peak.unit
+        ))
+    })
 }
 
 /// One machine peak: its name, unit, and how a profile's peaks give it and its range.
@@ -136,10 +172,8 @@ fn peak_warnings(
 ) -> Vec<String> {
     let mut out = Vec::new();
     for peak in &PEAKS {
-        let (Some(ra), Some(rb)) = (
-            peak_range(a, peak.value, peak.range),
-            peak_range(b, peak.value, peak.range),
-        ) else {
+        let measured = |side| peak_range(side, peak.value, peak.range).is_some();
+        if !(measured(a) && measured(b)) {
             let lacking = match (lacks_peaks(a), lacks_peaks(b)) {
                 (true, true) => "A and B",
                 (true, false) => "A",
@@ -149,21 +183,29 @@ fn peak_warnings(
                 "{lacking} carry no measured machine peaks (profiles without them, such as older ones): a loaded machine cannot be told from a slower build; profile both with --json to measure them"
             ));
             break;
-        };
-        let had_ranges = a
-            .iter()
-            .chain(b)
-            .all(|p| p.machine.as_ref().and_then(peak.range).is_some());
-        let apart = if had_ranges {
-            ra[1] < rb[0] || rb[1] < ra[0]
-        } else {
-            (rb[1] / ra[1] - 1.0).abs() > PEAK_TOLERANCE
-        };
-        if apart {
+        }
+        if let Some((ra, rb)) = peaks_apart(a, b, peak) {
             out.push(peak_line(peak, ra, rb, threads_differ, normalized));
         }
     }
     out
+}
+
+/// A peak's ranges on each side, when they lie apart beyond their own spread (or, without
+/// measured spreads, beyond [`PEAK_TOLERANCE`]).
+fn peaks_apart(a: &[Profile], b: &[Profile], peak: &Peak) -> Option<([f64; 2], [f64; 2])> {
+    let ra = peak_range(a, peak.value, peak.range)?;
+    let rb = peak_range(b, peak.value, peak.range)?;
+    let had_ranges = a
+        .iter()
+        .chain(b)
+        .all(|p| p.machine.as_ref().and_then(peak.range).is_some());
+    let apart = if had_ranges {
+        ra[1] < rb[0] || rb[1] < ra[0]
+    } else {
+        (rb[1] / ra[1] - 1.0).abs() > PEAK_TOLERANCE
+    };
+    apart.then_some((ra, rb))
 }
 
 /// The line for a peak that moved from `ra` (A's range) to `rb`.

@@ -131,6 +131,22 @@ pub struct Diff {
     pub warnings: Vec<String>,
     /// Whether times were normalised by the machine peaks.
     pub normalized: bool,
+    /// Why the machine rather than the code may have moved the times (a side shared its
+    /// cores, or a peak moved beyond its spread): a flagged change is then inconclusive.
+    pub machine_moved: Option<String>,
+}
+
+/// What a diff concludes, for a CI gate: `wick-prof diff` exits 0, 1 or 3 on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Nothing flagged slower.
+    NoRegression,
+    /// A flagged slowdown on a machine that stayed as it was.
+    Regression,
+    /// Changes flagged while the machine moved (contention, peaks): it cannot tell the
+    /// machine from the code.
+    Inconclusive,
 }
 
 /// Why two profiles cannot be compared.
@@ -162,6 +178,14 @@ pub enum DiffError {
         needed: f64,
         /// [`MAX_RESAMPLES`].
         cap: usize,
+    },
+    /// Normalisation asked for across runs of different threads.
+    #[error("--normalize-by-peak needs the same threads on every run (A {a}, B {b}): each run's peaks are measured on its own threads, so scaling by them would undo the threads' effect, a real change; compare runs of the same --threads, or drop --normalize-by-peak")]
+    NormalizeAcrossThreads {
+        /// A's threads.
+        a: usize,
+        /// The other threads.
+        b: usize,
     },
     /// Normalisation asked for, and a profile lacks the machine peaks.
     #[error("--normalize-by-peak needs the machine peaks in every profile, and a profile of side {0} has none (profiles written at verbosity 2 have them)")]
@@ -287,6 +311,13 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
     if opts.normalize_by_peak {
         normalize(a, &mut sa, &a[0], "A").map_err(DiffError::NoPeaks)?;
         normalize(b, &mut sb, &a[0], "B").map_err(DiffError::NoPeaks)?;
+        let threads = a[0].run.threads;
+        if let Some(other) = a.iter().chain(b).find(|p| p.run.threads != threads) {
+            return Err(DiffError::NormalizeAcrossThreads {
+                a: threads,
+                b: other.run.threads,
+            });
+        }
     }
     let a_iteration = mean(
         &a.iter()
@@ -348,6 +379,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         same_graph,
         rows,
         warnings: crate::compare::comparable::warnings(a, b, opts.normalize_by_peak),
+        machine_moved: crate::compare::comparable::machine_moved(a, b, opts.normalize_by_peak),
         normalized: opts.normalize_by_peak,
         threshold: opts.threshold,
         min_share: opts.min_share,
@@ -441,6 +473,17 @@ impl Diff {
         self.rows.iter().filter(|r| r.is_regression())
     }
 
+    /// What the diff concludes: a flagged change while the machine moved is
+    /// inconclusive, whichever its direction.
+    pub fn outcome(&self) -> Outcome {
+        let flagged = self.rows.iter().any(|r| r.flagged);
+        match (&self.machine_moved, self.regressions().next()) {
+            (Some(_), _) if flagged => Outcome::Inconclusive,
+            (_, Some(_)) => Outcome::Regression,
+            _ => Outcome::NoRegression,
+        }
+    }
+
     /// The verdict: the flagged rows that decide it, or no significant change with the
     /// smallest change the iteration row could have detected; and whether the runs'
     /// settings or machines differ.
@@ -459,7 +502,16 @@ impl Diff {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let mut s = if !regressions.is_empty() {
+        let flagged: Vec<&DiffRow> = self.rows.iter().filter(|r| r.flagged).collect();
+        let mut s = if let (Outcome::Inconclusive, Some(why)) =
+            (self.outcome(), &self.machine_moved)
+        {
+            format!(
+                "Verdict: inconclusive ({} flagged: {}; but {why}, so the machine rather than the code may have moved them; rerun both on a quiet machine)",
+                flagged.len(),
+                list(&flagged)
+            )
+        } else if !regressions.is_empty() {
             format!(
                 "Verdict: SLOWER ({} flagged: {})",
                 regressions.len(),
@@ -509,8 +561,14 @@ impl Diff {
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {}", printable(w));
         }
+        let inconclusive = self.outcome() == Outcome::Inconclusive;
         for r in self.rows.iter().filter(|r| r.flagged) {
-            let what = if r.ratio > 1.0 { "SLOWER" } else { "faster" };
+            let what = match (inconclusive, r.ratio > 1.0) {
+                (true, true) => "slower, inconclusive",
+                (true, false) => "faster, inconclusive",
+                (false, true) => "SLOWER",
+                (false, false) => "faster",
+            };
             let _ = writeln!(
                 s,
                 "{what}: {} x{:.3} [{:.3}, {:.3}] ({:.3} ms -> {:.3} ms)",

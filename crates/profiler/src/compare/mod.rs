@@ -12,5 +12,5 @@ pub mod diff;
 pub mod pass_comparison;
 pub mod predict;
 
-pub use diff::{diff, diff_runs, Diff, DiffOptions, DiffRow};
+pub use diff::{diff, diff_runs, Diff, DiffOptions, DiffRow, Outcome};
 pub use predict::{DeviceSheet, GpuPrediction};

@@ -1,0 +1,91 @@
+//! Issue #40: `wick-prof diff`'s exit status separates the machine from the code. The
+//! same build 1.7x slower while sharing its cores is inconclusive (exit 3, or 1 with
+//! `--fail-on-inconclusive`); the same slowdown on a quiet machine is a regression
+//! (exit 1).
+
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use wick::graph::{Executor, GraphBuilder, Mode};
+use wick::profiler::TimeProfiler;
+
+use common::wick_prof;
+
+/// A real profile's JSON: a ReLU and a softmax, eight timed iterations.
+fn profile_json() -> serde_json::Value {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[256, 256], DType::F32).unwrap();
+    let y = b.in_layer("act", |b| b.relu(x)).unwrap();
+    let y = b.in_layer("head", |b| b.softmax(y, 1)).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
+    let ones = Tensor::ones((256, 256), DType::F32, &Device::Cpu).unwrap();
+    exec.set("x", &ones).unwrap();
+    for _ in 0..9 {
+        exec.run().unwrap();
+    }
+    let json = exec.hook::<TimeProfiler>().unwrap().profile().to_json();
+    serde_json::from_str(&json).unwrap()
+}
+
+/// Every number under `v` times `k`.
+fn scale(v: &mut serde_json::Value, k: f64) {
+    match v {
+        serde_json::Value::Number(n) => *v = (n.as_f64().unwrap() * k).into(),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|v| scale(v, k)),
+        _ => {}
+    }
+}
+
+/// `profile` with every sample the same (so only a real change is flagged), times `k`,
+/// and its threads waiting `waited` of their running time for a core.
+fn run(profile: &serde_json::Value, k: f64, waited: f64) -> serde_json::Value {
+    let mut v = profile.clone();
+    let samples = &mut v["samples"];
+    for key in ["iterations", "phases", "ops"] {
+        let first = samples[key][0].clone();
+        let n = samples[key].as_array().unwrap().len();
+        samples[key] = serde_json::Value::Array(vec![first; n]);
+        // A little noise, the same on both sides, so the intervals have a width.
+        for (i, s) in samples[key].as_array_mut().unwrap().iter_mut().enumerate() {
+            scale(s, k * (1.0 + 0.01 * (i % 3) as f64));
+        }
+    }
+    v["cpu_contention"] = serde_json::json!({ "ran_sec": 1.0, "waited_sec": waited });
+    v
+}
+
+#[test]
+fn a_loaded_run_is_inconclusive_and_a_quiet_slowdown_is_a_regression() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let profile = profile_json();
+    let write = |name: &str, v: serde_json::Value| {
+        std::fs::write(p.join(name), v.to_string()).unwrap();
+    };
+    write("a.json", run(&profile, 1.0, 0.01));
+    write("loaded.json", run(&profile, 1.7, 2.0));
+    write("slower.json", run(&profile, 1.7, 0.01));
+    let cases: [(&[&str], i32, &str); 4] = [
+        (&["a.json", "loaded.json"], 3, "Verdict: inconclusive"),
+        (
+            &["a.json", "loaded.json", "--fail-on-inconclusive"],
+            1,
+            "Verdict: inconclusive",
+        ),
+        (&["a.json", "slower.json"], 1, "Verdict: SLOWER"),
+        (&["a.json", "a.json"], 0, "Verdict: no significant change"),
+    ];
+    for (args, code, verdict) in cases {
+        let all: Vec<&str> = ["diff"].into_iter().chain(args.iter().copied()).collect();
+        let out = wick_prof(p, &all);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {text}{err}");
+        assert!(text.contains(verdict), "{args:?}: {text}");
+        if code == 3 {
+            assert!(!text.contains("SLOWER"), "{text}");
+        }
+    }
+}
