@@ -197,7 +197,7 @@ fn the_roofline_is_drawn_to_the_scale_of_its_axes() {
         "drawn at {achieved:.3} of the roof"
     );
     assert!(
-        page.contains("passed 100% of the roof"),
+        page.contains("passed 100% of the memory roof"),
         "the note explains it"
     );
     println!("roof slope {slope:.4}; ReLU drawn at {achieved:.3} of its roof, above it");

@@ -312,6 +312,12 @@ impl ProfileArgs {
         Ok(())
     }
 
+    /// Whether the profile gets the machine's peaks: with per-op timings (the roofline)
+    /// or a JSON file (for `wick-prof diff`).
+    fn wants_peaks(&self) -> bool {
+        self.level() >= 2 || self.json.is_some()
+    }
+
     /// Attaches wick's time profiler to `session` unless the verbosity is 0.
     pub fn attach(&self, session: &mut wick::models::Session) -> Result<()> {
         let info = run_info(session);
@@ -327,10 +333,14 @@ impl ProfileArgs {
         let level = self.level();
         if level > 0 {
             let record = wick::profiler::RecordLevel::from_verbosity(level);
-            let profiler = wick::profiler::TimeProfiler::with_schedule(self.schedule(), record)
+            let mut profiler = wick::profiler::TimeProfiler::with_schedule(self.schedule(), record)
                 .reporting_at(level)
                 .with_memory_counter(Box::new(wick::allocator::Counter))
                 .with_run_info(info);
+            // The roofline's peaks are measured before the run and after it (`report`).
+            if self.wants_peaks() {
+                profiler = profiler.with_peak_probes();
+            }
             exec.add_hook(profiler)?;
         }
         Ok(())
@@ -360,19 +370,20 @@ impl ProfileArgs {
         let Some(profiler) = exec.hook::<wick::profiler::TimeProfiler>() else {
             return Ok(());
         };
-        let mut profile = profiler.profile();
-        profile.distributed = distributed;
-        // The roofline's machine peaks: a GEMM and a streaming copy, about a second. A
-        // JSON profile always carries them, so that `wick-prof diff` can tell a loaded
-        // machine from a slower build.
-        if !profile.ops.is_empty() || self.json.is_some() {
-            let device = exec.device();
-            profile.machine = Some(wick::profiler::MachinePeaks::measure(device)?);
+        // The roofline's machine peaks: a GEMM and a streaming copy, about a second each
+        // before and after the run. A JSON profile always carries them, so that
+        // `wick-prof diff` can tell a loaded machine from a slower build.
+        let mut profile = if self.wants_peaks() {
+            let mut p = profiler.profile_with_peaks()?;
             // The probe's copy buffers raised the process's peak: the report gives both.
-            if let Some(memory) = profile.memory.as_mut() {
+            if let Some(memory) = p.memory.as_mut() {
                 memory.refresh_process_peak();
             }
-        }
+            p
+        } else {
+            profiler.profile()
+        };
+        profile.distributed = distributed;
         print!("{profile}");
         if self.by_shape && !profile.ops.is_empty() {
             println!();

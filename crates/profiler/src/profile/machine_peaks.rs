@@ -31,6 +31,20 @@ impl MachinePeaks {
         }
     }
 
+    /// Two probes of one run (before and after it) as one: the best of each peak, and as
+    /// its range the two probes' bests, so the range says how far the machine moved
+    /// between them. A probe's own slowest run is left out: on a quiet shared machine one
+    /// run of five is often 1.5x slower than the others.
+    pub fn spanning(&self, other: &MachinePeaks) -> MachinePeaks {
+        let range = |a: f64, b: f64| Some([a.min(b), a.max(b)]);
+        MachinePeaks {
+            flops_per_sec: self.flops_per_sec.max(other.flops_per_sec),
+            bytes_per_sec: self.bytes_per_sec.max(other.bytes_per_sec),
+            flops_range: range(self.flops_per_sec, other.flops_per_sec),
+            bytes_range: range(self.bytes_per_sec, other.bytes_per_sec),
+        }
+    }
+
     /// The arithmetic intensity (FLOPs per byte) where the two roofs meet.
     pub fn ridge(&self) -> f64 {
         self.flops_per_sec / self.bytes_per_sec

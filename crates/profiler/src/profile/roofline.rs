@@ -133,4 +133,53 @@ impl Profile {
             above_sec: rows.iter().map(RooflineRow::above_roof_sec).sum(),
         }
     }
+
+    /// Why this profile's roofline cannot be trusted, or `None` when it can: the threads
+    /// waited for a core during the timed iterations (the times are inflated, the
+    /// probe's peaks too low or too high), the peaks moved beyond [`PEAK_SPREAD`] between
+    /// their probes, or a compute-bound type ran above the GEMM's peak (which a
+    /// GEMM-bound kernel cannot do on a correctly measured peak).
+    pub fn roofline_unreliable(&self, machine: &MachinePeaks) -> Option<String> {
+        if let Some(c) = self.cpu_contention.filter(|c| c.is_contended()) {
+            return Some(format!(
+                "the threads waited for a core {:.1}% of their runnable time during the timed iterations, so the times and the peaks measured beside them need not belong together",
+                100.0 * c.waiting_share()
+            ));
+        }
+        let spread = |r: Option<[f64; 2]>, unit: &str, name: &str| {
+            let [lo, hi] = r?;
+            (lo > 0.0 && hi / lo > PEAK_SPREAD).then(|| {
+                format!(
+                    "the {name} moved from {:.1} to {:.1} {unit} between its probes (x{:.2}), so the machine was not in one state",
+                    lo / 1e9,
+                    hi / 1e9,
+                    hi / lo
+                )
+            })
+        };
+        if let Some(why) = spread(machine.flops_range, "GFLOP/s", "GEMM peak")
+            .or_else(|| spread(machine.bytes_range, "GB/s", "copy bandwidth"))
+        {
+            return Some(why);
+        }
+        let rows = self.roofline(machine);
+        let above: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.bound == Bound::Compute && r.roofline_share > 1.0)
+            .map(|r| r.name.as_str())
+            .collect();
+        (!above.is_empty()).then(|| {
+            format!(
+                "{} ran faster than the measured GEMM peak ({:.1} GFLOP/s), which a compute-bound kernel cannot: the peak was measured low (a loaded machine or a cold clock)",
+                above.join(", "),
+                machine.flops_per_sec / 1e9
+            )
+        })
+    }
 }
+
+/// A machine peak whose probes (before and after a run, [`MachinePeaks::spanning`]) are
+/// this far apart was not measured in one machine state: its roofline is not trusted. A
+/// quiet machine's probes differ by up to x1.25 (184-194 GFLOP/s, 25-32 GB/s on Zen 4); a
+/// shared one's by x1.5 to x5 (35-185 GFLOP/s).
+pub const PEAK_SPREAD: f64 = 1.5;

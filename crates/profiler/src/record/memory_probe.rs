@@ -40,6 +40,19 @@ pub(crate) fn peak_rss() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Restarts the process's peak resident set from its current size (Linux: `5` to
+/// `/proc/self/clear_refs`), after a probe whose buffers would otherwise stand in for the
+/// run's peak. Where that is not possible the peak keeps the probe's buffers.
+pub(crate) fn restart_peak_rss() {
+    // The probe's freed buffers go back to the system first (glibc keeps them otherwise).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only hands free heap memory back to the system.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
 impl MemoryProfile {
     /// The graph's predicted memory beside what was measured: the counting allocator's
     /// peak, the device's use and the process's peak resident set read now.

@@ -4,6 +4,7 @@
 use candle_core::Device;
 
 use crate::profile::data::{OpProfile, PhaseProfile, Profile};
+use crate::profile::machine_peaks::MachinePeaks;
 use crate::profile::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
 use crate::profile::schedule::{RecordLevel, Schedule};
 use crate::profile::stats::median;
@@ -74,6 +75,12 @@ pub struct TimeProfiler {
     host_started: Option<std::time::Instant>,
     /// The threads' run-queue wait over the timed iterations.
     contention: ContentionProbe,
+    /// Whether to measure the machine's peaks when attached (`with_peak_probes`).
+    probe_peaks: bool,
+    /// Those peaks, measured before any timed iteration.
+    peaks_before: Option<MachinePeaks>,
+    /// The executor's device, for the peak probes.
+    attached_device: Option<Device>,
 }
 
 impl std::fmt::Debug for TimeProfiler {
@@ -131,7 +138,36 @@ impl TimeProfiler {
             host_ops: None,
             host_started: None,
             contention: ContentionProbe::default(),
+            probe_peaks: false,
+            peaks_before: None,
+            attached_device: None,
         }
+    }
+
+    /// The same profiler measuring the machine's peaks (the roofline's roofs, about a
+    /// second) when it is attached, before any timed iteration.
+    /// [`profile_with_peaks`](Self::profile_with_peaks) measures them again and keeps the
+    /// range of both probes, so a machine that changed during the run is seen
+    /// ([`Profile::roofline_unreliable`]).
+    pub fn with_peak_probes(mut self) -> Self {
+        self.probe_peaks = true;
+        self
+    }
+
+    /// [`profile`](Self::profile) with the machine's peaks for its roofline: measured now
+    /// on the executor's device, their range joined with the probe taken when attached
+    /// ([`with_peak_probes`](Self::with_peak_probes)).
+    pub fn profile_with_peaks(&self) -> Result<Profile> {
+        let device = self.attached_device.as_ref().ok_or_else(|| {
+            GraphError::Usage("profile_with_peaks: the profiler is not attached".into())
+        })?;
+        let mut p = self.profile();
+        let now = MachinePeaks::measure(device)?;
+        p.machine = Some(match &self.peaks_before {
+            Some(before) => before.spanning(&now),
+            None => now,
+        });
+        Ok(p)
     }
 
     /// The same profiler measuring the process's allocation peak over the timed
@@ -415,6 +451,12 @@ impl Hook for TimeProfiler {
         self.marks = vec![0.0; self.layout.len()];
         self.prepared = false;
         self.reset();
+        self.attached_device = Some(device.clone());
+        if self.probe_peaks {
+            self.peaks_before = Some(MachinePeaks::measure(device)?);
+            // The probe's copy buffers are no part of the run's peak.
+            crate::record::memory_probe::restart_peak_rss();
+        }
         Ok(())
     }
 

@@ -185,7 +185,11 @@ impl Profile {
             .filter(|o| o.class == KernelClass::Optimizer)
             .count();
         // How close the update kernels run to their roof: at it, only less work helps.
-        let at_roof = self.machine.as_ref().and_then(|m| {
+        let trusted = self
+            .machine
+            .as_ref()
+            .filter(|m| self.roofline_unreliable(m).is_none());
+        let at_roof = trusted.and_then(|m| {
             let (sec, roof) = self
                 .roofline(m)
                 .iter()
@@ -219,6 +223,13 @@ impl Profile {
     /// The op types far below their roofs, ranked by their time above it: the first is
     /// the one kernel to tune first.
     fn far_below_roof(&self, machine: &MachinePeaks) -> Vec<Recommendation> {
+        if let Some(why) = self.roofline_unreliable(machine) {
+            return vec![Recommendation {
+                rule: "roofline",
+                figure: format!("the roofline is unreliable: {why}"),
+                advice: "rerun on a quiet machine: no kernel is named from these roofs".into(),
+            }];
+        }
         let mut rows: Vec<_> = self
             .roofline(machine)
             .into_iter()
