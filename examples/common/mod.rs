@@ -241,7 +241,7 @@ pub struct ProfileArgs {
     /// later iteration). Replaces --skip; recorded in the JSON.
     #[arg(long, conflicts_with = "skip")]
     pub schedule: Option<wick::profiler::Schedule>,
-    /// Write a Chrome/Perfetto trace of the last timed iteration here (needs verbosity 2).
+    /// Write a Chrome/Perfetto trace of every timed iteration here (needs verbosity 2).
     #[arg(long)]
     pub trace: Option<std::path::PathBuf>,
     /// Write the whole profile as JSON here.

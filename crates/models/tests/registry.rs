@@ -100,3 +100,43 @@ fn settings_a_model_lacks_are_refused_by_name() {
     let convnext = ModelConfig::by_name("convnext_tiny", Stem::ImageNet, None).unwrap();
     assert_eq!(convnext.stochastic_depth, 0.1);
 }
+
+/// Every node carries torchvision's module path: a `Conv2dNormActivation`'s activation is
+/// `<path>.2`, a squeeze-excitation's gates `activation` and `scale_activation`.
+#[test]
+fn activations_carry_torchvisions_module_names() {
+    use wick_ops::{Activation, Kernel};
+    let layers_of = |name: &str, kernel: Kernel| -> Vec<String> {
+        let config = ModelConfig::by_name(name, Stem::ImageNet, Some(5)).unwrap();
+        let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+        let x = b.input("images", &[1, 3, 64, 64], DType::F32).unwrap();
+        let logits = config.forward(&mut b, x).unwrap();
+        b.output(logits);
+        let graph = b.finish();
+        graph
+            .nodes()
+            .iter()
+            .filter(|n| n.kernel() == kernel)
+            .filter_map(|n| n.origin.layer.clone())
+            .collect()
+    };
+    let relu6 = layers_of("mobilenet_v2", Kernel::Activation(Activation::Relu6));
+    assert_eq!(
+        relu6.first().map(String::as_str),
+        Some("features.0.2"),
+        "{relu6:?}"
+    );
+    assert!(
+        relu6.contains(&"features.1.conv.0.2".to_string()),
+        "{relu6:?}"
+    );
+    let hardsigmoid = layers_of(
+        "mobilenet_v3_small",
+        Kernel::Activation(Activation::Hardsigmoid),
+    );
+    assert_eq!(
+        hardsigmoid.first().map(String::as_str),
+        Some("features.1.block.1.scale_activation"),
+        "{hardsigmoid:?}"
+    );
+}

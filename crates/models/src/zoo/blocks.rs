@@ -41,7 +41,7 @@ impl Act {
 }
 
 /// torchvision's `Conv2dNormActivation`: convolution without bias (`path.0`, padding
-/// `(k - 1) / 2`), batch norm (`path.1`), activation.
+/// `(k - 1) / 2`), batch norm (`path.1`), activation (`path.2`).
 pub fn conv_norm_act(
     nn: &mut Layers,
     path: &str,
@@ -52,12 +52,13 @@ pub fn conv_norm_act(
     nn.scope(path, |nn| {
         let h = nn.conv2d("0", x, conv.same_padding())?;
         let h = nn.batch_norm("1", h, conv.cout)?;
-        act.apply(nn.builder(), h)
+        nn.scope("2", |nn| act.apply(nn.builder(), h))
     })
 }
 
 /// torchvision's `SqueezeExcitation`: global average, `fc1` (1x1 conv with bias) from `c`
-/// to `squeeze` channels, `act`, `fc2` back to `c`, `gate`, and the input scaled by it.
+/// to `squeeze` channels, `act` (`activation`), `fc2` back to `c`, `gate`
+/// (`scale_activation`), and the input scaled by it.
 pub fn squeeze_excitation(
     nn: &mut Layers,
     path: &str,
@@ -70,9 +71,9 @@ pub fn squeeze_excitation(
     nn.scope(path, |nn| {
         let s = nn.builder().global_avg_pool(x)?;
         let s = nn.conv2d("fc1", s, Conv::new(c, squeeze, 1).bias())?;
-        let s = act.apply(nn.builder(), s)?;
+        let s = nn.scope("activation", |nn| act.apply(nn.builder(), s))?;
         let s = nn.conv2d("fc2", s, Conv::new(squeeze, c, 1).bias())?;
-        let s = gate.apply(nn.builder(), s)?;
+        let s = nn.scope("scale_activation", |nn| gate.apply(nn.builder(), s))?;
         nn.builder().mul(x, s)
     })
 }

@@ -13,22 +13,49 @@ use crate::profile::data::Profile;
 pub enum LayerLevel {
     /// The module that recorded the node: `layer1.0.conv2`, `bn1`, `fc`.
     Layer,
-    /// The first two path components: the residual block `layer1.0` (`conv1` alone).
+    /// The stage and one more component: ResNet's residual block `layer1.0`,
+    /// MobileNet's `features.3.conv`, a ViT layer's `self_attention`.
     Block,
-    /// The first path component: the stage `layer1` (`conv1`, `fc`, ...).
+    /// The stage: ResNet's `layer1`; torchvision's numbered `features.3` blocks, a ViT's
+    /// `encoder.layers.encoder_layer_0`, GPT-2's `transformer.h.0`; else the first
+    /// component (`conv1`, `fc`, `classifier`).
     Stage,
 }
 
 impl LayerLevel {
     /// The row name of a node recorded by layer `path` at this level.
     fn key(self, path: &str) -> String {
-        let parts = match self {
+        let parts: Vec<&str> = path.split('.').collect();
+        let stage = stage_components(&parts);
+        let n = match self {
             LayerLevel::Layer => return path.to_string(),
-            LayerLevel::Block => 2,
-            LayerLevel::Stage => 1,
+            LayerLevel::Block => stage + 1,
+            LayerLevel::Stage => stage,
         };
-        path.split('.').take(parts).collect::<Vec<_>>().join(".")
+        parts[..n.min(parts.len())].join(".")
     }
+}
+
+/// How many leading components of a module path name its stage: a first component that
+/// is numbered itself (ResNet's `layer1`, `conv1`) alone; otherwise the path through its
+/// first index (`3`, `encoder_layer_0`: a container's numbered child) that holds more
+/// modules (`features.3`, `encoder.layers.encoder_layer_0`, `transformer.h.0`);
+/// otherwise the first component (`block.conv1` is in `block`, `classifier.1` in
+/// `classifier`).
+fn stage_components(parts: &[&str]) -> usize {
+    let digit_last = |c: &str| c.chars().last().is_some_and(|ch| ch.is_ascii_digit());
+    if parts.first().is_some_and(|c| digit_last(c)) {
+        return 1;
+    }
+    let index = |c: &str| {
+        let digits = c.trim_end_matches(|ch: char| ch.is_ascii_digit());
+        digits.len() < c.len() && (digits.is_empty() || digits.ends_with('_'))
+    };
+    parts
+        .iter()
+        .enumerate()
+        .position(|(i, c)| index(c) && i + 1 < parts.len())
+        .map_or(1, |i| i + 1)
 }
 
 /// The row of nodes recorded outside any layer (`GraphBuilder::in_layer`).
@@ -100,5 +127,40 @@ impl Profile {
         }
         rows.sort_by(|a, b| b.total_sec.total_cmp(&a.total_sec));
         rows
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LayerLevel;
+
+    #[test]
+    fn stages_and_blocks_follow_each_familys_module_names() {
+        let cases = [
+            ("layer1.0.conv2", "layer1", "layer1.0"),
+            ("conv1", "conv1", "conv1"),
+            ("fc", "fc", "fc"),
+            ("features.3.conv.1.0", "features.3", "features.3.conv"),
+            ("features.0.2", "features.0", "features.0.2"),
+            ("classifier.1", "classifier", "classifier.1"),
+            (
+                "encoder.layers.encoder_layer_0.mlp.0",
+                "encoder.layers.encoder_layer_0",
+                "encoder.layers.encoder_layer_0.mlp",
+            ),
+            (
+                "transformer.h.0.attn",
+                "transformer.h.0",
+                "transformer.h.0.attn",
+            ),
+            ("lm_head", "lm_head", "lm_head"),
+            ("block.conv1.bn", "block", "block.conv1"),
+            ("block.conv1", "block", "block.conv1"),
+        ];
+        for (path, stage, block) in cases {
+            assert_eq!(LayerLevel::Stage.key(path), stage, "{path}");
+            assert_eq!(LayerLevel::Block.key(path), block, "{path}");
+            assert_eq!(LayerLevel::Layer.key(path), path);
+        }
     }
 }

@@ -49,7 +49,7 @@ impl Profile {
 
 /// The report's class section (per-op profiles), after a blank line.
 pub(crate) fn section(p: &Profile) -> String {
-    if p.ops.is_empty() {
+    if !p.shows_per_op() {
         String::new()
     } else {
         format!("\n{}", p.class_table())

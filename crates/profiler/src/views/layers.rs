@@ -65,7 +65,7 @@ impl Profile {
 /// The report's layer section (per-op profiles whose model named its layers): every
 /// stage, the top 8 blocks and the top 10 layers, each after a blank line.
 pub(crate) fn section(p: &Profile) -> String {
-    if p.ops.is_empty() || !p.ops.iter().any(|o| o.origin.layer.is_some()) {
+    if !p.shows_per_op() || !p.ops.iter().any(|o| o.origin.layer.is_some()) {
         return String::new();
     }
     [

@@ -53,7 +53,7 @@ impl fmt::Debug for Section {
 
 /// A section shown only when the profile has per-op timings, after a blank line.
 fn per_op(p: &Profile, text: impl FnOnce() -> String) -> String {
-    if p.ops.is_empty() {
+    if !p.shows_per_op() {
         String::new()
     } else {
         format!("\n{}", text())

@@ -23,7 +23,7 @@ impl Profile {
     /// seconds in C++ float formatting.
     pub fn singa_lines(&self) -> String {
         let mut s = String::from("Time Profiling:\n");
-        if self.ops.is_empty() {
+        if !self.shows_per_op() {
             s.push_str(&self.phase_lines());
         } else {
             let dist_only = self.verbosity >= 3;
@@ -64,6 +64,13 @@ impl Profile {
         s
     }
 
+    /// Whether the report prints per-op figures: it holds them and reports above
+    /// verbosity 1 (a profiler recording per op but [`reporting_at`](crate::TimeProfiler::reporting_at)
+    /// 1 prints what verbosity 1 prints).
+    pub fn shows_per_op(&self) -> bool {
+        !self.ops.is_empty() && self.verbosity != 1
+    }
+
     /// Whether the graph has nodes in `phase` (a profile without phase rows, made by
     /// hand, counts as a training profile).
     pub fn has_phase(&self, phase: Phase) -> bool {
@@ -71,17 +78,18 @@ impl Profile {
     }
 }
 
-/// SINGA's section of the report: `Time Profiling:` and its lines, the verbosity-3 note
-/// when the graph has no communication op, and the phase lines after per-op lines.
+/// SINGA's section of the report: `Time Profiling:` and its lines, the phase lines after
+/// per-op lines, then, after SINGA's lines, the verbosity-3 note when the graph has no
+/// communication op.
 pub(crate) fn section(p: &Profile) -> String {
     let mut s = p.singa_lines();
-    let communicates = p.ops.iter().any(|o| o.class == KernelClass::Communication);
-    if p.verbosity >= 3 && !p.ops.is_empty() && !communicates {
-        s.push_str(VERBOSITY_3_NOTE);
-    }
-    if !p.ops.is_empty() {
+    if p.shows_per_op() {
         s.push('\n');
         s.push_str(&p.phase_lines());
+    }
+    let communicates = p.ops.iter().any(|o| o.class == KernelClass::Communication);
+    if p.verbosity >= 3 && p.shows_per_op() && !communicates {
+        s.push_str(VERBOSITY_3_NOTE);
     }
     s
 }

@@ -352,18 +352,39 @@ fn inference_prints_only_its_phase_and_verbosity_three_explains_an_empty_list() 
     );
 
     // Verbosity 3 on a graph without Dist* ops: SINGA's lines stay exactly its own, and
-    // a note follows them.
+    // a note follows them, after the phase lines.
     let mut s = setup(3, 0, [1.0, 1.0, 1.0]);
     run(&mut s, 2);
     let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
     assert_eq!(p.singa_lines(), "Time Profiling:\n");
     let text = p.to_string();
     assert!(
-        text.starts_with(&format!(
-            "Time Profiling:\n{}",
-            wick_profiler::views::singa::VERBOSITY_3_NOTE
-        )),
+        text.starts_with("Time Profiling:\n\nForward Propagation Time : "),
         "{text}"
+    );
+    let note = text
+        .find(wick_profiler::views::singa::VERBOSITY_3_NOTE)
+        .expect("the note");
+    let optimizer_line = text.find("Optimizer Time : ").expect("the optimizer line");
+    let after_it = optimizer_line + text[optimizer_line..].find('\n').unwrap() + 1;
+    assert_eq!(note, after_it, "{text}");
+    // Recording every op but reporting at verbosity 1 prints what verbosity 1 prints.
+    let mut s = setup(2, 0, [1.0, 1.0, 1.0]);
+    run(&mut s, 2);
+    let p = s.exec.hook::<TimeProfiler>().unwrap().profile();
+    assert!(!p.ops.is_empty());
+    let two = p.to_string();
+    let one = wick_profiler::Profile { verbosity: 1, ..p }.to_string();
+    assert!(
+        two.contains("OP_ID0.") && two.contains("Per-op-type summary"),
+        "{two}"
+    );
+    assert!(
+        one.starts_with("Time Profiling:\nForward Propagation Time : ")
+            && !one.contains("OP_ID0.")
+            && !one.contains("Per-op-type summary")
+            && !one.contains("Per-class summary"),
+        "{one}"
     );
     // Training graphs keep all three lines.
     let mut s = setup(1, 0, [1.0, 1.0, 1.0]);
