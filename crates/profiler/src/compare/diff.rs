@@ -8,8 +8,6 @@
 //! interval off the percentiles. The resampling is seeded from the row's name, so a diff
 //! is reproducible.
 
-use std::fmt::Write as _;
-
 use serde::Serialize;
 
 use crate::compare::comparable::{normalize, RowSeries, Series};
@@ -306,19 +304,7 @@ pub fn diff(a: &Profile, b: &Profile, opts: &DiffOptions) -> Result<Diff, DiffEr
 /// unchanged build stays unflagged with probability `confidence`.
 pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Diff, DiffError> {
     let same_graph = check_comparable(a, b, opts)?;
-    let mut sa: Vec<_> = a.iter().map(series).collect();
-    let mut sb: Vec<_> = b.iter().map(series).collect();
-    if opts.normalize_by_peak {
-        normalize(a, &mut sa, &a[0], "A").map_err(DiffError::NoPeaks)?;
-        normalize(b, &mut sb, &a[0], "B").map_err(DiffError::NoPeaks)?;
-        let threads = a[0].run.threads;
-        if let Some(other) = a.iter().chain(b).find(|p| p.run.threads != threads) {
-            return Err(DiffError::NormalizeAcrossThreads {
-                a: threads,
-                b: other.run.threads,
-            });
-        }
-    }
+    let (sa, sb) = side_series(a, b, opts)?;
     let a_iteration = mean(
         &a.iter()
             .flat_map(|p| p.samples.iterations.iter().copied())
@@ -386,6 +372,30 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         confidence: opts.confidence,
         runs: (a.len(), b.len()),
     })
+}
+
+/// Each run's samples per row, normalised by the machine peaks when asked: refused
+/// without peaks, or across different threads (each run's peaks are measured on its own
+/// threads, so scaling by them would cancel the threads' real effect).
+fn side_series(
+    a: &[Profile],
+    b: &[Profile],
+    opts: &DiffOptions,
+) -> Result<(Vec<RowSeries>, Vec<RowSeries>), DiffError> {
+    let mut sa: Vec<_> = a.iter().map(series).collect();
+    let mut sb: Vec<_> = b.iter().map(series).collect();
+    if opts.normalize_by_peak {
+        normalize(a, &mut sa, &a[0], "A").map_err(DiffError::NoPeaks)?;
+        normalize(b, &mut sb, &a[0], "B").map_err(DiffError::NoPeaks)?;
+        let threads = a[0].run.threads;
+        if let Some(other) = a.iter().chain(b).find(|p| p.run.threads != threads) {
+            return Err(DiffError::NormalizeAcrossThreads {
+                a: threads,
+                b: other.run.threads,
+            });
+        }
+    }
+    Ok((sa, sb))
 }
 
 /// Refuses sides without samples, and profiles of different graphs unless the options
@@ -482,133 +492,5 @@ impl Diff {
             (_, Some(_)) => Outcome::Regression,
             _ => Outcome::NoRegression,
         }
-    }
-
-    /// The verdict: the flagged rows that decide it, or no significant change with the
-    /// smallest change the iteration row could have detected; and whether the runs'
-    /// settings or machines differ.
-    pub fn verdict(&self) -> String {
-        let iteration = self.rows.iter().find(|r| r.kind == "iteration");
-        let regressions: Vec<&DiffRow> = self.regressions().collect();
-        let faster: Vec<&DiffRow> = self
-            .rows
-            .iter()
-            .filter(|r| r.flagged && r.ratio < 1.0)
-            .collect();
-        let list = |rows: &[&DiffRow]| {
-            rows.iter()
-                .take(3)
-                .map(|r| format!("{} x{:.3}", r.label(), r.ratio))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let flagged: Vec<&DiffRow> = self.rows.iter().filter(|r| r.flagged).collect();
-        let mut s = if let (Outcome::Inconclusive, Some(why)) =
-            (self.outcome(), &self.machine_moved)
-        {
-            format!(
-                "Verdict: inconclusive ({} flagged: {}; but {why}, so the machine rather than the code may have moved them; rerun both on a quiet machine)",
-                flagged.len(),
-                list(&flagged)
-            )
-        } else if !regressions.is_empty() {
-            format!(
-                "Verdict: SLOWER ({} flagged: {})",
-                regressions.len(),
-                list(&regressions)
-            )
-        } else if !faster.is_empty() {
-            format!(
-                "Verdict: faster ({} flagged: {})",
-                faster.len(),
-                list(&faster)
-            )
-        } else {
-            let detectable = iteration.map_or(String::new(), |r| {
-                format!(
-                    "; with this noise it could only have detected an iteration change beyond x{:.3} or below x{:.3}",
-                    r.detectable_slower, r.detectable_faster
-                )
-            });
-            format!(
-                "Verdict: no significant change at {:.0}%{detectable}",
-                100.0 * self.confidence
-            )
-        };
-        if !self.warnings.is_empty() {
-            s.push_str(&format!(
-                " - but the runs differ in {} way(s) that move times by themselves (below)",
-                self.warnings.len()
-            ));
-        }
-        s
-    }
-
-    /// The diff as text: the verdict, the differences between the runs, the flagged rows,
-    /// then every row of the iteration, phases and op types.
-    pub fn text(&self) -> String {
-        let mut s = format!(
-            "wick-prof diff: B / A per-iteration time over {} vs {} runs, bootstrap intervals at {:.0}% family-wise; flagged: interval excludes 1, change >= {:.0}%, row >= {:.0}% of the iteration{}{}\n",
-            self.runs.0,
-            self.runs.1,
-            100.0 * self.confidence,
-            100.0 * self.threshold,
-            100.0 * self.min_share,
-            if self.same_graph { "" } else { " (different graphs: matched by name)" },
-            if self.normalized { "; times normalised by each run's machine peaks" } else { "" }
-        );
-        let _ = writeln!(s, "{}", self.verdict());
-        for w in &self.warnings {
-            let _ = writeln!(s, "warning: {}", printable(w));
-        }
-        let inconclusive = self.outcome() == Outcome::Inconclusive;
-        for r in self.rows.iter().filter(|r| r.flagged) {
-            let what = match (inconclusive, r.ratio > 1.0) {
-                (true, true) => "slower, inconclusive",
-                (true, false) => "faster, inconclusive",
-                (false, true) => "SLOWER",
-                (false, false) => "faster",
-            };
-            let _ = writeln!(
-                s,
-                "{what}: {} x{:.3} [{:.3}, {:.3}] ({:.3} ms -> {:.3} ms)",
-                r.label(),
-                r.ratio,
-                r.low,
-                r.high,
-                r.a_sec * 1e3,
-                r.b_sec * 1e3
-            );
-        }
-        let _ = writeln!(
-            s,
-            "{:<9} {:<36} {:>10} {:>10} {:>8} {:>17} {:>17}",
-            "Kind", "Name", "A(ms)", "B(ms)", "B/A", "interval", "detectable"
-        );
-        for r in self.rows.iter().filter(|r| r.kind != "layer") {
-            let _ = writeln!(
-                s,
-                "{:<9} {:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}] x{:>6.3} / x{:>5.3}{}",
-                r.kind,
-                if r.kind == r.name {
-                    String::new()
-                } else {
-                    printable(&r.name)
-                },
-                r.a_sec * 1e3,
-                r.b_sec * 1e3,
-                r.ratio,
-                r.low,
-                r.high,
-                r.detectable_slower,
-                r.detectable_faster,
-                if r.flagged { " *" } else { "" }
-            );
-        }
-        let _ = writeln!(
-            s,
-            "detectable: the smallest slowdown / speed-up each row could have flagged with its own noise at this confidence"
-        );
-        s
     }
 }
