@@ -1,20 +1,28 @@
 //! Issue #40: the profiler shows a model's convolutions by kind, as a user runs
-//! `profile_resnet`: mobilenet_v2's depthwise and 1x1 convolutions are rows of their own,
-//! and ResNet-18's SINGA lines keep the kernel's plain name.
+//! `profile_resnet`: mobilenet_v2's depthwise and 1x1 convolutions are rows of their own
+//! while SINGA's lines keep the kernel's plain name; its folded stacks follow the module
+//! paths and add up to the op time.
 
 mod common;
 
 use common::run;
 
-fn profile(args: &[&str]) -> String {
+/// `profile_resnet`'s output, and the folded stacks it wrote (`--folded stacks.folded`).
+fn profile(args: &[&str]) -> (String, String) {
     let d = tempfile::tempdir().unwrap();
-    let out = run(d.path(), "profile_resnet", args, &[]);
+    let args: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--folded", "stacks.folded"])
+        .collect();
+    let out = run(d.path(), "profile_resnet", &args, &[]);
     assert!(
         out.status.success(),
         "profile_resnet {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let folded = std::fs::read_to_string(d.path().join("stacks.folded")).unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), folded)
 }
 
 /// The per-op-type table's rows: its first column, up to the blank line after it.
@@ -30,7 +38,7 @@ fn type_rows(out: &str) -> Vec<String> {
 #[test]
 fn mobilenet_v2s_depthwise_and_pointwise_convolutions_are_rows_of_their_own() {
     #[rustfmt::skip]
-    let out = profile(&["--model", "mobilenet_v2", "--num-classes", "10", "--batch-size", "4", "--image-size", "64", "--iterations", "2", "--skip", "1", "--verbosity", "2"]);
+    let (out, folded) = profile(&["--model", "mobilenet_v2", "--num-classes", "10", "--batch-size", "4", "--image-size", "64", "--iterations", "2", "--skip", "1", "--verbosity", "2"]);
     let rows = type_rows(&out);
     for kind in ["depthwise", "1x1"] {
         for kernel in ["ConvForward", "ConvBackwardData", "ConvBackwardFilter"] {
@@ -42,4 +50,26 @@ fn mobilenet_v2s_depthwise_and_pointwise_convolutions_are_rows_of_their_own() {
     assert!(rows.contains(&"ConvForward".to_string()), "{rows:?}");
     // SINGA's per-op lines keep the kernel's name.
     assert!(out.contains(". ConvForward : ") && !out.contains(". ConvForward (depthwise) :"));
+    // The folded stacks: module frames, then the kernel; they add up to the op time.
+    let mut total_us = 0.0;
+    for line in folded.lines() {
+        let (stack, us) = line.rsplit_once(' ').expect("stack and count");
+        total_us += us.parse::<f64>().expect("a count");
+        assert!(!stack.contains(' '), "{line}");
+    }
+    // A frame's spaces become underscores: the format separates the count by a space.
+    let depthwise = "features;features.3;features.3.conv;features.3.conv.1;features.3.conv.1.0;ConvForward_(depthwise) ";
+    assert!(folded.contains(depthwise), "{folded}");
+    let ops_ms: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Ops Time : "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|sec| sec * 1e3)
+        .expect("Ops Time line");
+    let folded_ms = total_us / 1e3;
+    assert!(
+        (folded_ms - ops_ms).abs() < 0.01 * ops_ms,
+        "{folded_ms} vs {ops_ms} ms"
+    );
 }

@@ -247,6 +247,10 @@ pub struct ProfileArgs {
     /// Write the whole profile as JSON here.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// Write a flame graph's folded stacks by module path here (`inferno-flamegraph <
+    /// FILE > flame.svg`, or open it in speedscope; needs verbosity 2).
+    #[arg(long)]
+    pub folded: Option<std::path::PathBuf>,
     /// Also print the per-op-type table split by input shapes (needs verbosity 2).
     #[arg(long)]
     pub by_shape: bool,
@@ -294,6 +298,9 @@ impl ProfileArgs {
         if self.trace.is_some() && level < 2 {
             anyhow::bail!("--trace needs per-op timings: use --verbosity 2 (got {level})");
         }
+        if self.folded.is_some() && level < 2 {
+            anyhow::bail!("--folded needs per-op timings: use --verbosity 2 (got {level})");
+        }
         if self.by_shape && level < 2 {
             anyhow::bail!("--by-shape needs per-op timings: use --verbosity 2 (got {level})");
         }
@@ -304,6 +311,7 @@ impl ProfileArgs {
             ("--report", &self.report),
             ("--trace", &self.trace),
             ("--json", &self.json),
+            ("--folded", &self.folded),
         ] {
             if let Some(path) = path {
                 files.output(flag, path)?;
@@ -406,6 +414,15 @@ impl ProfileArgs {
             if let Some(note) = &trace.note {
                 println!("note: {note}");
             }
+        }
+        if let Some(path) = &self.folded {
+            let folded = profile.folded_stacks();
+            wick::graph::atomic_write::write_bytes_atomically(path, folded.as_bytes())?;
+            println!(
+                "folded stacks ({} lines) written to {} (inferno-flamegraph, speedscope)",
+                folded.lines().count(),
+                path.display()
+            );
         }
         if let Some(path) = &self.json {
             wick::graph::atomic_write::write_bytes_atomically(path, profile.to_json().as_bytes())?;

@@ -9,6 +9,7 @@
 //!   step, memory, placement and precision, data-parallel ranks, CPU contention;
 //! - [`classes`]: op time per kernel class; [`table`]: the per-op-type table; [`layers`]: time per layer, block and stage;
 //! - [`roofline`]: each op type against the machine's peaks; [`advice`]: recommendations;
+//! - [`flame`]: folded stacks and the module tree of a flame graph;
 //! - [`trace`]: the Chrome/Perfetto trace; [`html`] (with its charts): the HTML report; [`float_format`]: C++'s float formatting, as SINGA prints.
 
 use std::fmt;
@@ -20,6 +21,7 @@ pub mod classes;
 pub mod contention;
 pub mod cycles;
 pub mod distributed;
+pub mod flame;
 pub mod float_format;
 pub mod html;
 pub mod iteration;

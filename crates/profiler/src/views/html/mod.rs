@@ -1,7 +1,7 @@
 //! The HTML report (`wick-prof report`, `--report`): one self-contained file, no network,
 //! inline SVG, that opens from disk. It shows the step breakdown (input included) and the
 //! phase times, the per-op-type chart and table, per-layer stacked forward/backward/
-//! optimizer bars, the memory curve over OP_IDs with its peak, the roofline scatter, the
+//! optimizer bars, a flame graph by module, the memory curve over OP_IDs with its peak, the roofline scatter, the
 //! recommendations and, given a baseline, the diff. Every number shown carries its JSON
 //! value in a `data-value` attribute, so a test can check the page against the file.
 
@@ -14,11 +14,13 @@ use crate::views::html::charts::{
     bars, esc, linear_ticks, phase_color, phase_legend, stacked, type_phase, x_axis, Frame,
     OTHER_COLORS,
 };
+use crate::views::html::flame::flame_section;
 use crate::views::html::memory::memory_section;
 use crate::views::html::roofline::roofline_section;
 use wick_graph::ir::Phase;
 
 pub mod charts;
+mod flame;
 mod memory;
 mod roofline;
 
@@ -70,6 +72,7 @@ pub fn report(p: &Profile, diff: Option<&Diff>) -> String {
     class_section(&mut b, p);
     op_type_section(&mut b, p);
     layer_section(&mut b, p);
+    flame_section(&mut b, p);
     memory_section(&mut b, p);
     roofline_section(&mut b, p);
     let _ = write!(b, "<h2>Recommendations</h2><ul id=\"recommendations\">");
