@@ -6,7 +6,8 @@
 //! Per op type, the predicted time is the larger of
 //! - its roof: FLOPs over the compute peak (TF32 tensor cores for convolutions and
 //!   matrix products, FP32 for the rest) or bytes over the memory bandwidth, whichever
-//!   is longer, divided by the efficiency the datasheet assumes real kernels reach;
+//!   is longer, each divided first by the efficiency the datasheet assumes real kernels
+//!   reach on that side (so the rule holds on both sides of the ridge);
 //! - its launches times the datasheet's cost of one launch (a step of many small kernels
 //!   is bound by launching them, not by the GPU).
 //!
@@ -271,12 +272,10 @@ fn op_seconds(
     };
     let compute = op.flops as f64 / peak;
     let memory = op.bytes as f64 / device.memory_bytes_per_sec;
-    let efficiency = if compute > memory {
-        device.compute_efficiency
-    } else {
-        device.memory_efficiency
-    };
-    let kernel_sec = compute.max(memory) / efficiency;
+    // Each side at its own assumed efficiency, the longer one winning: no jump at the
+    // ridge, where choosing one efficiency by the longer raw roof would switch between
+    // them (5x apart on an H200).
+    let kernel_sec = (compute / device.compute_efficiency).max(memory / device.memory_efficiency);
     // Each generic launch past wick's count is one more pass over the op's output (over
     // one parameter's, for a merged update: as many passes per parameter).
     let out_bytes: u64 = op
@@ -294,13 +293,16 @@ fn op_seconds(
     }
 }
 
+/// What the prediction leaves out, printed under it.
+pub const CAVEATS: &str = "Caveats: a model, not a measurement. It has no input pipeline (the step alone, the batch already on the GPU), no overlap between kernels or with copies, no caches (an op's inputs may still be in the L2), no cuDNN algorithm choice, and wick's CUDA path has not yet run on a GPU: it is built and checked through the CPU emulation only.";
+
 impl std::fmt::Display for GpuPrediction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let d = &self.device;
         writeln!(f, "Predicted step on {} ({}):", d.name, d.description)?;
         writeln!(
             f,
-            "  peaks {:.0} GB/s, FP32 {:.1} TFLOP/s, TF32 {:.1} TFLOP/s; assumed {:.0}% of bandwidth, {:.0}% of compute, {:.1} us per launch",
+            "  peaks {:.0} GB/s, FP32 {:.1} TFLOP/s, TF32 {:.1} TFLOP/s; each op type takes the longer of its bytes at {:.0}% of the bandwidth and its FLOPs at {:.0}% of the compute peak, and at least {:.1} us per launch",
             d.memory_bytes_per_sec / 1e9,
             d.fp32_flops_per_sec / 1e12,
             d.tf32_flops_per_sec / 1e12,
@@ -361,6 +363,7 @@ impl std::fmt::Display for GpuPrediction {
                 self.unknown_kernels.join(", ")
             )?;
         }
+        writeln!(f, "  {CAVEATS}")?;
         Ok(())
     }
 }
@@ -469,5 +472,38 @@ mod tests {
         );
         assert_eq!(one.launches(), (2, 19));
         assert!(one.generic_step_sec().is_finite());
+    }
+
+    /// Two convolutions either side of the TF32 ridge, their bytes 1% apart: their
+    /// predictions are 1% apart too (each side at its own efficiency), not 5x; and the
+    /// text states the rule and its caveats.
+    #[test]
+    fn the_efficiencies_hold_on_both_sides_of_the_ridge_and_the_caveats_are_printed() {
+        let h200 = DeviceSheet::named("h200").unwrap();
+        let ridge = h200.tf32_flops_per_sec / h200.memory_bytes_per_sec;
+        let conv = |bytes: f64| crate::OpProfile {
+            flops: 1_000_000_000_000,
+            bytes: bytes as u64,
+            ..crate::OpProfile::new(wick_ops::Kernel::ConvForward, 1e-3)
+        };
+        let at = |bytes: f64| {
+            let p = Profile {
+                ops: vec![conv(bytes)],
+                ..Default::default()
+            };
+            predict(&p, &h200).rows[0].wick_sec
+        };
+        let just_compute = at(1e12 / ridge * 0.995);
+        let just_memory = at(1e12 / ridge * 1.005);
+        assert!(
+            (just_memory / just_compute - 1.0).abs() < 0.02,
+            "{just_compute} s against {just_memory} s"
+        );
+        let p = Profile {
+            ops: vec![conv(1e9)],
+            ..Default::default()
+        };
+        let text = predict(&p, &h200).to_string();
+        assert!(text.contains("takes the longer of its bytes at") && text.contains(CAVEATS));
     }
 }
