@@ -77,6 +77,9 @@ fn run() -> Result<()> {
     let gpu = !device.is_cpu();
     let config = a.model.config("resnet50")?;
     a.profile.check(&mut FileRoles::default())?;
+    if a.compare_passes {
+        a.profile.refuse_outputs_beside_compare_passes()?;
+    }
     let (batch, size) = batch_and_size(&a, gpu)?;
 
     let sgd = SgdParams {

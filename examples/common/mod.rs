@@ -326,6 +326,27 @@ impl ProfileArgs {
         self.level() >= 2 || self.json.is_some()
     }
 
+    /// Refuses the profile's output files beside `--compare-passes`, which prints its
+    /// comparison and writes none of them.
+    pub fn refuse_outputs_beside_compare_passes(&self) -> Result<()> {
+        let asked: Vec<&str> = [
+            ("--json", self.json.is_some()),
+            ("--report", self.report.is_some()),
+            ("--trace", self.trace.is_some()),
+            ("--folded", self.folded.is_some()),
+            ("--by-shape", self.by_shape),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        anyhow::ensure!(
+            asked.is_empty(),
+            "--compare-passes prints its comparison and writes no profile: {} would not be written; drop it, or profile each pass set on its own (--passes none, --passes default)",
+            asked.join(", ")
+        );
+        Ok(())
+    }
+
     /// Attaches wick's time profiler to `session` unless the verbosity is 0.
     pub fn attach(&self, session: &mut wick::models::Session) -> Result<()> {
         let info = run_info(session);

@@ -191,5 +191,30 @@ pub fn cases() -> Vec<Case> {
         "0.5",
         vec!["--momentum is SGD's".into()],
     ));
+    // --compare-passes writes no profile: an output flag beside it is refused, not dropped.
+    let needle = || vec!["--compare-passes prints its comparison and writes no profile".into()];
+    let compare = [PROFILE, &["--compare-passes"]].concat();
+    v.push(refused(
+        "profile_resnet",
+        &compare,
+        "--json",
+        "p.json",
+        needle(),
+    ));
+    v.push(refused(
+        "profile_resnet",
+        &compare,
+        "--folded",
+        "p.folded",
+        needle(),
+    ));
+    let compare = [INFER, &["--compare-passes"]].concat();
+    v.push(refused(
+        "infer_resnet",
+        &compare,
+        "--report",
+        "r.html",
+        needle(),
+    ));
     v
 }
