@@ -183,7 +183,7 @@ fn main() -> Result<()> {
         active: 3,
         repeat: 1,
     };
-    exec.add_hook(TimeProfiler::with_schedule(schedule, RecordLevel::PerOp).reporting_at(1))?;
+    exec.add_hook(TimeProfiler::with_schedule(schedule, RecordLevel::PerOp))?;
     println!(
         "{} parameters in {} tensors",
         specs

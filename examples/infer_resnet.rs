@@ -159,10 +159,10 @@ fn check_args(a: &mut Args) -> Result<()> {
         );
         a.profile.skip = Some(1 + a.warmup);
     }
-    a.profile.check(&mut files)?;
     if a.compare_passes {
         a.profile.refuse_outputs_beside_compare_passes()?;
     }
+    a.profile.check(&mut files)?;
     Ok(())
 }
 

@@ -76,10 +76,10 @@ fn run() -> Result<()> {
     let device = a.model.device()?;
     let gpu = !device.is_cpu();
     let config = a.model.config("resnet50")?;
-    a.profile.check(&mut FileRoles::default())?;
     if a.compare_passes {
         a.profile.refuse_outputs_beside_compare_passes()?;
     }
+    a.profile.check(&mut FileRoles::default())?;
     let (batch, size) = batch_and_size(&a, gpu)?;
 
     let sgd = SgdParams {
