@@ -70,7 +70,22 @@ fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
         cases += 1;
     }
     type Break = fn(&mut serde_json::Value);
-    let files: [(Break, &str); 7] = [
+    let files: [(Break, &str); 10] = [
+        (
+            |v| v["machine"] = serde_json::json!({"flops_per_sec": 0.0, "bytes_per_sec": 1e10}),
+            "machine.flops_per_sec is 0",
+        ),
+        (
+            |v| v["machine"] = serde_json::json!({"flops_per_sec": 1e11, "bytes_per_sec": -5.0}),
+            "machine.bytes_per_sec is -5",
+        ),
+        (
+            |v| {
+                v["machine"] = serde_json::json!({"flops_per_sec": 1e11, "bytes_per_sec": 1e10,
+                    "flops_range": [2e11, 1e11]})
+            },
+            "its slowest run is above its fastest",
+        ),
         (
             |v| v["iteration_sec"] = (-1.0).into(),
             "iteration_sec is -1",
@@ -124,6 +139,17 @@ fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
             cases += 1;
         }
     }
+    // Escape sequences in kernel and layer names are printed escaped, by predict too.
+    let mut v = good.clone();
+    v["ops"][0]["name"] = "ReLU\u{1b}[2J\u{7}".into();
+    std::fs::write(p.join("esc-predict.json"), v.to_string()).unwrap();
+    let out = wick_prof(p, &["predict", "esc-predict.json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains('\u{1b}') && text.contains("ReLU\\u{1b}[2J"),
+        "{text:?}"
+    );
+    cases += 1;
     // Escape sequences in kernel and layer names are printed escaped.
     let mut v = good.clone();
     v["ops"][0]["name"] = "ReLU\u{1b}[2J\u{7}".into();

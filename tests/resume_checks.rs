@@ -64,16 +64,44 @@ fn resume_refuses_a_changed_run_and_trusts_the_checkpoint_not_its_name() {
     let log = std::fs::read_to_string(p.join("m.jsonl")).unwrap();
     assert_eq!(log.lines().count(), 3, "{log}");
     let mut cases = 0;
-    // Another batch size, learning rate or seed: refused, naming the setting.
-    for (flag, value, named) in [
-        ("--batch-size", "8", "batch 4, this one 8"),
-        ("--lr", "0.5", "lr 0.05, this one 0.5"),
-        ("--seed", "9", "seed"),
+    // Another batch size, learning rate, seed, clipping, decay or data: refused, naming
+    // the setting (a zoo model's --dropout and --stochastic-depth are recorded too).
+    for (changed, named) in [
+        (&["--batch-size", "8"][..], "batch 4, this one 8"),
+        (&["--lr", "0.5"], "lr 0.05, this one 0.5"),
+        (&["--seed", "9"], "seed"),
+        (
+            &["--clip-grad-norm", "1"],
+            "clip grad norm None, this one Some(1.0)",
+        ),
+        (&["--no-decay-1d"], "no decay 1d false, this one true"),
+        (
+            &["--synthetic-classes", "3"],
+            "synthetic classes 10, this one 3",
+        ),
     ] {
-        let out = train(p, &["--steps", "8", "--resume", "ck", flag, value]);
+        let resume = ["--steps", "8", "--resume", "ck"];
+        let out = train(p, &[&resume[..], changed].concat());
         refused(&out, &[named, "--resume-override"]);
         cases += 1;
     }
+    // --weights under --resume would be ignored: refused before any work.
+    let out = train(
+        p,
+        &[
+            "--steps",
+            "8",
+            "--resume",
+            "ck",
+            "--weights",
+            "final.safetensors",
+        ],
+    );
+    refused(
+        &out,
+        &["--weights and --resume both set the starting weights"],
+    );
+    cases += 1;
     // At the target: nothing to train, the log untouched, and --save writes the run's
     // final weights (a run killed after its last checkpoint still gets its file).
     let before = std::fs::read_to_string(p.join("m.jsonl")).unwrap();

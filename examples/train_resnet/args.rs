@@ -40,9 +40,10 @@ pub struct Args {
     /// 32x32; a batch file sets its own).
     #[arg(long, default_value = "32")]
     pub image_size: ImageSize,
-    /// Classes of the synthetic data (at most --num-classes).
-    #[arg(long, default_value_t = 10)]
-    pub synthetic_classes: usize,
+    /// Classes of the synthetic data, at most --num-classes [default: 10, or
+    /// --num-classes when fewer].
+    #[arg(long)]
+    pub synthetic_classes: Option<usize>,
     /// Base learning rate [default: 0.05 for sgd, 0.001 for adam and adamw].
     #[arg(long)]
     pub lr: Option<f64>,
@@ -151,6 +152,18 @@ impl Args {
         })
     }
 
+    /// The synthetic data's classes for a model of `num_classes`: --synthetic-classes,
+    /// refused above `num_classes`, or 10 (fewer if the model has fewer).
+    pub fn synthetic_classes(&self, num_classes: usize) -> anyhow::Result<usize> {
+        match self.synthetic_classes {
+            Some(k) if k > num_classes => anyhow::bail!(
+                "--synthetic-classes {k}: the model has {num_classes} classes (--num-classes), so at most {num_classes}"
+            ),
+            Some(k) => Ok(k),
+            None => Ok(10.min(num_classes)),
+        }
+    }
+
     /// SGD's momentum: --momentum, or 0.9.
     pub fn momentum(&self) -> f64 {
         self.momentum.unwrap_or(0.9)
@@ -209,6 +222,10 @@ pub fn check_args(a: &Args, distributed: bool) -> Result<()> {
     }
     a.profile.check(&mut files)?;
     a.augmentation()?;
+    anyhow::ensure!(
+        a.weights.is_none() || a.resume.is_none(),
+        "--weights and --resume both set the starting weights: --resume continues a run from its checkpoint's; drop --weights"
+    );
     anyhow::ensure!(
         a.momentum.is_none() || a.optimizer == OptimizerKind::Sgd,
         "--momentum is SGD's; {:?} uses betas 0.9, 0.999 instead",

@@ -65,7 +65,7 @@ pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             size: ImageSize::square(32),
         }
     } else {
-        let k = a.synthetic_classes.min(num_classes);
+        let k = a.synthetic_classes(num_classes)?;
         let train = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1)?;
         let mut eval = SyntheticImages::new(k, a.batch_size, a.image_size, a.seed + 1_000_003)?;
         let held_out = (0..4)

@@ -27,6 +27,18 @@ pub(crate) fn trajectory(
         ("weight decay", a.weight_decay.to_string()),
         ("steps per epoch", plan.per_epoch.to_string()),
         ("augmentation", augmentation_text(a)),
+        ("clip grad norm", format!("{:?}", a.clip_grad_norm)),
+        ("no decay 1d", a.no_decay_1d.to_string()),
+        (
+            "synthetic classes",
+            a.synthetic_classes(config.num_classes())
+                .map_or_else(|e| e.to_string(), |k| k.to_string()),
+        ),
+        ("dropout", format!("{:?}", a.model.dropout)),
+        (
+            "stochastic depth",
+            format!("{:?}", a.model.stochastic_depth),
+        ),
     ]
 }
 

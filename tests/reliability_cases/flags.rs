@@ -191,6 +191,31 @@ pub fn cases() -> Vec<Case> {
         "0.5",
         vec!["--momentum is SGD's".into()],
     ));
+    // A flag the model ignores, or a count beyond another: refused, not bent.
+    let stem = || vec!["mobilenet_v2 has no stem choice".into()];
+    v.push(refused(
+        "train_resnet",
+        TRAIN,
+        "--model",
+        "mobilenet_v2",
+        stem(),
+    ));
+    v.push(refused(
+        "profile_resnet",
+        PROFILE,
+        "--model",
+        "mobilenet_v2",
+        stem(),
+    ));
+    let five = [TRAIN, &["--num-classes", "5"]].concat();
+    let at_most = vec!["--synthetic-classes 10: the model has 5 classes".into()];
+    v.push(refused(
+        "train_resnet",
+        &five,
+        "--synthetic-classes",
+        "10",
+        at_most,
+    ));
     // --compare-passes writes no profile: an output flag beside it is refused, not dropped.
     let needle = || vec!["--compare-passes prints its comparison and writes no profile".into()];
     let compare = [PROFILE, &["--compare-passes"]].concat();

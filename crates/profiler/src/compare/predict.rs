@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::compare::diff::printable;
 use crate::profile::data::{OpProfile, Profile};
 use wick_graph::ir::Phase;
 use wick_ops::KernelClass;
@@ -299,7 +300,12 @@ pub const CAVEATS: &str = "Caveats: a model, not a measurement. It has no input 
 impl std::fmt::Display for GpuPrediction {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let d = &self.device;
-        writeln!(f, "Predicted step on {} ({}):", d.name, d.description)?;
+        writeln!(
+            f,
+            "Predicted step on {} ({}):",
+            printable(&d.name),
+            printable(&d.description)
+        )?;
         writeln!(
             f,
             "  peaks {:.0} GB/s, FP32 {:.1} TFLOP/s, TF32 {:.1} TFLOP/s; each op type takes the longer of its bytes at {:.0}% of the bandwidth and its FLOPs at {:.0}% of the compute peak, and at least {:.1} us per launch",
@@ -327,7 +333,7 @@ impl std::fmt::Display for GpuPrediction {
             writeln!(
                 f,
                 "  {:<30} {:>5} {:>10.1} {:>10.1} {:>9.3} {:>8} {:>9.3} {:>9} {:>10.3}",
-                r.name,
+                printable(&r.name),
                 r.nodes,
                 r.flops as f64 / 1e9,
                 r.bytes as f64 / 1e6,
@@ -360,7 +366,7 @@ impl std::fmt::Display for GpuPrediction {
             writeln!(
                 f,
                 "  counted as one launch each (not in the launch table): {}",
-                self.unknown_kernels.join(", ")
+                printable(&self.unknown_kernels.join(", "))
             )?;
         }
         writeln!(f, "  {CAVEATS}")?;

@@ -22,7 +22,42 @@ impl Profile {
     /// first bad field.
     pub fn validate(&self) -> Result<(), String> {
         self.validate_times()?;
-        self.validate_samples()
+        self.validate_samples()?;
+        self.validate_machine()
+    }
+
+    /// The machine's peaks, when present: finite and above 0, their ranges too (a peak
+    /// of 0 or below would give negative normalised times and a roofline of NaNs).
+    fn validate_machine(&self) -> Result<(), String> {
+        let Some(m) = &self.machine else {
+            return Ok(());
+        };
+        let peak = |field: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "machine.{field} is {v}: a machine peak must be a finite number above 0"
+                ))
+            }
+        };
+        peak("flops_per_sec", m.flops_per_sec)?;
+        peak("bytes_per_sec", m.bytes_per_sec)?;
+        for (field, range) in [
+            ("flops_range", m.flops_range),
+            ("bytes_range", m.bytes_range),
+        ] {
+            if let Some([lo, hi]) = range {
+                peak(&format!("{field}[0]"), lo)?;
+                peak(&format!("{field}[1]"), hi)?;
+                if lo > hi {
+                    return Err(format!(
+                        "machine.{field} is [{lo}, {hi}]: its slowest run is above its fastest"
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The iteration's, phases' and ops' times, and the ops' order.
