@@ -55,6 +55,27 @@ fn identity(path: &Path) -> Identity {
     }
 }
 
+/// Where `path` is, for a containment check: its canonical place (see [`identity`]), or,
+/// when neither it nor its folder exists yet, its absolute path with `.` and `..`
+/// resolved by their names.
+fn place(path: &Path, identity: &Identity) -> Option<PathBuf> {
+    if let Some(p) = &identity.path {
+        return Some(p.clone());
+    }
+    let absolute = std::env::current_dir().ok()?.join(path);
+    let mut out = PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    Some(out)
+}
+
 /// One file's role in a command.
 #[derive(Debug, Clone)]
 struct Entry {
@@ -62,6 +83,9 @@ struct Entry {
     path: PathBuf,
     identity: Identity,
     output: bool,
+    /// A folder the command writes as a whole (a checkpoint folder): no other output
+    /// may be inside it.
+    folder: bool,
 }
 
 /// The files of one command (see the module docs).
@@ -74,7 +98,7 @@ impl FileRoles {
     /// Registers a file the command reads. It may be read under two flags, but no
     /// output may replace it.
     pub fn input(&mut self, flag: &str, path: &Path) -> Result<(), OutputError> {
-        self.add(flag, path, false)
+        self.add(flag, path, false, false)
     }
 
     /// Registers a file the command writes: checks that it can be written (see
@@ -84,7 +108,7 @@ impl FileRoles {
             path: format!("{flag} {}", e.path),
             problem: e.problem,
         })?;
-        self.add(flag, path, true)
+        self.add(flag, path, true, false)
     }
 
     /// Registers a folder the command writes into (a checkpoint folder): it must be a
@@ -118,11 +142,20 @@ impl FileRoles {
                 let _ = fs::remove_file(&probe);
             }
         }
-        self.add(flag, path, true)
+        self.add(flag, path, true, true)
     }
 
-    fn add(&mut self, flag: &str, path: &Path, output: bool) -> Result<(), OutputError> {
+    fn add(
+        &mut self,
+        flag: &str,
+        path: &Path,
+        output: bool,
+        folder: bool,
+    ) -> Result<(), OutputError> {
         let identity = identity(path);
+        if output {
+            self.refuse_outputs_in_folders(flag, path, &identity, folder)?;
+        }
         {
             let clash = self
                 .entries
@@ -149,7 +182,46 @@ impl FileRoles {
             path: path.to_path_buf(),
             identity,
             output,
+            folder,
         });
+        Ok(())
+    }
+
+    /// Refuses an output inside a folder the command writes as a whole (a `--save` into
+    /// the checkpoint folder's `best/` would be replaced, or replace it), and a folder
+    /// that holds one of the outputs already registered.
+    fn refuse_outputs_in_folders(
+        &self,
+        flag: &str,
+        path: &Path,
+        identity: &Identity,
+        folder: bool,
+    ) -> Result<(), OutputError> {
+        let Some(here) = place(path, identity) else {
+            return Ok(());
+        };
+        for e in self.entries.iter().filter(|e| e.output) {
+            let Some(there) = place(&e.path, &e.identity) else {
+                continue;
+            };
+            let new = (flag, path);
+            let old = (e.flag.as_str(), e.path.as_path());
+            let ((inner, inner_path), (outer, outer_path)) =
+                if e.folder && here.starts_with(&there) && here != there {
+                    (new, old)
+                } else if folder && there.starts_with(&here) && here != there {
+                    (old, new)
+                } else {
+                    continue;
+                };
+            return Err(OutputError {
+                path: inner_path.display().to_string(),
+                problem: format!(
+                    "{inner} is inside {outer} {}, a folder wick writes and replaces as a whole: its checkpoints, markers and lock would overwrite it or be overwritten; write {inner} elsewhere",
+                    outer_path.display()
+                ),
+            });
+        }
         Ok(())
     }
 }
@@ -205,5 +277,37 @@ mod tests {
             .output_dir("--checkpoint-dir", &p.join("X"))
             .unwrap_err();
         assert!(e.to_string().contains("--save"), "{e}");
+    }
+
+    #[test]
+    fn an_output_inside_a_checkpoint_folder_is_refused_either_way_round() {
+        let d = tempfile::tempdir().unwrap();
+        let ck = d.path().join("ck");
+        let inside = ck.join("best").join("model.safetensors");
+        fs::create_dir_all(ck.join("best")).unwrap();
+        fs::create_dir_all(d.path().join("x")).unwrap();
+        let mut files = FileRoles::default();
+        files.output_dir("--checkpoint-dir", &ck).unwrap();
+        let e = files.output("--save", &inside).unwrap_err().to_string();
+        assert!(
+            e.contains("--save is inside --checkpoint-dir") && e.contains("write --save elsewhere"),
+            "{e}"
+        );
+        // Spelled through `..`, and registered before the folder.
+        let mut files = FileRoles::default();
+        let sneaky = d.path().join("x").join("..").join("ck").join(".wick-lock");
+        files.output("--log", &sneaky).unwrap();
+        let e = files
+            .output_dir("--checkpoint-dir", &ck)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--log is inside --checkpoint-dir"), "{e}");
+        // Beside the folder is fine, and so is reading from it.
+        let mut files = FileRoles::default();
+        files.output_dir("--checkpoint-dir", &ck).unwrap();
+        files
+            .output("--save", &d.path().join("ck-final.safetensors"))
+            .unwrap();
+        files.input("--weights", &inside).unwrap();
     }
 }

@@ -91,6 +91,31 @@ fn an_output_that_is_another_file_of_the_command_is_refused_before_any_work() {
         assert_eq!(snapshot(p), before, "{name} {args:?} changed a file");
         cases += 1;
     }
+    // An output inside the checkpoint folder, which wick writes and replaces as a whole.
+    std::fs::create_dir_all(p.join("CK/best")).unwrap();
+    for (args, inner) in [
+        (
+            "--checkpoint-dir CK --save CK/best/model.safetensors",
+            "--save",
+        ),
+        ("--checkpoint-dir CK --log CK/.wick-lock", "--log"),
+        (
+            "--checkpoint-dir ./CK --log sub/../CK/best/m.jsonl",
+            "--log",
+        ),
+    ] {
+        let before = snapshot(p);
+        let all: Vec<&str> = small.split(' ').chain(args.split(' ')).collect();
+        let out = run(p, "train_resnet", &all, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{inner} is inside --checkpoint-dir")),
+            "{args:?}: {err}"
+        );
+        assert_eq!(snapshot(p), before, "{args:?} changed a file");
+        cases += 1;
+    }
     // "wick-prof's arguments | the flag the error names first | the other".
     let prof = [
         "report P.json -o P.json | -o | PROFILE",
