@@ -85,6 +85,20 @@ fn resume_refuses_a_changed_run_and_trusts_the_checkpoint_not_its_name() {
         refused(&out, &[named, "--resume-override"]);
         cases += 1;
     }
+    // A fresh run (another seed) into the folder would replace this run's checkpoints
+    // one by one: refused, pointing at --resume.
+    let out = train(
+        p,
+        &["--steps", "4", "--seed", "5", "--checkpoint-dir", "ck"],
+    );
+    refused(
+        &out,
+        &[
+            "holds another run's checkpoints (step-2, step-4, step-6, best)",
+            "--resume ck",
+        ],
+    );
+    cases += 1;
     // --weights under --resume would be ignored: refused before any work.
     let out = train(
         p,

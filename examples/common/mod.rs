@@ -130,6 +130,26 @@ pub fn run_info(session: &wick::models::Session) -> wick::profiler::RunInfo {
     }
 }
 
+/// Refuses to start a fresh run (not `--resume`) in a checkpoint folder that holds another
+/// wick run's checkpoints, which its own would replace one by one.
+pub fn refuse_another_runs_checkpoints(dir: &std::path::Path) -> Result<()> {
+    let mut found: Vec<String> = wick::models::resume::periodic(dir)?
+        .into_iter()
+        .map(|(step, _)| format!("step-{step}"))
+        .collect();
+    if wick::models::resume::is_checkpoint(&dir.join("best")) {
+        found.push("best".into());
+    }
+    anyhow::ensure!(
+        found.is_empty(),
+        "--checkpoint-dir {}: it holds another run's checkpoints ({}): --resume {} continues that run; to start a new one, choose another folder or remove them",
+        dir.display(),
+        found.join(", "),
+        dir.display()
+    );
+    Ok(())
+}
+
 /// `--compare-passes`: runs `plain` (the graph as recorded) and `fused` (after the passes)
 /// alternately, `iterations` times each with a per-op profiler timing the iterations
 /// `schedule` names, and prints the per-op-type, per-phase and step comparison.

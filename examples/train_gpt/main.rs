@@ -211,7 +211,12 @@ fn check_files(a: &Args) -> Result<()> {
         files.output("--save", p)?;
     }
     match (&a.checkpoint_dir, &a.resume) {
-        (Some(dir), _) => files.output_dir("--checkpoint-dir", dir)?,
+        (Some(dir), resume) => {
+            files.output_dir("--checkpoint-dir", dir)?;
+            if resume.is_none() {
+                common::refuse_another_runs_checkpoints(dir)?;
+            }
+        }
         (None, Some(dir)) => files.output_dir("--resume", dir)?,
         (None, None) => {}
     }

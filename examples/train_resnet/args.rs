@@ -216,6 +216,9 @@ pub fn check_args(a: &Args, distributed: bool) -> Result<()> {
     }
     if let Some(dir) = &a.checkpoint_dir {
         files.output_dir("--checkpoint-dir", dir)?;
+        if a.resume.is_none() {
+            common::refuse_another_runs_checkpoints(dir)?;
+        }
     } else if let Some(dir) = &a.resume {
         // Resuming writes its checkpoints back into the folder it resumes from.
         files.output_dir("--resume", dir)?;
