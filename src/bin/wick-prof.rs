@@ -19,7 +19,7 @@ use wick::profiler::{diff, diff_runs, views::html, DeviceSheet, DiffOptions, Out
 #[command(
     name = "wick-prof",
     about = "Compare wick profiles (--json files) and render them as HTML reports",
-    after_help = "Exit status: 0 when nothing regressed, 1 when `diff` flags a significant regression, 2 on errors, 3 when `diff` is inconclusive (changes flagged while a run shared its cores or the machine's peaks moved; --fail-on-inconclusive makes that 1)."
+    after_help = "Exit status: 0 when nothing regressed, 1 when `diff` flags a significant regression, 2 on errors, 3 when `diff` is inconclusive (a slowdown flagged while a run shared its cores or the machine's peaks moved; --fail-on-inconclusive makes that 1)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -34,7 +34,7 @@ enum Command {
     /// B against A: per phase, op type and layer, the time ratio with a bootstrap
     /// confidence interval from the per-iteration samples. Flags changes whose interval
     /// excludes 1 and whose size reaches --threshold; exits 1 when one is a slowdown, 3
-    /// when changes were flagged while the machine moved (inconclusive).
+    /// when that slowdown came while the machine moved (inconclusive).
     Diff(DiffArgs),
     /// Renders a profile as one self-contained HTML file (no network; inline SVG).
     Report(ReportArgs),

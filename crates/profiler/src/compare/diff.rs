@@ -483,14 +483,18 @@ impl Diff {
         self.rows.iter().filter(|r| r.is_regression())
     }
 
-    /// What the diff concludes: a flagged change while the machine moved is
-    /// inconclusive, whichever its direction.
+    /// What the diff concludes for a gate: a flagged slowdown while the machine moved is
+    /// inconclusive; speed-ups alone are no regression, whatever the machine did.
     pub fn outcome(&self) -> Outcome {
-        let flagged = self.rows.iter().any(|r| r.flagged);
         match (&self.machine_moved, self.regressions().next()) {
-            (Some(_), _) if flagged => Outcome::Inconclusive,
-            (_, Some(_)) => Outcome::Regression,
-            _ => Outcome::NoRegression,
+            (Some(_), Some(_)) => Outcome::Inconclusive,
+            (None, Some(_)) => Outcome::Regression,
+            (_, None) => Outcome::NoRegression,
         }
+    }
+
+    /// Whether a flagged change, either way, came while the machine moved.
+    pub fn changes_inconclusive(&self) -> bool {
+        self.machine_moved.is_some() && self.rows.iter().any(|r| r.flagged)
     }
 }

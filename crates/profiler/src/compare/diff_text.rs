@@ -26,11 +26,13 @@ impl Diff {
                 .join(", ")
         };
         let flagged: Vec<&DiffRow> = self.rows.iter().filter(|r| r.flagged).collect();
-        let mut s = if let (Outcome::Inconclusive, Some(why)) =
-            (self.outcome(), &self.machine_moved)
-        {
+        let mut s = if let (true, Some(why)) = (self.changes_inconclusive(), &self.machine_moved) {
+            let gate = match self.outcome() {
+                Outcome::Inconclusive => "",
+                _ => "; no slowdown among them",
+            };
             format!(
-                "Verdict: inconclusive ({} flagged: {}; but {why}, so the machine rather than the code may have moved them; rerun both on a quiet machine)",
+                "Verdict: inconclusive ({} flagged: {}; but {why}, so the machine rather than the code may have moved them{gate}; rerun both on a quiet machine)",
                 flagged.len(),
                 list(&flagged)
             )
@@ -84,7 +86,7 @@ impl Diff {
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {}", printable(w));
         }
-        let inconclusive = self.outcome() == Outcome::Inconclusive;
+        let inconclusive = self.changes_inconclusive();
         for r in self.rows.iter().filter(|r| r.flagged) {
             let what = match (inconclusive, r.ratio > 1.0) {
                 (true, true) => "slower, inconclusive",
