@@ -67,18 +67,7 @@ pub(crate) fn iteration_section(b: &mut String, p: &Profile) {
     }
     let per_cycle = p.schedule.active;
     if per_cycle > 0 && per_cycle < n {
-        for c in (per_cycle..n).step_by(per_cycle) {
-            let at = frame.left + slot * c as f64;
-            let _ = write!(
-                b,
-                "<line class=\"cycle\" x1=\"{at:.1}\" y1=\"{:.1}\" x2=\"{at:.1}\" y2=\"{:.1}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#c00\">cycle {}</text>",
-                frame.top,
-                frame.bottom(),
-                at + 3.0,
-                frame.top + 10.0,
-                c / per_cycle + 1
-            );
-        }
+        mark_cycles(b, frame, slot, per_cycle, n);
     }
     b.push_str("</svg>");
     let _ = write!(
@@ -91,6 +80,22 @@ pub(crate) fn iteration_section(b: &mut String, p: &Profile) {
             String::new()
         })
     );
+}
+
+/// A dashed line where each active cycle after the first starts.
+fn mark_cycles(b: &mut String, frame: Frame, slot: f64, per_cycle: usize, n: usize) {
+    for c in (per_cycle..n).step_by(per_cycle) {
+        let at = frame.left + slot * c as f64;
+        let _ = write!(
+            b,
+            "<line class=\"cycle\" x1=\"{at:.1}\" y1=\"{:.1}\" x2=\"{at:.1}\" y2=\"{:.1}\" stroke=\"#c00\" stroke-dasharray=\"4 3\"/><text x=\"{:.1}\" y=\"{:.1}\" font-size=\"10\" fill=\"#c00\">cycle {}</text>",
+            frame.top,
+            frame.bottom(),
+            at + 3.0,
+            frame.top + 10.0,
+            c / per_cycle + 1
+        );
+    }
 }
 
 #[cfg(test)]
