@@ -361,8 +361,24 @@ fn unbounded_numbers_are_refused_before_any_work() {
             "{name} {args:?}: refused late"
         );
     }
+    // The environment variable that sets what --threads sets is checked as --threads is.
+    for (value, needle) in [
+        ("1000", "RAYON_NUM_THREADS 1000: this machine has"),
+        (
+            "lots",
+            "RAYON_NUM_THREADS=lots: a count of threads is needed",
+        ),
+    ] {
+        let started = Instant::now();
+        let env = [("RAYON_NUM_THREADS", value)];
+        fails(&run(d.path(), "profile_resnet", &[], &env), 1, &[needle]);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{value}: refused late"
+        );
+    }
     println!(
-        "unbounded numbers: {} cases, all refused at once",
+        "unbounded numbers: {} cases and 2 of RAYON_NUM_THREADS, all refused at once",
         cases.len()
     );
 }

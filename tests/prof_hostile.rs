@@ -70,7 +70,15 @@ fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
         cases += 1;
     }
     type Break = fn(&mut serde_json::Value);
-    let files: [(Break, &str); 10] = [
+    let files: [(Break, &str); 12] = [
+        (
+            |v| v["iteration_sec"] = 1e308.into(),
+            "iteration_sec is 100000000000000000000",
+        ),
+        (
+            |v| v["timed_iterations"] = 0.into(),
+            "timed_iterations is 0",
+        ),
         (
             |v| v["machine"] = serde_json::json!({"flops_per_sec": 0.0, "bytes_per_sec": 1e10}),
             "machine.flops_per_sec is 0",

@@ -80,16 +80,22 @@ impl ModelArgs {
     /// Sizes the CPU thread pool to --threads; call it first, before anything starts
     /// the pool (`wick::prepare_process` does).
     pub fn apply_threads(&self) -> Result<()> {
+        // RAYON_NUM_THREADS sets what --threads sets, so it is checked as --threads is.
+        if self.threads.is_none() {
+            if let Ok(v) = std::env::var("RAYON_NUM_THREADS") {
+                let n: usize = v.trim().parse().map_err(|_| {
+                    anyhow::anyhow!("RAYON_NUM_THREADS={v}: a count of threads is needed")
+                })?;
+                // 0 is rayon's "as if unset": every core.
+                return if n == 0 {
+                    Ok(())
+                } else {
+                    check_threads("RAYON_NUM_THREADS", n)
+                };
+            }
+        }
         if let Some(n) = self.threads {
-            at_least_one("--threads", n)?;
-            // Past a few threads per core they only contend (1000 on 2 cores made no
-            // progress in minutes).
-            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-            anyhow::ensure!(
-                n <= MAX_THREADS_PER_CORE * cores,
-                "--threads {n}: this machine has {cores} cores; more than {} threads ({MAX_THREADS_PER_CORE} per core) only contend",
-                MAX_THREADS_PER_CORE * cores
-            );
+            check_threads("--threads", n)?;
             rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .build_global()
@@ -128,6 +134,20 @@ pub fn run_info(session: &wick::models::Session) -> wick::profiler::RunInfo {
         device_name: format!("{:?}", session.executor().device().location()),
         ..wick::profiler::RunInfo::detect()
     }
+}
+
+/// Refuses a thread count (`--threads` or `RAYON_NUM_THREADS`, named by `source`) of 0,
+/// or past a few threads per core, where they only contend (1000 on 2 cores made no
+/// progress in minutes).
+fn check_threads(source: &str, n: usize) -> Result<()> {
+    at_least_one(source, n)?;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    anyhow::ensure!(
+        n <= MAX_THREADS_PER_CORE * cores,
+        "{source} {n}: this machine has {cores} cores; more than {} threads ({MAX_THREADS_PER_CORE} per core) only contend",
+        MAX_THREADS_PER_CORE * cores
+    );
+    Ok(())
 }
 
 /// Refuses to start a fresh run (not `--resume`) in a checkpoint folder that holds another

@@ -66,7 +66,8 @@ pub struct Args {
     /// dimension), as torchvision's recipes do with --norm-weight-decay 0.
     #[arg(long)]
     pub no_decay_1d: bool,
-    /// Clip the gradients to this global L2 norm before each update (clip_grad_norm_).
+    /// Clip the gradients to this global L2 norm before each update (clip_grad_norm_; inf,
+    /// as in PyTorch, clips nothing).
     #[arg(long)]
     pub clip_grad_norm: Option<f64>,
     /// Threads preparing training batches (each with its own copy of the data; the batches

@@ -281,7 +281,8 @@ fn optimizer_config(a: &Args) -> OptimizerConfig {
     if a.no_decay_1d {
         config = config.no_weight_decay_on(ParamSelector::OneDimensional);
     }
-    config.clip_grad_norm = a.clip_grad_norm;
+    // PyTorch's clip_grad_norm_ with max_norm inf clips nothing.
+    config.clip_grad_norm = a.clip_grad_norm.filter(|n| *n != f64::INFINITY);
     config
 }
 

@@ -101,7 +101,8 @@ pub fn cases() -> Vec<Case> {
             "train_resnet",
             TRAIN,
             "--clip-grad-norm",
-            &["inf", "-1", "0"],
+            // inf is PyTorch's "no clipping", and accepted as such.
+            &["-inf", "-1", "0"],
         ),
         ("train_resnet", TRAIN, "--bucket-mb", &["inf", "-1", "0"]),
         ("infer_resnet", INFER, "--dropout", &["inf", "-1", "1.5"]),

@@ -37,7 +37,7 @@ impl SgdParams {
             return Err(OpError::invalid(
                 "sgd",
                 format!(
-                    "lr, momentum and weight decay must be non-negative, got lr {}, momentum {}, weight decay {}",
+                    "lr, momentum and weight decay must be finite and non-negative, got lr {}, momentum {}, weight decay {}",
                     self.lr, self.momentum, self.weight_decay
                 ),
             ));
@@ -157,7 +157,7 @@ impl AdamParams {
             return Err(OpError::invalid(
                 "adam",
                 format!(
-                    "lr, eps and weight decay must be non-negative and betas in [0, 1), got lr {}, betas ({}, {}), eps {}, weight decay {}",
+                    "lr, eps and weight decay must be finite and non-negative and betas in [0, 1), got lr {}, betas ({}, {}), eps {}, weight decay {}",
                     self.lr, self.beta1, self.beta2, self.eps, self.weight_decay
                 ),
             ));

@@ -1,17 +1,22 @@
-//! A profile read from a file is checked before anything is computed from it: every time
-//! is a finite number of seconds, at least 0, and the per-iteration samples have the
-//! shape the profile declares. A bad file is an error naming the field, never a silent
+//! A profile read from a file is checked before anything is computed from it: it timed at
+//! least one iteration, every time is a finite number of seconds from 0 to a day, and the
+//! per-iteration samples have the shape the profile declares. A bad file is an error naming the field, never a silent
 //! "faster x-1.000" or a dropped row.
 
 use crate::profile::data::Profile;
 
-/// `v` as a time: a finite number of seconds, at least 0; the error names `field`.
+/// The longest time a profile may hold: a day per iteration, far beyond any real one;
+/// larger values (1e308) would overflow the sums and ratios into infinities.
+pub const MAX_SECONDS: f64 = 86_400.0;
+
+/// `v` as a time: a finite number of seconds, from 0 to [`MAX_SECONDS`]; the error names
+/// `field`.
 fn time(field: impl FnOnce() -> String, v: f64) -> Result<(), String> {
-    if v.is_finite() && v >= 0.0 {
+    if v.is_finite() && (0.0..=MAX_SECONDS).contains(&v) {
         Ok(())
     } else {
         Err(format!(
-            "{} is {v}: a time must be a finite number of seconds, at least 0",
+            "{} is {v}: a time must be a finite number of seconds, from 0 to {MAX_SECONDS} (a day)",
             field()
         ))
     }
@@ -21,6 +26,12 @@ impl Profile {
     /// Checks the profile's times and samples (see the module docs); the error names the
     /// first bad field.
     pub fn validate(&self) -> Result<(), String> {
+        if self.timed_iterations == 0 {
+            return Err(
+                "timed_iterations is 0: the profile timed no iteration, so it has no figure to show or compare"
+                    .into(),
+            );
+        }
         self.validate_times()?;
         self.validate_samples()?;
         self.validate_machine()
