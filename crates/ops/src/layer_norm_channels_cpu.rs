@@ -346,11 +346,8 @@ pub(crate) fn backward<T: Float>(
                     .collect())
             })
         })?;
-        for (pw, pb) in parts {
-            sums.0.iter_mut().zip(&pw).for_each(|(a, b)| *a += b);
-            sums.1.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
-        }
+        crate::layer_norm_cpu::add_parts(&mut sums, parts);
     }
-    let col = |v: Vec<f64>| cpu::tensor(OP, v.into_iter().map(T::from_f64).collect::<Vec<T>>(), c);
-    Ok((cpu::tensor(OP, dx, x.dims())?, col(sums.0)?, col(sums.1)?))
+    let [dw, db] = crate::layer_norm_cpu::affine_grads::<T>(OP, sums)?;
+    Ok((cpu::tensor(OP, dx, x.dims())?, dw, db))
 }

@@ -191,11 +191,28 @@ pub(crate) fn backward<T: Float>(
                     .collect())
             })
         })?;
-        for (pw, pb) in parts {
-            sums.0.iter_mut().zip(&pw).for_each(|(a, b)| *a += b);
-            sums.1.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
-        }
+        add_parts(&mut sums, parts);
     }
-    let col = |v: Vec<f64>| cpu::tensor(OP, v.into_iter().map(T::from_f64).collect::<Vec<T>>(), d);
-    Ok((cpu::tensor(OP, dx, x.dims())?, col(sums.0)?, col(sums.1)?))
+    let [dw, db] = affine_grads::<T>(OP, sums)?;
+    Ok((cpu::tensor(OP, dx, x.dims())?, dw, db))
+}
+
+/// Adds each task's `(Σ g·x̂, Σ g)` partial sums into `sums`.
+pub(crate) fn add_parts(sums: &mut (Vec<f64>, Vec<f64>), parts: Vec<(Vec<f64>, Vec<f64>)>) {
+    for (pw, pb) in parts {
+        sums.0.iter_mut().zip(&pw).for_each(|(a, b)| *a += b);
+        sums.1.iter_mut().zip(&pb).for_each(|(a, b)| *a += b);
+    }
+}
+
+/// The weight's and the bias's gradients from their f64 sums, rounded once to `T`.
+pub(crate) fn affine_grads<T: Float>(
+    op: &'static str,
+    (dw, db): (Vec<f64>, Vec<f64>),
+) -> Result<[Tensor; 2]> {
+    let col = |v: Vec<f64>| {
+        let n = v.len();
+        cpu::tensor(op, v.into_iter().map(T::from_f64).collect::<Vec<T>>(), n)
+    };
+    Ok([col(dw)?, col(db)?])
 }

@@ -164,6 +164,29 @@ pub struct NormGrads {
     pub bias: Option<Tensor>,
 }
 
+impl NormGrads {
+    /// A CPU kernel's `(input, Σ g·x̂, Σ g)` as the gradients the norm has.
+    fn of_kernel((input, dw, db): (Tensor, Tensor, Tensor), weight: bool, bias: bool) -> Self {
+        NormGrads {
+            input,
+            weight: weight.then_some(dw),
+            bias: bias.then_some(db),
+        }
+    }
+}
+
+/// Checks that a norm's backward operands share the input's dtype, naming the operand.
+fn check_backward_dtypes(
+    op: &'static str,
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+) -> Result<()> {
+    let mut operands = affine_params(weight, None);
+    operands.push(("output gradient", grad_y));
+    crate::cpu::same_dtype(op, x.dtype(), &operands)
+}
+
 /// Layer norm's gradients, recomputing the statistics from `x`.
 pub fn layer_norm_backward(
     grad_y: &Tensor,
@@ -175,19 +198,13 @@ pub fn layer_norm_backward(
     let op = LAYER_NORM;
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
     if crate::cpu::on_cpu_kernel(x) {
-        let mut operands = affine_params(weight, None);
-        operands.push(("output gradient", grad_y));
-        crate::cpu::same_dtype(op, x.dtype(), &operands)?;
-        let (input, dw, db) = crate::cpu::dispatch_float!(
+        check_backward_dtypes(op, grad_y, x, weight)?;
+        let grads = crate::cpu::dispatch_float!(
             op,
             x.dtype(),
             crate::layer_norm_cpu::backward(grad_y, x, weight, eps)
         )?;
-        return Ok(NormGrads {
-            input,
-            weight: weight.map(|_| dw),
-            bias: has_bias.then_some(db),
-        });
+        return Ok(NormGrads::of_kernel(grads, weight.is_some(), has_bias));
     }
     let (xhat, rstd) = normalize_rows(op, x, eps)?;
     let g = match weight {
@@ -280,19 +297,13 @@ pub fn layer_norm2d_backward(
     check_layer_norm2d(x.dims(), weight.map(|w| w.dims()), None)?;
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
     if crate::cpu::on_cpu_kernel(x) {
-        let mut operands = affine_params(weight, None);
-        operands.push(("output gradient", grad_y));
-        crate::cpu::same_dtype(op, x.dtype(), &operands)?;
-        let (input, dw, db) = crate::cpu::dispatch_float!(
+        check_backward_dtypes(op, grad_y, x, weight)?;
+        let grads = crate::cpu::dispatch_float!(
             op,
             x.dtype(),
             crate::layer_norm_channels_cpu::backward(grad_y, x, weight, eps)
         )?;
-        return Ok(NormGrads {
-            input,
-            weight: weight.map(|_| dw),
-            bias: has_bias.then_some(db),
-        });
+        return Ok(NormGrads::of_kernel(grads, weight.is_some(), has_bias));
     }
     let (to, back) = channels_last_perms(x.rank());
     let g = layer_norm_backward(

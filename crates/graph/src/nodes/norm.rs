@@ -77,10 +77,7 @@ impl GraphBuilder {
         eps: f64,
     ) -> Result<ValueId> {
         self.forward_only("layer_norm")?;
-        let (w, b) = (
-            weight.map(|w| self.shape(w).to_vec()),
-            bias.map(|b| self.shape(b).to_vec()),
-        );
+        let (w, b) = self.affine_shapes(weight, bias);
         norm::check_layer_norm(self.shape(x), w.as_deref(), b.as_deref())
             .map_err(self.build_err("layer_norm"))?;
         self.record_norm(NormKind::Layer, x, weight, bias, eps)
@@ -98,10 +95,7 @@ impl GraphBuilder {
         eps: f64,
     ) -> Result<ValueId> {
         self.forward_only("layer_norm2d")?;
-        let (w, b) = (
-            weight.map(|w| self.shape(w).to_vec()),
-            bias.map(|b| self.shape(b).to_vec()),
-        );
+        let (w, b) = self.affine_shapes(weight, bias);
         norm::check_layer_norm2d(self.shape(x), w.as_deref(), b.as_deref())
             .map_err(self.build_err("layer_norm2d"))?;
         self.record_norm(NormKind::LayerChannels, x, weight, bias, eps)
@@ -127,6 +121,18 @@ impl GraphBuilder {
                 .map_err(self.build_err("group_norm"))?;
         }
         self.record_norm(NormKind::Group(groups), x, weight, bias, eps)
+    }
+
+    /// The shapes of a norm's optional weight and bias.
+    fn affine_shapes(
+        &self,
+        weight: Option<ValueId>,
+        bias: Option<ValueId>,
+    ) -> (Option<Vec<usize>>, Option<Vec<usize>>) {
+        (
+            weight.map(|w| self.shape(w).to_vec()),
+            bias.map(|b| self.shape(b).to_vec()),
+        )
     }
 
     fn record_norm(
