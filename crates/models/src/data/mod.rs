@@ -1,0 +1,49 @@
+//! Image batches for the examples: a learnable synthetic dataset, CIFAR-10's binary files,
+//! and exact batch files, with a [`Prefetcher`] that prepares the next batch on a
+//! background thread while the current step runs.
+
+mod batch_file;
+mod cifar;
+pub mod decode;
+mod prefetch;
+mod synthetic;
+pub mod transforms;
+
+pub use batch_file::BatchFile;
+pub use cifar::Cifar10;
+pub use prefetch::{Prefetcher, SourceFactory};
+pub use synthetic::SyntheticImages;
+
+use candle_core::Tensor;
+
+use crate::error::{ModelError, Result};
+
+/// A batch: images `[N, 3, H, W]` f32 and labels `[N]` i64.
+pub type Batch = (Tensor, Tensor);
+
+/// Something that yields batches.
+pub trait BatchSource: Send {
+    /// The next batch.
+    fn next_batch(&mut self) -> Result<Batch>;
+    /// Makes batch number `index` (from 0) the next one, exactly as an uninterrupted run
+    /// would have produced it: data order and augmentation included. Resuming a training
+    /// run needs it; a source that cannot says so.
+    fn seek(&mut self, index: u64) -> Result<()> {
+        Err(ModelError::Config(format!(
+            "this data source cannot resume at batch {index}"
+        )))
+    }
+}
+
+/// A seed for batch or epoch `index` of a stream seeded with `seed` (SplitMix64 of both):
+/// every batch's randomness is a function of the stream's seed and its index alone, so a
+/// run can resume anywhere.
+pub(crate) fn seed_for(seed: u64, index: u64) -> u64 {
+    let mix = |mut z: u64| {
+        z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    mix(seed ^ mix(index))
+}
