@@ -224,6 +224,14 @@ impl Executor {
         }
     }
 
+    /// Tells the hooks about a batch a data loader thread prepared, as the training loop
+    /// takes it (before the iteration that uses it): its stages' times, per thread.
+    pub fn report_loader_work(&mut self, work: &crate::hooks::LoaderWork) {
+        for h in &mut self.hooks {
+            h.on_loader_work(work);
+        }
+    }
+
     /// Attaches a hook; it is called from the next iteration on.
     pub fn add_hook<H: Hook>(&mut self, mut hook: H) -> Result<()> {
         hook.on_attach(&self.infos, &self.device)?;

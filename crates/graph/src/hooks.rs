@@ -57,6 +57,79 @@ pub enum StepPart {
     Checkpoint,
 }
 
+/// The stages of preparing one batch of images, in the order each image goes through
+/// them (tf.data's input pipeline analysis splits the input the same way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputStage {
+    /// Reading the file's bytes.
+    Read,
+    /// Decoding them into pixels (JPEG, PNG).
+    Decode,
+    /// Cropping, resizing, flipping and normalising.
+    Augment,
+    /// Putting the images and labels into the batch's tensors.
+    Collate,
+}
+
+impl InputStage {
+    /// Every stage, in order.
+    pub const ALL: [InputStage; 4] = [
+        InputStage::Read,
+        InputStage::Decode,
+        InputStage::Augment,
+        InputStage::Collate,
+    ];
+
+    /// The stage's name in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputStage::Read => "read",
+            InputStage::Decode => "decode",
+            InputStage::Augment => "augment",
+            InputStage::Collate => "collate",
+        }
+    }
+}
+
+/// Seconds spent in each [`InputStage`], summed over a batch's images.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct InputStages(pub [f64; 4]);
+
+impl InputStages {
+    /// Adds `sec` to `stage`.
+    pub fn add(&mut self, stage: InputStage, sec: f64) {
+        self.0[stage as usize] += sec;
+    }
+
+    /// The seconds of `stage`.
+    pub fn get(&self, stage: InputStage) -> f64 {
+        self.0[stage as usize]
+    }
+
+    /// All stages' seconds.
+    pub fn total(&self) -> f64 {
+        self.0.iter().sum()
+    }
+}
+
+/// One batch a data loader thread prepared, reported through
+/// [`Executor::report_loader_work`](crate::Executor::report_loader_work) when the training
+/// loop takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoaderWork {
+    /// The loader thread, from 0 (`wick-loader-N`).
+    pub thread: usize,
+    /// When the thread started on the batch.
+    pub started: std::time::Instant,
+    /// Seconds in each stage.
+    pub stages: InputStages,
+    /// Images in the batch.
+    pub images: usize,
+    /// Unreadable images skipped on the way (`--skip-bad-images`).
+    pub skipped: usize,
+}
+
 /// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every
 /// method has an empty default. With no hook attached the executor makes none of these
 /// calls. A hook is `Send`: on the CPU the executor runs each iteration, and so calls its
@@ -85,4 +158,7 @@ pub trait Hook: Any + Send {
     /// A part of the step outside the graph took `sec` seconds (host clock): input wait
     /// and the copy before an iteration, the loss read-back after it.
     fn on_step_part(&mut self, _part: StepPart, _sec: f64) {}
+    /// The training loop took a batch a data loader thread prepared (before the
+    /// iteration that uses it).
+    fn on_loader_work(&mut self, _work: &LoaderWork) {}
 }

@@ -52,7 +52,7 @@ pub use autodiff::Gradients;
 pub use builder::{GraphBuilder, Mode};
 pub use error::{GraphError, Result};
 pub use executor::Executor;
-pub use hooks::{Hook, NodeInfo, StepPart};
+pub use hooks::{Hook, InputStage, InputStages, LoaderWork, NodeInfo, StepPart};
 pub use ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op};
 pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
 pub use memory_plan::{MemoryPlan, MemorySplit};

@@ -419,6 +419,13 @@ impl Session {
             .report_step_part(StepPart::InputWait, wait.as_secs_f64());
     }
 
+    /// Tells the profiler what the data loader's stages took for the batch the next
+    /// [`step`](Session::step) trains on ([`Prefetcher::next_batch_timed`](crate::data::Prefetcher::next_batch_timed)),
+    /// for its input pipeline view.
+    pub fn report_loader_work(&mut self, work: &wick_graph::LoaderWork) {
+        self.exec.report_loader_work(work);
+    }
+
     /// Copies `other`'s weights and statistics into this session (a training session's
     /// into an inference session of the same model, to evaluate it).
     pub fn copy_weights_from(&mut self, other: &Session) -> Result<()> {

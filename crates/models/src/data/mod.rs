@@ -5,12 +5,16 @@
 mod batch_file;
 mod cifar;
 pub mod decode;
+mod image_batches;
+mod image_folder;
 mod prefetch;
 mod synthetic;
 pub mod transforms;
 
 pub use batch_file::BatchFile;
 pub use cifar::Cifar10;
+pub use image_batches::ImageBatches;
+pub use image_folder::ImageFolder;
 pub use prefetch::{Prefetcher, SourceFactory};
 pub use synthetic::SyntheticImages;
 
@@ -33,6 +37,22 @@ pub trait BatchSource: Send {
             "this data source cannot resume at batch {index}"
         )))
     }
+    /// What the source's stages (read, decode, augment, collate) took since it was last
+    /// asked, for the profiler; `None` for a source without stages (synthetic images).
+    fn take_stages(&mut self) -> Option<StageReport> {
+        None
+    }
+}
+
+/// What a source's input stages took since it last reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StageReport {
+    /// Seconds in each stage.
+    pub stages: wick_graph::InputStages,
+    /// Images prepared.
+    pub images: usize,
+    /// Unreadable images skipped.
+    pub skipped: usize,
 }
 
 /// A seed for batch or epoch `index` of a stream seeded with `seed` (SplitMix64 of both):

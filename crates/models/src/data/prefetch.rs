@@ -2,6 +2,9 @@
 
 use std::sync::mpsc;
 use std::thread;
+use std::time::Instant;
+
+use wick_graph::LoaderWork;
 
 use super::{Batch, BatchSource};
 use crate::error::{ModelError, Result};
@@ -13,7 +16,7 @@ pub type SourceFactory = Box<dyn Fn() -> Result<Box<dyn BatchSource>> + Send + S
 /// several threads each prepares every n-th batch of its own copy of the source (seeked
 /// there), and the batches come out in order: the same stream as one thread gives.
 pub struct Prefetcher {
-    channels: Vec<mpsc::Receiver<Result<Batch>>>,
+    channels: Vec<mpsc::Receiver<Prepared>>,
     next: std::cell::Cell<usize>,
     _workers: Vec<thread::JoinHandle<()>>,
 }
@@ -24,6 +27,24 @@ impl std::fmt::Debug for Prefetcher {
             .field("threads", &self.channels.len())
             .finish()
     }
+}
+
+/// A batch as a loader thread hands it over, with what preparing it took.
+type Prepared = (Result<Batch>, Option<LoaderWork>);
+
+/// Prepares the next batch of `source` on loader thread `thread`, timing its stages when
+/// the source reports them.
+fn prepare(source: &mut dyn BatchSource, thread: usize) -> Prepared {
+    let started = Instant::now();
+    let batch = source.next_batch();
+    let work = source.take_stages().map(|r| LoaderWork {
+        thread,
+        started,
+        stages: r.stages,
+        images: r.images,
+        skipped: r.skipped,
+    });
+    (batch, work)
 }
 
 /// Starts a loader thread named `wick-loader-{index}`, the name `top -H`, `perf` and
@@ -40,9 +61,9 @@ impl Prefetcher {
     pub fn new(mut source: Box<dyn BatchSource>, depth: usize) -> Self {
         let (tx, rx) = mpsc::sync_channel(depth.max(1));
         let worker = loader_thread(0, move || loop {
-            let batch = source.next_batch();
-            let failed = batch.is_err();
-            if tx.send(batch).is_err() || failed {
+            let prepared = prepare(source.as_mut(), 0);
+            let failed = prepared.0.is_err();
+            if tx.send(prepared).is_err() || failed {
                 break;
             }
         });
@@ -66,15 +87,18 @@ impl Prefetcher {
                 let mut source = match make() {
                     Ok(s) => s,
                     Err(e) => {
-                        let _ = tx.send(Err(e));
+                        let _ = tx.send((Err(e), None));
                         return;
                     }
                 };
                 for k in 0.. {
                     let index = start + w as u64 + k * threads as u64;
-                    let batch = source.seek(index).and_then(|_| source.next_batch());
-                    let failed = batch.is_err();
-                    if tx.send(batch).is_err() || failed {
+                    let prepared = match source.seek(index) {
+                        Ok(()) => prepare(source.as_mut(), w),
+                        Err(e) => (Err(e), None),
+                    };
+                    let failed = prepared.0.is_err();
+                    if tx.send(prepared).is_err() || failed {
                         break;
                     }
                 }
@@ -90,10 +114,17 @@ impl Prefetcher {
 
     /// The next batch (waits if its thread is behind).
     pub fn next_batch(&self) -> Result<Batch> {
+        self.next_batch_timed().map(|(batch, _)| batch)
+    }
+
+    /// The next batch, and what preparing it took on its loader thread when the source
+    /// times its stages (for [`Session::report_loader_work`](crate::Session::report_loader_work)).
+    pub fn next_batch_timed(&self) -> Result<(Batch, Option<LoaderWork>)> {
         let i = self.next.get();
         self.next.set(i + 1);
-        self.channels[i % self.channels.len()]
+        let (batch, work) = self.channels[i % self.channels.len()]
             .recv()
-            .map_err(|_| ModelError::State("the batch-preparing thread stopped".into()))?
+            .map_err(|_| ModelError::State("the batch-preparing thread stopped".into()))?;
+        Ok((batch?, work))
     }
 }

@@ -228,6 +228,13 @@ pub struct Profile {
     /// The whole step, input wait and loss read-back included (when the session or the
     /// training loop reported those parts).
     pub step: Option<crate::profile::step::StepProfile>,
+    /// The data loader's stages (read, decode, augment, collate) per loader thread, for
+    /// the timed steps' batches (when the training loop reported them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_pipeline: Option<crate::profile::input_pipeline::InputPipeline>,
+    /// Those batches' spans on the loader threads, for the trace; not in the JSON.
+    #[serde(skip)]
+    pub loader_spans: Vec<crate::profile::samples::LoaderSpan>,
     /// Predicted and measured memory (after a timed iteration).
     pub memory: Option<crate::profile::memory::MemoryProfile>,
     /// This machine's measured peaks, for the roofline (set by the caller:

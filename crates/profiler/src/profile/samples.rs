@@ -113,3 +113,18 @@ pub struct IterationTimeline {
 
 /// Every timed iteration's timeline (verbosity 2), for the trace.
 pub type Timeline = Vec<IterationTimeline>;
+
+/// One batch a loader thread prepared, as the trace draws it: its stages laid end to end
+/// from the moment the thread started on it (the stages interleave image by image; their
+/// sums are exact, their order within the batch is not).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LoaderSpan {
+    /// The loader thread.
+    pub thread: usize,
+    /// Host-clock seconds (the profiler's origin) when the thread started on the batch.
+    pub start: f64,
+    /// Seconds in each stage ([`InputStage`](wick_graph::InputStage) order).
+    pub stages: [f64; 4],
+    /// Images in the batch.
+    pub images: usize,
+}

@@ -8,13 +8,14 @@ use crate::profile::machine_peaks::MachinePeaks;
 use crate::profile::samples::{graph_hash, IterationTimeline, RunInfo, Samples, Timeline, SCHEMA};
 use crate::profile::schedule::{RecordLevel, Schedule};
 use crate::profile::stats::median;
+use crate::record::input_pipeline::InputRecorder;
 use crate::record::memory_probe::{MemoryCounter, MemoryRecorder};
 use crate::record::slots::{Mark, SlotLayout};
 use crate::record::step_parts::{instant_clock, StepRecorder, WallClock};
 use crate::record::thread_times::ContentionProbe;
 use crate::record::timer::{HostTimer, Timer};
 use wick_graph::error::{GraphError, Result};
-use wick_graph::hooks::{Hook, NodeInfo, StepPart};
+use wick_graph::hooks::{Hook, LoaderWork, NodeInfo, StepPart};
 use wick_graph::ir::Phase;
 use wick_graph::MemoryPlan;
 
@@ -68,6 +69,7 @@ pub struct TimeProfiler {
     wall: WallClock,
     run_started: f64,
     steps: StepRecorder,
+    input: InputRecorder,
     /// The memory plan and what the counting allocator and the device measured.
     memory: MemoryRecorder,
     /// On a device: each node's host dispatch seconds, summed over timed iterations.
@@ -134,6 +136,7 @@ impl TimeProfiler {
             wall: instant_clock(),
             run_started: 0.0,
             steps: StepRecorder::default(),
+            input: InputRecorder::new(std::time::Instant::now()),
             memory: MemoryRecorder::default(),
             host_ops: None,
             host_started: None,
@@ -238,6 +241,7 @@ impl TimeProfiler {
         self.samples = Samples::default();
         self.timeline.clear();
         self.steps = StepRecorder::default();
+        self.input.reset();
         self.memory.reset();
         self.contention = ContentionProbe::default();
         if let Some(h) = self.host_ops.as_mut() {
@@ -358,6 +362,8 @@ impl TimeProfiler {
             samples: self.samples.clone(),
             timeline: self.timeline_so_far(),
             step: self.steps.profile(),
+            input_pipeline: self.input.profile(),
+            loader_spans: self.input.spans(),
             memory: (self.timed > 0)
                 .then(|| self.memory.profile(&self.nodes))
                 .flatten(),
@@ -493,6 +499,13 @@ impl Hook for TimeProfiler {
 
     fn on_step_part(&mut self, part: StepPart, sec: f64) {
         self.steps.part(part, sec);
+    }
+
+    /// Counted when the iteration about to start is timed.
+    fn on_loader_work(&mut self, work: &LoaderWork) {
+        if self.schedule.is_timed(self.seen) {
+            self.input.record(work);
+        }
     }
 
     fn on_phase_start(&mut self, phase: Phase) {

@@ -74,7 +74,11 @@ impl Profile {
                 out.push(Recommendation {
                     rule: "input",
                     figure: format!("{:.1}% of the step waits for data", 100.0 * share),
-                    advice: "prefetch deeper (Prefetcher's depth) or prepare batches on more loader threads".into(),
+                    advice: self
+                        .input_pipeline
+                        .as_ref()
+                        .and_then(|i| i.fix(step))
+                        .unwrap_or_else(|| "prefetch deeper (Prefetcher's depth) or prepare batches on more loader threads".into()),
                 });
             }
         }

@@ -5,7 +5,7 @@
 //!
 //! - [`singa`]: SINGA's lines, byte-exact; [`iteration`]: the iteration and its
 //!   breakdown; [`cycles`]: one row per active schedule cycle;
-//! - [`step`], [`memory`], [`placement`], [`distributed`], [`contention`]: the whole
+//! - [`step`], [`input`], [`memory`], [`placement`], [`distributed`], [`contention`]: the whole
 //!   step, memory, placement and precision, data-parallel ranks, CPU contention;
 //! - [`classes`]: op time per kernel class; [`table`]: the per-op-type table; [`layers`]: time per layer, block and stage;
 //! - [`roofline`]: each op type against the machine's peaks; [`advice`]: recommendations;
@@ -24,6 +24,7 @@ pub mod distributed;
 pub mod flame;
 pub mod float_format;
 pub mod html;
+pub mod input;
 pub mod iteration;
 pub mod layers;
 pub mod memory;
@@ -79,6 +80,10 @@ pub const REPORT: &[Section] = &[
     Section {
         name: "whole step",
         text: |p| p.step.as_ref().map(|s| s.lines()).unwrap_or_default(),
+    },
+    Section {
+        name: "input pipeline",
+        text: input::section,
     },
     Section {
         name: "memory",

@@ -4,6 +4,8 @@
 //! - one track per phase, with the phase's span and, nested in it, one complete event per
 //!   op (args: OP_ID, layer, kernel, shapes, FLOPs, bytes);
 //! - flow arrows from each forward op to the backward ops that differentiate it;
+//! - one track per data loader thread, each batch it prepared for a timed step with its
+//!   read, decode, augment and collate times (laid end to end);
 //! - counter tracks of live memory: predicted after each op, and measured by the
 //!   counting allocator (each op's peak while it runs, then what it leaves).
 //!
@@ -33,6 +35,9 @@ pub struct Trace {
 
 /// The step track's thread id (the phases use 0, 1, 2).
 const STEP_TID: usize = 3;
+
+/// The first data loader thread's track (loader n is `LOADER_TID + n`).
+const LOADER_TID: usize = 10;
 
 /// The first process id of the per-rank tracks of a data-parallel run (rank r is
 /// `RANK_PID + r`; process 0 is this process's own timeline).
@@ -73,6 +78,7 @@ impl Profile {
             written += batch.len();
             events.extend(batch);
         }
+        events.extend(w.loader_tracks());
         if let Some(last) = self.timeline.last() {
             events.extend(self.rank_tracks(w.us(last.start)));
         }
@@ -139,6 +145,30 @@ impl TraceWriter<'_> {
             events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": p as usize, "args": {"name": p.as_str()}}));
         }
         events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": STEP_TID, "args": {"name": "step"}}));
+        events
+    }
+
+    /// The loader threads' tracks: each batch, and its stages end to end inside it.
+    fn loader_tracks(&self) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut named = std::collections::BTreeSet::new();
+        for span in &self.profile.loader_spans {
+            let tid = LOADER_TID + span.thread;
+            if named.insert(span.thread) {
+                events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
+                    "args": {"name": format!("loader {}", span.thread)}}));
+            }
+            let mut at = self.us(span.start);
+            let total: f64 = span.stages.iter().sum();
+            events.push(json!({"ph": "X", "name": "batch", "cat": "input", "pid": 0, "tid": tid,
+                "ts": at, "dur": (total * 1e9).round() / 1e3, "args": {"images": span.images}}));
+            for (stage, sec) in wick_graph::InputStage::ALL.iter().zip(span.stages) {
+                let dur = (sec * 1e9).round() / 1e3;
+                events.push(json!({"ph": "X", "name": stage.as_str(), "cat": "input", "pid": 0, "tid": tid,
+                    "ts": at, "dur": dur}));
+                at += dur;
+            }
+        }
         events
     }
 

@@ -1,6 +1,6 @@
 //! The HTML report (`wick-prof report`, `--report`): one self-contained file, no network,
 //! inline SVG, that opens from disk. It shows the step breakdown (input included) and the
-//! phase times, the step time of every timed iteration with the schedule's cycles, the per-op-type chart and table, per-layer stacked forward/backward/
+//! phase times, the data loader's stages per thread, the step time of every timed iteration with the schedule's cycles, the per-op-type chart and table, per-layer stacked forward/backward/
 //! optimizer bars, a flame graph by module, the memory curve over OP_IDs with its peak, the roofline scatter, the
 //! recommendations and, given a baseline, the diff. Every number shown carries its JSON
 //! value in a `data-value` attribute, so a test can check the page against the file.
@@ -22,6 +22,7 @@ use wick_graph::ir::Phase;
 
 pub mod charts;
 mod flame;
+mod input;
 mod iterations;
 mod memory;
 mod roofline;
@@ -71,6 +72,7 @@ pub fn report(p: &Profile, diff: Option<&Diff>) -> String {
         diff_section(&mut b, d);
     }
     step_section(&mut b, p);
+    input::section(&mut b, p);
     iteration_section(&mut b, p);
     class_section(&mut b, p);
     op_type_section(&mut b, p);
