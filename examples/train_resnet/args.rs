@@ -20,10 +20,22 @@ pub struct Args {
     /// Train on this batch file (`images` f32 NCHW, `labels` integers) every step.
     #[arg(long, conflicts_with = "data_dir")]
     pub data: Option<PathBuf>,
-    /// Train on CIFAR-10's binary files in this folder (data_batch_*.bin, test_batch.bin),
-    /// augmented, evaluated on the whole test set after every epoch.
+    /// Train on this folder, evaluated on its whole validation set after every epoch:
+    /// CIFAR-10's binary files (data_batch_*.bin, test_batch.bin), or an ImageFolder of
+    /// JPEG and PNG images (one subfolder per class, or train/ and val/ holding them),
+    /// with torchvision's RandomResizedCrop(--image-size) and flip for training and
+    /// Resize + CenterCrop for validation.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// An ImageFolder without train/ and val/: the share of its images held out for
+    /// validation, drawn by --seed.
+    #[arg(long, default_value_t = 0.1)]
+    pub val_split: f64,
+    /// An ImageFolder's unreadable images (corrupt, truncated, not an image) are skipped
+    /// and counted, the next image in order taken instead; without it the first stops
+    /// the run, naming the file.
+    #[arg(long)]
+    pub skip_bad_images: bool,
     /// Training steps [default: 150], or use --epochs.
     #[arg(long, conflicts_with = "epochs")]
     pub steps: Option<usize>,
@@ -36,8 +48,8 @@ pub struct Args {
     /// Images per batch (a batch file sets its own).
     #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
-    /// Synthetic images' size: 32 for 32x32, or WIDTHxHEIGHT such as 48x32 (CIFAR-10 is
-    /// 32x32; a batch file sets its own).
+    /// Image size: 32 for 32x32, or WIDTHxHEIGHT such as 48x32: synthetic images', or an
+    /// ImageFolder's crops (CIFAR-10 is 32x32; a batch file sets its own).
     #[arg(long, default_value = "32")]
     pub image_size: ImageSize,
     /// Classes of the synthetic data, at most --num-classes [default: 10, or
@@ -74,12 +86,12 @@ pub struct Args {
     /// come out in the same order whatever the count).
     #[arg(long, default_value_t = 1)]
     pub loader_threads: usize,
-    /// Turn CIFAR's training augmentation (4-pixel padded random crop, flip) off; the
-    /// same as --augmentation none.
+    /// Turn the training augmentation (CIFAR: 4-pixel padded random crop and flip; an
+    /// ImageFolder: RandomResizedCrop and flip) off; the same as --augmentation none.
     #[arg(long, conflicts_with = "augmentation")]
     pub no_augmentation: bool,
-    /// CIFAR's training augmentation: crop,flip (the default), crop, flip or none
-    /// (horizontal flips are wrong for digits and text).
+    /// The training augmentation: crop,flip (the default), crop, flip (CIFAR only) or
+    /// none (horizontal flips are wrong for digits and text).
     #[arg(long)]
     pub augmentation: Option<String>,
     /// Write one JSON line of metrics per epoch here (rewritten atomically each epoch).

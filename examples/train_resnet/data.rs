@@ -2,7 +2,12 @@
 //! and scoring on it.
 
 use anyhow::Result;
-use wick::models::data::{BatchFile, BatchSource, Cifar10, SourceFactory, SyntheticImages};
+use wick::models::data::transforms::{
+    ImageTransform, Normalize, RandomHorizontalFlip, RandomResizedCrop,
+};
+use wick::models::data::{
+    BatchFile, BatchSource, Cifar10, ImageBatches, ImageFolder, SourceFactory, SyntheticImages,
+};
 use wick::models::evaluate::{evaluate, Scores};
 use wick::models::{ImageSize, Session};
 
@@ -22,18 +27,56 @@ pub fn add(mut total: Scores, s: Scores) -> Scores {
 pub enum Test {
     /// CIFAR's whole test set, every image once.
     Cifar(Box<Cifar10>),
+    /// An ImageFolder's validation images, every one once (Resize + CenterCrop).
+    Folder(Box<ImageBatches>),
     /// Fixed held-out batches (synthetic data, a batch file).
     Batches(Vec<(wick::candle_core::Tensor, wick::candle_core::Tensor)>),
 }
 
 /// The training batches (a source per loader thread), the test data, the batch shape,
-/// and CIFAR's steps per epoch.
+/// a dataset's steps per epoch and an ImageFolder's class names.
 pub struct Data {
     pub train: SourceFactory,
     pub test: Test,
     pub batch: usize,
     pub size: ImageSize,
     pub steps_per_epoch: Option<usize>,
+    pub classes: Option<Vec<String>>,
+}
+
+/// Whether --data-dir holds CIFAR-10's binaries rather than an ImageFolder.
+pub fn is_cifar(dir: &std::path::Path) -> bool {
+    dir.join("data_batch_1.bin").exists() || dir.join("test_batch.bin").exists()
+}
+
+/// An ImageFolder --data-dir's training and validation parts (None for CIFAR or no
+/// --data-dir).
+pub fn image_folder(a: &Args) -> Result<Option<(ImageFolder, ImageFolder)>> {
+    match &a.data_dir {
+        Some(dir) if !is_cifar(dir) => {
+            Ok(Some(ImageFolder::open_train_val(dir, a.val_split, a.seed)?))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// torchvision's ImageNet transforms at --image-size, as --augmentation asks: training
+/// with RandomResizedCrop (crop) and RandomHorizontalFlip (flip); without the crop,
+/// evaluation's Resize + CenterCrop.
+fn folder_transforms(a: &Args) -> Result<(ImageTransform, ImageTransform)> {
+    let eval = ImageTransform::eval(a.image_size);
+    let train = match a.augmentation()? {
+        (true, flip) => ImageTransform::Train {
+            crop: RandomResizedCrop::new(a.image_size),
+            flip: flip.then_some(RandomHorizontalFlip { p: 0.5 }),
+            normalize: Normalize::IMAGENET,
+        },
+        (false, true) => anyhow::bail!(
+            "--augmentation flip on an ImageFolder: the flip comes with RandomResizedCrop; give crop,flip, crop or none"
+        ),
+        (false, false) => eval,
+    };
+    Ok((train, eval))
 }
 
 /// Opens the data the flags name: a batch file, CIFAR-10 binaries, or synthetic images.
@@ -51,6 +94,22 @@ pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             batch,
             size,
             steps_per_epoch: None,
+            classes: None,
+        }
+    } else if let Some((train, val)) = image_folder(a)? {
+        let (train_t, eval_t) = folder_transforms(a)?;
+        let classes = train.classes().to_vec();
+        let train = ImageBatches::new(train, train_t, a.batch_size, a.seed)?
+            .skip_bad_images(a.skip_bad_images);
+        let test =
+            ImageBatches::new(val.clone(), eval_t, 1, a.seed)?.skip_bad_images(a.skip_bad_images);
+        Data {
+            steps_per_epoch: Some(train.batches_per_epoch()),
+            train: Box::new(move || Ok(Box::new(train.clone()) as Box<dyn BatchSource>)),
+            test: Test::Folder(Box::new(test)),
+            batch: a.batch_size,
+            size: a.image_size,
+            classes: Some(classes),
         }
     } else if let Some(dir) = &a.data_dir {
         let (crop, flip) = a.augmentation()?;
@@ -63,6 +122,7 @@ pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             test: Test::Cifar(Box::new(test)),
             batch: a.batch_size,
             size: ImageSize::square(32),
+            classes: None,
         }
     } else {
         let k = a.synthetic_classes(num_classes)?;
@@ -77,6 +137,7 @@ pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             batch: a.batch_size,
             size: a.image_size,
             steps_per_epoch: None,
+            classes: None,
         }
     })
 }
@@ -87,6 +148,11 @@ pub fn evaluate_on(evaluator: &mut Session, test: &Test, batch: usize) -> Result
         Test::Cifar(c) => {
             let n = c.batches_in_order(batch);
             evaluate(evaluator, (0..n).map(|i| c.batch_in_order(i, batch)))?
+        }
+        Test::Folder(f) => {
+            let mut f = (**f).clone();
+            let n = f.batches_in_order(batch);
+            evaluate(evaluator, (0..n).map(|i| f.batch_in_order(i, batch)))?
         }
         Test::Batches(held_out) => evaluate(
             evaluator,

@@ -64,8 +64,21 @@ fn start() -> Result<()> {
     result
 }
 
-fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
+fn run(mut a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     check_args(&a, comm.is_some())?;
+    // An ImageFolder's classes are the model's unless --num-classes says otherwise.
+    let folder = data::image_folder(&a)?;
+    if let Some((train, _)) = &folder {
+        let n = train.classes().len();
+        match a.model.num_classes {
+            None => a.model.num_classes = Some(n),
+            Some(k) if k != n => anyhow::bail!(
+                "--num-classes {k}, but {} has {n} classes (its subfolders): drop --num-classes or give {n}",
+                train.root().display()
+            ),
+            Some(_) => {}
+        }
+    }
     a.model.apply_threads()?;
     wick::prepare_process();
     // An engine that fixes the device (NCCL: the GPU LOCAL_RANK names) chooses it.
@@ -91,6 +104,9 @@ fn run(a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         resume::check_dir(dir)?;
     }
     let mut session = training_session(&a, config, &plan, passes, comm.as_ref(), &device)?;
+    if let Some(classes) = &data.classes {
+        session.set_class_names(classes.clone());
+    }
     let resumed = resume_from(&a, &plan, &mut session)?;
     let start = resumed.as_ref().map_or(0, |r| r.step as usize);
     if start >= plan.steps {
@@ -419,7 +435,10 @@ impl<'a> TrainLoop<'a> {
             }
             let waiting = Instant::now();
             let step_started = waiting;
-            let (images, labels) = batches.next_batch()?;
+            let ((images, labels), work) = batches.next_batch_timed()?;
+            if let Some(work) = &work {
+                session.report_loader_work(work);
+            }
             // This rank's shard of the batch (the whole batch on one process).
             let (images, labels) = (
                 images.narrow(0, plan.rank * plan.shard, plan.shard)?,

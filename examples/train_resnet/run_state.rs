@@ -35,6 +35,8 @@ pub(crate) fn trajectory(
                 .map_or_else(|e| e.to_string(), |k| k.to_string()),
         ),
         ("dropout", format!("{:?}", a.model.dropout)),
+        ("val split", a.val_split.to_string()),
+        ("skip bad images", a.skip_bad_images.to_string()),
         (
             "stochastic depth",
             format!("{:?}", a.model.stochastic_depth),
@@ -153,8 +155,15 @@ pub(crate) fn carried_best(
 
 /// The augmentation in force, in words (synthetic data and batch files have none).
 pub(crate) fn augmentation_text(a: &Args) -> String {
-    if a.data_dir.is_none() {
+    let Some(dir) = &a.data_dir else {
         return "none (synthetic data or a batch file)".into();
+    };
+    if !crate::data::is_cifar(dir) {
+        return match a.augmentation() {
+            Ok((true, true)) => "RandomResizedCrop + RandomHorizontalFlip".into(),
+            Ok((true, false)) => "RandomResizedCrop, no flip".into(),
+            _ => "none (Resize + CenterCrop)".into(),
+        };
     }
     match a.augmentation() {
         Ok((true, true)) => "random crop (4-pixel padding) + horizontal flip".into(),

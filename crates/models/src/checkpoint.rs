@@ -228,16 +228,52 @@ fn weight(name: &str, t: Tensor, shape: &[usize], path: &Path) -> Result<Tensor>
 /// Writes `tensors` to `path` as safetensors, atomically and durably, through symlinks to
 /// their target, never over a non-regular file ([`wick_graph::atomic_write`]).
 pub fn write_safetensors(tensors: &StateDict, path: &Path) -> Result<()> {
+    write_safetensors_with(tensors, None, path)
+}
+
+/// The metadata key of the classes' names: a JSON list, by class index.
+pub const CLASSES_KEY: &str = "classes";
+
+/// [`write_safetensors`] with `metadata` in the file's header.
+pub fn write_safetensors_with(
+    tensors: &StateDict,
+    metadata: Option<HashMap<String, String>>,
+    path: &Path,
+) -> Result<()> {
     let cpu: HashMap<String, Tensor> = tensors
         .iter()
         .map(|(k, v)| Ok((k.clone(), v.to_device(&Device::Cpu)?)))
         .collect::<Result<_>>()?;
-    let bytes = safetensors::tensor::serialize(&cpu, None).map_err(|e| ModelError::Checkpoint {
-        path: path.to_path_buf(),
-        message: format!("cannot serialise the tensors: {e}"),
-    })?;
+    let bytes =
+        safetensors::tensor::serialize(&cpu, metadata).map_err(|e| ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            message: format!("cannot serialise the tensors: {e}"),
+        })?;
     wick_graph::atomic_write::write_bytes_atomically(path, &bytes)?;
     Ok(())
+}
+
+/// The classes' names a checkpoint carries (from a run on an ImageFolder), by index;
+/// `None` when it has none.
+pub fn read_class_names(path: &Path) -> Result<Option<Vec<String>>> {
+    let bad = |message: String| ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
+        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
+    match header.metadata().as_ref().and_then(|m| m.get(CLASSES_KEY)) {
+        None => Ok(None),
+        Some(list) => serde_json::from_str(list).map(Some).map_err(|e| {
+            bad(format!(
+                "its `{CLASSES_KEY}` metadata is not a list of names: {e}"
+            ))
+        }),
+    }
 }
 
 /// `Ok` when `names` is empty; otherwise the error `err` makes of them, sorted.

@@ -117,6 +117,8 @@ pub struct Session {
     /// The state dict's names, in order (made once: the per-step check reads them).
     state_names: std::sync::OnceLock<Vec<String>>,
     data_parallel: Option<DataParallel>,
+    /// The classes' names, by index, saved with the weights ([`Session::set_class_names`]).
+    class_names: Option<Vec<String>>,
 }
 
 /// What the data-parallel rewrite of a training graph needs: the ranks and the options.
@@ -316,6 +318,7 @@ impl Session {
             check_parameters: false,
             state_names: std::sync::OnceLock::new(),
             data_parallel,
+            class_names: None,
         })
     }
 
@@ -408,7 +411,17 @@ impl Session {
                 ),
             });
         }
-        checkpoint::write_safetensors(&self.state_dict()?, path)
+        let meta = self.class_names.as_ref().map(|names| {
+            let list = serde_json::to_string(names).unwrap_or_default();
+            HashMap::from([(checkpoint::CLASSES_KEY.to_string(), list)])
+        });
+        checkpoint::write_safetensors_with(&self.state_dict()?, meta, path)
+    }
+
+    /// Names the classes, by index (an [`ImageFolder`](crate::data::ImageFolder)'s): every
+    /// checkpoint this session saves carries them ([`checkpoint::read_class_names`]).
+    pub fn set_class_names(&mut self, names: Vec<String>) {
+        self.class_names = Some(names);
     }
 
     /// Tells the profiler how long the training loop waited for the next batch (host

@@ -140,9 +140,17 @@ impl InputPipeline {
             format!("{running} loader threads should keep up at their measured pace, so they are starved of CPU (other work, the kernels' threads, a cgroup limit): give them cores, or ")
         };
         let named = if share >= DOMINANT_STAGE {
-            format!("{} is the stage to fix ({:.0}% of the loader's time)", stage.as_str(), 100.0 * share)
+            format!(
+                "{} is the stage to fix ({:.0}% of the loader's time)",
+                stage.as_str(),
+                100.0 * share
+            )
         } else {
-            format!("no stage dominates ({} is the largest at {:.0}%)", stage.as_str(), 100.0 * share)
+            format!(
+                "no stage dominates ({} is the largest at {:.0}%)",
+                stage.as_str(),
+                100.0 * share
+            )
         };
         Some(format!("{named}: {threads}speed up {remedy}"))
     }
@@ -185,7 +193,10 @@ mod tests {
         assert!((p.sec_per_batch() - 0.2).abs() < 1e-12);
         assert_eq!(p.threads_needed(&step(0.2, 0.15)), 4);
         let fix = p.fix(&step(0.2, 0.15)).unwrap();
-        assert!(fix.starts_with("decode is the stage to fix (75% of"), "{fix}");
+        assert!(
+            fix.starts_with("decode is the stage to fix (75% of"),
+            "{fix}"
+        );
         assert!(fix.contains("run 4 loader threads instead of 2"), "{fix}");
         // Not input-bound: nothing to fix.
         assert_eq!(p.fix(&step(0.2, 0.001)), None);

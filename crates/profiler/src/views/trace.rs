@@ -155,17 +155,23 @@ impl TraceWriter<'_> {
         for span in &self.profile.loader_spans {
             let tid = LOADER_TID + span.thread;
             if named.insert(span.thread) {
-                events.push(json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
-                    "args": {"name": format!("loader {}", span.thread)}}));
+                events.push(
+                    json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": tid,
+                    "args": {"name": format!("loader {}", span.thread)}}),
+                );
             }
             let mut at = self.us(span.start);
             let total: f64 = span.stages.iter().sum();
-            events.push(json!({"ph": "X", "name": "batch", "cat": "input", "pid": 0, "tid": tid,
-                "ts": at, "dur": (total * 1e9).round() / 1e3, "args": {"images": span.images}}));
+            events.push(
+                json!({"ph": "X", "name": "batch", "cat": "input", "pid": 0, "tid": tid,
+                "ts": at, "dur": (total * 1e9).round() / 1e3, "args": {"images": span.images}}),
+            );
             for (stage, sec) in wick_graph::InputStage::ALL.iter().zip(span.stages) {
                 let dur = (sec * 1e9).round() / 1e3;
-                events.push(json!({"ph": "X", "name": stage.as_str(), "cat": "input", "pid": 0, "tid": tid,
-                    "ts": at, "dur": dur}));
+                events.push(
+                    json!({"ph": "X", "name": stage.as_str(), "cat": "input", "pid": 0, "tid": tid,
+                    "ts": at, "dur": dur}),
+                );
                 at += dur;
             }
         }
