@@ -1,7 +1,9 @@
-//! Runs a ResNet checkpoint on a batch file and writes the logits; with `--bench`,
-//! measures latency: warm-up runs, device synchronisation before each clock read, mean,
-//! spread and the percentiles the sample count supports.
+//! Runs a ResNet checkpoint on a batch file and writes the logits, or classifies JPEG and
+//! PNG files (top-5, named by the checkpoint's classes); with `--bench`, measures latency:
+//! warm-up runs, device synchronisation before each clock read, mean, spread and the
+//! percentiles the sample count supports.
 //!
+//!   cargo run --release --example infer_resnet -- --weights W.safetensors --image a.jpg b.png
 //!   cargo run --release --example infer_resnet -- --model resnet50 --num-classes 1000 \
 //!       --weights W.safetensors --input B.safetensors --output O.safetensors
 //!   cargo run --release --example infer_resnet -- --model resnet50 --bench
@@ -15,6 +17,8 @@ use candle_core::{Device, Tensor};
 use clap::Parser;
 use wick::file_roles::FileRoles;
 use wick::graph::PassSet;
+use wick::models::data::decode::RgbImage;
+use wick::models::data::transforms::ImageTransform;
 use wick::models::data::{BatchFile, BatchSource, SyntheticImages};
 use wick::models::{checkpoint, ImageSize, Session, WeightInit};
 use wick::profiler::Schedule;
@@ -36,6 +40,12 @@ struct Args {
     /// Batch file with `images` f32 [N, 3, H, W] (random images if absent).
     #[arg(long)]
     input: Option<PathBuf>,
+    /// Classify these JPEG or PNG files: torchvision's evaluation transform (the shorter
+    /// side resized to --image-size x 256/224, CenterCrop(--image-size), ImageNet's
+    /// normalisation), then each file's top-5 classes, named when the checkpoint carries
+    /// its classes (a train_resnet run on an ImageFolder).
+    #[arg(long, num_args = 1.., conflicts_with = "input")]
+    image: Vec<PathBuf>,
     /// Write the logits here as a safetensors file with one tensor, `logits`.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -79,9 +89,18 @@ fn run() -> Result<()> {
     a.model.apply_threads()?;
     wick::prepare_process();
     let device = a.model.device()?;
+    // A checkpoint that names its classes sets their number.
+    let names = match &a.weights {
+        Some(w) => checkpoint::read_class_names(w)?,
+        None => None,
+    };
+    if let (Some(names), None) = (&names, a.model.num_classes) {
+        a.model.num_classes = Some(names.len());
+    }
     let config = a.model.config("resnet50")?;
     let images = match &a.input {
         Some(path) => BatchFile::open(path)?.images,
+        None if !a.image.is_empty() => image_batch(&a.image, a.image_size)?,
         None => {
             SyntheticImages::new(10, a.batch_size, a.image_size, 7)?
                 .next_batch()?
@@ -121,6 +140,9 @@ fn run() -> Result<()> {
         );
     }
     let logits = logits(&mut session, &images, a.allow_non_finite)?;
+    if !a.image.is_empty() {
+        print_top5(&a.image, &logits, names.as_deref())?;
+    }
     if let Some(path) = &a.output {
         let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);
         checkpoint::write_safetensors(&out, path)?;
@@ -142,6 +164,9 @@ fn check_args(a: &mut Args) -> Result<()> {
         if let Some(path) = path {
             files.input(flag, path)?;
         }
+    }
+    for path in &a.image {
+        files.input("--image", path)?;
     }
     if let Some(path) = &a.output {
         files.output("--output", path)?;
@@ -179,6 +204,53 @@ fn logits(session: &mut Session, images: &Tensor, allow_non_finite: bool) -> Res
         eprintln!("warning: the logits hold {v} at {where_} (written: --allow-non-finite)");
     }
     Ok(logits)
+}
+
+/// `files` decoded and transformed for evaluation at `size`, as one batch.
+fn image_batch(files: &[PathBuf], size: ImageSize) -> Result<Tensor> {
+    let transform = ImageTransform::eval(size);
+    let per = 3 * size.pixels();
+    let mut data = vec![0f32; files.len() * per];
+    let mut scratch = Vec::new();
+    // Evaluation draws nothing at random.
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(0);
+    for (file, out) in files.iter().zip(data.chunks_exact_mut(per)) {
+        let image = RgbImage::open(file)?;
+        transform.apply(&image, &mut rng, out, &mut scratch);
+    }
+    Ok(Tensor::from_vec(
+        data,
+        (files.len(), 3, size.height, size.width),
+        &Device::Cpu,
+    )?)
+}
+
+/// Each file's five likeliest classes (softmax), by name when `names` has them.
+fn print_top5(files: &[PathBuf], logits: &Tensor, names: Option<&[String]>) -> Result<()> {
+    let rows = logits.to_dtype(candle_core::DType::F64)?.to_vec2::<f64>()?;
+    for (file, row) in files.iter().zip(rows) {
+        let top = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let sum: f64 = row.iter().map(|v| (v - top).exp()).sum();
+        let mut ranked: Vec<(usize, f64)> = row
+            .iter()
+            .map(|v| (v - top).exp() / sum)
+            .enumerate()
+            .collect();
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let shown: Vec<String> = ranked
+            .iter()
+            .take(5)
+            .map(|(class, p)| {
+                let name = names
+                    .and_then(|n| n.get(*class))
+                    .cloned()
+                    .unwrap_or_else(|| format!("class {class}"));
+                format!("{name} {:.1}%", 100.0 * p)
+            })
+            .collect();
+        println!("{}: {}", file.display(), shown.join(", "));
+    }
+    Ok(())
 }
 
 /// Latency: warm-up, then repetitions each ending with a device synchronisation before

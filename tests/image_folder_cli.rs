@@ -84,6 +84,42 @@ fn an_image_folder_trains_resumes_exactly_and_names_its_classes() {
         .unwrap()
         .unwrap();
     assert_eq!(classes, ["circle", "cross", "diamond"]);
+    // infer_resnet names the classes of each file's top-5 (three here), from the checkpoint.
+    let files: Vec<String> = ["circle", "cross", "diamond"]
+        .iter()
+        .map(|c| {
+            let first = std::fs::read_dir(dir.join("shapes/val").join(c))
+                .unwrap()
+                .next()
+                .unwrap();
+            first.unwrap().path().display().to_string()
+        })
+        .collect();
+    let mut args = vec![
+        "--model",
+        "resnet18",
+        "--weights",
+        "reference.safetensors",
+        "--image-size",
+        "24",
+        "--image",
+    ];
+    args.extend(files.iter().map(String::as_str));
+    let out = run_ok(dir, "infer_resnet", &args);
+    for f in &files {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(f.as_str()))
+            .unwrap_or_else(|| panic!("{f}: {out}"));
+        let shares: Vec<&str> = line.split(": ").nth(1).unwrap().split(", ").collect();
+        assert_eq!(shares.len(), 3, "{line}");
+        assert!(
+            shares.iter().all(|s| ["circle ", "cross ", "diamond "]
+                .iter()
+                .any(|c| s.starts_with(c))),
+            "{line}"
+        );
+    }
 
     // Resume from step 12 of the same run, on three loader threads.
     let reference = std::fs::read(dir.join("reference.safetensors")).unwrap();

@@ -256,23 +256,42 @@ pub fn write_safetensors_with(
 /// The classes' names a checkpoint carries (from a run on an ImageFolder), by index;
 /// `None` when it has none.
 pub fn read_class_names(path: &Path) -> Result<Option<Vec<String>>> {
+    use std::io::Read;
     let bad = |message: String| ModelError::Checkpoint {
         path: path.to_path_buf(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
+    let io = |source| ModelError::Io {
         path: path.to_path_buf(),
         source,
-    })?;
-    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
-        .map_err(|e| bad(format!("not a safetensors file: {e}")))?;
-    match header.metadata().as_ref().and_then(|m| m.get(CLASSES_KEY)) {
+    };
+    // The header alone: an 8-byte length, then that much JSON.
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut len = [0u8; 8];
+    file.read_exact(&mut len)
+        .map_err(|_| bad("shorter than a safetensors header".into()))?;
+    let len = u64::from_le_bytes(len);
+    if len > 100 << 20 {
+        return Err(bad(format!(
+            "a header of {len} bytes: not a safetensors file"
+        )));
+    }
+    let mut header = vec![0u8; len as usize];
+    file.read_exact(&mut header)
+        .map_err(|_| bad("its header is cut short".into()))?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("its header is not JSON: {e}")))?;
+    match header.get("__metadata__").and_then(|m| m.get(CLASSES_KEY)) {
         None => Ok(None),
-        Some(list) => serde_json::from_str(list).map(Some).map_err(|e| {
-            bad(format!(
-                "its `{CLASSES_KEY}` metadata is not a list of names: {e}"
-            ))
-        }),
+        Some(list) => list
+            .as_str()
+            .and_then(|l| serde_json::from_str(l).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                bad(format!(
+                    "its `{CLASSES_KEY}` metadata is not a list of names"
+                ))
+            }),
     }
 }
 
