@@ -36,6 +36,9 @@ struct Args {
     /// JPEG quality, 1-100.
     #[arg(long, default_value_t = 90)]
     quality: u8,
+    /// Colour JPEGs only (for throughput measurements, as ImageNet is).
+    #[arg(long)]
+    jpeg_only: bool,
     /// Seed of the images.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -63,6 +66,9 @@ fn main() -> Result<()> {
     let mut rng = StdRng::seed_from_u64(a.seed);
     let mut written = 0;
     for (split, per_class) in [("train", a.train_per_class), ("val", a.val_per_class)] {
+        if per_class == 0 {
+            continue;
+        }
         for (class, shape) in SHAPES.iter().take(a.classes).enumerate() {
             let dir = a.out.join(split).join(shape);
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -70,13 +76,18 @@ fn main() -> Result<()> {
                 let w = vary(&mut rng, a.size.width);
                 let h = vary(&mut rng, a.size.height);
                 let rgb = draw(&mut rng, class, w, h);
-                write_image(&mut rng, &dir, i, &rgb, w, h, a.quality)?;
+                let kind = if a.jpeg_only {
+                    0
+                } else {
+                    rng.random_range(0..10)
+                };
+                write_image(kind, &dir, i, &rgb, w, h, a.quality)?;
                 written += 1;
             }
         }
     }
     println!(
-        "{written} images of {} classes in {} (train/ and val/)",
+        "{written} images of {} classes in {} (train/, and val/ when --val-per-class is not 0)",
         a.classes,
         a.out.display()
     );
@@ -130,9 +141,9 @@ fn draw(rng: &mut StdRng, class: usize, w: usize, h: usize) -> Vec<u8> {
     out
 }
 
-/// Writes image `i`: most as colour JPEGs, some as grey JPEGs, RGB PNGs or RGBA PNGs.
+/// Writes image `i` as `kind` says: 0-5 colour JPEG, 6 grey JPEG, 7-8 RGB PNG, 9 RGBA PNG.
 fn write_image(
-    rng: &mut StdRng,
+    kind: u32,
     dir: &Path,
     i: usize,
     rgb: &[u8],
@@ -140,7 +151,6 @@ fn write_image(
     h: usize,
     quality: u8,
 ) -> Result<()> {
-    let kind = rng.random_range(0..10);
     let (w16, h16) = (w as u16, h as u16);
     match kind {
         0..=5 | 6 => {

@@ -128,6 +128,9 @@ pub struct LoaderWork {
     pub images: usize,
     /// Unreadable images skipped on the way (`--skip-bad-images`).
     pub skipped: usize,
+    /// The thread's CPU time for the batch (`CLOCK_THREAD_CPUTIME_ID`); well under the stages'
+    /// sum when the thread waited for a core (a cgroup limit, busy cores).
+    pub cpu_sec: Option<f64>,
 }
 
 /// Called by the [`Executor`](crate::Executor) around iterations, phases and ops. Every

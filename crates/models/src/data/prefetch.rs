@@ -29,20 +29,34 @@ impl std::fmt::Debug for Prefetcher {
     }
 }
 
+/// The calling thread's CPU time in seconds (`CLOCK_THREAD_CPUTIME_ID`); `None` where the
+/// clock cannot be read.
+fn thread_cpu_sec() -> Option<f64> {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
+    ok.then(|| t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+}
+
 /// A batch as a loader thread hands it over, with what preparing it took.
 type Prepared = (Result<Batch>, Option<LoaderWork>);
 
 /// Prepares the next batch of `source` on loader thread `thread`, timing its stages when
 /// the source reports them.
 fn prepare(source: &mut dyn BatchSource, thread: usize) -> Prepared {
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), thread_cpu_sec());
     let batch = source.next_batch();
+    let cpu_sec = thread_cpu_sec().zip(cpu).map(|(end, start)| end - start);
     let work = source.take_stages().map(|r| LoaderWork {
         thread,
         started,
         stages: r.stages,
         images: r.images,
         skipped: r.skipped,
+        cpu_sec,
     });
     (batch, work)
 }

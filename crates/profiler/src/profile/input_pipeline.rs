@@ -26,6 +26,9 @@ pub struct LoaderThread {
     pub augment_sec: f64,
     /// Seconds building the batch's tensors.
     pub collate_sec: f64,
+    /// The thread's CPU seconds over those batches (absent where it cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_sec: Option<f64>,
 }
 
 impl LoaderThread {
@@ -61,6 +64,9 @@ pub struct InputPipeline {
 
 /// A stage's share of the loader's time from which it is named as the one to fix.
 pub const DOMINANT_STAGE: f64 = 0.5;
+/// The share of their working time the loader threads must run on a core; under it they
+/// are starved of CPU, and more threads would be starved too.
+pub const STARVED_BELOW: f64 = 0.5;
 
 impl InputPipeline {
     /// Seconds in `stage`, over every thread.
@@ -107,6 +113,14 @@ impl InputPipeline {
         }
     }
 
+    /// The share of the loader threads' working time they ran on a core (their CPU time
+    /// over the stages' sum); `None` where CPU time was not measured.
+    pub fn on_cpu_share(&self) -> Option<f64> {
+        let cpu: Option<f64> = self.threads.iter().map(|t| t.cpu_sec).sum();
+        let total = self.total_sec();
+        cpu.filter(|_| total > 0.0).map(|c| (c / total).min(1.0))
+    }
+
     /// Loader threads needed for the loader to keep up with `step`'s compute (the step
     /// without its input wait), at this pace per thread.
     pub fn threads_needed(&self, step: &StepProfile) -> usize {
@@ -130,7 +144,13 @@ impl InputPipeline {
         };
         let needed = self.threads_needed(step);
         let running = self.threads.len();
-        let threads = if needed > running {
+        let starved = self.on_cpu_share().filter(|s| *s < STARVED_BELOW);
+        let threads = if let Some(on_cpu) = starved {
+            format!(
+                "the loader threads ran on a core only {:.0}% of their working time, so they are starved of CPU (a cgroup limit, or cores busy with other work): give them cores (more threads would be starved too), or ",
+                100.0 * on_cpu
+            )
+        } else if needed > running {
             format!(
                 "run {needed} loader threads instead of {running} (a batch takes {:.1} ms on a thread, the step's compute {:.1} ms), or ",
                 1e3 * self.sec_per_batch(),
@@ -180,6 +200,7 @@ mod tests {
             decode_sec: decode,
             augment_sec: augment,
             collate_sec: 0.01,
+            cpu_sec: None,
         }
     }
 
@@ -216,6 +237,17 @@ mod tests {
         let fix = p.fix(&step(0.3, 0.2)).unwrap();
         assert!(fix.contains("starved of CPU"), "{fix}");
         assert!(fix.starts_with("decode is the stage to fix"), "{fix}");
+        // Measured CPU time under half the working time: starved, whatever the count says.
+        let mut starved = p.clone();
+        starved
+            .threads
+            .iter_mut()
+            .for_each(|t| t.cpu_sec = Some(0.1 * t.total_sec()));
+        let fix = starved.fix(&step(0.3, 0.2)).unwrap();
+        assert!(
+            fix.contains("ran on a core only 10% of their working time"),
+            "{fix}"
+        );
         let text = p.lines(Some(&step(0.3, 0.2)));
         assert!(text.contains("Slowest input stage : decode"), "{text}");
         assert!(text.contains("loader 1 : 10 batches, 160 images"), "{text}");

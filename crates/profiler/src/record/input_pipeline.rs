@@ -56,6 +56,11 @@ impl InputRecorder {
         t.images += work.images;
         t.skipped += work.skipped;
         t.add(&work.stages);
+        t.cpu_sec = match (t.batches, t.cpu_sec, work.cpu_sec) {
+            (1, _, now) => now,
+            (_, Some(sum), Some(now)) => Some(sum + now),
+            _ => None,
+        };
         if self.spans.len() < MAX_SPANS {
             self.spans.push(LoaderSpan {
                 thread: work.thread,

@@ -32,8 +32,12 @@ impl InputPipeline {
                 )
             })
             .collect();
+        let on_cpu = self
+            .on_cpu_share()
+            .map(|s| format!(", on a core {:.0}% of that time", 100.0 * s))
+            .unwrap_or_default();
         let mut out = format!(
-            "Input pipeline : {} loader thread(s), {batches} batches of the timed steps ({images} images, {skipped} skipped): a batch takes {:.2} ms on a thread = {}; {:.0} images/s per thread\n",
+            "Input pipeline : {} loader thread(s), {batches} batches of the timed steps ({images} images, {skipped} skipped): a batch takes {:.2} ms on a thread = {}; {:.0} images/s per thread{on_cpu}\n",
             self.threads.len(),
             1e3 * self.sec_per_batch(),
             stages.join(" + "),
