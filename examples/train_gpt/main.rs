@@ -26,6 +26,7 @@ use wick::file_roles::FileRoles;
 use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::{Executor, GraphBuilder, Mode, PassSet, ValueId};
 use wick::models::checkpoint::{read_safetensors, write_safetensors};
+use wick::models::data::text::{ByteTokenizer, CharTokenizer, TextCorpus, Tokenizer};
 use wick::models::gpt2::{Gpt2, Gpt2Config, Sampling};
 use wick::models::nn::{self, Layers};
 use wick::models::resume;
@@ -40,11 +41,15 @@ static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
 #[derive(Parser)]
 #[command(about = "Train a GPT-2 on a text file with wick, then generate text")]
 struct Args {
-    /// The text to train on, read as bytes (tokens 0..=255).
+    /// The text to train on; its last 10% is held out.
     #[arg(long, default_value = "examples/data/sonnets.txt")]
     text: PathBuf,
-    /// A Hugging Face config.json [default: vocab 256, 4 layers, 128 wide, 4 heads,
-    /// n_positions 256 or --context].
+    /// How the text becomes tokens: bytes (256 tokens, any file) or chars (one token per
+    /// distinct character of a UTF-8 text, in code point order).
+    #[arg(long, value_enum, default_value = "bytes")]
+    tokenizer: TokenizerKind,
+    /// A Hugging Face config.json [default: the tokenizer's vocabulary, 4 layers, 128
+    /// wide, 4 heads, n_positions 256 or --context].
     #[arg(long)]
     config: Option<PathBuf>,
     /// Tokens each sequence predicts (at most the model's n_positions).
@@ -99,13 +104,13 @@ struct Args {
     /// Seed of the initialisation, the batches and the dropout.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Bytes to generate after training, from --prompt.
+    /// Tokens to generate after training, from --prompt.
     #[arg(long, default_value_t = 0)]
     generate: usize,
     /// The text generation starts from.
     #[arg(long, default_value = "Shall I compare thee")]
     prompt: String,
-    /// Sampling temperature (seeded by --seed); 0 picks the most likely byte.
+    /// Sampling temperature (seeded by --seed); 0 picks the most likely token.
     #[arg(long, default_value_t = 0.8)]
     temperature: f64,
     /// Graph passes: default, all, none, or a comma-separated list (bias_activation fuses
@@ -117,9 +122,39 @@ struct Args {
 }
 
 /// The default model: GPT-2's architecture at byte level, small enough for a laptop.
-fn default_config(context: usize) -> Gpt2Config {
+/// The tokenizers `--tokenizer` chooses from.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum TokenizerKind {
+    /// Every byte a token.
+    Bytes,
+    /// Every distinct character of the text a token.
+    Chars,
+}
+
+impl TokenizerKind {
+    /// The tokenizer for the text at `path`.
+    fn open(self, path: &Path) -> Result<Box<dyn Tokenizer>> {
+        Ok(match self {
+            TokenizerKind::Bytes => Box::new(ByteTokenizer),
+            TokenizerKind::Chars => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("reading the text {}", path.display()))?;
+                let text = std::str::from_utf8(&bytes).map_err(|e| {
+                    anyhow::anyhow!(
+                        "{}: not UTF-8 at byte {}: --tokenizer chars needs UTF-8 text (bytes reads any file)",
+                        path.display(),
+                        e.valid_up_to()
+                    )
+                })?;
+                Box::new(CharTokenizer::of_text(text))
+            }
+        })
+    }
+}
+
+fn default_config(context: usize, vocab_size: usize) -> Gpt2Config {
     Gpt2Config {
-        vocab_size: 256,
+        vocab_size,
         n_positions: context.max(256),
         n_embd: 128,
         n_layer: 4,
@@ -127,22 +162,6 @@ fn default_config(context: usize) -> Gpt2Config {
         n_inner: 512,
         ..Gpt2Config::small()
     }
-}
-
-/// `n` windows of `len` bytes from `text`, each starting where a hash of (seed, step,
-/// row) says: the batches of a run are a function of its seed.
-fn windows(text: &[u8], n: usize, len: usize, seed: u64, step: u64) -> Result<Tensor> {
-    let room = (text.len() - len + 1) as u64;
-    let mut tokens = Vec::with_capacity(n * len);
-    for row in 0..n as u64 {
-        let mut z = seed
-            ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            ^ row.wrapping_mul(0xD6E8_FEB8_6659_FD93);
-        z = (z ^ (z >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let start = ((z ^ (z >> 29)) % room) as usize;
-        tokens.extend(text[start..start + len].iter().map(|&b| b as i64));
-    }
-    Ok(Tensor::from_vec(tokens, (n, len), &Device::Cpu)?)
 }
 
 /// A graph of the model's next-token loss on batches of `shape`: the training graph
@@ -224,12 +243,12 @@ fn check_files(a: &Args) -> Result<()> {
 }
 
 /// The model's configuration, with every setting checked before any work.
-fn read_config(a: &Args) -> Result<Gpt2Config> {
+fn read_config(a: &Args, tokenizer: &dyn Tokenizer) -> Result<Gpt2Config> {
     let config = match &a.config {
         Some(p) => Gpt2Config::from_json(
             &std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
         )?,
-        None => default_config(a.context),
+        None => default_config(a.context, tokenizer.vocab_size()),
     };
     ensure!(
         a.context >= 1 && a.context <= config.n_positions,
@@ -238,20 +257,25 @@ fn read_config(a: &Args) -> Result<Gpt2Config> {
         config.n_positions
     );
     ensure!(
-        config.vocab_size >= 256,
-        "byte-level text needs a vocabulary of at least 256, the config has {}",
+        config.vocab_size >= tokenizer.vocab_size(),
+        "the text's tokens ({}) need a vocabulary of at least {}, the config has {}",
+        tokenizer.describe(),
+        tokenizer.vocab_size(),
         config.vocab_size
     );
     ensure!(
         a.steps_per_epoch > 0 && a.batch_size > 0,
         "--steps-per-epoch and --batch-size must be at least 1"
     );
-    let room = config.n_positions.saturating_sub(a.prompt.len());
+    let prompt = tokenizer
+        .encode(a.prompt.as_bytes())
+        .map_err(|e| anyhow::anyhow!("--prompt: {e}"))?;
+    let room = config.n_positions.saturating_sub(prompt.len());
     ensure!(
         a.generate <= room,
-        "--generate {}: the prompt's {} bytes leave room for {room} in n_positions = {}",
+        "--generate {}: the prompt's {} tokens leave room for {room} in n_positions = {}",
         a.generate,
-        a.prompt.len(),
+        prompt.len(),
         config.n_positions
     );
     Ok(config)
@@ -296,16 +320,15 @@ fn load_weights(train: &mut Executor, specs: &[nn::TensorSpec], a: &Args) -> Res
 fn held_out_loss(
     (eval, loss): (&mut Executor, ValueId),
     weights: &HashMap<String, Tensor>,
-    held_out: &[u8],
+    corpus: &TextCorpus,
     len: usize,
 ) -> Result<(f64, usize)> {
     for (name, w) in weights {
         eval.set(name, w)?;
     }
     let mut losses = Vec::new();
-    for chunk in held_out.chunks_exact(len).take(16) {
-        let ids: Vec<i64> = chunk.iter().map(|&b| b as i64).collect();
-        eval.set("tokens", &Tensor::from_vec(ids, (1, len), &Device::Cpu)?)?;
+    for window in corpus.held_out_windows(len, 16)? {
+        eval.set("tokens", &window)?;
         eval.run()?;
         losses.push(loss_of(eval, loss)? as f64);
     }
@@ -361,10 +384,18 @@ fn trajectory(
     config: &Gpt2Config,
     shape: &[usize],
     text_len: usize,
+    tokenizer: &dyn Tokenizer,
 ) -> Vec<(&'static str, String)> {
     let data = match &a.data {
         Some(p) => format!("batch file {}", p.display()),
-        None => format!("{} ({text_len} bytes)", a.text.display()),
+        None if a.tokenizer == TokenizerKind::Bytes => {
+            format!("{} ({text_len} bytes)", a.text.display())
+        }
+        None => format!(
+            "{} ({text_len} tokens of {})",
+            a.text.display(),
+            tokenizer.describe()
+        ),
     };
     vec![
         ("model", config.to_json()),
@@ -413,9 +444,16 @@ fn checkpoints(
     Ok((ckpts, start, lock))
 }
 
-/// `--generate` bytes after `--prompt`, printed between `---` lines.
-fn print_generation(a: &Args, model: &Gpt2, trained: &HashMap<String, Tensor>) -> Result<()> {
-    let prompt: Vec<u32> = a.prompt.bytes().map(u32::from).collect();
+/// `--generate` tokens after `--prompt`, printed between `---` lines.
+fn print_generation(
+    a: &Args,
+    model: &Gpt2,
+    trained: &HashMap<String, Tensor>,
+    tokenizer: &dyn Tokenizer,
+) -> Result<()> {
+    let prompt = tokenizer
+        .encode(a.prompt.as_bytes())
+        .map_err(|e| anyhow::anyhow!("--prompt: {e}"))?;
     let sampling = if a.temperature > 0.0 {
         Sampling::Temperature {
             temperature: a.temperature,
@@ -425,18 +463,17 @@ fn print_generation(a: &Args, model: &Gpt2, trained: &HashMap<String, Tensor>) -
         Sampling::Greedy
     };
     let out = model.generate(trained, &prompt, a.generate, sampling, &Device::Cpu)?;
-    let bytes: Vec<u8> = out.iter().map(|&t| t as u8).collect();
-    println!("---\n{}\n---", String::from_utf8_lossy(&bytes));
+    println!("---\n{}\n---", tokenizer.decode(&out));
     Ok(())
 }
 
-/// The text, the --data batch if one is given, and the training batches' shape.
-fn read_data(a: &Args) -> Result<(Vec<u8>, Option<Tensor>, Vec<usize>)> {
-    let text =
-        std::fs::read(&a.text).with_context(|| format!("reading the text {}", a.text.display()))?;
-    let held_out = text.len() - text.len() * 9 / 10;
+/// The text as tokens, the --data batch if one is given, and the training batches' shape.
+fn read_data(
+    a: &Args,
+    tokenizer: &dyn Tokenizer,
+) -> Result<(TextCorpus, Option<Tensor>, Vec<usize>)> {
     let len = a.context + 1;
-    ensure!(held_out >= len, "{}: {} bytes leave {held_out} held out, fewer than --context + 1 = {len}; use a longer text or a shorter context", a.text.display(), text.len());
+    let text = TextCorpus::open(&a.text, tokenizer, 10, len)?;
     let batch_file = match &a.data {
         Some(p) => Some(
             read_safetensors(p)?
@@ -456,9 +493,10 @@ fn main() -> Result<()> {
     a.profile.default_verbosity(0);
     wick::prepare_process();
     check_files(&a)?;
-    let config = read_config(&a)?;
-    let (text, batch_file, shape) = read_data(&a)?;
-    let (train_text, held_out) = text.split_at(text.len() * 9 / 10);
+    let tokenizer = a.tokenizer.open(&a.text)?;
+    let config = read_config(&a, tokenizer.as_ref())?;
+    let (corpus, batch_file, shape) = read_data(&a, tokenizer.as_ref())?;
+    let text_len = corpus.train.len() + corpus.held_out.len();
     let len = a.context + 1;
     let model = Gpt2::new(config.clone());
     let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?), a.passes)?;
@@ -470,11 +508,11 @@ fn main() -> Result<()> {
         .sum();
     a.profile.attach_to(&mut train, run_info(&config, &shape))?;
     println!(
-        "training a GPT-2 of {params} parameters ({} layers, {} wide) on {} ({} bytes, {} held out): batch {} x {} tokens, {} steps, {}, lr {}",
-        config.n_layer, config.n_embd, a.text.display(), text.len(), held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
+        "training a GPT-2 of {params} parameters ({} layers, {} wide) on {} ({text_len} tokens of {}, {} held out): batch {} x {} tokens, {} steps, {}, lr {}",
+        config.n_layer, config.n_embd, a.text.display(), tokenizer.describe(), corpus.held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
     );
 
-    let trajectory = trajectory(&a, &config, &shape, text.len());
+    let trajectory = trajectory(&a, &config, &shape, text_len, tokenizer.as_ref());
     let mut run = GptTraining {
         exec: &mut train,
         specs: &specs,
@@ -493,7 +531,7 @@ fn main() -> Result<()> {
         let steps = first..((epoch + 1) * a.steps_per_epoch).min(a.steps);
         let batches = |step: usize| match &batch_file {
             Some(t) => Ok(t.clone()),
-            None => windows(train_text, a.batch_size, len, a.seed, step as u64),
+            None => Ok(corpus.windows(a.batch_size, len, a.seed, step as u64)?),
         };
         let total = train_steps(
             (&mut run, loss),
@@ -503,7 +541,7 @@ fn main() -> Result<()> {
             a.steps_per_epoch,
         )?;
         let weights = weights_of(run.exec, &specs)?;
-        let (test_loss, windows) = held_out_loss((&mut eval, eval_loss), &weights, held_out, len)?;
+        let (test_loss, windows) = held_out_loss((&mut eval, eval_loss), &weights, &corpus, len)?;
         let best = ckpts.after_epoch(&run, test_loss, steps.end, epoch + 1)?;
         let secs = started.elapsed().as_secs_f64();
         println!(
@@ -526,7 +564,7 @@ fn main() -> Result<()> {
     }
     a.profile.report_executor(&train, None)?;
     if a.generate > 0 {
-        print_generation(&a, &model, &trained)?;
+        print_generation(&a, &model, &trained, tokenizer.as_ref())?;
     }
     Ok(())
 }

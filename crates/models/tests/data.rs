@@ -329,3 +329,51 @@ fn crop_and_flip_are_chosen_apart() {
         "one order in every mode"
     );
 }
+
+#[test]
+fn text_becomes_bytes_or_characters_with_a_held_out_tail() {
+    use wick_models::data::text::{ByteTokenizer, CharTokenizer, TextCorpus, Tokenizer};
+    let guard = dir();
+    let path = guard.path().join("t.txt");
+    let text = "héllo wörld, ".repeat(20);
+    std::fs::write(&path, &text).unwrap();
+    let chars = CharTokenizer::of_text(&text);
+    // Sorted distinct characters: ' ', ',', 'd', 'h', 'l', 'o', 'r', 'w', 'é', 'ö'.
+    assert_eq!(chars.vocab_size(), 10);
+    let ids = chars.encode(text.as_bytes()).unwrap();
+    assert_eq!(ids.len(), text.chars().count());
+    assert_eq!(chars.decode(&ids), text);
+    assert!(chars.encode("x".as_bytes()).unwrap_err().contains("'x'"));
+    let c = TextCorpus::open(&path, &chars, 10, 8).unwrap();
+    assert_eq!(c.train.len(), 260 * 90 / 100);
+    assert_eq!(c.train.len() + c.held_out.len(), 260);
+    assert_eq!(&c.held_out[..], &ids[234..]);
+    // Bytes: é and ö are two bytes each.
+    let b = TextCorpus::open(&path, &ByteTokenizer, 10, 8).unwrap();
+    assert_eq!(b.train.len() + b.held_out.len(), text.len());
+    // Windows are a function of (seed, step) and come from the training part.
+    let w = c.windows(4, 8, 3, 7).unwrap();
+    assert_eq!(w.dims(), &[4, 8]);
+    assert_eq!(
+        w.to_vec2::<i64>().unwrap(),
+        c.windows(4, 8, 3, 7).unwrap().to_vec2::<i64>().unwrap()
+    );
+    assert_ne!(
+        w.to_vec2::<i64>().unwrap(),
+        c.windows(4, 8, 3, 8).unwrap().to_vec2::<i64>().unwrap()
+    );
+    assert_eq!(c.held_out_windows(8, 16).unwrap().len(), 26 / 8);
+    // Not UTF-8, too short: errors naming the file.
+    std::fs::write(&path, [b'a', 0xFF, b'b']).unwrap();
+    let e = TextCorpus::open(&path, &chars, 10, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("t.txt") && e.contains("not UTF-8 at byte 1"),
+        "{e}"
+    );
+    let e = TextCorpus::open(&path, &ByteTokenizer, 10, 8)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("t.txt") && e.contains("shorter context"), "{e}");
+}
