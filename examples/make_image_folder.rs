@@ -153,7 +153,7 @@ fn write_image(
 ) -> Result<()> {
     let (w16, h16) = (w as u16, h as u16);
     match kind {
-        0..=5 | 6 => {
+        0..=6 => {
             let path = dir.join(format!("{i:04}.jpg"));
             let encoder = jpeg_encoder::Encoder::new_file(&path, quality)?;
             if kind == 6 {

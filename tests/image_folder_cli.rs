@@ -227,12 +227,15 @@ fn a_corrupt_image_is_named_or_skipped_and_counted() {
     );
 }
 
+/// A case: its name, how it breaks a fresh folder, what the error must say.
+type Breakage<'a> = (&'a str, &'a dyn Fn(&Path), &'a [&'a str]);
+
 #[test]
 fn a_folder_that_is_not_an_image_folder_is_refused_clearly() {
     let d = common::scratch("wick-folder-refused-");
     let dir = d.path();
     make_folder(dir);
-    let cases: [(&str, &dyn Fn(&Path), &[&str]); 3] = [
+    let cases: [Breakage; 3] = [
         (
             "empty class",
             &|d| std::fs::create_dir(d.join("shapes/train/empty")).unwrap(),

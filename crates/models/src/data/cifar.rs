@@ -115,7 +115,7 @@ impl Cifar10 {
     /// The standard CIFAR augmentation for training batches: a random 32x32 crop of the
     /// image zero-padded by 4 pixels on each side, and a horizontal flip half of the time
     /// (torchvision's `RandomCrop(32, padding=4)` and `RandomHorizontalFlip()`). It runs
-    /// where `next_batch` runs: in the [`Prefetcher`]'s thread.
+    /// where `next_batch` runs: in the [`Prefetcher`](super::Prefetcher)'s thread.
     pub fn with_augmentation(mut self, on: bool) -> Self {
         self.augment = on;
         self.flip = on;

@@ -113,10 +113,7 @@ fn decode_jpeg(bytes: &[u8]) -> std::result::Result<RgbImage, String> {
         .set_max_height(MAX_SIDE);
     let mut header = JpegDecoder::new_with_options(ZCursor::new(bytes), options);
     header.decode_headers().map_err(jpeg_error)?;
-    let (width, height) = header
-        .dimensions()
-        .map(|(w, h)| (w, h))
-        .ok_or("a JPEG without dimensions")?;
+    let (width, height) = header.dimensions().ok_or("a JPEG without dimensions")?;
     check_size(width, height)?;
     let cmyk = matches!(
         header.input_colorspace(),

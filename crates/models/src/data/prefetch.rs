@@ -38,7 +38,7 @@ fn thread_cpu_sec() -> Option<f64> {
     };
     // SAFETY: clock_gettime writes one timespec through a valid pointer.
     let ok = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0;
-    ok.then(|| t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
+    ok.then_some(t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9)
 }
 
 /// A batch as a loader thread hands it over, with what preparing it took.

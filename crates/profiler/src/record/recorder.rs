@@ -13,7 +13,7 @@ use crate::record::memory_probe::{MemoryCounter, MemoryRecorder};
 use crate::record::slots::{Mark, SlotLayout};
 use crate::record::step_parts::{instant_clock, StepRecorder, WallClock};
 use crate::record::thread_times::ContentionProbe;
-use crate::record::timer::{HostTimer, Timer};
+use crate::record::timer::{default_timer, Timer};
 use wick_graph::error::{GraphError, Result};
 use wick_graph::hooks::{Hook, LoaderWork, NodeInfo, StepPart};
 use wick_graph::ir::Phase;
@@ -582,20 +582,5 @@ fn updated_elements(info: &NodeInfo) -> u64 {
     match (&info.origin.parameter, shapes.first()) {
         (Some(_), Some(shape)) => elements(shape),
         _ => 0,
-    }
-}
-
-/// The timer for `device`: the host clock on the CPU, CUDA events on a CUDA device.
-fn default_timer(device: &Device) -> Result<Box<dyn Timer>> {
-    match device {
-        Device::Cpu => Ok(Box::new(HostTimer::default())),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(dev) => Ok(Box::new(crate::record::timer::EventTimer::new(
-            crate::record::timer::CudaEvents::new(dev),
-        ))),
-        other => Err(GraphError::Usage(format!(
-            "the time profiler has no timer for {:?}; build wick with the `cuda` feature for CUDA devices",
-            other.location()
-        ))),
     }
 }

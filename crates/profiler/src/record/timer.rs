@@ -204,3 +204,18 @@ impl EventSource for CudaEvents {
             .map_err(|e| cuda_err("reading an event", e))
     }
 }
+
+/// The timer for `device`: the host clock on the CPU, CUDA events on a CUDA device.
+pub(crate) fn default_timer(device: &candle_core::Device) -> wick_graph::Result<Box<dyn Timer>> {
+    match device {
+        candle_core::Device::Cpu => Ok(Box::new(HostTimer::default())),
+        #[cfg(feature = "cuda")]
+        candle_core::Device::Cuda(dev) => Ok(Box::new(EventTimer::new(
+            CudaEvents::new(dev),
+        ))),
+        other => Err(wick_graph::GraphError::Usage(format!(
+            "the time profiler has no timer for {:?}; build wick with the `cuda` feature for CUDA devices",
+            other.location()
+        ))),
+    }
+}
