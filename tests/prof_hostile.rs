@@ -70,7 +70,7 @@ fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
         cases += 1;
     }
     type Break = fn(&mut serde_json::Value);
-    let files: [(Break, &str); 12] = [
+    let files: [(Break, &str); 14] = [
         (
             |v| v["iteration_sec"] = 1e308.into(),
             "iteration_sec is 100000000000000000000",
@@ -97,6 +97,22 @@ fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
         (
             |v| v["iteration_sec"] = (-1.0).into(),
             "iteration_sec is -1",
+        ),
+        (
+            |v| {
+                v["input_pipeline"] = serde_json::json!({"threads": [{"thread": 0, "batches": 2,
+                    "images": 8, "skipped": 0, "read_sec": 0.1, "decode_sec": -1.0,
+                    "augment_sec": 0.1, "collate_sec": 0.0}]})
+            },
+            "input_pipeline.threads[0].decode_sec is -1",
+        ),
+        (
+            |v| {
+                v["input_pipeline"] = serde_json::json!({"threads": [{"thread": 0, "batches": 0,
+                    "images": 0, "skipped": 0, "read_sec": 0.1, "decode_sec": 1.0,
+                    "augment_sec": 0.1, "collate_sec": 0.0}]})
+            },
+            "input_pipeline.threads[0] has 0 batches",
         ),
         (
             |v| v["ops"][1]["mean_sec"] = (-0.001).into(),

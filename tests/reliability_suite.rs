@@ -183,9 +183,94 @@ fn prepare(dir: &Path) {
     .unwrap();
     std::fs::write(dir.join("empty.bin"), b"").unwrap();
     std::fs::create_dir(dir.join("adir")).unwrap();
-    let fifo = std::ffi::CString::new(dir.join("fifo").to_str().unwrap()).unwrap();
+    mkfifo(&dir.join("fifo"));
+    prepare_datasets(dir);
+}
+
+fn mkfifo(path: &Path) {
+    let fifo = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.path().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+/// The ImageFolders of `reliability_cases/data.rs`: a good one (`img_good`, 2 classes of
+/// 4 + 2 JPEGs), its training part alone (`img_flat`), copies each broken one way, and a
+/// text that is not UTF-8.
+fn prepare_datasets(dir: &Path) {
+    let made = common::run(
+        dir,
+        "make_image_folder",
+        &[
+            "--out",
+            "img_good",
+            "--classes",
+            "2",
+            "--train-per-class",
+            "4",
+            "--val-per-class",
+            "2",
+            "--size",
+            "20x16",
+            "--jpeg-only",
+        ],
+        &[],
+    );
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    copy_tree(&dir.join("img_good/train"), &dir.join("img_flat"));
+    let broken: [(&str, &dyn Fn(&Path)); 9] = [
+        ("img_fifo", &|d| mkfifo(&d.join("train/circle/zz.jpg"))),
+        ("img_truncated", &|d| {
+            let f = d.join("val/circle/0000.jpg");
+            let bytes = std::fs::read(&f).unwrap();
+            std::fs::write(&f, &bytes[..bytes.len() / 3]).unwrap();
+        }),
+        ("img_text", &|d| {
+            std::fs::write(d.join("val/circle/0000.jpg"), "hello").unwrap()
+        }),
+        ("img_empty_file", &|d| {
+            std::fs::write(d.join("val/circle/0000.jpg"), "").unwrap()
+        }),
+        ("img_empty_class", &|d| {
+            std::fs::create_dir(d.join("train/empty")).unwrap()
+        }),
+        ("img_bmp", &|d| {
+            std::fs::write(d.join("train/circle/x.bmp"), "BM").unwrap()
+        }),
+        ("img_classes_differ", &|d| {
+            std::fs::rename(d.join("val/cross"), d.join("val/kross")).unwrap()
+        }),
+        ("img_no_classes", &|d| {
+            std::fs::remove_dir_all(d).unwrap();
+            std::fs::create_dir(d).unwrap();
+        }),
+        ("img_loop", &|d| {
+            std::os::unix::fs::symlink(".", d.join("train/circle/loop")).unwrap()
+        }),
+    ];
+    for (name, break_it) in broken {
+        copy_tree(&dir.join("img_good"), &dir.join(name));
+        break_it(&dir.join(name));
+    }
+    let mut latin1 = b"caf\xe9 ".repeat(200);
+    latin1.extend(b"end");
+    std::fs::write(dir.join("latin1.txt"), latin1).unwrap();
 }
 
 #[test]

@@ -488,7 +488,11 @@ fn read_data(
     Ok((text, batch_file, shape))
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(run())
+}
+
+fn run() -> Result<()> {
     let mut a = Args::parse();
     a.profile.default_verbosity(0);
     wick::prepare_process();

@@ -1,6 +1,7 @@
 //! The reliability suite's cases (`tests/reliability_suite.rs` runs them): flags in
-//! `flags.rs`, files and valid runs in `files.rs`.
+//! `flags.rs`, files and valid runs in `files.rs`, datasets in `data.rs`.
 
+mod data;
 mod files;
 mod flags;
 
@@ -97,5 +98,6 @@ pub const NOT_A_NUMBER: [&str; 4] = ["abc", "", "nan", "1,5"];
 pub fn all() -> Vec<Case> {
     let mut v = flags::cases();
     v.extend(files::cases());
+    v.extend(data::cases());
     v
 }

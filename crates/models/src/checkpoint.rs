@@ -15,6 +15,21 @@ use crate::model::ModelConfig;
 /// A state dict: tensors by torchvision name.
 pub type StateDict = HashMap<String, Tensor>;
 
+/// Refuses anything but a regular file: a FIFO or a device would block or never end.
+fn regular_file(path: &Path) -> Result<()> {
+    let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(ModelError::Checkpoint {
+        path: path.to_path_buf(),
+        message: "not a regular file (a folder, FIFO or device): give a safetensors file".into(),
+    })
+}
+
 /// Reads every tensor of a safetensors file onto the CPU. Only regular files are read (a
 /// FIFO or a device would block or never end).
 pub fn read_safetensors(path: &Path) -> Result<StateDict> {
@@ -22,14 +37,7 @@ pub fn read_safetensors(path: &Path) -> Result<StateDict> {
         path: path.to_path_buf(),
         source,
     };
-    let meta = std::fs::metadata(path).map_err(io)?;
-    if !meta.is_file() {
-        return Err(ModelError::Checkpoint {
-            path: path.to_path_buf(),
-            message: "not a regular file (a folder, FIFO or device): give a safetensors file"
-                .into(),
-        });
-    }
+    regular_file(path)?;
     let bytes = std::fs::read(path).map_err(io)?;
     if let Some(name) = duplicate_header_key(&bytes) {
         return Err(ModelError::Checkpoint {
@@ -266,6 +274,7 @@ pub fn read_class_names(path: &Path) -> Result<Option<Vec<String>>> {
         source,
     };
     // The header alone: an 8-byte length, then that much JSON.
+    regular_file(path)?;
     let mut file = std::fs::File::open(path).map_err(io)?;
     let mut len = [0u8; 8];
     file.read_exact(&mut len)

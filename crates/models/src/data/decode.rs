@@ -60,6 +60,13 @@ impl ImageFormat {
 impl RgbImage {
     /// Reads and decodes the image file at `path`.
     pub fn open(path: &Path) -> Result<RgbImage> {
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) && path.exists() {
+            return Err(ModelError::Data {
+                path: path.to_path_buf(),
+                message: "not a regular file (a folder, FIFO or device): give a JPEG or PNG file"
+                    .into(),
+            });
+        }
         let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
             path: path.to_path_buf(),
             source,

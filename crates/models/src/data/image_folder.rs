@@ -114,9 +114,9 @@ impl ImageFolder {
     pub fn split(&self, val_share: f64, seed: u64) -> Result<(Self, Self)> {
         let n = self.samples.len();
         let held = (n as f64 * val_share).round() as usize;
-        if !(0.0..1.0).contains(&val_share) || (val_share > 0.0 && held == 0) || held >= n {
+        if !(val_share > 0.0 && val_share < 1.0) || held == 0 || held >= n {
             return Err(ModelError::Config(format!(
-                "a validation share of {val_share} of {n} images leaves {held} held out and {} to train on: give a share that leaves at least one of each",
+                "a validation split of {val_share} of {n} images leaves {held} held out and {} to train on: give a share above 0 and below 1 that leaves at least one of each",
                 n.saturating_sub(held)
             )));
         }
@@ -210,7 +210,14 @@ fn walk(
             .extension()
             .map(|e| e.to_string_lossy().to_ascii_lowercase())
             .unwrap_or_default();
-        if DECODED.contains(&ext.as_str()) {
+        let image = DECODED.contains(&ext.as_str());
+        if image && !path.is_file() {
+            return Err(ModelError::Data {
+                path,
+                message: "not a regular file (a FIFO, socket or device): reading it would block or never end".into(),
+            });
+        }
+        if image {
             found(path);
         } else if OTHER_IMAGES.contains(&ext.as_str()) {
             return Err(ModelError::Data {

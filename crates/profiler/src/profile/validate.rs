@@ -34,7 +34,32 @@ impl Profile {
         }
         self.validate_times()?;
         self.validate_samples()?;
-        self.validate_machine()
+        self.validate_machine()?;
+        self.validate_input_pipeline()
+    }
+
+    /// The loader threads' stage times (each a time), CPU times, and their batch counts:
+    /// a thread with stage time but no batch would divide by zero.
+    fn validate_input_pipeline(&self) -> Result<(), String> {
+        let Some(input) = &self.input_pipeline else {
+            return Ok(());
+        };
+        for (i, t) in input.threads.iter().enumerate() {
+            for stage in wick_graph::InputStage::ALL {
+                let field = || format!("input_pipeline.threads[{i}].{}_sec", stage.as_str());
+                time(field, t.stage_sec(stage))?;
+            }
+            if let Some(cpu) = t.cpu_sec {
+                time(|| format!("input_pipeline.threads[{i}].cpu_sec"), cpu)?;
+            }
+            if t.batches == 0 || t.images < t.batches {
+                return Err(format!(
+                    "input_pipeline.threads[{i}] has {} batches of {} images: every thread reported prepares at least one batch of at least one image",
+                    t.batches, t.images
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The machine's peaks, when present: finite and above 0, their ranges too (a peak
