@@ -49,7 +49,7 @@ pub fn report(p: &Profile, diff: Option<&Diff>) -> String {
          body{{font-family:sans-serif;margin:24px;color:#222}} h2{{margin-top:28px;border-bottom:1px solid #ccc}}\
          table{{border-collapse:collapse;font-size:12px}} td,th{{border:1px solid #ddd;padding:2px 6px;text-align:right}}\
          td:first-child,th:first-child{{text-align:left}} .flag{{color:#c00;font-weight:bold}} .meta{{color:#555;font-size:12px}}\
-         .verdict{{font-weight:bold}} .warn{{color:#a60}}\
+         .verdict{{font-weight:bold}} .warn{{color:#a60}} pre{{white-space:pre-wrap}}\
          </style></head><body><h1>{}</h1>",
         esc(&title),
         esc(&title)
