@@ -76,6 +76,10 @@ struct DiffArgs {
     /// loaded or slower machine is not read as a slower build.
     #[arg(long)]
     normalize_by_peak: bool,
+    /// Compare seconds per image: each run's times divided by its batch, so that runs
+    /// of one model at different batch sizes compare (batch 8 against batch 16).
+    #[arg(long)]
+    per_image: bool,
     /// Exit 1, as a regression, when the verdict is inconclusive (exit 3 otherwise).
     #[arg(long)]
     fail_on_inconclusive: bool,
@@ -146,6 +150,7 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
         confidence,
         allow_different_graphs,
         normalize_by_peak,
+        per_image,
         fail_on_inconclusive,
         json,
     } = args;
@@ -178,6 +183,7 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
         confidence,
         allow_different_graphs,
         normalize_by_peak,
+        per_image,
         ..Default::default()
     };
     let side = |first: &Path, more: &[PathBuf]| -> Result<Vec<Profile>> {

@@ -102,6 +102,8 @@ fn run_drifting(batch: usize, seed: u64, slowed: &'static str, slow: f64, drift:
     // The times are simulated; the run-queue wait the profiler measured is real (other
     // tests running at once) and is set by the tests that need it.
     p.cpu_contention = None;
+    p.run.batch = batch;
+    p.run.model = "small net".into();
     // Through the JSON, as wick-prof reads them.
     Profile::from_json(&p.to_json()).unwrap()
 }
@@ -173,6 +175,51 @@ fn profiles_of_different_graphs_are_refused_unless_allowed() {
         .rows
         .iter()
         .any(|r| r.kind == "layer" && r.name == "block.conv1"));
+}
+
+#[test]
+fn per_image_compares_batch_sizes_of_one_model() {
+    // The simulated ops take as long at batch 4 as at batch 2: per image, twice as fast.
+    let opts = DiffOptions {
+        per_image: true,
+        ..Default::default()
+    };
+    let a = run(2, 1, "", 1.0);
+    // Twice the images in twice the time: the same per image, nothing flagged.
+    let same = run_drifting(4, 2, "", 1.0, 2.0);
+    let d = diff(&a, &same, &opts).unwrap();
+    assert!(!d.same_graph && d.per_image == Some((2, 4)), "{}", d.text());
+    assert!(d.rows.iter().all(|r| !r.flagged), "{}", d.text());
+    assert!(d
+        .text()
+        .contains("per image: every time divided by its run's batch (A 2, B 4 images)"));
+    // 2.6 times the time for twice the images: 1.3x slower per image.
+    let slower = run_drifting(4, 3, "", 1.0, 2.6);
+    let d = diff(&a, &slower, &opts).unwrap();
+    let it = d.rows.iter().find(|r| r.kind == "iteration").unwrap();
+    assert!(it.flagged && (it.ratio - 1.3).abs() < 0.05, "{}", d.text());
+    assert_eq!(d.outcome(), Outcome::Regression);
+    // Without --per-image the same pair reads as 2.6x slower: the flag is what makes it per image.
+    let plain = DiffOptions {
+        allow_different_graphs: true,
+        ..Default::default()
+    };
+    let it = diff(&a, &slower, &plain)
+        .unwrap()
+        .rows
+        .into_iter()
+        .find(|r| r.kind == "iteration")
+        .unwrap();
+    assert!((it.ratio - 2.6).abs() < 0.1, "{it:?}");
+    // A profile without its batch, and another model, are refused by name.
+    let mut unknown = same.clone();
+    unknown.run.batch = 0;
+    let e = diff(&a, &unknown, &opts).unwrap_err().to_string();
+    assert!(e.contains("--per-image") && e.contains("side B"), "{e}");
+    let mut other = same.clone();
+    other.run.model = "resnet18".into();
+    let e = diff(&a, &other, &opts).unwrap_err().to_string();
+    assert!(e.contains("small net") && e.contains("resnet18"), "{e}");
 }
 
 /// One process running 20% slow throughout (drift, not a code change) is flagged by a

@@ -52,6 +52,10 @@ pub struct DiffOptions {
     /// memory-bound ones), the iteration, phases and layers by their mix. Needs the
     /// machine peaks in every profile.
     pub normalize_by_peak: bool,
+    /// Compare seconds per image: each run's times divided by its batch, so runs of
+    /// different batch sizes of the same model compare (their graphs differ only in
+    /// shapes, and are matched by name).
+    pub per_image: bool,
 }
 
 impl Default for DiffOptions {
@@ -63,6 +67,7 @@ impl Default for DiffOptions {
             resamples: 2000,
             allow_different_graphs: false,
             normalize_by_peak: false,
+            per_image: false,
         }
     }
 }
@@ -129,6 +134,8 @@ pub struct Diff {
     pub warnings: Vec<String>,
     /// Whether times were normalised by the machine peaks.
     pub normalized: bool,
+    /// With `per_image`: A's and B's batches, every time divided by its run's.
+    pub per_image: Option<(usize, usize)>,
     /// Why the machine rather than the code may have moved the times (a side shared its
     /// cores, or a peak moved beyond its spread): a flagged change is then inconclusive.
     pub machine_moved: Option<String>,
@@ -184,6 +191,17 @@ pub enum DiffError {
         a: usize,
         /// The other threads.
         b: usize,
+    },
+    /// A per-image comparison of a profile that does not record its batch.
+    #[error("--per-image divides each run's times by its batch, and a profile of side {0} records none (run.batch is 0)")]
+    NoBatch(&'static str),
+    /// A per-image comparison of different models.
+    #[error("--per-image compares batch sizes of one model, and the runs are of {a} and {b}: pass --allow-different-graphs as well to compare them by name")]
+    PerImageAcrossModels {
+        /// A's model.
+        a: String,
+        /// The other model.
+        b: String,
     },
     /// Normalisation asked for, and a profile lacks the machine peaks.
     #[error("--normalize-by-peak needs the machine peaks in every profile, and a profile of side {0} has none (profiles written at verbosity 2 have them)")]
@@ -367,6 +385,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         warnings: crate::compare::comparable::warnings(a, b, opts.normalize_by_peak),
         machine_moved: crate::compare::comparable::machine_moved(a, b, opts.normalize_by_peak),
         normalized: opts.normalize_by_peak,
+        per_image: opts.per_image.then(|| (a[0].run.batch, b[0].run.batch)),
         threshold: opts.threshold,
         min_share: opts.min_share,
         confidence: opts.confidence,
@@ -395,7 +414,29 @@ fn side_series(
             });
         }
     }
+    if opts.per_image {
+        per_image(a, &mut sa, "A")?;
+        per_image(b, &mut sb, "B")?;
+    }
     Ok((sa, sb))
+}
+
+/// Divides every row of each run by its batch.
+fn per_image(
+    runs: &[Profile],
+    series: &mut [RowSeries],
+    side: &'static str,
+) -> Result<(), DiffError> {
+    for (p, s) in runs.iter().zip(series) {
+        if p.run.batch == 0 {
+            return Err(DiffError::NoBatch(side));
+        }
+        let n = p.run.batch as f64;
+        for (_, rows) in s.iter_mut() {
+            rows.values_mut().flatten().for_each(|v| *v /= n);
+        }
+    }
+    Ok(())
 }
 
 /// Refuses sides without samples, and profiles of different graphs unless the options
@@ -411,7 +452,16 @@ fn check_comparable(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<
         return Err(DiffError::NoSamples("B"));
     }
     let same_graph = a.iter().chain(b).all(|p| p.graph_hash == a0.graph_hash);
-    if !same_graph && !opts.allow_different_graphs {
+    // Per image, graphs of one model that differ only in the batch are matched by name.
+    if opts.per_image && !opts.allow_different_graphs {
+        if let Some(other) = a.iter().chain(b).find(|p| p.run.model != a0.run.model) {
+            return Err(DiffError::PerImageAcrossModels {
+                a: a0.run.model.clone(),
+                b: other.run.model.clone(),
+            });
+        }
+    }
+    if !same_graph && !opts.allow_different_graphs && !opts.per_image {
         let other = a
             .iter()
             .chain(b)

@@ -82,6 +82,12 @@ impl Diff {
             if self.same_graph { "" } else { " (different graphs: matched by name)" },
             if self.normalized { "; times normalised by each run's machine peaks" } else { "" }
         );
+        if let Some((a, b)) = self.per_image {
+            let _ = writeln!(
+                s,
+                "per image: every time divided by its run's batch (A {a}, B {b} images)"
+            );
+        }
         let _ = writeln!(s, "{}", self.verdict());
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {}", printable(w));
