@@ -149,9 +149,27 @@ fn network(nn: &mut Layers, images: ValueId) -> wick::graph::Result<ValueId> {
     nn.linear("classifier", h, 32, CLASSES, Init::LinearDefault)
 }
 
-fn main() -> Result<()> {
+mod common;
+
+fn main() -> std::process::ExitCode {
+    common::exit_on_error(run())
+}
+
+fn run() -> Result<()> {
     wick::prepare_process();
     let a = Args::parse();
+    for (flag, v) in [
+        ("--steps", a.steps),
+        ("--batch-size", a.batch_size),
+        ("--image-size", a.image_size),
+    ] {
+        common::at_least_one(flag, v)?;
+    }
+    anyhow::ensure!(
+        a.lr.is_finite() && a.lr >= 0.0,
+        "--lr {}: a learning rate must be finite and non-negative",
+        a.lr
+    );
     let (n, side) = (a.batch_size, a.image_size);
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
     let images = b.input("images", &[n, 3, side, side], DType::F32)?;
@@ -173,7 +191,13 @@ fn main() -> Result<()> {
         .optimize(&grads, &optimizer)?
         .expect("clipping returns the norm");
 
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    // The whole step's memory, before any of it is made.
+    let graph = b.finish();
+    wick::models::limits::check_allocation(
+        &format!("custom_cnn's training step for batches of {n} at {side}x{side}"),
+        graph.peak_bytes(),
+    )?;
+    let mut exec = Executor::new(graph, &Device::Cpu);
     for (name, t) in nn::initial_state(&specs, 0)? {
         exec.set(&name, &t)?;
     }
@@ -204,6 +228,12 @@ fn main() -> Result<()> {
             let t = exec.get_id(v)?.ok_or_else(|| anyhow::anyhow!("not kept"))?;
             Ok(t.to_scalar::<f32>()?)
         };
+        // A diverged run stops here: its weights are no longer usable.
+        let (l, g) = (value(loss)?, value(grad_norm)?);
+        anyhow::ensure!(
+            l.is_finite() && g.is_finite(),
+            "training step {step}: the loss is {l} and the gradient norm {g}; stopped (lower --lr)"
+        );
         if step % 5 == 0 || step + 1 == a.steps {
             println!(
                 "step {step:3}  loss {:.4}  gradient norm {:.3}",

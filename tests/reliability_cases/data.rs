@@ -151,5 +151,36 @@ pub fn cases() -> Vec<Case> {
         with(GPT, &["--tokenizer", "words"]),
         &["--tokenizer"],
     ));
+    v.extend(custom_cnn());
+    v
+}
+
+/// `custom_cnn` held to the examples' standard: counts, sizes checked before any data is
+/// made, a diverging run stopped, one-line errors.
+fn custom_cnn() -> Vec<Case> {
+    const BASE: &[&str] = &["--steps", "2", "--batch-size", "2", "--image-size", "8"];
+    const LONGER: &[&str] = &["--steps", "6", "--batch-size", "2", "--image-size", "8"];
+    let mut v = Vec::new();
+    for flag in ["--steps", "--batch-size", "--image-size"] {
+        for value in ["0", "-1", "abc", "1.5"] {
+            v.push(refused("custom_cnn", BASE, flag, value, names_of(flag)));
+        }
+    }
+    for (base, flag, value, needle) in [
+        (BASE, "--batch-size", "10000000", "GiB"),
+        (BASE, "--image-size", "100000", "GiB"),
+        (LONGER, "--lr", "nan", "--lr"),
+        (LONGER, "--lr", "-1", "--lr"),
+        (LONGER, "--lr", "inf", "--lr"),
+        (LONGER, "--lr", "1e30", "stopped"),
+    ] {
+        v.push(refused(
+            "custom_cnn",
+            base,
+            flag,
+            value,
+            vec![needle.into()],
+        ));
+    }
     v
 }
