@@ -236,7 +236,17 @@ fn wick_replaces_only_its_own_checkpoints_and_one_run_writes_a_folder() {
     // Its lock is left behind by the kill, and taken over: the process is gone.
     ok(&train(p, &["--steps", "2", "--checkpoint-dir", "ck3"]));
     assert!(!p.join("ck3/.wick-lock").exists(), "the lock is released");
-    println!("checkpoint ownership and locking: 4 cases");
+    // A lock file naming a live process that does not hold the folder's flock (a pid
+    // reused after a restart: here process 1) is taken over, with a note.
+    std::fs::write(p.join("ck3/.wick-lock"), "1\n").unwrap();
+    let out = train(
+        p,
+        &["--steps", "2", "--checkpoint-dir", "ck3", "--resume", "ck3"],
+    );
+    ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("locked by process 1, which is gone"), "{err}");
+    println!("checkpoint ownership and locking: 5 cases");
 }
 
 /// Sets `field.<key>` in the metadata of a checkpoint's training state, leaving its

@@ -534,3 +534,15 @@ pub fn communicator(
         other => anyhow::bail!("--dist {other}: expected none, mpi or nccl"),
     }
 }
+
+/// Takes a checkpoint folder's lock, saying so when it takes over one a killed run left.
+pub fn lock_checkpoints(dir: &std::path::Path) -> Result<wick::models::resume::DirLock> {
+    let lock = wick::models::resume::DirLock::acquire(dir)?;
+    if let Some(pid) = lock.taken_over() {
+        eprintln!(
+            "note: {} was locked by process {pid}, which is gone (killed or crashed): this run takes the folder over",
+            dir.display()
+        );
+    }
+    Ok(lock)
+}

@@ -432,7 +432,7 @@ fn checkpoints(
     let lock = ckpts
         .dir
         .as_deref()
-        .map(resume::DirLock::acquire)
+        .map(common::lock_checkpoints)
         .transpose()?;
     if let Some(dir) = &ckpts.dir {
         resume::check_dir(dir)?;

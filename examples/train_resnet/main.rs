@@ -97,7 +97,7 @@ fn run(mut a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     let passes = a.model.passes(PassSet::default());
     // One run at a time writes a checkpoint folder.
     let _lock = match (&plan.checkpoints, plan.lead()) {
-        (Some(dir), true) => Some(resume::DirLock::acquire(dir)?),
+        (Some(dir), true) => Some(common::lock_checkpoints(dir)?),
         _ => None,
     };
     if let Some(dir) = &plan.checkpoints {

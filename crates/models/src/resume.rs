@@ -117,60 +117,82 @@ pub fn check_dir(dir: &Path) -> Result<()> {
 }
 
 /// A checkpoint folder held by one run: a `.wick-lock` file with the holder's process
-/// id, removed when dropped. A second run on the folder is refused while the first
-/// lives; a lock left by a process that died is taken over.
+/// id, under an advisory `flock` that the kernel releases when the holder's process ends,
+/// however it ends; the file is removed when the lock is dropped. A second run on the
+/// folder is refused while the first lives. A lock file left by a process that is gone
+/// (its `flock` released with it) is taken over: a reused process id cannot keep a folder
+/// locked.
 #[derive(Debug)]
 pub struct DirLock {
     path: PathBuf,
+    /// Holds the `flock` for as long as the lock lives.
+    _file: fs::File,
+    taken_over: Option<String>,
 }
 
 impl DirLock {
     /// Takes `dir`'s lock (creating `dir`).
     pub fn acquire(dir: &Path) -> Result<DirLock> {
+        use std::io::{Read, Seek, Write};
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::io::AsRawFd;
         fs::create_dir_all(dir).map_err(io(dir))?;
         let path = dir.join(".wick-lock");
-        for _ in 0..2 {
-            match fs::OpenOptions::new()
+        // A lock file unlinked by its holder between our open and our flock is retried.
+        for _ in 0..8 {
+            let mut file = fs::OpenOptions::new()
+                .read(true)
                 .write(true)
-                .create_new(true)
+                .create(true)
+                .truncate(false)
                 .open(&path)
-            {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    writeln!(f, "{}", std::process::id()).map_err(io(&path))?;
-                    return Ok(DirLock { path });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let holder = fs::read_to_string(&path)
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u32>().ok());
-                    match holder {
-                        Some(pid) if Path::new(&format!("/proc/{pid}")).exists() => {
-                            return Err(ModelError::Checkpoint {
-                                path: dir.to_path_buf(),
-                                message: format!(
-                                    "another run (process {pid}) is writing checkpoints here: two runs would replace each other's; wait for it, or give this one another --checkpoint-dir"
-                                ),
-                            });
-                        }
-                        // Left by a process that is gone: take it over.
-                        _ => {
-                            let _ = fs::remove_file(&path);
-                        }
-                    }
-                }
-                Err(e) => return Err(io(&path)(e)),
+                .map_err(io(&path))?;
+            let mut before = String::new();
+            let _ = file.read_to_string(&mut before);
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                let holder = before.trim();
+                return Err(ModelError::Checkpoint {
+                    path: dir.to_path_buf(),
+                    message: format!(
+                        "another run (process {}) is writing checkpoints here: two runs would replace each other's; wait for it, or give this one another --checkpoint-dir",
+                        if holder.is_empty() { "?" } else { holder }
+                    ),
+                });
             }
+            let same = fs::metadata(&path)
+                .ok()
+                .zip(file.metadata().ok())
+                .is_some_and(|(p, f)| p.ino() == f.ino() && p.dev() == f.dev());
+            if !same {
+                continue;
+            }
+            file.set_len(0).map_err(io(&path))?;
+            file.rewind().map_err(io(&path))?;
+            writeln!(file, "{}", std::process::id()).map_err(io(&path))?;
+            let taken_over = Some(before.trim().to_string()).filter(|s| !s.is_empty());
+            return Ok(DirLock {
+                path,
+                _file: file,
+                taken_over,
+            });
         }
         Err(ModelError::Checkpoint {
             path: path.clone(),
-            message: "cannot take the folder's lock".into(),
+            message: "cannot take the folder's lock: other runs keep replacing it".into(),
         })
+    }
+
+    /// The process id a lock file left behind named, when this lock took it over (its
+    /// process had ended without removing it: a kill, a crash).
+    pub fn taken_over(&self) -> Option<&str> {
+        self.taken_over.as_deref()
     }
 }
 
 impl Drop for DirLock {
     fn drop(&mut self) {
+        // Removed while the flock is held, then released when the file closes.
         let _ = fs::remove_file(&self.path);
     }
 }
