@@ -142,6 +142,11 @@ fn run() -> Result<()> {
     let logits = logits(&mut session, &images, a.allow_non_finite)?;
     if !a.image.is_empty() {
         print_top5(&a.image, &logits, names.as_deref())?;
+    } else if a.output.is_none() && !a.bench {
+        println!(
+            "logits {:?} computed; --output FILE writes them, --image FILE... names each file's top-5 classes, --bench measures latency",
+            logits.dims()
+        );
     }
     if let Some(path) = &a.output {
         let out = HashMap::from([("logits".to_string(), logits.to_device(&Device::Cpu)?)]);

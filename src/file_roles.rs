@@ -129,6 +129,11 @@ impl FileRoles {
                     .map_err(|e| fail(format!("cannot create files in it: {e}")))?;
                 let _ = fs::remove_file(&probe);
             }
+            Err(_) if fs::symlink_metadata(path).is_ok() => {
+                return Err(fail(
+                    "is a symbolic link that leads nowhere (dangling) or around in a loop: point it at a folder, or remove it".into(),
+                ));
+            }
             Err(_) => {
                 // Not there yet: its folder must take new entries (tried with a file that
                 // is removed at once, so that a refused run leaves nothing behind).

@@ -184,6 +184,8 @@ fn prepare(dir: &Path) {
     std::fs::write(dir.join("empty.bin"), b"").unwrap();
     std::fs::create_dir(dir.join("adir")).unwrap();
     mkfifo(&dir.join("fifo"));
+    std::os::unix::fs::symlink("link_loop", dir.join("link_loop")).unwrap();
+    std::os::unix::fs::symlink("nowhere", dir.join("link_dangling")).unwrap();
     prepare_datasets(dir);
 }
 

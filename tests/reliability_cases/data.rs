@@ -152,6 +152,40 @@ pub fn cases() -> Vec<Case> {
         &["--tokenizer"],
     ));
     v.extend(custom_cnn());
+    v.extend(paths());
+    v
+}
+
+/// Folders that are links leading nowhere, and file names that name a folder: refused
+/// before any work, naming the flag.
+fn paths() -> Vec<Case> {
+    let mut v = Vec::new();
+    for flag in ["--checkpoint-dir", "--resume"] {
+        for link in ["link_loop", "link_dangling"] {
+            v.push(refused(
+                "train_resnet",
+                TRAIN,
+                flag,
+                link,
+                vec![format!("{flag} {link}: is a symbolic link")],
+            ));
+        }
+    }
+    for (program, base, flag) in [
+        ("train_resnet", TRAIN, "--save"),
+        ("train_resnet", TRAIN, "--log"),
+        ("profile_resnet", PROFILE, "--json"),
+        ("infer_resnet", INFER, "--output"),
+        ("profile_resnet", PROFILE, "--trace"),
+    ] {
+        v.push(refused(
+            program,
+            base,
+            flag,
+            "out.x/",
+            vec![format!("{flag} out.x/: ends with '/'")],
+        ));
+    }
     v
 }
 

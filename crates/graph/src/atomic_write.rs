@@ -45,6 +45,22 @@ const MAX_LINKS: usize = 40;
 /// The file that writing `path` replaces: `path`, or where its chain of symlinks ends.
 /// Errors when a link loops, or when the target exists and is not a regular file.
 pub fn resolve_target(path: &Path) -> Result<PathBuf, OutputError> {
+    if path.as_os_str().to_string_lossy().ends_with('/') {
+        return Err(error(
+            path,
+            "ends with '/', which names a folder: give a file name",
+        ));
+    }
+    // What the path leads to, links followed (a pipe behind /dev/stdout has no path).
+    if let Ok(meta) = fs::metadata(path) {
+        if !meta.is_file() {
+            let what = describe(&meta.file_type());
+            return Err(error(
+                path,
+                format!("leads to {what}, not a regular file: wick writes only regular files, atomically (a temporary file beside it, then renamed over it), which {what} cannot take"),
+            ));
+        }
+    }
     let mut target = path.to_path_buf();
     for _ in 0..MAX_LINKS {
         let meta = match fs::symlink_metadata(&target) {
