@@ -313,9 +313,14 @@ pub fn read_state(ckpt: &Path) -> Result<TrainingState> {
         .map_err(|e| bad(format!("not a training state: {e}")))?;
     let meta = header.metadata().clone().unwrap_or_default();
     let counter = |key: &str| -> Result<u64> {
-        meta.get(key)
-            .and_then(|v| v.parse().ok())
-            .ok_or_else(|| bad(format!("no `{key}` counter in its metadata")))
+        let value = meta
+            .get(key)
+            .ok_or_else(|| bad(format!("no `{key}` counter in its metadata")))?;
+        value.parse().map_err(|_| {
+            bad(format!(
+                "its `{key}` counter is {value:?}, not a count of steps: the file was edited or damaged"
+            ))
+        })
     };
     let state = TrainingState {
         step: counter("step")?,

@@ -377,3 +377,43 @@ fn text_becomes_bytes_or_characters_with_a_held_out_tail() {
         .to_string();
     assert!(e.contains("t.txt") && e.contains("shorter context"), "{e}");
 }
+
+#[test]
+fn a_batch_file_with_a_non_finite_pixel_is_refused_naming_the_file() {
+    let guard = dir();
+    let path = guard.path().join("nan_batch.safetensors");
+    let mut v = vec![0.5f32; 2 * 3 * 4 * 4];
+    v[3 * 16 + 5] = f32::NAN;
+    let images = Tensor::from_vec(v, (2, 3, 4, 4), &Device::Cpu).unwrap();
+    let labels = Tensor::new(&[1i64, 0], &Device::Cpu).unwrap();
+    let state = [
+        ("images".to_string(), images),
+        ("labels".to_string(), labels),
+    ];
+    write_safetensors(&state.into_iter().collect(), &path).unwrap();
+    let e = BatchFile::open(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("nan_batch.safetensors") && e.contains("NaN") && e.contains("image 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_cifar_test_set_smaller_than_a_batch_is_evaluated_and_an_empty_one_named() {
+    let guard = dir();
+    let d = guard.path();
+    for i in 1..=5u8 {
+        std::fs::write(d.join(format!("data_batch_{i}.bin")), record(i % 10, 9)).unwrap();
+    }
+    std::fs::write(d.join("test_batch.bin"), record(3, 0)).unwrap();
+    // One test image, batches of 4: evaluation pads the batch.
+    let test = Cifar10::open(d, false, 4, 0).unwrap();
+    let (_, labels, real) = test.batch_in_order(0, 4).unwrap();
+    assert_eq!((real, labels.dims()), (1, &[1][..]));
+    // Five training images cannot fill a batch of 8: the files are named.
+    let e = Cifar10::open(d, true, 8, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("data_batch_1.bin") && e.contains("one training batch of 8"),
+        "{e}"
+    );
+}

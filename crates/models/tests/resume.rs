@@ -199,3 +199,28 @@ fn a_checkpoint_of_another_optimizer_is_refused_naming_the_entry() {
         "{err}"
     );
 }
+
+#[test]
+fn a_damaged_step_counter_is_named_as_damaged_not_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session();
+    s.init_weights(wick_models::WeightInit::Torchvision(0))
+        .unwrap();
+    let ckpt = resume::save(&s, &TrainingState::default(), dir.path(), "step-1").unwrap();
+    let path = ckpt.join("training.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(bytes[8..8 + n].to_vec()).unwrap();
+    // The same length, so the tensors' offsets stay right.
+    let damaged = header.replace("\"step\":\"0\"", "\"step\":\"x\"");
+    assert_ne!(damaged, header, "{header}");
+    let mut out = bytes[..8].to_vec();
+    out.extend_from_slice(damaged.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(&path, out).unwrap();
+    let e = resume::read_state(&ckpt).unwrap_err().to_string();
+    assert!(
+        e.contains("`step` counter is \"x\", not a count of steps"),
+        "{e}"
+    );
+}

@@ -165,6 +165,16 @@ fn profiles_of_different_graphs_are_refused_unless_allowed() {
         e.contains("different graphs") && e.contains("--allow-different-graphs"),
         "{e}"
     );
+    assert!(e.contains("; B: "), "{e}");
+    // A further run of side A that differs is named as that run, not as B.
+    let e = wick_profiler::diff_runs(
+        &[a.clone(), b.clone()],
+        &[a.clone()],
+        &DiffOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("A's run 2 (--base-run)"), "{e}");
     let opts = DiffOptions {
         allow_different_graphs: true,
         ..Default::default()

@@ -47,6 +47,14 @@ impl BatchFile {
                 )))
             }
         };
+        // A NaN or infinite pixel is the file's fault, said here, not a training step's.
+        if let Some((i, v)) = wick_ops::first_non_finite(&images)? {
+            let per = images.elem_count() / n.max(1);
+            return Err(bad(format!(
+                "`images` holds {v} at element {i} (image {}): a batch of images must be finite",
+                i / per.max(1)
+            )));
+        }
         let labels = match t.remove("labels") {
             None => None,
             Some(l) if l.dims() != [n] => {

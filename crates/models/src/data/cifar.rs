@@ -81,10 +81,14 @@ impl Cifar10 {
                 images.extend_from_slice(&rec[1..]);
             }
         }
-        if labels.len() < batch {
+        // Training draws whole batches; evaluation pads the last one.
+        if (train && labels.len() < batch) || labels.is_empty() {
+            let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             return Err(ModelError::Config(format!(
-                "{} images are fewer than one batch of {batch}",
-                labels.len()
+                "{}: {} images are fewer than one {} batch of {batch}",
+                names.join(", "),
+                labels.len(),
+                if train { "training" } else { "evaluation" }
             )));
         }
         let order = (0..labels.len()).collect();

@@ -158,16 +158,18 @@ pub enum Outcome {
 #[derive(Debug, thiserror::Error)]
 pub enum DiffError {
     /// Different graph hashes without `allow_different_graphs`.
-    #[error("the profiles ran different graphs (hash {a} vs {b}; A: {a_run}, B: {b_run}): pass --allow-different-graphs to compare phases, op types and layers by name")]
+    #[error("the profiles ran different graphs (hash {a} vs {b}; A: {a_run}; {other}: {b_run}): pass --allow-different-graphs to compare phases, op types and layers by name")]
     DifferentGraphs {
         /// A's graph hash.
         a: String,
-        /// B's graph hash.
+        /// The other run's graph hash.
         b: String,
         /// A's model and sizes.
         a_run: String,
-        /// B's model and sizes.
+        /// The other run's model and sizes.
         b_run: String,
+        /// Which run differs from A: `B`, or a further run of a side (`A's run 2`).
+        other: String,
     },
     /// A profile without timed iterations.
     #[error("profile {0} has no per-iteration samples (was any iteration timed?)")]
@@ -462,11 +464,19 @@ fn check_comparable(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<
         }
     }
     if !same_graph && !opts.allow_different_graphs && !opts.per_image {
-        let other = a
-            .iter()
-            .chain(b)
-            .find(|p| p.graph_hash != a0.graph_hash)
-            .unwrap_or(b0);
+        let differs = |p: &&Profile| p.graph_hash != a0.graph_hash;
+        let (other, label) = match a.iter().position(|p| differs(&p)) {
+            Some(i) => (&a[i], format!("A's run {} (--base-run)", i + 1)),
+            None => {
+                let i = b.iter().position(|p| differs(&p)).unwrap_or(0);
+                let label = if i == 0 {
+                    "B".to_string()
+                } else {
+                    format!("B's run {} (--new-run)", i + 1)
+                };
+                (b.get(i).unwrap_or(b0), label)
+            }
+        };
         let run = |p: &Profile| {
             format!(
                 "{}, batch {}, {}",
@@ -478,6 +488,7 @@ fn check_comparable(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<
             b: other.graph_hash.clone(),
             a_run: run(a0),
             b_run: run(other),
+            other: label,
         });
     }
     Ok(same_graph)
