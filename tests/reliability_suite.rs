@@ -208,6 +208,9 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// A broken copy of the good folder: its name, and how it is broken.
+type Breakage<'a> = (&'a str, &'a dyn Fn(&Path));
+
 /// The ImageFolders of `reliability_cases/data.rs`: a good one (`img_good`, 2 classes of
 /// 4 + 2 JPEGs), its training part alone (`img_flat`), copies each broken one way, and a
 /// text that is not UTF-8.
@@ -236,7 +239,7 @@ fn prepare_datasets(dir: &Path) {
         String::from_utf8_lossy(&made.stderr)
     );
     copy_tree(&dir.join("img_good/train"), &dir.join("img_flat"));
-    let broken: [(&str, &dyn Fn(&Path)); 9] = [
+    let broken: [Breakage; 9] = [
         ("img_fifo", &|d| mkfifo(&d.join("train/circle/zz.jpg"))),
         ("img_truncated", &|d| {
             let f = d.join("val/circle/0000.jpg");

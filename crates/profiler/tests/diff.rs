@@ -169,7 +169,7 @@ fn profiles_of_different_graphs_are_refused_unless_allowed() {
     // A further run of side A that differs is named as that run, not as B.
     let e = wick_profiler::diff_runs(
         &[a.clone(), b.clone()],
-        &[a.clone()],
+        std::slice::from_ref(&a),
         &DiffOptions::default(),
     )
     .unwrap_err()

@@ -360,6 +360,7 @@ mod tests {
             }],
             warnings: vec!["threads differs: A 1, B 2".into()],
             normalized: false,
+            per_image: None,
             machine_moved: None,
             threshold: 0.05,
             min_share: 0.02,
