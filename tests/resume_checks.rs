@@ -79,6 +79,8 @@ fn resume_refuses_a_changed_run_and_trusts_the_checkpoint_not_its_name() {
             &["--synthetic-classes", "3"],
             "synthetic classes 10, this one 3",
         ),
+        // A flag no one listed: recorded from the parser's definitions.
+        (&["--passes", "none"], "flag --passes -, this one none"),
     ] {
         let resume = ["--steps", "8", "--resume", "ck"];
         let out = train(p, &[&resume[..], changed].concat());

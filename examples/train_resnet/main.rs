@@ -30,6 +30,7 @@ mod args;
 #[path = "../common/mod.rs"]
 mod common;
 mod data;
+mod fingerprint;
 mod run_state;
 
 use args::{check_args, Args, OptimizerKind};
@@ -224,7 +225,7 @@ struct Plan {
     /// Whether evaluation reports top-5 accuracy (100+ classes).
     top5: bool,
     /// The settings a checkpoint records and a resumed run must share.
-    trajectory: Vec<(&'static str, String)>,
+    trajectory: Vec<(String, String)>,
 }
 
 impl Plan {

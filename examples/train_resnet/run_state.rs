@@ -10,12 +10,8 @@ use crate::Plan;
 
 /// The settings that define a run's trajectory, as a checkpoint records them: a resumed
 /// run with other values would not continue the same run.
-pub(crate) fn trajectory(
-    a: &Args,
-    config: &ModelConfig,
-    plan: &Plan,
-) -> Vec<(&'static str, String)> {
-    vec![
+pub(crate) fn trajectory(a: &Args, config: &ModelConfig, plan: &Plan) -> Vec<(String, String)> {
+    let derived = vec![
         ("model", config.describe()),
         ("batch", plan.batch.to_string()),
         ("image size", plan.size.to_string()),
@@ -35,13 +31,21 @@ pub(crate) fn trajectory(
                 .map_or_else(|e| e.to_string(), |k| k.to_string()),
         ),
         ("dropout", format!("{:?}", a.model.dropout)),
-        ("val split", a.val_split.to_string()),
-        ("skip bad images", a.skip_bad_images.to_string()),
         (
             "stochastic depth",
             format!("{:?}", a.model.stochastic_depth),
         ),
-    ]
+    ];
+    // Then every flag as the command line set it, from the parser's definitions.
+    derived
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .chain(
+            crate::fingerprint::of_this_run()
+                .into_iter()
+                .map(|(flag, v)| (format!("flag {flag}"), v)),
+        )
+        .collect()
 }
 
 /// With --resume: loads the newest checkpoint's weights, buffers and counters, after
