@@ -76,16 +76,6 @@ fn run() -> Result<()> {
     }
     let secs = started.elapsed().as_secs_f64();
     let images = (a.batches * a.batch_size) as f64;
-    let shares: Vec<String> = InputStage::ALL
-        .iter()
-        .map(|s| {
-            format!(
-                "{} {:.1}%",
-                s.as_str(),
-                100.0 * stages.get(*s) / stages.total()
-            )
-        })
-        .collect();
     println!(
         "wick: {:.1} images/s with {} loader threads ({:.1} per thread), {} batches of {} at {}: {}",
         images / secs,
@@ -94,7 +84,7 @@ fn run() -> Result<()> {
         a.batches,
         a.batch_size,
         a.image_size,
-        shares.join(", ")
+        stages.shares()
     );
     Ok(())
 }

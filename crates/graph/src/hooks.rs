@@ -111,6 +111,16 @@ impl InputStages {
     pub fn total(&self) -> f64 {
         self.0.iter().sum()
     }
+
+    /// Each stage's share of the total, in words: `read 2.0%, decode 77.8%, ...`.
+    pub fn shares(&self) -> String {
+        let total = self.total().max(f64::MIN_POSITIVE);
+        InputStage::ALL
+            .iter()
+            .map(|s| format!("{} {:.1}%", s.as_str(), 100.0 * self.get(*s) / total))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// One batch a data loader thread prepared, reported through

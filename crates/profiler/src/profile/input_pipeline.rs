@@ -42,6 +42,11 @@ impl LoaderThread {
         }
     }
 
+    /// Its stages' seconds.
+    pub fn stages(&self) -> wick_graph::InputStages {
+        wick_graph::InputStages(InputStage::ALL.map(|s| self.stage_sec(s)))
+    }
+
     pub(crate) fn add(&mut self, stages: &wick_graph::InputStages) {
         self.read_sec += stages.get(InputStage::Read);
         self.decode_sec += stages.get(InputStage::Decode);

@@ -44,16 +44,6 @@ impl InputPipeline {
             self.images_per_sec_per_thread(),
         );
         for t in &self.threads {
-            let shares: Vec<String> = InputStage::ALL
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} {:.1}%",
-                        s.as_str(),
-                        100.0 * t.stage_sec(*s) / t.total_sec().max(f64::MIN_POSITIVE)
-                    )
-                })
-                .collect();
             let pace = if t.total_sec() > 0.0 {
                 t.images as f64 / t.total_sec()
             } else {
@@ -65,7 +55,7 @@ impl InputPipeline {
                 t.batches,
                 t.images,
                 pace,
-                shares.join(", ")
+                t.stages().shares()
             ));
         }
         let (stage, share) = self.slowest_stage();
