@@ -155,9 +155,8 @@ fn main() -> std::process::ExitCode {
     common::exit_on_error(run())
 }
 
-fn run() -> Result<()> {
-    wick::prepare_process();
-    let a = Args::parse();
+/// Refuses, before any work, flags that cannot be honoured.
+fn check(a: &Args) -> Result<()> {
     for (flag, v) in [
         ("--steps", a.steps),
         ("--batch-size", a.batch_size),
@@ -170,6 +169,13 @@ fn run() -> Result<()> {
         "--lr {}: a learning rate must be finite and non-negative",
         a.lr
     );
+    Ok(())
+}
+
+/// The training step's graph: the network, its loss, backward and AdamW with clipping.
+/// Returns the graph, its values (images, labels, loss, gradient norm) and the
+/// parameters' specs.
+fn build(a: &Args) -> Result<(wick::graph::Graph, [ValueId; 4], Vec<nn::TensorSpec>)> {
     let (n, side) = (a.batch_size, a.image_size);
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
     let images = b.input("images", &[n, 3, side, side], DType::F32)?;
@@ -190,13 +196,21 @@ fn run() -> Result<()> {
     let grad_norm = b
         .optimize(&grads, &optimizer)?
         .expect("clipping returns the norm");
-
     // The whole step's memory, before any of it is made.
     let graph = b.finish();
     wick::models::limits::check_allocation(
         &format!("custom_cnn's training step for batches of {n} at {side}x{side}"),
         graph.peak_bytes(),
     )?;
+    Ok((graph, [images, labels, loss, grad_norm], specs))
+}
+
+fn run() -> Result<()> {
+    wick::prepare_process();
+    let a = Args::parse();
+    check(&a)?;
+    let (n, side) = (a.batch_size, a.image_size);
+    let (graph, [images, labels, loss, grad_norm], specs) = build(&a)?;
     let mut exec = Executor::new(graph, &Device::Cpu);
     for (name, t) in nn::initial_state(&specs, 0)? {
         exec.set(&name, &t)?;
