@@ -80,7 +80,11 @@ fn folder_transforms(a: &Args) -> Result<(ImageTransform, ImageTransform)> {
 }
 
 /// Opens the data the flags name: a batch file, CIFAR-10 binaries, or synthetic images.
-pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
+pub fn open_data(
+    a: &Args,
+    num_classes: usize,
+    folder: Option<(ImageFolder, ImageFolder)>,
+) -> Result<Data> {
     Ok(if let Some(path) = &a.data {
         let file = BatchFile::open(path)?;
         let (batch, size) = (
@@ -96,7 +100,7 @@ pub fn open_data(a: &Args, num_classes: usize) -> Result<Data> {
             steps_per_epoch: None,
             classes: None,
         }
-    } else if let Some((train, val)) = image_folder(a)? {
+    } else if let Some((train, val)) = folder {
         let (train_t, eval_t) = folder_transforms(a)?;
         let classes = train.classes().to_vec();
         let train = ImageBatches::new(train, train_t, a.batch_size, a.seed)?

@@ -92,7 +92,7 @@ fn run(mut a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         // Before gigabytes of synthetic images are made for a size that cannot train.
         Session::check_fits(config, a.batch_size, a.image_size)?;
     }
-    let data = open_data(&a, config.num_classes())?;
+    let data = open_data(&a, config.num_classes(), folder)?;
     let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
     check_schedule(&a, &plan)?;
     let passes = a.model.passes(PassSet::default());

@@ -60,7 +60,7 @@ impl ImageFormat {
 impl RgbImage {
     /// Reads and decodes the image file at `path`.
     pub fn open(path: &Path) -> Result<RgbImage> {
-        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) && path.exists() {
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
             return Err(ModelError::Data {
                 path: path.to_path_buf(),
                 message: "not a regular file (a folder, FIFO or device): give a JPEG or PNG file"

@@ -195,7 +195,7 @@ fn walk(
         path: dir.to_path_buf(),
         source,
     })?;
-    if depth > MAX_DEPTH || !seen.insert(real) {
+    if depth > MAX_DEPTH || !seen.insert(real.clone()) {
         return Err(ModelError::Data {
             path: dir.to_path_buf(),
             message: "a folder link that loops back (or folders deeper than 32): ImageFolder follows links, so the class would never end".into(),
@@ -228,6 +228,6 @@ fn walk(
             });
         }
     }
-    seen.remove(&std::fs::canonicalize(dir).unwrap_or_default());
+    seen.remove(&real);
     Ok(())
 }
