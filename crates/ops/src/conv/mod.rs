@@ -7,6 +7,7 @@
 //!   the CPU under [`KernelPath::Generic`](crate::KernelPath)).
 
 mod algorithm;
+mod bf16;
 mod cpu;
 mod depthwise;
 mod depthwise_s1;
@@ -64,14 +65,27 @@ pub fn conv2d_fused(
             &[g.n, g.c_out, g.oh, g.ow],
         )?;
     }
-    let mut others = vec![("weight", weight)];
-    others.extend(epilogue.bias.map(|b| ("bias", b)));
-    others.extend(epilogue.residual.map(|r| ("residual", r)));
-    cpu_data::same_dtype(OP, x.dtype(), &others)?;
+    let low_precision = bf16::applies(x, weight);
+    if low_precision {
+        bf16::check(x, weight, epilogue)?;
+    } else {
+        let mut others = vec![("weight", weight)];
+        others.extend(epilogue.bias.map(|b| ("bias", b)));
+        others.extend(epilogue.residual.map(|r| ("residual", r)));
+        cpu_data::same_dtype(OP, x.dtype(), &others)?;
+    }
     match route(x.device()) {
+        Route::Cpu if low_precision => bf16::forward(&g, x, weight, epilogue),
         Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::forward(&g, x, weight, epilogue)),
         Route::Cuda | Route::Generic => {
-            let mut out = generic::forward(&g, x, weight)?;
+            let mut out = if low_precision {
+                // bfloat16 values are exact in float32: the same products, in float32.
+                let f32 = candle_core::DType::F32;
+                let (x, w) = (x.to_dtype(f32).ctx(OP)?, weight.to_dtype(f32).ctx(OP)?);
+                generic::forward(&g, &x, &w)?
+            } else {
+                generic::forward(&g, x, weight)?
+            };
             if let Some(b) = epilogue.bias {
                 out = out
                     .broadcast_add(&b.reshape((1, g.c_out, 1, 1)).ctx(OP)?)
@@ -105,6 +119,15 @@ pub fn conv2d_backward_data(
 ) -> Result<Tensor> {
     let g = p.geom(input_shape, weight.dims())?;
     check_grad_out(&g, grad_out)?;
+    if weight.dtype() == candle_core::DType::BF16 {
+        return match route(grad_out.device()) {
+            Route::Cpu => bf16::backward_data(&g, grad_out, weight),
+            Route::Cuda | Route::Generic => {
+                let (gy, w) = widened_bf16_pair(grad_out, weight)?;
+                generic::backward_data(&g, &gy, &w)
+            }
+        };
+    }
     cpu_data::same_dtype(OP, grad_out.dtype(), &[("weight", weight)])?;
     match route(grad_out.device()) {
         Route::Cpu => dispatch_float!(
@@ -125,6 +148,15 @@ pub fn conv2d_backward_filter(
 ) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight_shape)?;
     check_grad_out(&g, grad_out)?;
+    if x.dtype() == candle_core::DType::BF16 {
+        return match route(x.device()) {
+            Route::Cpu => bf16::backward_filter(&g, grad_out, x),
+            Route::Cuda | Route::Generic => {
+                let (gy, x) = widened_bf16_pair(grad_out, x)?;
+                generic::backward_filter(&g, &gy, &x)
+            }
+        };
+    }
     cpu_data::same_dtype(OP, grad_out.dtype(), &[("input", x)])?;
     match route(x.device()) {
         Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::backward_filter(&g, grad_out, x)),
@@ -175,6 +207,15 @@ impl<T: cpu_data::Float> cpu_data::WideKernel for PlaneSum<'_, T> {
 /// FLOPs of the bias gradient for an output gradient of shape `grad_out`: one add per element.
 pub fn conv2d_backward_bias_flops(grad_out: &[usize]) -> u64 {
     crate::shape::flop_count(1, grad_out)
+}
+
+/// A float32 output gradient rounded to bfloat16 values and a bfloat16 operand, both as
+/// float32: the generic path's operands for a bfloat16 convolution's gradients (bfloat16
+/// products are exact in float32, so the sums are the CPU kernel's, in another order).
+fn widened_bf16_pair(grad_out: &Tensor, operand: &Tensor) -> Result<(Tensor, Tensor)> {
+    use candle_core::DType;
+    let gy = grad_out.to_dtype(DType::BF16).and_then(|g| g.to_dtype(DType::F32));
+    Ok((gy.ctx(OP)?, operand.to_dtype(DType::F32).ctx(OP)?))
 }
 
 fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {

@@ -1,0 +1,15 @@
+//! bfloat16 on the CPU: rounding and widening, and the GEMM behind bfloat16
+//! convolutions, linear layers and matmuls (bfloat16 products, float32 sums), on
+//! AVX512-BF16's `vdpbf16ps` where the CPU has it and in float32 arithmetic elsewhere.
+
+mod convert;
+mod gemm;
+mod microkernel;
+mod pack;
+mod tensor;
+
+pub use convert::{bf16_to_f32, round_slice, round_to_bf16, widen_slice};
+pub use gemm::{gemm, Matrix, Values};
+pub use microkernel::{has_avx512_bf16, Bf16Path};
+pub use tensor::cast;
+pub(crate) use tensor::with_values;

@@ -1,0 +1,163 @@
+//! The packed operands of the bfloat16 GEMM. The product's depth `k` is taken in pairs
+//! (AVX512-BF16's `vdpbf16ps` multiplies and adds two bfloat16 pairs per 32-bit lane), so
+//! each packed element is a `u32` holding one operand value at an even depth in its low
+//! half and the next depth's in its high half. Depth is cut into blocks of [`KC`] pairs;
+//! within a block, the left operand is stored as panels of [`MR`] rows and the right as
+//! panels of [`NR`] columns, each panel pair after pair, so that the micro-kernel reads
+//! both with unit stride. Rows and columns past the matrix's edge, and the odd depth's
+//! missing partner, are zeros.
+
+use rayon::prelude::*;
+
+use super::convert::round_to_bf16;
+use super::gemm::{Matrix, Values};
+
+/// Rows of the left operand per panel (and of the micro-kernel's tile).
+pub(crate) const MR: usize = 8;
+/// Columns of the right operand per panel: three 16-lane vectors.
+pub(crate) const NR: usize = 48;
+/// Depth pairs per block: a right panel of `KC` pairs is 24 KiB, which stays in a
+/// 32 KiB L1 cache while every left panel streams past it.
+pub(crate) const KC: usize = 128;
+
+/// A value that packs as a bfloat16: float32 (rounded) or bfloat16 bits (copied).
+trait PackValue: Copy + Send + Sync {
+    fn bits(self) -> u16;
+}
+
+impl PackValue for f32 {
+    #[inline(always)]
+    fn bits(self) -> u16 {
+        round_to_bf16(self)
+    }
+}
+
+impl PackValue for u16 {
+    #[inline(always)]
+    fn bits(self) -> u16 {
+        self
+    }
+}
+
+/// A matrix's geometry as the packers read it: element (r, c) at `r * rs + c * cs`.
+#[derive(Clone, Copy)]
+struct View {
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+}
+
+/// Packs `a` (`m × k`) into left panels: `m.div_ceil(MR) * MR * k.div_ceil(2)` elements.
+pub(crate) fn pack_left(a: &Matrix<'_>, m: usize, k: usize) -> Vec<u32> {
+    // Rows of `a` are the panel's lanes; depth runs along its columns.
+    let v = View { rows: m, cols: k, rs: a.strides.0, cs: a.strides.1 };
+    match a.values {
+        Values::F32(d) => pack(d, v, MR),
+        Values::Bf16(d) => pack(d, v, MR),
+    }
+}
+
+/// Packs `b` (`k × n`) into right panels: `n.div_ceil(NR) * NR * k.div_ceil(2)` elements.
+pub(crate) fn pack_right(b: &Matrix<'_>, k: usize, n: usize) -> Vec<u32> {
+    // Columns of `b` are the panel's lanes: read it transposed.
+    let v = View { rows: n, cols: k, rs: b.strides.1, cs: b.strides.0 };
+    match b.values {
+        Values::F32(d) => pack(d, v, NR),
+        Values::Bf16(d) => pack(d, v, NR),
+    }
+}
+
+/// Packs the `rows × cols` matrix `v` of `data` into panels of `lanes` rows, depth (the
+/// columns) in pairs, blocked by [`KC`] pairs: block `b`'s panel `p` starts at
+/// `b * KC * padded_rows + p * block_pairs * lanes`. Panels are packed in parallel.
+fn pack<T: PackValue>(data: &[T], v: View, lanes: usize) -> Vec<u32> {
+    let pairs = v.cols.div_ceil(2);
+    let padded = v.rows.div_ceil(lanes) * lanes;
+    let mut out = vec![0u32; pairs * padded];
+    if v.rows == 0 || pairs == 0 {
+        return out;
+    }
+    assert!(
+        data.len() > (v.rows - 1) * v.rs + (v.cols - 1) * v.cs,
+        "bf16 gemm: operand too small for its shape and strides"
+    );
+    // One task per (block, panel): each writes its own contiguous run of `out`.
+    let mut tasks: Vec<(usize, usize, &mut [u32])> = Vec::new();
+    let mut rest = &mut out[..];
+    for p0 in (0..pairs).step_by(KC) {
+        let len = KC.min(pairs - p0);
+        for r0 in (0..padded).step_by(lanes) {
+            let (panel, tail) = rest.split_at_mut(len * lanes);
+            rest = tail;
+            tasks.push((p0, r0, panel));
+        }
+    }
+    let fill = |(p0, r0, panel): (usize, usize, &mut [u32])| {
+        crate::cpu::vectorized(|| fill_panel(data, v, lanes, (p0, r0), panel))
+    };
+    if v.rows * v.cols >= 1 << 16 {
+        tasks.into_par_iter().for_each(fill);
+    } else {
+        tasks.into_iter().for_each(fill);
+    }
+    out
+}
+
+/// Writes one panel: rows `r0..r0 + lanes` of `v`, depth pairs `p0..` (as many as the
+/// panel holds), `panel[q * lanes + i]` holding row `r0 + i`'s pair `p0 + q`.
+#[inline(always)]
+fn fill_panel<T: PackValue>(
+    data: &[T],
+    v: View,
+    lanes: usize,
+    (p0, r0): (usize, usize),
+    panel: &mut [u32],
+) {
+    let len = panel.len() / lanes;
+    let rows = lanes.min(v.rows - r0);
+    let at = |r: usize, c: usize| -> u32 {
+        if c < v.cols {
+            // In bounds: checked against the data's length in `pack`.
+            data[r * v.rs + c * v.cs].bits() as u32
+        } else {
+            0
+        }
+    };
+    if v.cs == 1 {
+        // Depth is contiguous along each row: walk each row's run, writing with stride.
+        for i in 0..rows {
+            let r = r0 + i;
+            for q in 0..len {
+                let c = 2 * (p0 + q);
+                panel[q * lanes + i] = at(r, c) | (at(r, c + 1) << 16);
+            }
+        }
+    } else if v.rs == 1 {
+        // Rows are contiguous at each depth: two runs (the pair's depths) zipped into one.
+        for q in 0..len {
+            let c = 2 * (p0 + q);
+            let out = &mut panel[q * lanes..q * lanes + rows];
+            let even = &data[c * v.cs + r0..][..rows];
+            if c + 1 < v.cols {
+                let odd = &data[(c + 1) * v.cs + r0..][..rows];
+                for ((o, e), d) in out.iter_mut().zip(even).zip(odd) {
+                    *o = e.bits() as u32 | ((d.bits() as u32) << 16);
+                }
+            } else {
+                for (o, e) in out.iter_mut().zip(even) {
+                    *o = e.bits() as u32;
+                }
+            }
+        }
+    } else {
+        // Any other strides: element by element.
+        for q in 0..len {
+            let c = 2 * (p0 + q);
+            let out = &mut panel[q * lanes..q * lanes + rows];
+            for (i, o) in out.iter_mut().enumerate() {
+                *o = at(r0 + i, c) | (at(r0 + i, c + 1) << 16);
+            }
+        }
+    }
+}

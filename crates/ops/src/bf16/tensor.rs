@@ -1,0 +1,80 @@
+//! bfloat16 tensors: the cast between float32 and bfloat16 (PyTorch's `x.to(dtype)`), and
+//! the kernels' view of a float32 or bfloat16 CPU tensor as GEMM values.
+
+use candle_core::{DType, Device, Shape, Storage, Tensor};
+use half::slice::HalfFloatSliceExt;
+use half::vec::HalfBitsVecExt;
+
+use super::convert::{round_slice, widen_slice};
+use super::gemm::Values;
+use crate::error::{CandleContext, OpError, Result};
+use crate::route::{route, Route};
+
+const OP: &str = "to";
+
+/// `x.to(dtype)`: `x` converted to `dtype`. float32 to bfloat16 rounds to nearest (ties
+/// to even) and bfloat16 to float32 is exact, by wick's own kernels on the CPU; any
+/// other pair, or another device, goes through candle's conversion. A tensor already of
+/// `dtype` is returned as it is (shared storage, as PyTorch's `to` does).
+pub fn cast(x: &Tensor, dtype: DType) -> Result<Tensor> {
+    if x.dtype() == dtype {
+        return Ok(x.clone());
+    }
+    if route(x.device()) != Route::Cpu {
+        return x.to_dtype(dtype).ctx(OP);
+    }
+    match (x.dtype(), dtype) {
+        (DType::F32, DType::BF16) => {
+            let bits = crate::cpu::with_slice::<f32, _>(OP, x, |xs| {
+                let mut bits = vec![0u16; xs.len()];
+                round_slice(xs, &mut bits);
+                Ok(bits)
+            })?;
+            bits_tensor(OP, bits, x.dims())
+        }
+        (DType::BF16, DType::F32) => with_values(OP, x, |v| {
+            let Values::Bf16(bits) = v else {
+                unreachable!("a bf16 tensor's values are bf16")
+            };
+            let mut out = vec![0f32; bits.len()];
+            widen_slice(bits, &mut out);
+            crate::cpu::tensor(OP, out, x.dims())
+        }),
+        _ => x.to_dtype(dtype).ctx(OP),
+    }
+}
+
+/// Runs `f` on the contiguous values of a float32 or bfloat16 CPU tensor.
+pub(crate) fn with_values<R>(
+    op: &'static str,
+    t: &Tensor,
+    f: impl FnOnce(Values<'_>) -> Result<R>,
+) -> Result<R> {
+    match t.dtype() {
+        DType::F32 => crate::cpu::with_slice::<f32, _>(op, t, |s| f(Values::F32(s))),
+        DType::BF16 => {
+            let t = t.contiguous().ctx(op)?;
+            let (storage, layout) = t.storage_and_layout();
+            let Storage::Cpu(cpu) = &*storage else {
+                return Err(OpError::Unsupported {
+                    op,
+                    what: format!("a bf16 CPU kernel was asked to read a tensor on {:?}", t.device().location()),
+                });
+            };
+            let data = cpu.as_slice::<half::bf16>().ctx(op)?;
+            let start = layout.start_offset();
+            let bits: &[u16] = data[start..start + layout.shape().elem_count()].reinterpret_cast();
+            f(Values::Bf16(bits))
+        }
+        other => Err(OpError::Unsupported {
+            op,
+            what: format!("dtype {other:?} in a bf16 product (f32 and bf16 are supported)"),
+        }),
+    }
+}
+
+/// A bfloat16 CPU tensor from its bits.
+pub(crate) fn bits_tensor(op: &'static str, bits: Vec<u16>, shape: impl Into<Shape>) -> Result<Tensor> {
+    let values: Vec<half::bf16> = bits.reinterpret_into();
+    Tensor::from_vec(values, shape, &Device::Cpu).ctx(op)
+}

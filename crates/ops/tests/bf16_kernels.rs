@@ -1,0 +1,127 @@
+//! The bfloat16 convolution and linear kernels (autocast's products) against float64:
+//! each output within float32's summation error of the float64 result on the same
+//! bfloat16-rounded operands, forward and both gradients. The bound is relative to the
+//! sum of the products' magnitudes (the same computation on absolute values), so a
+//! wrong element, a wrong stride or a missing rounding fails it by orders of magnitude.
+
+use candle_core::{DType, Device, Tensor};
+use wick_ops::bf16::{cast, has_avx512_bf16};
+use wick_ops::{conv, linear, Conv2dParams};
+
+fn randn(dims: &[usize], seed: u64) -> Tensor {
+    let n: usize = dims.iter().product();
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let v: Vec<f32> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect();
+    Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+}
+
+fn bf16(t: &Tensor) -> Tensor {
+    cast(t, DType::BF16).unwrap()
+}
+
+/// The bfloat16-rounded values of `t`, in float64.
+fn rounded64(t: &Tensor) -> Tensor {
+    bf16(t).to_dtype(DType::F64).unwrap()
+}
+
+fn abs64(t: &Tensor) -> Tensor {
+    t.abs().unwrap()
+}
+
+/// Asserts `got` (f32) is within float32 summation error (depth `k`) of `want` (f64),
+/// relative to `scale` (the same sums over absolute values).
+fn close(what: &str, got: &Tensor, want: &Tensor, scale: &Tensor, k: usize) {
+    assert_eq!(got.dtype(), DType::F32, "{what}: output dtype");
+    let got: Vec<f64> = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let want: Vec<f64> = want.flatten_all().unwrap().to_vec1().unwrap();
+    let scale: Vec<f64> = scale.flatten_all().unwrap().to_vec1().unwrap();
+    let bound = (k + 2) as f64 * 2f64.powi(-23);
+    for (i, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
+        assert!((g - w).abs() <= bound * s + 1e-30, "{what}: element {i}: {g} vs {w} (scale {s})");
+    }
+}
+
+#[test]
+fn bf16_convolution_matches_float64_forward_and_gradients() {
+    if !has_avx512_bf16() {
+        eprintln!("note: no avx512_bf16 here: the widening path runs these convolutions");
+    }
+    // (input, weight, stride, padding, groups): a 3x3, a strided 1x1, a 7x7 stem, a grouped 3x3.
+    let cases: [(&[usize], &[usize], usize, usize, usize); 4] = [
+        (&[2, 16, 9, 9], &[24, 16, 3, 3], 1, 1, 1),
+        (&[3, 32, 8, 8], &[16, 32, 1, 1], 2, 0, 1),
+        (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),
+        (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
+    ];
+    for (i, (xs, ws, stride, pad, groups)) in cases.into_iter().enumerate() {
+        let p = Conv2dParams { stride: [stride; 2], padding: [pad; 2], dilation: [1, 1], groups };
+        let (x, w, b) = (randn(xs, 3 * i as u64 + 1), randn(ws, 3 * i as u64 + 2), randn(&[ws[0]], 9));
+        let k = ws[1] * ws[2] * ws[3];
+        let y = conv::conv2d(&bf16(&x), &bf16(&w), Some(&b), &p).unwrap();
+        let (x64, w64) = (rounded64(&x), rounded64(&w));
+        let b64 = b.to_dtype(DType::F64).unwrap();
+        let want = conv::conv2d(&x64, &w64, Some(&b64), &p).unwrap();
+        let scale = conv::conv2d(&abs64(&x64), &abs64(&w64), Some(&abs64(&b64)), &p).unwrap();
+        close(&format!("case {i} forward"), &y, &want, &scale, k);
+
+        let gy = randn(y.dims(), 50 + i as u64);
+        let gy64 = rounded64(&gy);
+        let dx = conv::conv2d_backward_data(&gy, &bf16(&w), xs, &p).unwrap();
+        let want = conv::conv2d_backward_data(&gy64, &w64, xs, &p).unwrap();
+        let scale = conv::conv2d_backward_data(&abs64(&gy64), &abs64(&w64), xs, &p).unwrap();
+        close(&format!("case {i} input gradient"), &dx, &want, &scale, ws[0] * ws[2] * ws[3]);
+
+        let dw = conv::conv2d_backward_filter(&gy, &bf16(&x), ws, &p).unwrap();
+        let want = conv::conv2d_backward_filter(&gy64, &x64, ws, &p).unwrap();
+        let scale = conv::conv2d_backward_filter(&abs64(&gy64), &abs64(&x64), ws, &p).unwrap();
+        close(&format!("case {i} weight gradient"), &dw, &want, &scale, gy.elem_count() / ws[0]);
+    }
+}
+
+#[test]
+fn bf16_linear_matches_float64_forward_and_gradients() {
+    for (i, (m, k, n)) in [(5, 7, 3), (64, 300, 130), (1, 768, 50)].into_iter().enumerate() {
+        let (x, w, b) = (randn(&[m, k], i as u64 + 11), randn(&[n, k], i as u64 + 12), randn(&[n], 5));
+        let y = linear::linear(&bf16(&x), &bf16(&w), Some(&b)).unwrap();
+        let (x64, w64, b64) = (rounded64(&x), rounded64(&w), b.to_dtype(DType::F64).unwrap());
+        let want = linear::linear(&x64, &w64, Some(&b64)).unwrap();
+        let scale = linear::linear(&abs64(&x64), &abs64(&w64), Some(&abs64(&b64))).unwrap();
+        close(&format!("linear {i} forward"), &y, &want, &scale, k);
+
+        let gy = randn(&[m, n], i as u64 + 40);
+        let gy64 = rounded64(&gy);
+        let got = linear::linear_backward(&gy, &bf16(&x), &bf16(&w), true).unwrap();
+        let want = linear::linear_backward(&gy64, &x64, &w64, true).unwrap();
+        let scale = linear::linear_backward(&abs64(&gy64), &abs64(&x64), &abs64(&w64), false).unwrap();
+        close(&format!("linear {i} input gradient"), &got.x, &want.x, &scale.x, n);
+        close(&format!("linear {i} weight gradient"), &got.weight, &want.weight, &scale.weight, m);
+    }
+}
+
+#[test]
+fn a_bf16_product_refuses_mixed_operands_by_name() {
+    let (x, w) = (randn(&[2, 4], 1), randn(&[3, 4], 2));
+    let err = linear::linear(&bf16(&x), &w, None).unwrap_err().to_string();
+    assert!(err.contains("linear") && err.contains("bf16 weight") && err.contains("F32"), "{err}");
+    let p = Conv2dParams::default();
+    let (x, w) = (randn(&[1, 2, 4, 4], 1), randn(&[3, 2, 3, 3], 2));
+    let err = conv::conv2d(&x, &bf16(&w), None, &p).unwrap_err().to_string();
+    assert!(err.contains("conv2d") && err.contains("bf16 input"), "{err}");
+}
+
+#[test]
+fn casts_round_trip_and_keep_the_shape() {
+    let x = randn(&[3, 5, 7], 4);
+    let h = cast(&x, DType::BF16).unwrap();
+    assert_eq!((h.dtype(), h.dims()), (DType::BF16, x.dims()));
+    let back = cast(&h, DType::F32).unwrap();
+    let candle_way = x.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
+    assert_eq!(back.flatten_all().unwrap().to_vec1::<f32>().unwrap(), candle_way.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+}
