@@ -24,7 +24,10 @@ fn randn(dims: &[usize]) -> Tensor {
 }
 
 fn bits(t: &Tensor) -> Vec<u16> {
-    let v = t.flatten_all().and_then(|t| t.to_vec1::<f32>()).expect("f32 values");
+    let v = t
+        .flatten_all()
+        .and_then(|t| t.to_vec1::<f32>())
+        .expect("f32 values");
     let mut out = vec![0u16; v.len()];
     bf16::round_slice(&v, &mut out);
     out
@@ -36,6 +39,8 @@ fn products(c: &mut Criterion) {
         ("resnet18 cifar b32 layer2", 128, 1152, 32 * 16 * 16),
         ("resnet18 cifar b32 layer3", 256, 2304, 32 * 8 * 8),
         ("resnet18 cifar b32 layer4", 512, 4608, 32 * 4 * 4),
+        ("winograd weight gradient, layer1", 64, 8192, 64),
+        ("winograd product, layer2", 128, 128, 2048),
         ("vit_b_16 b2 qkv", 394, 768, 2304),
         ("vit_b_16 b2 mlp", 394, 768, 3072),
     ] {
@@ -60,8 +65,14 @@ fn products(c: &mut Criterion) {
                         (m, n, k),
                         (&mut dst, (n, 1)),
                         false,
-                        &Matrix { values: Values::Bf16(&a16), strides: (k, 1) },
-                        &Matrix { values: Values::Bf16(&b16), strides: (n, 1) },
+                        &Matrix {
+                            values: Values::Bf16(&a16),
+                            strides: (k, 1),
+                        },
+                        &Matrix {
+                            values: Values::Bf16(&b16),
+                            strides: (n, 1),
+                        },
                     )
                 })
             });

@@ -112,7 +112,8 @@ fn run() -> Result<()> {
         ImageSize::new(images.dim(3)?, images.dim(2)?),
     );
     let passes = a.model.passes(PassSet::default());
-    let mut session = Session::inference_with_passes(config, n, size, passes, &device)?;
+    let mut session =
+        Session::inference_with(config, n, size, (passes, a.model.precision), &device)?;
     common::log_passes(&session);
     a.profile.attach(&mut session)?;
     match &a.weights {
@@ -280,11 +281,12 @@ fn bench(session: &mut Session, images: &Tensor, device: &Device, a: &Args) -> R
     sorted.sort_by(f64::total_cmp);
     let pct = |p: f64| sorted[((p / 100.0) * (sorted.len() - 1) as f64).round() as usize];
     println!(
-        "latency of {} on {:?}: batch {}, {} (width x height), f32, {} CPU threads, {} warm-up + {} timed runs; input already on the device",
+        "latency of {} on {:?}: batch {}, {} (width x height), {}, {} CPU threads, {} warm-up + {} timed runs; input already on the device",
         session.config().name(),
         device.location(),
         session.batch_size(),
         session.image_size(),
+        common::precision_label(session.executor().graph().precision()),
         common::threads(),
         a.warmup,
         a.reps

@@ -97,6 +97,7 @@ fn run() -> Result<()> {
         for passes in [PassSet::NONE, a.model.passes(PassSet::default())] {
             let options = TrainOptions {
                 passes,
+                precision: a.model.precision,
                 ..sgd.into()
             };
             let mut s = Session::training(config, batch, size, options, &device)?;
@@ -116,6 +117,7 @@ fn run() -> Result<()> {
     // SINGA's op list by default: no pass unless --passes asks for one.
     let options = TrainOptions {
         passes: a.model.passes(PassSet::NONE),
+        precision: a.model.precision,
         ..sgd.into()
     };
     let mut session = Session::training(config, batch, size, options, &device)?;
@@ -124,8 +126,9 @@ fn run() -> Result<()> {
     a.profile.attach(&mut session)?;
 
     println!(
-        "{}, batch {batch}, {size} (width x height), f32, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {}",
+        "{}, batch {batch}, {size} (width x height), {}, {} ops per iteration, {:?}, {} CPU threads; {} iterations, {}",
         config.describe(),
+        common::precision_label(a.model.precision),
         session.executor().graph().nodes().len(),
         device.location(),
         common::threads(),

@@ -56,6 +56,10 @@ pub struct ModelArgs {
     /// profile_resnet, default otherwise].
     #[arg(long)]
     pub passes: Option<wick::graph::PassSet>,
+    /// The products' precision: f32, or bf16 (autocast: convolutions and linear layers
+    /// with bf16 operands and f32 sums; weights, optimizer state and checkpoints f32).
+    #[arg(long, default_value = "f32")]
+    pub precision: wick::graph::Precision,
 }
 
 impl ModelArgs {
@@ -115,6 +119,14 @@ impl ModelArgs {
     }
 }
 
+/// How a run's header names its precision: `f32`, or `bf16 autocast (f32 weights)`.
+pub fn precision_label(p: wick::graph::Precision) -> &'static str {
+    match p {
+        wick::graph::Precision::F32 => "f32",
+        wick::graph::Precision::Bf16Autocast => "bf16 autocast (f32 weights)",
+    }
+}
+
 /// What a profile records about the run: model, sizes, passes, device and machine.
 pub fn run_info(session: &wick::models::Session) -> wick::profiler::RunInfo {
     wick::profiler::RunInfo {
@@ -130,7 +142,7 @@ pub fn run_info(session: &wick::models::Session) -> wick::profiler::RunInfo {
             .filter(|r| r.subgraphs > 0)
             .map(|r| format!("{} ({} subgraphs)", r.pass.as_str(), r.subgraphs))
             .collect(),
-        dtype: "F32".into(),
+        dtype: session.executor().graph().precision().profile_name().into(),
         device_name: format!("{:?}", session.executor().device().location()),
         ..wick::profiler::RunInfo::detect()
     }

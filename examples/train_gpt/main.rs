@@ -117,6 +117,10 @@ struct Args {
     /// each MLP's bias add and GELU, forward and backward).
     #[arg(long, default_value = "default")]
     passes: PassSet,
+    /// The products' precision: f32, or bf16 (autocast: linear layers and matmuls with
+    /// bf16 weights and f32 sums; weights, optimizer state and checkpoints f32).
+    #[arg(long, default_value = "f32")]
+    precision: wick::graph::Precision,
     #[command(flatten)]
     profile: common::ProfileArgs,
 }
@@ -170,7 +174,7 @@ fn graph(
     model: &Gpt2,
     shape: &[usize],
     train: Option<&OptimizerConfig>,
-    passes: PassSet,
+    (passes, precision): (PassSet, wick::graph::Precision),
 ) -> Result<(Executor, ValueId, Vec<nn::TensorSpec>)> {
     let mode = if train.is_some() {
         Mode::Train
@@ -178,6 +182,7 @@ fn graph(
         Mode::Eval
     };
     let mut b = GraphBuilder::new(mode, DType::F32);
+    b.set_precision(precision);
     let tokens = b.input("tokens", shape, DType::I64)?;
     let mut layers = Layers::new(&mut b);
     let out = model.next_token_loss(&mut layers, tokens)?;
@@ -503,8 +508,13 @@ fn run() -> Result<()> {
     let text_len = corpus.train.len() + corpus.held_out.len();
     let len = a.context + 1;
     let model = Gpt2::new(config.clone());
-    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?), a.passes)?;
-    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None, a.passes)?;
+    let (mut train, loss, specs) = graph(
+        &model,
+        &shape,
+        Some(&optimizer(&a)?),
+        (a.passes, a.precision),
+    )?;
+    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None, (a.passes, a.precision))?;
     load_weights(&mut train, &specs, &a)?;
     let params: usize = specs
         .iter()

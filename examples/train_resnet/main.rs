@@ -116,8 +116,13 @@ fn run(mut a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     if plan.lead() {
         print_header(&a, &plan, &config, &device);
     }
-    let mut evaluator =
-        Session::inference_with_passes(config, plan.batch, plan.size, passes, &device)?;
+    let mut evaluator = Session::inference_with(
+        config,
+        plan.batch,
+        plan.size,
+        (passes, a.model.precision),
+        &device,
+    )?;
     if plan.lead() {
         common::log_passes(&evaluator);
     }
@@ -161,8 +166,8 @@ fn print_header(a: &Args, plan: &Plan, config: &ModelConfig, device: &wick::cand
         );
     }
     println!(
-        "training {} on {:?}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), {}, weight decay {}, augmentation: {}",
-        config.describe(), device.location(),
+        "training {} on {:?} in {}: batch {}, {} (width x height), {} epochs of {} steps ({} steps), {:?}, lr {} ({:?}), {}, weight decay {}, augmentation: {}",
+        config.describe(), device.location(), common::precision_label(a.model.precision),
         plan.batch, plan.size, plan.epochs, plan.per_epoch, plan.steps,
         a.optimizer, a.lr(), a.lr_schedule, momentum_text(a), a.weight_decay, augmentation_text(a)
     );
@@ -315,6 +320,7 @@ fn training_session(
 ) -> Result<Session> {
     let options = TrainOptions {
         passes,
+        precision: a.model.precision,
         ..optimizer_config(a).into()
     };
     let mut session = match comm {

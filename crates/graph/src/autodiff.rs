@@ -321,10 +321,12 @@ impl GraphBuilder {
         let info = self.graph.values[v.0].clone();
         let flops = wick_ops::elementwise::add_flops(&info.shape);
         for g in iter {
+            // The gradients' own dtype: a low-precision value's gradients are f32.
+            let dtype = self.graph.values[total.0].dtype;
             total = self.push(
                 Arc::new(AccumulateGrad),
                 vec![total, g],
-                vec![("grad.sum", info.shape.clone(), info.dtype)],
+                vec![("grad.sum", info.shape.clone(), dtype)],
                 vec![],
                 flops,
             )[0];

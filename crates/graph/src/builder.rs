@@ -74,6 +74,8 @@ pub struct GraphBuilder {
     pub(crate) origin: Origin,
     /// What dropout nodes derive their seeds from.
     pub(crate) seed: u64,
+    /// The precision policy and the casts it has recorded.
+    pub(crate) autocast: crate::ir::Autocast,
 }
 
 impl GraphBuilder {
@@ -91,6 +93,7 @@ impl GraphBuilder {
             update_count: None,
             origin: Origin::default(),
             seed: 0,
+            autocast: Default::default(),
         }
     }
 
@@ -323,7 +326,8 @@ impl GraphBuilder {
     }
 
     /// Finishes recording.
-    pub fn finish(self) -> Graph {
+    pub fn finish(mut self) -> Graph {
+        self.graph.precision = self.autocast.precision;
         self.graph
     }
 }

@@ -106,12 +106,25 @@ fn node_info(
                 .chain(&n.outputs)
                 .fold(0u64, |a, v| a.saturating_add(plan.value_bytes[v.0]))
         },
-        dtype: n
-            .outputs
-            .first()
-            .or(n.inputs.first())
-            .map_or(DType::F32, |v| graph.values[v.0].dtype),
+        dtype: compute_dtype(graph, n),
     }
+}
+
+/// The dtype a node computes in: the narrowest float dtype among its inputs and outputs
+/// (a convolution of bf16 operands with an f32 output computes in bf16; a cast to bf16
+/// counts as bf16 work), else its first output's (integer-only nodes).
+fn compute_dtype(graph: &Graph, n: &crate::ir::Node) -> DType {
+    let dtypes = || {
+        n.inputs
+            .iter()
+            .chain(&n.outputs)
+            .map(|v| graph.values[v.0].dtype)
+    };
+    dtypes()
+        .filter(|d| d.is_float())
+        .min_by_key(|d| d.size_in_bytes())
+        .or_else(|| dtypes().next())
+        .unwrap_or(DType::F32)
 }
 
 impl Executor {

@@ -54,7 +54,7 @@ pub use error::{GraphError, Result};
 pub use executor::Executor;
 pub use hooks::{Hook, InputStage, InputStages, LoaderWork, NodeInfo, StepPart};
 pub use ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op};
-pub use ir::{Graph, Node, Origin, Phase, ValueId, ValueInfo, ValueKind};
+pub use ir::{Graph, Node, Origin, Phase, Precision, ValueId, ValueInfo, ValueKind};
 pub use memory_plan::{MemoryPlan, MemorySplit};
 pub use param_selector::ParamSelector;
 pub use passes::{PassName, PassRecord, PassSet};

@@ -10,7 +10,7 @@ use candle_core::{DType, Device, Tensor};
 use wick_graph::nodes::dropout::STEP_INPUT;
 use wick_graph::nodes::optim::{Optimizer, OptimizerConfig};
 use wick_graph::passes::data_parallel::{DataParallel, DataParallelOptions};
-use wick_graph::{Executor, GraphBuilder, Mode, PassSet, StepPart, ValueId};
+use wick_graph::{Executor, GraphBuilder, Mode, PassSet, Precision, StepPart, ValueId};
 use wick_ops::SgdParams;
 
 use crate::checkpoint::{self, StateDict, ValueChecks};
@@ -36,6 +36,9 @@ pub struct TrainOptions {
     /// The graph passes to run (see [`wick_graph::passes`]): in a training graph
     /// `batch_norm_relu` and `add_relu` match (the inference passes find nothing to fuse).
     pub passes: PassSet,
+    /// The products' precision: float32, or bfloat16 autocast (bf16 products, f32 sums,
+    /// f32 master weights, optimizer state and checkpoints; see [`wick_graph::Precision`]).
+    pub precision: Precision,
 }
 
 impl From<SgdParams> for TrainOptions {
@@ -63,6 +66,7 @@ impl From<OptimizerConfig> for TrainOptions {
             keep_gradients: false,
             check_parameters: true,
             passes: PassSet::default(),
+            precision: Precision::F32,
         }
     }
 }
@@ -75,9 +79,11 @@ fn forward_graph(
     mode: Mode,
     batch: usize,
     size: ImageSize,
+    precision: Precision,
 ) -> Result<(GraphBuilder, ValueId, ValueId)> {
     let config = &config.for_images(size)?;
     let mut b = GraphBuilder::new(mode, DType::F32);
+    b.set_precision(precision);
     let images = b.input("images", &[batch, 3, size.height, size.width], DType::F32)?;
     match config.forward(&mut b, images) {
         Ok(logits) => Ok((b, images, logits)),
@@ -158,7 +164,8 @@ impl Session {
         device: &Device,
     ) -> Result<Self> {
         let config = config.for_images(image_size)?;
-        let (mut b, images, logits) = forward_graph(&config, Mode::Train, batch, image_size)?;
+        let (mut b, images, logits) =
+            forward_graph(&config, Mode::Train, batch, image_size, options.precision)?;
         let labels = b.input("labels", &[batch], DType::I64)?;
         let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
         b.output(logits);
@@ -246,9 +253,21 @@ impl Session {
         passes: PassSet,
         device: &Device,
     ) -> Result<Self> {
+        Self::inference_with(config, batch, image_size, (passes, Precision::F32), device)
+    }
+
+    /// [`inference`](Session::inference) with the given passes and precision policy.
+    pub fn inference_with(
+        config: impl Into<ModelConfig>,
+        batch: usize,
+        image_size: impl Into<ImageSize>,
+        (passes, precision): (PassSet, Precision),
+        device: &Device,
+    ) -> Result<Self> {
         let image_size = image_size.into();
         let config = config.into().for_images(image_size)?;
-        let (mut b, images, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
+        let (mut b, images, logits) =
+            forward_graph(&config, Mode::Eval, batch, image_size, precision)?;
         b.output(logits);
         Self::finish(
             config,

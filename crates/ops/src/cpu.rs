@@ -5,26 +5,9 @@ use candle_core::{DType, Device, Shape, Storage, Tensor, WithDType};
 use crate::error::{CandleContext, OpError, Result};
 use crate::route::{route, Route};
 
-/// A value wick's CPU layout kernels copy (im2col, gathers, scatters): the float types
-/// and bfloat16's bits.
-pub(crate) trait Element: Copy + Send + Sync + 'static {
-    const ZERO: Self;
-}
-
-impl Element for f32 {
-    const ZERO: Self = 0.0;
-}
-impl Element for f64 {
-    const ZERO: Self = 0.0;
-}
-impl Element for u16 {
-    const ZERO: Self = 0;
-}
-
 /// The float types wick's CPU kernels are written for (f32 and f64).
 pub(crate) trait Float:
-    Element
-    + WithDType
+    WithDType
     + Copy
     + Send
     + Sync
@@ -40,6 +23,7 @@ pub(crate) trait Float:
     + std::iter::Sum
     + 'static
 {
+    const ZERO: Self;
     const ONE: Self;
     const NEG_INFINITY: Self;
     fn is_nan(self) -> bool;
@@ -55,6 +39,7 @@ pub(crate) trait Float:
 macro_rules! impl_float {
     ($($t:ident: $exp:path),*) => {$(
         impl Float for $t {
+            const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const NEG_INFINITY: Self = $t::NEG_INFINITY;
             #[inline(always)]

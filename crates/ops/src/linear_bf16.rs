@@ -1,7 +1,8 @@
-//! Linear layers with bfloat16 products, as autocast runs them: a bfloat16 input and
-//! weight, float32 output and gradients, products on the bfloat16 GEMM (`crate::bf16`)
-//! with float32 sums. On devices other than the CPU the bfloat16 values run through the
-//! float32 product (they are exact in float32).
+//! Linear layers with bfloat16 products, as autocast runs them: a bfloat16 weight (and
+//! input, or a float32 input rounded to bfloat16 as the GEMM packs it), float32 output
+//! and gradients, products on the bfloat16 GEMM (`crate::bf16`) with float32 sums. On
+//! devices other than the CPU the bfloat16-rounded values run through the float32
+//! product (they are exact in float32).
 
 use candle_core::{DType, Tensor};
 
@@ -18,15 +19,16 @@ pub(crate) fn applies(x: &Tensor, weight: &Tensor) -> bool {
 }
 
 fn check(x: &Tensor, weight: &Tensor) -> Result<()> {
-    if x.dtype() != DType::BF16 || weight.dtype() != DType::BF16 {
-        return Err(OpError::invalid(
-            OP,
-            format!(
-                "a bf16 linear layer takes a bf16 input and a bf16 weight, got {:?} and {:?}: cast both (autocast does)",
-                x.dtype(),
-                weight.dtype()
-            ),
-        ));
+    for (name, t) in [("input", x), ("weight", weight)] {
+        if !matches!(t.dtype(), DType::F32 | DType::BF16) {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "a bf16 linear layer's {name} must be f32 or bf16, got {:?}",
+                    t.dtype()
+                ),
+            ));
+        }
     }
     Ok(())
 }
@@ -39,14 +41,30 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
         let y = with_values(OP, x, |xv| {
             with_values(OP, weight, |wv| {
                 let mut y = vec![0f32; m * n];
-                let (lhs, rhs) = (Matrix { values: xv, strides: (k, 1) }, Matrix { values: wv, strides: (1, k) });
-                gemm(Bf16Path::best(), (m, n, k), (&mut y, (n, 1)), false, &lhs, &rhs);
+                let (lhs, rhs) = (
+                    Matrix {
+                        values: xv,
+                        strides: (k, 1),
+                    },
+                    Matrix {
+                        values: wv,
+                        strides: (1, k),
+                    },
+                );
+                gemm(
+                    Bf16Path::best(),
+                    (m, n, k),
+                    (&mut y, (n, 1)),
+                    false,
+                    &lhs,
+                    &rhs,
+                );
                 Ok(y)
             })
         })?;
         cpu::tensor(OP, y, (m, n))?
     } else {
-        let (x, w) = (widen(x)?, widen(weight)?);
+        let (x, w) = (rounded_f32(x)?, rounded_f32(weight)?);
         x.matmul(&w.t().ctx(OP)?).ctx(OP)?
     };
     match bias {
@@ -61,8 +79,7 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
     check(x, weight)?;
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
     if route(x.device()) != Route::Cpu {
-        let gy = grad_y.to_dtype(DType::BF16).and_then(|g| g.to_dtype(DType::F32)).ctx(OP)?;
-        let (x, w) = (widen(x)?, widen(weight)?);
+        let (gy, x, w) = (rounded_f32(grad_y)?, rounded_f32(x)?, rounded_f32(weight)?);
         let dx = gy.matmul(&w).ctx(OP)?;
         return Ok((dx, gy.t().ctx(OP)?.matmul(&x).ctx(OP)?));
     }
@@ -71,12 +88,44 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
             with_values(OP, weight, |wv| {
                 let gy = Values::F32(gd);
                 let mut dx = vec![0f32; m * k];
-                let (lhs, rhs) = (Matrix { values: gy, strides: (n, 1) }, Matrix { values: wv, strides: (k, 1) });
-                gemm(Bf16Path::best(), (m, k, n), (&mut dx, (k, 1)), false, &lhs, &rhs);
+                let (lhs, rhs) = (
+                    Matrix {
+                        values: gy,
+                        strides: (n, 1),
+                    },
+                    Matrix {
+                        values: wv,
+                        strides: (k, 1),
+                    },
+                );
+                gemm(
+                    Bf16Path::best(),
+                    (m, k, n),
+                    (&mut dx, (k, 1)),
+                    false,
+                    &lhs,
+                    &rhs,
+                );
                 // grad_weight [n, k] = grad_yᵀ [n, m] · x [m, k].
                 let mut dw = vec![0f32; n * k];
-                let (lhs, rhs) = (Matrix { values: gy, strides: (1, n) }, Matrix { values: xv, strides: (k, 1) });
-                gemm(Bf16Path::best(), (n, k, m), (&mut dw, (k, 1)), false, &lhs, &rhs);
+                let (lhs, rhs) = (
+                    Matrix {
+                        values: gy,
+                        strides: (1, n),
+                    },
+                    Matrix {
+                        values: xv,
+                        strides: (k, 1),
+                    },
+                );
+                gemm(
+                    Bf16Path::best(),
+                    (n, k, m),
+                    (&mut dw, (k, 1)),
+                    false,
+                    &lhs,
+                    &rhs,
+                );
                 Ok((dx, dw))
             })
         })
@@ -84,6 +133,9 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
     Ok((cpu::tensor(OP, dx, (m, k))?, cpu::tensor(OP, dw, (n, k))?))
 }
 
-fn widen(t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::F32).ctx(OP)
+/// `t` rounded to bfloat16 values, as float32.
+fn rounded_f32(t: &Tensor) -> Result<Tensor> {
+    t.to_dtype(DType::BF16)
+        .and_then(|t| t.to_dtype(DType::F32))
+        .ctx(OP)
 }

@@ -4,7 +4,7 @@
 //! packing (rows past a panel, columns past a panel, an odd depth, several depth blocks)
 //! and operands of both kinds, with transposed strides.
 
-use wick_ops::bf16::{gemm, has_avx512_bf16, round_to_bf16, bf16_to_f32, Bf16Path, Matrix, Values};
+use wick_ops::bf16::{bf16_to_f32, gemm, has_avx512_bf16, round_to_bf16, Bf16Path, Matrix, Values};
 
 /// A small deterministic generator (xorshift), values in [-2, 2).
 struct Rng(u64);
@@ -76,12 +76,22 @@ fn check(path: Bf16Path, (m, n, k): (usize, usize, usize), layout: usize, rng: &
             (m, n, k),
             (&mut dst, ds),
             accumulate,
-            &Matrix { values: left, strides: sa },
-            &Matrix { values: Values::F32(&b), strides: sb },
+            &Matrix {
+                values: left,
+                strides: sa,
+            },
+            &Matrix {
+                values: Values::F32(&b),
+                strides: sb,
+            },
         );
         for i in 0..m {
             for j in 0..n {
-                let init = if accumulate { start[i * ds.0 + j * ds.1] as f64 } else { 0.0 };
+                let init = if accumulate {
+                    start[i * ds.0 + j * ds.1] as f64
+                } else {
+                    0.0
+                };
                 let (mut rounded, mut exact, mut scale) = (init, init, init.abs());
                 for c in 0..k {
                     rounded += r(at(i, c)) * r(bt(c, j));
@@ -90,10 +100,17 @@ fn check(path: Bf16Path, (m, n, k): (usize, usize, usize), layout: usize, rng: &
                 }
                 let got = dst[i * ds.0 + j * ds.1] as f64;
                 let sum_err = (k + 2) as f64 * 2f64.powi(-23) * scale * 1.01;
-                let what = format!("{path:?} {m}x{n}x{k} layout {layout} acc {accumulate} ({i},{j})");
-                assert!((got - rounded).abs() <= sum_err, "{what}: {got} vs bf16-exact {rounded}");
+                let what =
+                    format!("{path:?} {m}x{n}x{k} layout {layout} acc {accumulate} ({i},{j})");
+                assert!(
+                    (got - rounded).abs() <= sum_err,
+                    "{what}: {got} vs bf16-exact {rounded}"
+                );
                 let bf16_err = 2.0 * 2f64.powi(-8) * scale + sum_err;
-                assert!((got - exact).abs() <= bf16_err, "{what}: {got} vs exact {exact}");
+                assert!(
+                    (got - exact).abs() <= bf16_err,
+                    "{what}: {got} vs exact {exact}"
+                );
             }
         }
     }
@@ -127,13 +144,23 @@ fn native_and_widening_paths_agree_to_float32_summation() {
             (m, n, k),
             (&mut d, (n, 1)),
             false,
-            &Matrix { values: Values::F32(&a), strides: (k, 1) },
-            &Matrix { values: Values::F32(&b), strides: (n, 1) },
+            &Matrix {
+                values: Values::F32(&a),
+                strides: (k, 1),
+            },
+            &Matrix {
+                values: Values::F32(&b),
+                strides: (n, 1),
+            },
         );
         d
     };
     let (x, y) = (run(Bf16Path::Native), run(Bf16Path::Widening));
-    let worst = x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0f32, f32::max);
+    let worst = x
+        .iter()
+        .zip(&y)
+        .map(|(p, q)| (p - q).abs())
+        .fold(0f32, f32::max);
     // Sums of 1000 products of magnitude <= 4: float32 summation error is ~1e-4 at most.
     assert!(worst < 2e-3, "paths differ by {worst}");
     assert!(x != vec![0.0; m * n]);
@@ -142,9 +169,26 @@ fn native_and_widening_paths_agree_to_float32_summation() {
 #[test]
 fn an_empty_depth_writes_zeros_or_keeps_the_destination() {
     let mut d = vec![5f32; 6];
-    let empty = Matrix { values: Values::F32(&[]), strides: (0, 1) };
-    gemm(Bf16Path::Widening, (2, 3, 0), (&mut d, (3, 1)), true, &empty, &empty);
+    let empty = Matrix {
+        values: Values::F32(&[]),
+        strides: (0, 1),
+    };
+    gemm(
+        Bf16Path::Widening,
+        (2, 3, 0),
+        (&mut d, (3, 1)),
+        true,
+        &empty,
+        &empty,
+    );
     assert_eq!(d, vec![5.0; 6]);
-    gemm(Bf16Path::Widening, (2, 3, 0), (&mut d, (3, 1)), false, &empty, &empty);
+    gemm(
+        Bf16Path::Widening,
+        (2, 3, 0),
+        (&mut d, (3, 1)),
+        false,
+        &empty,
+        &empty,
+    );
     assert_eq!(d, vec![0.0; 6]);
 }

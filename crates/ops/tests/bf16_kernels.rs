@@ -39,12 +39,21 @@ fn abs64(t: &Tensor) -> Tensor {
 /// relative to `scale` (the same sums over absolute values).
 fn close(what: &str, got: &Tensor, want: &Tensor, scale: &Tensor, k: usize) {
     assert_eq!(got.dtype(), DType::F32, "{what}: output dtype");
-    let got: Vec<f64> = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+    let got: Vec<f64> = got
+        .to_dtype(DType::F64)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     let want: Vec<f64> = want.flatten_all().unwrap().to_vec1().unwrap();
     let scale: Vec<f64> = scale.flatten_all().unwrap().to_vec1().unwrap();
     let bound = (k + 2) as f64 * 2f64.powi(-23);
     for (i, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
-        assert!((g - w).abs() <= bound * s + 1e-30, "{what}: element {i}: {g} vs {w} (scale {s})");
+        assert!(
+            (g - w).abs() <= bound * s + 1e-30,
+            "{what}: element {i}: {g} vs {w} (scale {s})"
+        );
     }
 }
 
@@ -61,8 +70,17 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
         (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
     ];
     for (i, (xs, ws, stride, pad, groups)) in cases.into_iter().enumerate() {
-        let p = Conv2dParams { stride: [stride; 2], padding: [pad; 2], dilation: [1, 1], groups };
-        let (x, w, b) = (randn(xs, 3 * i as u64 + 1), randn(ws, 3 * i as u64 + 2), randn(&[ws[0]], 9));
+        let p = Conv2dParams {
+            stride: [stride; 2],
+            padding: [pad; 2],
+            dilation: [1, 1],
+            groups,
+        };
+        let (x, w, b) = (
+            randn(xs, 3 * i as u64 + 1),
+            randn(ws, 3 * i as u64 + 2),
+            randn(&[ws[0]], 9),
+        );
         let k = ws[1] * ws[2] * ws[3];
         let y = conv::conv2d(&bf16(&x), &bf16(&w), Some(&b), &p).unwrap();
         let (x64, w64) = (rounded64(&x), rounded64(&w));
@@ -76,21 +94,44 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
         let dx = conv::conv2d_backward_data(&gy, &bf16(&w), xs, &p).unwrap();
         let want = conv::conv2d_backward_data(&gy64, &w64, xs, &p).unwrap();
         let scale = conv::conv2d_backward_data(&abs64(&gy64), &abs64(&w64), xs, &p).unwrap();
-        close(&format!("case {i} input gradient"), &dx, &want, &scale, ws[0] * ws[2] * ws[3]);
+        close(
+            &format!("case {i} input gradient"),
+            &dx,
+            &want,
+            &scale,
+            ws[0] * ws[2] * ws[3],
+        );
 
         let dw = conv::conv2d_backward_filter(&gy, &bf16(&x), ws, &p).unwrap();
         let want = conv::conv2d_backward_filter(&gy64, &x64, ws, &p).unwrap();
         let scale = conv::conv2d_backward_filter(&abs64(&gy64), &abs64(&x64), ws, &p).unwrap();
-        close(&format!("case {i} weight gradient"), &dw, &want, &scale, gy.elem_count() / ws[0]);
+        close(
+            &format!("case {i} weight gradient"),
+            &dw,
+            &want,
+            &scale,
+            gy.elem_count() / ws[0],
+        );
     }
 }
 
 #[test]
 fn bf16_linear_matches_float64_forward_and_gradients() {
-    for (i, (m, k, n)) in [(5, 7, 3), (64, 300, 130), (1, 768, 50)].into_iter().enumerate() {
-        let (x, w, b) = (randn(&[m, k], i as u64 + 11), randn(&[n, k], i as u64 + 12), randn(&[n], 5));
+    for (i, (m, k, n)) in [(5, 7, 3), (64, 300, 130), (1, 768, 50)]
+        .into_iter()
+        .enumerate()
+    {
+        let (x, w, b) = (
+            randn(&[m, k], i as u64 + 11),
+            randn(&[n, k], i as u64 + 12),
+            randn(&[n], 5),
+        );
         let y = linear::linear(&bf16(&x), &bf16(&w), Some(&b)).unwrap();
-        let (x64, w64, b64) = (rounded64(&x), rounded64(&w), b.to_dtype(DType::F64).unwrap());
+        let (x64, w64, b64) = (
+            rounded64(&x),
+            rounded64(&w),
+            b.to_dtype(DType::F64).unwrap(),
+        );
         let want = linear::linear(&x64, &w64, Some(&b64)).unwrap();
         let scale = linear::linear(&abs64(&x64), &abs64(&w64), Some(&abs64(&b64))).unwrap();
         close(&format!("linear {i} forward"), &y, &want, &scale, k);
@@ -99,21 +140,59 @@ fn bf16_linear_matches_float64_forward_and_gradients() {
         let gy64 = rounded64(&gy);
         let got = linear::linear_backward(&gy, &bf16(&x), &bf16(&w), true).unwrap();
         let want = linear::linear_backward(&gy64, &x64, &w64, true).unwrap();
-        let scale = linear::linear_backward(&abs64(&gy64), &abs64(&x64), &abs64(&w64), false).unwrap();
-        close(&format!("linear {i} input gradient"), &got.x, &want.x, &scale.x, n);
-        close(&format!("linear {i} weight gradient"), &got.weight, &want.weight, &scale.weight, m);
+        let scale =
+            linear::linear_backward(&abs64(&gy64), &abs64(&x64), &abs64(&w64), false).unwrap();
+        close(
+            &format!("linear {i} input gradient"),
+            &got.x,
+            &want.x,
+            &scale.x,
+            n,
+        );
+        close(
+            &format!("linear {i} weight gradient"),
+            &got.weight,
+            &want.weight,
+            &scale.weight,
+            m,
+        );
     }
 }
 
 #[test]
-fn a_bf16_product_refuses_mixed_operands_by_name() {
-    let (x, w) = (randn(&[2, 4], 1), randn(&[3, 4], 2));
-    let err = linear::linear(&bf16(&x), &w, None).unwrap_err().to_string();
-    assert!(err.contains("linear") && err.contains("bf16 weight") && err.contains("F32"), "{err}");
-    let p = Conv2dParams::default();
-    let (x, w) = (randn(&[1, 2, 4, 4], 1), randn(&[3, 2, 3, 3], 2));
-    let err = conv::conv2d(&x, &bf16(&w), None, &p).unwrap_err().to_string();
-    assert!(err.contains("conv2d") && err.contains("bf16 input"), "{err}");
+fn a_float32_activation_is_rounded_as_the_product_reads_it() {
+    // Autocast casts the weight; the f32 activation is rounded inside the product: the
+    // same result as casting it first.
+    let (x, w) = (randn(&[6, 40], 1), randn(&[5, 40], 2));
+    let fused = linear::linear(&x, &bf16(&w), None).unwrap();
+    let cast_first = linear::linear(&bf16(&x), &bf16(&w), None).unwrap();
+    assert_eq!(
+        fused.to_vec2::<f32>().unwrap(),
+        cast_first.to_vec2::<f32>().unwrap()
+    );
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let (x, w) = (randn(&[2, 8, 10, 10], 3), randn(&[16, 8, 3, 3], 4));
+    let fused = conv::conv2d(&x, &bf16(&w), None, &p).unwrap();
+    let cast_first = conv::conv2d(&bf16(&x), &bf16(&w), None, &p).unwrap();
+    let (a, b) = (
+        fused.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        cast_first.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+    );
+    assert_eq!(a, b);
+    let err = linear::linear(
+        &x.to_dtype(DType::F64).unwrap().flatten(1, 3).unwrap(),
+        &bf16(&randn(&[3, 800], 5)),
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("linear") && err.contains("input") && err.contains("F64"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -122,6 +201,130 @@ fn casts_round_trip_and_keep_the_shape() {
     let h = cast(&x, DType::BF16).unwrap();
     assert_eq!((h.dtype(), h.dims()), (DType::BF16, x.dims()));
     let back = cast(&h, DType::F32).unwrap();
-    let candle_way = x.to_dtype(DType::BF16).unwrap().to_dtype(DType::F32).unwrap();
-    assert_eq!(back.flatten_all().unwrap().to_vec1::<f32>().unwrap(), candle_way.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+    let candle_way = x
+        .to_dtype(DType::BF16)
+        .unwrap()
+        .to_dtype(DType::F32)
+        .unwrap();
+    assert_eq!(
+        back.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        candle_way.flatten_all().unwrap().to_vec1::<f32>().unwrap()
+    );
+}
+
+/// Winograd's F(2x2, 3x3) runs 3x3 stride-1 layers with enough channels and tiles: its
+/// transformed tiles are rounded to bfloat16 too, so the bound is bfloat16's rounding
+/// (a few units of 2^-9 of the magnitudes' sum), not float32 summation's; still orders of
+/// magnitude below what a wrong element gives.
+#[test]
+fn bf16_winograd_layers_stay_within_bf16_rounding_of_float64() {
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let (xs, ws): (&[usize], &[usize]) = (&[4, 16, 16, 16], &[24, 16, 3, 3]);
+    let (x, w) = (randn(xs, 70), randn(ws, 71));
+    let (x64, w64) = (rounded64(&x), rounded64(&w));
+    let bound = |got: &Tensor, want: &Tensor, scale: &Tensor, what: &str| {
+        let d = (got.to_dtype(DType::F64).unwrap() - want)
+            .unwrap()
+            .abs()
+            .unwrap();
+        let ratio = (d / scale)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap();
+        assert!(
+            ratio < 2f64.powi(-6),
+            "{what}: worst error {ratio:e} of the magnitudes' sum"
+        );
+        assert!(
+            ratio > 0.0,
+            "{what}: exact: bf16 rounding of the transformed tiles expected"
+        );
+    };
+    let y = conv::conv2d(&x, &bf16(&w), None, &p).unwrap();
+    let want = conv::conv2d(&x64, &w64, None, &p).unwrap();
+    bound(
+        &y,
+        &want,
+        &conv::conv2d(&abs64(&x64), &abs64(&w64), None, &p).unwrap(),
+        "forward",
+    );
+    let gy = randn(y.dims(), 72);
+    let gy64 = rounded64(&gy);
+    let dx = conv::conv2d_backward_data(&gy, &bf16(&w), xs, &p).unwrap();
+    let want = conv::conv2d_backward_data(&gy64, &w64, xs, &p).unwrap();
+    let scale = conv::conv2d_backward_data(&abs64(&gy64), &abs64(&w64), xs, &p).unwrap();
+    bound(&dx, &want, &scale, "input gradient");
+    let dw = conv::conv2d_backward_filter(&gy, &x, ws, &p).unwrap();
+    let dw_bf16_input = conv::conv2d_backward_filter(&gy, &bf16(&x), ws, &p).unwrap();
+    let want = conv::conv2d_backward_filter(&gy64, &x64, ws, &p).unwrap();
+    let scale = conv::conv2d_backward_filter(&abs64(&gy64), &abs64(&x64), ws, &p).unwrap();
+    // An f32 input gradient with an f32 input is the float32 path (no bf16 operand).
+    assert!(
+        dw.to_dtype(DType::F64)
+            .unwrap()
+            .sub(&want)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+            > 0.0
+    );
+    bound(&dw_bf16_input, &want, &scale, "weight gradient");
+}
+
+#[test]
+fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
+    use wick_ops::tensor::matmul::MatMulShape;
+    let (a, b) = (randn(&[2, 5, 24], 80), randn(&[24, 7], 81));
+    let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
+    let (a64, b64) = (rounded64(&a), rounded64(&b));
+    let y = shape.forward(&a, &bf16(&b)).unwrap();
+    assert_eq!(y.dims(), [2, 5, 7]);
+    let want = shape.forward(&a64, &b64).unwrap();
+    close(
+        "matmul forward",
+        &y,
+        &want,
+        &shape.forward(&abs64(&a64), &abs64(&b64)).unwrap(),
+        24,
+    );
+    let gy = randn(&[2, 5, 7], 82);
+    let gy64 = rounded64(&gy);
+    let ga = shape.backward_a(&gy, &bf16(&b)).unwrap();
+    let want = shape.backward_a(&gy64, &b64).unwrap();
+    close(
+        "matmul input gradient",
+        &ga,
+        &want,
+        &shape.backward_a(&abs64(&gy64), &abs64(&b64)).unwrap(),
+        7,
+    );
+    let gb = shape.backward_b(&gy, &bf16(&a)).unwrap();
+    let want = shape.backward_b(&gy64, &a64).unwrap();
+    close(
+        "matmul weight gradient",
+        &gb,
+        &want,
+        &shape.backward_b(&abs64(&gy64), &abs64(&a64)).unwrap(),
+        10,
+    );
+    // Batched right operands are refused by name, not run wrongly.
+    let batched = MatMulShape::new(&[2, 5, 24], &[2, 24, 7]).unwrap();
+    let err = batched
+        .forward(&a, &bf16(&randn(&[2, 24, 7], 83)))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("matmul") && err.contains("bf16"), "{err}");
 }

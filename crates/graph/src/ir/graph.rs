@@ -55,9 +55,16 @@ pub struct Graph {
     /// Micro-batches per update when the optimizer accumulates gradients: its updates
     /// run on every `k`-th step only.
     pub(crate) accumulate: Option<usize>,
+    /// The precision policy its products were recorded under.
+    pub(crate) precision: super::precision::Precision,
 }
 
 impl Graph {
+    /// The precision policy its products were recorded under.
+    pub fn precision(&self) -> super::precision::Precision {
+        self.precision
+    }
+
     /// Micro-batches per optimizer update (1 unless the optimizer accumulates).
     pub fn accumulation_steps(&self) -> usize {
         self.accumulate.unwrap_or(1)

@@ -8,6 +8,7 @@
 mod graph;
 mod node_op;
 mod pass_set;
+mod precision;
 mod update;
 mod value;
 
@@ -18,5 +19,7 @@ pub use node_op::{
 };
 pub(crate) use node_op::{NewValues, NodeRecorder};
 pub use pass_set::{PassName, PassRecord, PassSet};
+pub use precision::Precision;
+pub(crate) use precision::{product_output_dtype, Autocast};
 pub use update::{ParamSlots, UpdateCheck};
 pub use value::{Origin, ValueId, ValueInfo, ValueKind};

@@ -224,6 +224,11 @@ impl BackwardCtx<'_> {
         self.recorder.value_info(v).shape.clone()
     }
 
+    /// The dtype of `v`.
+    pub fn value_dtype(&self, v: ValueId) -> DType {
+        self.recorder.value_info(v).dtype
+    }
+
     /// The dtype of the forward node's first output (the gradients' dtype).
     pub fn dtype(&self) -> DType {
         self.recorder.value_info(self.outputs[0]).dtype

@@ -37,6 +37,8 @@ pub struct ConvBackwardFilter {
     pub params: Conv2dParams,
     /// The weight's shape.
     pub weight_shape: Vec<usize>,
+    /// Whether it runs with bfloat16 products (the forward's weight was cast to bf16).
+    pub bf16_products: bool,
 }
 
 /// Convolution bias gradient. in: grad_y; out: grad_bias.
@@ -60,13 +62,22 @@ impl GraphBuilder {
             p.check_bias(&ws, self.shape(b))
                 .map_err(self.build_err(OP))?;
         }
+        // Autocast runs the dense convolutions with bf16 products (a bf16 weight; the
+        // input is rounded as the product reads it); depthwise ones (a few values deep
+        // per output) stay f32.
+        let weight = if ws[1] * ws[2] * ws[3] >= 16 {
+            self.autocast(weight)?
+        } else {
+            weight
+        };
         let mut inputs = vec![x, weight];
         inputs.extend(bias);
         let op = Conv2d {
             params: p,
             has_bias: bias.is_some(),
         };
-        let new = vec![("conv", out.to_vec(), self.dtype_of(x))];
+        let dtype = crate::ir::product_output_dtype(self.dtype_of(x), self.dtype_of(weight));
+        let new = vec![("conv", out.to_vec(), dtype)];
         Ok(self.push(Arc::new(op), inputs, new, vec![], p.flops(&xs, &ws))[0])
     }
 }
@@ -111,6 +122,7 @@ impl NodeOp for Conv2d {
             let op = ConvBackwardFilter {
                 params: self.params,
                 weight_shape: ws.clone(),
+                bf16_products: ctx.value_dtype(w) == candle_core::DType::BF16,
             };
             let g = ctx.record(
                 op,
@@ -161,12 +173,12 @@ impl NodeOp for ConvBackwardFilter {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, x] = args(inputs, OP)?;
-        one(conv::conv2d_backward_filter(
-            gy,
-            x,
-            &self.weight_shape,
-            &self.params,
-        )?)
+        let run = if self.bf16_products {
+            conv::conv2d_backward_filter_bf16
+        } else {
+            conv::conv2d_backward_filter
+        };
+        one(run(gy, x, &self.weight_shape, &self.params)?)
     }
 }
 

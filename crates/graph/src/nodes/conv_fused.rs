@@ -52,6 +52,9 @@ pub struct ConvBiasActivation {
     pub residual: bool,
     /// Whether ReLU is applied last.
     pub relu: bool,
+    /// The dtype a folded batch norm's weight is cast to after folding (autocast's
+    /// bf16: the fold runs on the f32 master weight, then rounds once).
+    pub folded_weight_dtype: Option<candle_core::DType>,
     folded: Mutex<Option<Folded>>,
 }
 
@@ -71,13 +74,17 @@ impl ConvBiasActivation {
             bias,
             residual,
             relu,
+            folded_weight_dtype: None,
             folded: Mutex::new(None),
         }
     }
 
     /// The same convolution and bias with a residual and ReLU as given.
     pub fn with_epilogue(&self, residual: bool, relu: bool) -> Self {
-        ConvBiasActivation::new(self.params, self.bias, residual, relu)
+        ConvBiasActivation {
+            folded_weight_dtype: self.folded_weight_dtype,
+            ..ConvBiasActivation::new(self.params, self.bias, residual, relu)
+        }
     }
 
     /// The weight and bias to convolve with: the inputs, or the folded batch norm's.
@@ -97,7 +104,10 @@ impl ConvBiasActivation {
                 if let Some(f) = cache.as_ref().filter(|f| f.from == from) {
                     return Ok((f.weight.clone(), Some(f.bias.clone())));
                 }
-                let (weight, bias) = batchnorm::fold_into_conv(w, g, b, m, v, &p)?;
+                let (mut weight, bias) = batchnorm::fold_into_conv(w, g, b, m, v, &p)?;
+                if let Some(dtype) = self.folded_weight_dtype {
+                    weight = wick_ops::bf16::cast(&weight, dtype)?;
+                }
                 *cache = Some(Folded {
                     from,
                     weight: weight.clone(),

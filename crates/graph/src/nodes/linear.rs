@@ -44,12 +44,14 @@ impl GraphBuilder {
         let (xs, ws) = (self.shape(x).to_vec(), self.shape(weight).to_vec());
         let out = linear::linear_output_shape(&xs, &ws, bias.map(|b| self.shape(b)))
             .map_err(self.build_err("linear"))?;
+        let weight = self.autocast(weight)?;
         let mut inputs = vec![x, weight];
         inputs.extend(bias);
         let op = Arc::new(Linear {
             has_bias: bias.is_some(),
         });
-        let new = vec![("linear", out.to_vec(), self.dtype_of(x))];
+        let dtype = crate::ir::product_output_dtype(self.dtype_of(x), self.dtype_of(weight));
+        let new = vec![("linear", out.to_vec(), dtype)];
         Ok(self.push(op, inputs, new, vec![], linear::linear_flops(&xs, &ws))[0])
     }
 

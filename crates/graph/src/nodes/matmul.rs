@@ -52,7 +52,17 @@ impl GraphBuilder {
         self.expect_same_dtype("matmul", a, b)?;
         let shape =
             MatMulShape::new(self.shape(a), self.shape(b)).map_err(self.build_err("matmul"))?;
-        let new = vec![("matmul", shape.out.clone(), self.dtype_of(a))];
+        // Autocast runs an activation times a weight (a 2-D parameter: Hugging Face's
+        // Conv1D) with bf16 products; products of two activations stay f32.
+        let b = if self.graph.values[b.0].kind == crate::ir::ValueKind::Param
+            && self.shape(b).len() == 2
+        {
+            self.autocast(b)?
+        } else {
+            b
+        };
+        let dtype = crate::ir::product_output_dtype(self.dtype_of(a), self.dtype_of(b));
+        let new = vec![("matmul", shape.out.clone(), dtype)];
         let flops = shape.flops();
         Ok(self.push(Arc::new(MatMul { shape }), vec![a, b], new, vec![], flops)[0])
     }

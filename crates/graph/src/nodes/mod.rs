@@ -32,6 +32,7 @@ pub mod all_reduce;
 pub mod arithmetic;
 pub mod attention;
 pub mod batchnorm;
+pub mod cast;
 pub mod conv;
 pub mod conv_fused;
 pub mod custom;

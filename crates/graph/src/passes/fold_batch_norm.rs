@@ -9,6 +9,7 @@ use wick_ops::conv::epilogue_flops;
 use super::rewrite::{remove_nodes, Uses};
 use crate::ir::{Graph, Node};
 use crate::nodes::batchnorm::BatchNormEval;
+use crate::nodes::cast::Cast;
 use crate::nodes::conv::Conv2d;
 use crate::nodes::conv_fused::{BiasSource, ConvBiasActivation};
 
@@ -29,7 +30,7 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         if conv.has_bias || removed[j] || uses.only_reader(graph, y) != Some(i) {
             continue;
         }
-        let op = ConvBiasActivation::new(
+        let mut op = ConvBiasActivation::new(
             conv.params,
             BiasSource::FoldedBatchNorm(bn_params),
             false,
@@ -37,6 +38,13 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         );
         let (conv_node, bn_node) = (&graph.nodes[j], &graph.nodes[i]);
         let mut inputs = conv_node.inputs.clone();
+        // Under autocast the weight is a cast of the f32 master weight: fold the master
+        // and cast the folded weight instead (one rounding), dropping the cast node.
+        if let Some(k) = autocast_weight(graph, &uses, j) {
+            inputs[1] = graph.nodes[k].inputs[0];
+            op.folded_weight_dtype = Some(graph.values[conv_node.inputs[1].0].dtype);
+            removed[k] = true;
+        }
         inputs.extend_from_slice(&bn_node.inputs[1..5]);
         let out_shape = &graph.values[bn_node.outputs[0].0].shape;
         let fused = Node {
@@ -53,4 +61,12 @@ pub(super) fn run(graph: &mut Graph) -> usize {
     }
     remove_nodes(graph, &removed);
     matched
+}
+
+/// The cast node making convolution `j`'s weight, when the convolution is its only reader.
+fn autocast_weight(graph: &Graph, uses: &Uses, j: usize) -> Option<usize> {
+    let w = graph.nodes[j].inputs[1];
+    let k = uses.writer[w.0]?;
+    graph.nodes[k].op_as::<Cast>()?;
+    (uses.only_reader(graph, w) == Some(j)).then_some(k)
 }

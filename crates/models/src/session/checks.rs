@@ -19,7 +19,8 @@ impl Session {
         image_size: impl Into<ImageSize>,
     ) -> Result<()> {
         let (config, image_size) = (config.into(), image_size.into());
-        let (mut b, _, logits) = forward_graph(&config, Mode::Eval, batch, image_size)?;
+        let (mut b, _, logits) =
+            forward_graph(&config, Mode::Eval, batch, image_size, Default::default())?;
         b.output(logits);
         crate::limits::check_allocation(
             &format!("{} for batches of {batch} at {image_size}", config.name()),

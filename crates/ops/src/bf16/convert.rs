@@ -65,11 +65,11 @@ mod tests {
             0.0f32,
             -0.0,
             1.0,
-            1.0 + 1.0 / 256.0,         // a tie: stays at the even 1.0
-            1.0 + 3.0 / 256.0,         // a tie: goes up to the even neighbour
-            1.0 + 1.0 / 256.0 + 1e-7,  // just above a tie: up
-            f32::MAX,                  // rounds up to infinity, as RNE does
-            f32::MIN_POSITIVE / 3.0,   // a subnormal
+            1.0 + 1.0 / 256.0,        // a tie: stays at the even 1.0
+            1.0 + 3.0 / 256.0,        // a tie: goes up to the even neighbour
+            1.0 + 1.0 / 256.0 + 1e-7, // just above a tie: up
+            f32::MAX,                 // rounds up to infinity, as RNE does
+            f32::MIN_POSITIVE / 3.0,  // a subnormal
             f32::INFINITY,
             f32::NEG_INFINITY,
             -3.1415927,
@@ -91,14 +91,23 @@ mod tests {
 
     #[test]
     fn slices_round_and_widen_every_element() {
-        let src: Vec<f32> = (0..100_003).map(|i| (i as f32 * 0.37).sin() * 1e3).collect();
+        let src: Vec<f32> = (0..100_003)
+            .map(|i| (i as f32 * 0.37).sin() * 1e3)
+            .collect();
         let mut half_bits = vec![0u16; src.len()];
         round_slice(&src, &mut half_bits);
         let mut back = vec![0f32; src.len()];
         widen_slice(&half_bits, &mut back);
         for (i, (x, y)) in src.iter().zip(&back).enumerate() {
-            assert_eq!(half_bits[i], half::bf16::from_f32(*x).to_bits(), "element {i}");
-            assert!((x - y).abs() <= x.abs() * (1.0 / 256.0), "element {i}: {x} -> {y}");
+            assert_eq!(
+                half_bits[i],
+                half::bf16::from_f32(*x).to_bits(),
+                "element {i}"
+            );
+            assert!(
+                (x - y).abs() <= x.abs() * (1.0 / 256.0),
+                "element {i}: {x} -> {y}"
+            );
         }
     }
 }

@@ -15,23 +15,7 @@ use super::microkernel::{has_avx512_bf16, tile, Bf16Path};
 use super::pack::{pack_left, pack_right, KC, MR, NR};
 use crate::cpu::{threads, SendPtr};
 
-/// A GEMM operand's values: float32 (rounded as packed) or bfloat16 bits.
-#[derive(Debug, Clone, Copy)]
-pub enum Values<'a> {
-    /// float32 values, rounded to the nearest bfloat16 (ties to even) as they are packed.
-    F32(&'a [f32]),
-    /// bfloat16 values, as their bits.
-    Bf16(&'a [u16]),
-}
-
-/// A GEMM operand: values and the (row, column) strides of its element (r, c).
-#[derive(Debug, Clone, Copy)]
-pub struct Matrix<'a> {
-    /// The elements.
-    pub values: Values<'a>,
-    /// Element (r, c) is `values[r * strides.0 + c * strides.1]`.
-    pub strides: (usize, usize),
-}
+use super::operand::{Matrix, Values};
 
 /// Left panels per output tile (256 rows).
 const TILE_ROW_PANELS: usize = 32;
@@ -39,12 +23,11 @@ const TILE_ROW_PANELS: usize = 32;
 const TILE_COL_PANELS: usize = 8;
 
 /// `dst = [dst +] a · b` for `a` `m × k` and `b` `k × n`, bfloat16 products summed in
-/// float32, through `path`'s micro-kernel. `dst`'s element (i, j) is
+/// float32, through `path`'s kernel, over every thread. `dst`'s element (i, j) is
 /// `dst[i * dst_strides.0 + j * dst_strides.1]`.
 ///
 /// # Panics
 /// If an operand or the destination is too small for its shape and strides.
-#[allow(clippy::too_many_arguments)]
 pub fn gemm(
     path: Bf16Path,
     (m, n, k): (usize, usize, usize),
@@ -61,32 +44,115 @@ pub fn gemm(
         dst.len() > (m - 1) * drs + (n - 1) * dcs,
         "bf16 gemm: destination too small"
     );
-    if k == 0 {
-        if !accumulate {
-            for i in 0..m {
-                for j in 0..n {
-                    dst[i * drs + j * dcs] = 0.0;
-                }
-            }
-        }
-        return;
-    }
     if path == Bf16Path::Widening || !has_avx512_bf16() {
         let (a, b) = (widened(a), widened(b));
         let (lhs, rhs) = ((&a.0[..], a.1), (&b.0[..], b.1));
         crate::cpu::gemm_strided(m, n, k, (dst, dst_strides), accumulate, lhs, rhs, true);
         return;
     }
-    let (pa, pb) = (pack_left(a, m, k), pack_right(b, k, n));
-    let grid = Grid::new(m, n, k);
-    let out = SendPtr(dst.as_mut_ptr());
+    // SAFETY: the destination is an exclusive borrow whose every addressed slot is in
+    // bounds (asserted above).
+    unsafe {
+        gemm_native(
+            (m, n, k),
+            (dst.as_mut_ptr(), dst_strides),
+            accumulate,
+            a,
+            b,
+            true,
+        )
+    }
+}
+
+/// The native path into raw memory: `dst` is written (without reading it first unless
+/// `accumulate`) at every `i * drs + j * dcs`; `parallel` spreads tiles over the threads.
+///
+/// # Safety
+/// The CPU must have AVX512-BF16; `dst` must be valid for writes (and reads, with
+/// `accumulate`) at every addressed slot, and nothing else may access them meanwhile.
+pub(crate) unsafe fn gemm_native(
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_strides): (*mut f32, (usize, usize)),
+    accumulate: bool,
+    a: &Matrix<'_>,
+    b: &Matrix<'_>,
+    parallel: bool,
+) {
+    let (drs, dcs) = dst_strides;
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    // SAFETY: an addressed slot (the caller's contract).
+                    unsafe { dst.add(i * drs + j * dcs).write(0.0) };
+                }
+            }
+        }
+        return;
+    }
+    with_buffers(|pa, pb| {
+        pack_left(a, (m, k), pa, parallel);
+        pack_right(b, (k, n), pb, parallel);
+        // SAFETY: as this function's contract, passed on.
+        unsafe {
+            multiply(
+                (m, n, k),
+                (pa, pb),
+                (dst, dst_strides),
+                accumulate,
+                parallel,
+            )
+        }
+    })
+}
+
+thread_local! {
+    /// Each thread's packing buffers, reused from product to product.
+    static BUFFERS: std::cell::RefCell<(Vec<u32>, Vec<u32>)> = Default::default();
+}
+
+/// Runs `f` with this thread's packing buffers (fresh ones inside a product that is
+/// already using them: a product nested in another's parallel work).
+fn with_buffers<R>(f: impl FnOnce(&mut Vec<u32>, &mut Vec<u32>) -> R) -> R {
+    BUFFERS.with(|b| match b.try_borrow_mut() {
+        Ok(mut b) => {
+            let (pa, pb) = &mut *b;
+            f(pa, pb)
+        }
+        Err(_) => f(&mut Vec::new(), &mut Vec::new()),
+    })
+}
+
+/// The tiles of a product whose operands are packed.
+///
+/// # Safety
+/// As [`gemm_native`].
+unsafe fn multiply(
+    (m, n, k): (usize, usize, usize),
+    (pa, pb): (&[u32], &[u32]),
+    (dst, dst_strides): (*mut f32, (usize, usize)),
+    accumulate: bool,
+    parallel: bool,
+) {
+    let grid = Grid::new(m, n, k, parallel);
+    let out = SendPtr(dst);
     let run = |t: usize| {
         let out = &out;
         let (rows, cols) = grid.tile(t);
-        // SAFETY: tiles cover disjoint (row, column) ranges of an output whose every
-        // addressed slot is in bounds (asserted above); distinct (i, j) pairs address
-        // distinct slots for the strides a caller gives.
-        unsafe { tile_product(&grid, (&pa, &pb), (rows, cols), (out.0, dst_strides), accumulate) }
+        // SAFETY: tiles cover disjoint (row, column) ranges of the addressed slots (the
+        // caller's contract); distinct (i, j) pairs address distinct slots.
+        unsafe {
+            tile_product(
+                &grid,
+                (pa, pb),
+                (rows, cols),
+                (out.0, dst_strides),
+                accumulate,
+            )
+        }
     };
     if grid.parallel {
         (0..grid.tiles()).into_par_iter().for_each(run);
@@ -109,8 +175,8 @@ struct Grid {
 }
 
 impl Grid {
-    fn new(m: usize, n: usize, k: usize) -> Self {
-        let threads = threads();
+    fn new(m: usize, n: usize, k: usize, parallel: bool) -> Self {
+        let threads = if parallel { threads() } else { 1 };
         let (m_panels, n_panels) = (m.div_ceil(MR), n.div_ceil(NR));
         let parallel = threads > 1 && m * n * k >= 1 << 20;
         // Enough tiles for every thread to take two when the columns alone give too few.
@@ -205,7 +271,7 @@ fn store_row(out: &mut [f32], sums: &[f32], add: bool) {
 
 /// An operand's values as float32 bfloat16 values (f32 rounded, bf16 widened), with its
 /// strides: the widening path's input to the float32 GEMM.
-fn widened(a: &Matrix<'_>) -> (Vec<f32>, (usize, usize)) {
+pub(crate) fn widened(a: &Matrix<'_>) -> (Vec<f32>, (usize, usize)) {
     let values = match a.values {
         Values::F32(d) => {
             let mut bits = vec![0u16; d.len()];

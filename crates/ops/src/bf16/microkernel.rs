@@ -57,7 +57,7 @@ pub(crate) fn tile(pairs: usize, a_panel: &[u32], b_panel: &[u32]) -> Tile {
     unreachable!("avx512_bf16 is x86-64 only")
 }
 
-/// The native micro-kernel: 24 accumulators (8 rows × 3 vectors of 16 columns); each
+/// The native micro-kernel: 24 accumulators (6 rows × 4 vectors of 16 columns); each
 /// depth pair loads three right vectors and broadcasts each row's left pair.
 ///
 /// # Safety
@@ -67,11 +67,11 @@ pub(crate) fn tile(pairs: usize, a_panel: &[u32], b_panel: &[u32]) -> Tile {
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn native(pairs: usize, a: *const u32, b: *const u32) -> Tile {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); 3]; MR];
+    let mut acc = [[_mm512_setzero_ps(); NR / 16]; MR];
     for q in 0..pairs {
         // SAFETY: q < pairs, so these reads lie inside the panels (the caller's contract).
         let (bq, aq) = unsafe { (b.add(q * NR), a.add(q * MR)) };
-        let bv: [__m512bh; 3] = std::array::from_fn(|v| {
+        let bv: [__m512bh; NR / 16] = std::array::from_fn(|v| {
             // SAFETY: as above; unaligned loads of 16 lanes within the panel's row.
             let x = unsafe { _mm512_loadu_si512(bq.add(16 * v).cast()) };
             // SAFETY: both are 512 bits of plain data.

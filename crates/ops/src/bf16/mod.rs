@@ -4,12 +4,18 @@
 
 mod convert;
 mod gemm;
+mod matmul;
 mod microkernel;
+mod operand;
 mod pack;
+mod products;
 mod tensor;
 
 pub use convert::{bf16_to_f32, round_slice, round_to_bf16, widen_slice};
-pub use gemm::{gemm, Matrix, Values};
+pub use gemm::gemm;
+pub(crate) use matmul::{matmul_backward_a, matmul_backward_b, matmul_forward};
 pub use microkernel::{has_avx512_bf16, Bf16Path};
+pub use operand::{Matrix, Values};
+pub(crate) use products::{gemm_strided_with, gemm_uninit_with, Products};
 pub use tensor::cast;
 pub(crate) use tensor::with_values;

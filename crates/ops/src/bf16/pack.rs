@@ -10,14 +10,16 @@
 use rayon::prelude::*;
 
 use super::convert::round_to_bf16;
-use super::gemm::{Matrix, Values};
+use super::operand::{Matrix, Values};
 
 /// Rows of the left operand per panel (and of the micro-kernel's tile).
-pub(crate) const MR: usize = 8;
-/// Columns of the right operand per panel: three 16-lane vectors.
-pub(crate) const NR: usize = 48;
-/// Depth pairs per block: a right panel of `KC` pairs is 24 KiB, which stays in a
-/// 32 KiB L1 cache while every left panel streams past it.
+pub(crate) const MR: usize = 6;
+/// Columns of the right operand per panel: four 16-lane vectors (channel counts are
+/// multiples of 64, so panels rarely carry padding).
+pub(crate) const NR: usize = 64;
+/// Depth pairs per block: a right panel of `KC` pairs is 32 KiB, which stays in L1 (32
+/// KiB on Zen 4, 48 on Zen 5) and L2's nearest lines while every left panel streams past
+/// it (96 and 128 pairs measured alike; `cargo bench --bench bf16_gemm`).
 pub(crate) const KC: usize = 128;
 
 /// A value that packs as a bfloat16: float32 (rounded) or bfloat16 bits (copied).
@@ -48,35 +50,62 @@ struct View {
     cs: usize,
 }
 
-/// Packs `a` (`m × k`) into left panels: `m.div_ceil(MR) * MR * k.div_ceil(2)` elements.
-pub(crate) fn pack_left(a: &Matrix<'_>, m: usize, k: usize) -> Vec<u32> {
+/// Packs `a` (`m × k`) into left panels in `out`'s first
+/// `m.div_ceil(MR) * MR * k.div_ceil(2)` elements (`out` grows as needed; every element
+/// of that prefix is written).
+pub(crate) fn pack_left(
+    a: &Matrix<'_>,
+    (m, k): (usize, usize),
+    out: &mut Vec<u32>,
+    parallel: bool,
+) {
     // Rows of `a` are the panel's lanes; depth runs along its columns.
-    let v = View { rows: m, cols: k, rs: a.strides.0, cs: a.strides.1 };
+    let v = View {
+        rows: m,
+        cols: k,
+        rs: a.strides.0,
+        cs: a.strides.1,
+    };
     match a.values {
-        Values::F32(d) => pack(d, v, MR),
-        Values::Bf16(d) => pack(d, v, MR),
+        Values::F32(d) => pack(d, v, MR, out, parallel),
+        Values::Bf16(d) => pack(d, v, MR, out, parallel),
     }
 }
 
-/// Packs `b` (`k × n`) into right panels: `n.div_ceil(NR) * NR * k.div_ceil(2)` elements.
-pub(crate) fn pack_right(b: &Matrix<'_>, k: usize, n: usize) -> Vec<u32> {
+/// Packs `b` (`k × n`) into right panels in `out`'s first
+/// `n.div_ceil(NR) * NR * k.div_ceil(2)` elements, as [`pack_left`].
+pub(crate) fn pack_right(
+    b: &Matrix<'_>,
+    (k, n): (usize, usize),
+    out: &mut Vec<u32>,
+    parallel: bool,
+) {
     // Columns of `b` are the panel's lanes: read it transposed.
-    let v = View { rows: n, cols: k, rs: b.strides.1, cs: b.strides.0 };
+    let v = View {
+        rows: n,
+        cols: k,
+        rs: b.strides.1,
+        cs: b.strides.0,
+    };
     match b.values {
-        Values::F32(d) => pack(d, v, NR),
-        Values::Bf16(d) => pack(d, v, NR),
+        Values::F32(d) => pack(d, v, NR, out, parallel),
+        Values::Bf16(d) => pack(d, v, NR, out, parallel),
     }
 }
 
 /// Packs the `rows × cols` matrix `v` of `data` into panels of `lanes` rows, depth (the
 /// columns) in pairs, blocked by [`KC`] pairs: block `b`'s panel `p` starts at
-/// `b * KC * padded_rows + p * block_pairs * lanes`. Panels are packed in parallel.
-fn pack<T: PackValue>(data: &[T], v: View, lanes: usize) -> Vec<u32> {
+/// `b * KC * padded_rows + p * block_pairs * lanes`. Panels are packed in parallel when
+/// `parallel` and the matrix is large. `out` is reused from call to call (fresh buffers
+/// would fault their pages in every time), so every element is written, padding included.
+fn pack<T: PackValue>(data: &[T], v: View, lanes: usize, out: &mut Vec<u32>, parallel: bool) {
     let pairs = v.cols.div_ceil(2);
     let padded = v.rows.div_ceil(lanes) * lanes;
-    let mut out = vec![0u32; pairs * padded];
+    if out.len() < pairs * padded {
+        out.resize(pairs * padded, 0);
+    }
     if v.rows == 0 || pairs == 0 {
-        return out;
+        return;
     }
     assert!(
         data.len() > (v.rows - 1) * v.rs + (v.cols - 1) * v.cs,
@@ -84,7 +113,7 @@ fn pack<T: PackValue>(data: &[T], v: View, lanes: usize) -> Vec<u32> {
     );
     // One task per (block, panel): each writes its own contiguous run of `out`.
     let mut tasks: Vec<(usize, usize, &mut [u32])> = Vec::new();
-    let mut rest = &mut out[..];
+    let mut rest = &mut out[..pairs * padded];
     for p0 in (0..pairs).step_by(KC) {
         let len = KC.min(pairs - p0);
         for r0 in (0..padded).step_by(lanes) {
@@ -96,12 +125,11 @@ fn pack<T: PackValue>(data: &[T], v: View, lanes: usize) -> Vec<u32> {
     let fill = |(p0, r0, panel): (usize, usize, &mut [u32])| {
         crate::cpu::vectorized(|| fill_panel(data, v, lanes, (p0, r0), panel))
     };
-    if v.rows * v.cols >= 1 << 16 {
+    if parallel && v.rows * v.cols >= 1 << 16 {
         tasks.into_par_iter().for_each(fill);
     } else {
         tasks.into_iter().for_each(fill);
     }
-    out
 }
 
 /// Writes one panel: rows `r0..r0 + lanes` of `v`, depth pairs `p0..` (as many as the
@@ -116,6 +144,12 @@ fn fill_panel<T: PackValue>(
 ) {
     let len = panel.len() / lanes;
     let rows = lanes.min(v.rows - r0);
+    if rows < lanes {
+        // Rows past the matrix's edge: zeros (the buffer holds an earlier call's data).
+        for q in 0..len {
+            panel[q * lanes + rows..(q + 1) * lanes].fill(0);
+        }
+    }
     let at = |r: usize, c: usize| -> u32 {
         if c < v.cols {
             // In bounds: checked against the data's length in `pack`.
@@ -125,12 +159,18 @@ fn fill_panel<T: PackValue>(
         }
     };
     if v.cs == 1 {
-        // Depth is contiguous along each row: walk each row's run, writing with stride.
+        // Depth is contiguous along each row: walk each row's run in pairs, writing
+        // with the panel's stride.
+        let c0 = 2 * p0;
+        let run = v.cols.saturating_sub(c0).min(2 * len);
         for i in 0..rows {
-            let r = r0 + i;
-            for q in 0..len {
-                let c = 2 * (p0 + q);
-                panel[q * lanes + i] = at(r, c) | (at(r, c + 1) << 16);
+            let row = &data[(r0 + i) * v.rs + c0..][..run];
+            let mut pairs = row.chunks_exact(2);
+            for (q, p) in (&mut pairs).enumerate() {
+                panel[q * lanes + i] = p[0].bits() as u32 | ((p[1].bits() as u32) << 16);
+            }
+            if let [last] = pairs.remainder() {
+                panel[(run / 2) * lanes + i] = last.bits() as u32;
             }
         }
     } else if v.rs == 1 {

@@ -6,7 +6,7 @@ use half::slice::HalfFloatSliceExt;
 use half::vec::HalfBitsVecExt;
 
 use super::convert::{round_slice, widen_slice};
-use super::gemm::Values;
+use super::operand::Values;
 use crate::error::{CandleContext, OpError, Result};
 use crate::route::{route, Route};
 
@@ -58,7 +58,10 @@ pub(crate) fn with_values<R>(
             let Storage::Cpu(cpu) = &*storage else {
                 return Err(OpError::Unsupported {
                     op,
-                    what: format!("a bf16 CPU kernel was asked to read a tensor on {:?}", t.device().location()),
+                    what: format!(
+                        "a bf16 CPU kernel was asked to read a tensor on {:?}",
+                        t.device().location()
+                    ),
                 });
             };
             let data = cpu.as_slice::<half::bf16>().ctx(op)?;
@@ -74,7 +77,11 @@ pub(crate) fn with_values<R>(
 }
 
 /// A bfloat16 CPU tensor from its bits.
-pub(crate) fn bits_tensor(op: &'static str, bits: Vec<u16>, shape: impl Into<Shape>) -> Result<Tensor> {
+pub(crate) fn bits_tensor(
+    op: &'static str,
+    bits: Vec<u16>,
+    shape: impl Into<Shape>,
+) -> Result<Tensor> {
     let values: Vec<half::bf16> = bits.reinterpret_into();
     Tensor::from_vec(values, shape, &Device::Cpu).ctx(op)
 }

@@ -27,6 +27,7 @@ use super::im2col::{
 };
 use super::params::{Geom, OP};
 use super::{depthwise, winograd, winograd_filter};
+use crate::bf16;
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
@@ -164,6 +165,7 @@ fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
         w: g.w,
         c_out: g.c_out,
         pad: g.p.padding,
+        products: g.products,
     })
 }
 
@@ -217,7 +219,8 @@ fn forward_with<T: Float>(
                     };
                     let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                     let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
-                    cpu::gemm_uninit(cout_g, p, k, dst, (w_g, (k, 1)), (rhs, (p, 1)), parallel);
+                    let (lhs, rhs) = ((w_g, (k, 1)), (rhs, (p, 1)));
+                    bf16::gemm_uninit_with(g.products, (cout_g, p, k), dst, lhs, rhs, parallel);
                     if !epi.is_empty() {
                         epi.apply_columns(g, n, grp * cout_g, dst, (0, p), parallel);
                     }
@@ -245,6 +248,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
             w: g.ow,
             c_out: g.c_in,
             pad: [2 - s.pad[0], 2 - s.pad[1]],
+            products: g.products,
         };
         let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
             cpu::with_slice::<T, _>(OP, w, |ws| {
@@ -277,18 +281,23 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
                         // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
                         if g.is_pointwise() {
                             let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
-                            cpu::gemm_uninit(k, p, cout_g, dx_ng, lhs, rhs, parallel);
+                            bf16::gemm_uninit_with(
+                                g.products,
+                                (k, p, cout_g),
+                                dx_ng,
+                                lhs,
+                                rhs,
+                                parallel,
+                            );
                         } else {
                             col.resize(k * p, T::ZERO);
                             let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
-                            cpu::gemm_strided(
-                                k,
-                                p,
-                                cout_g,
+                            bf16::gemm_strided_with(
+                                g.products,
+                                (k, p, cout_g),
                                 (col, (p, 1)),
                                 false,
-                                lhs,
-                                rhs,
+                                (lhs, rhs),
                                 parallel,
                             );
                             // Zeroed here, while this image's slots are in cache.
@@ -344,14 +353,12 @@ pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor)
                         let g_ng = group_of(gs, n, grp, g, cout_g * p);
                         let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
                         let (lhs, rhs) = ((g_ng, (p, 1)), (rhs, (1, p)));
-                        cpu::gemm_strided(
-                            cout_g,
-                            k,
-                            p,
+                        bf16::gemm_strided_with(
+                            g.products,
+                            (cout_g, k, p),
                             (dst, dw_strides),
                             true,
-                            lhs,
-                            rhs,
+                            (lhs, rhs),
                             parallel,
                         );
                     }
@@ -398,7 +405,8 @@ fn forward_whole_batch<T: Float>(
                 let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                 let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
                 let dst = &mut tmp.spare_capacity_mut()[..cout_g * np];
-                cpu::gemm_uninit(cout_g, np, k, dst, (w_g, (k, 1)), (&col, (np, 1)), true);
+                let (lhs, rhs) = ((w_g, (k, 1)), (&col[..], (np, 1)));
+                bf16::gemm_uninit_with(g.products, (cout_g, np, k), dst, lhs, rhs, true);
                 // SAFETY: gemm_uninit wrote all cout_g * np slots.
                 unsafe { tmp.set_len(cout_g * np) };
                 scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);
@@ -435,14 +443,12 @@ fn backward_data_whole_batch<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) 
                 let column_major = k > cout_g;
                 let col_strides = if column_major { (1, k) } else { (np, 1) };
                 let (lhs, rhs) = ((w_g, (1, k)), (&gy[..], (np, 1)));
-                cpu::gemm_strided(
-                    k,
-                    np,
-                    cout_g,
+                bf16::gemm_strided_with(
+                    g.products,
+                    (k, np, cout_g),
                     (&mut col, col_strides),
                     false,
-                    lhs,
-                    rhs,
+                    (lhs, rhs),
                     true,
                 );
                 if column_major {
@@ -485,7 +491,14 @@ fn backward_filter_whole_batch<T: Float>(
                 let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
                 // dw_g (cout_g × k) = gy (cout_g × np) · rows (np × k), both untransposed.
                 let (lhs, rhs) = ((&gy[..], (np, 1)), (&rows[..], (k, 1)));
-                cpu::gemm_strided(cout_g, k, np, (dst, (k, 1)), false, lhs, rhs, true);
+                bf16::gemm_strided_with(
+                    g.products,
+                    (cout_g, k, np),
+                    (dst, (k, 1)),
+                    false,
+                    (lhs, rhs),
+                    true,
+                );
             }
             Ok(())
         })

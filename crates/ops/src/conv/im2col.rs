@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 use rayon::prelude::*;
 
 use super::params::Geom;
-use crate::cpu::{Element, Float};
+use crate::cpu::Float;
 use crate::shape::{outputs_in_bounds, split_phases as split_row};
 
 /// Sets `col` to the im2col matrix ([cin_g*kh*kw, oh*ow]) of one image's group `x`
@@ -22,7 +22,7 @@ use crate::shape::{outputs_in_bounds, split_phases as split_row};
 /// ([`split_phases`]), so that every im2col row segment is one contiguous copy instead of
 /// a strided gather (the 7x7 stride-2 stem spent as long in a strided im2col as in its
 /// GEMM).
-pub(super) fn im2col<T: Element>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bool) {
+pub(super) fn im2col<T: Float>(g: &Geom, x: &[T], col: &mut Vec<T>, parallel: bool) {
     let (p, kk) = (g.pixels(), g.kh * g.kw);
     let phased;
     let x = if phases_pay(g) {
@@ -85,7 +85,7 @@ fn source_row_len(g: &Geom) -> usize {
 /// `x` ([cin_g, h, w]) with each row split into its column-stride phases: value `j * s + r`
 /// of a row at `r * ceil(w / s) + j` of its [`source_row_len`] slots (the unused tail
 /// slots of the last phases are zeros, never read).
-fn split_phases<T: Element>(g: &Geom, x: &[T], parallel: bool) -> Vec<T> {
+fn split_phases<T: Float>(g: &Geom, x: &[T], parallel: bool) -> Vec<T> {
     let (s, row_len) = (g.p.stride[1], source_row_len(g));
     let mut out = vec![T::ZERO; g.cin_g() * g.h * row_len];
     let split = |(dst, src): (&mut [T], &[T])| split_row(src, s, dst);
@@ -105,7 +105,7 @@ fn split_phases<T: Element>(g: &Geom, x: &[T], parallel: bool) -> Vec<T> {
 
 /// Writes the kh*kw im2col rows of one input plane (as [`im2col_row`] reads it) into
 /// `rows`, a matrix of oh*ow-long rows. Every slot is written (padding as zeros).
-fn im2col_plane<T: Element>(g: &Geom, plane: &[T], rows: &mut [MaybeUninit<T>]) {
+fn im2col_plane<T: Float>(g: &Geom, plane: &[T], rows: &mut [MaybeUninit<T>]) {
     let p = g.pixels();
     for ki in 0..g.kh {
         for kj in 0..g.kw {
@@ -120,7 +120,7 @@ fn im2col_plane<T: Element>(g: &Geom, plane: &[T], rows: &mut [MaybeUninit<T>]) 
 /// [`source_row_len`] values: plain rows, or when [`phases_pay`], rows split into phases
 /// ([`split_phases`]), where a window column's values for consecutive outputs are
 /// consecutive.
-fn im2col_row<T: Element>(
+fn im2col_row<T: Float>(
     g: &Geom,
     plane: &[T],
     (ki, kj): (usize, usize),
@@ -171,7 +171,7 @@ fn im2col_row<T: Element>(
 /// weight gradient's GEMM reads it untransposed, which the `gemm` crate runs up to 1.6x
 /// faster than the transposed im2col matrix. The input is first copied into zero-padded
 /// planes (`padded`, reused), so that every window value is one unchecked-offset read.
-fn im2row<T: Element>(g: &Geom, x: &[T], padded: &mut Vec<T>, rows: &mut [MaybeUninit<T>]) {
+fn im2row<T: Float>(g: &Geom, x: &[T], padded: &mut Vec<T>, rows: &mut [MaybeUninit<T>]) {
     let (k, kk, hw) = (g.k(), g.kh * g.kw, g.h * g.w);
     let [sh, sw] = g.p.stride;
     let [dh, dw] = g.p.dilation;
@@ -213,7 +213,7 @@ fn padded_size(g: &Geom) -> (usize, usize) {
 
 /// Copies `plane` ([h, w]) into the interior of `dst` ([`padded_size`], its border
 /// already zero).
-fn pad_plane<T: Element>(g: &Geom, plane: &[T], dst: &mut [T]) {
+fn pad_plane<T: Float>(g: &Geom, plane: &[T], dst: &mut [T]) {
     let [ph, pw] = g.p.padding;
     let wp = padded_size(g).1;
     for (y, row) in plane.chunks(g.w).enumerate() {
@@ -223,7 +223,7 @@ fn pad_plane<T: Element>(g: &Geom, plane: &[T], dst: &mut [T]) {
 
 /// The pixel-major im2col matrix ([`im2row`]) of group `grp` for every image:
 /// [n * pixels, k], one task per image.
-pub(super) fn batch_rows<T: Element>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
+pub(super) fn batch_rows<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
     let (k, p) = (g.k(), g.pixels());
     let in_group = g.cin_g() * g.h * g.w;
     let len = g.n * p * k;
@@ -348,7 +348,7 @@ fn valid_range(g: &Geom, kj: usize) -> (usize, usize) {
 /// (one task per input channel, each writing its own kh*kw rows once). Each plane is first
 /// copied into a zero-padded one, so that every output row is an unchecked strided copy
 /// (the small planes of whole-batch layers make per-row bounds work the larger cost).
-pub(super) fn batch_columns<T: Element>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
+pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
     let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
     let np = g.n * p;
     let [sh, sw] = g.p.stride;
@@ -384,7 +384,7 @@ pub(super) fn batch_columns<T: Element>(g: &Geom, xs: &[T], grp: usize) -> Vec<T
 }
 
 /// Output-shaped data [n, c_out, pixels] of group `grp` as a matrix [cout_g, n * pixels].
-pub(super) fn gather_outputs<T: Element>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
+pub(super) fn gather_outputs<T: Float>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
     let (p, cout_g) = (g.pixels(), g.cout_g());
     let len = cout_g * g.n * p;
     let mut m: Vec<T> = Vec::with_capacity(len);
@@ -406,7 +406,7 @@ pub(super) fn gather_outputs<T: Element>(g: &Geom, ys: &[T], grp: usize) -> Vec<
 
 /// The inverse of [`gather_outputs`]: writes a [cout_g, n * pixels] matrix of group `grp`
 /// into the slots of output-shaped data [n, c_out, pixels] (each group's slots once).
-pub(super) fn scatter_outputs<T: Element>(g: &Geom, m: &[T], ys: &mut [MaybeUninit<T>], grp: usize) {
+pub(super) fn scatter_outputs<T: Float>(g: &Geom, m: &[T], ys: &mut [MaybeUninit<T>], grp: usize) {
     let (p, cout_g) = (g.pixels(), g.cout_g());
     let np = g.n * p;
     ys.par_chunks_mut(p).enumerate().for_each(|(i, dst)| {

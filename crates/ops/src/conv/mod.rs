@@ -65,9 +65,9 @@ pub fn conv2d_fused(
             &[g.n, g.c_out, g.oh, g.ow],
         )?;
     }
-    let low_precision = bf16::applies(x, weight);
+    let low_precision = bf16::applies(&[x, weight]);
     if low_precision {
-        bf16::check(x, weight, epilogue)?;
+        bf16::check(&[("input", x), ("weight", weight)], epilogue)?;
     } else {
         let mut others = vec![("weight", weight)];
         others.extend(epilogue.bias.map(|b| ("bias", b)));
@@ -75,13 +75,14 @@ pub fn conv2d_fused(
         cpu_data::same_dtype(OP, x.dtype(), &others)?;
     }
     match route(x.device()) {
-        Route::Cpu if low_precision => bf16::forward(&g, x, weight, epilogue),
+        Route::Cpu if low_precision => {
+            let (x, w) = (bf16::widened(x)?, bf16::widened(weight)?);
+            cpu::forward::<f32>(&bf16::bf16_products(&g), &x, &w, epilogue)
+        }
         Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::forward(&g, x, weight, epilogue)),
         Route::Cuda | Route::Generic => {
             let mut out = if low_precision {
-                // bfloat16 values are exact in float32: the same products, in float32.
-                let f32 = candle_core::DType::F32;
-                let (x, w) = (x.to_dtype(f32).ctx(OP)?, weight.to_dtype(f32).ctx(OP)?);
+                let (x, w) = (bf16::rounded_f32(x)?, bf16::rounded_f32(weight)?);
                 generic::forward(&g, &x, &w)?
             } else {
                 generic::forward(&g, x, weight)?
@@ -119,11 +120,18 @@ pub fn conv2d_backward_data(
 ) -> Result<Tensor> {
     let g = p.geom(input_shape, weight.dims())?;
     check_grad_out(&g, grad_out)?;
-    if weight.dtype() == candle_core::DType::BF16 {
+    if bf16::applies(&[grad_out, weight]) {
+        bf16::check(
+            &[("output gradient", grad_out), ("weight", weight)],
+            &Default::default(),
+        )?;
         return match route(grad_out.device()) {
-            Route::Cpu => bf16::backward_data(&g, grad_out, weight),
+            Route::Cpu => {
+                let (gy, w) = (bf16::widened(grad_out)?, bf16::widened(weight)?);
+                cpu::backward_data::<f32>(&bf16::bf16_products(&g), &gy, &w)
+            }
             Route::Cuda | Route::Generic => {
-                let (gy, w) = widened_bf16_pair(grad_out, weight)?;
+                let (gy, w) = (bf16::rounded_f32(grad_out)?, bf16::rounded_f32(weight)?);
                 generic::backward_data(&g, &gy, &w)
             }
         };
@@ -146,13 +154,42 @@ pub fn conv2d_backward_filter(
     weight_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
+    backward_filter_with(grad_out, x, weight_shape, p, false)
+}
+
+/// [`conv2d_backward_filter`] with bfloat16 products whatever the operands' dtypes: the
+/// weight gradient of a convolution whose weight autocast cast to bfloat16 (its float32
+/// input and output gradient are rounded as the products read them).
+pub fn conv2d_backward_filter_bf16(
+    grad_out: &Tensor,
+    x: &Tensor,
+    weight_shape: &[usize],
+    p: &Conv2dParams,
+) -> Result<Tensor> {
+    backward_filter_with(grad_out, x, weight_shape, p, true)
+}
+
+fn backward_filter_with(
+    grad_out: &Tensor,
+    x: &Tensor,
+    weight_shape: &[usize],
+    p: &Conv2dParams,
+    bf16_products: bool,
+) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight_shape)?;
     check_grad_out(&g, grad_out)?;
-    if x.dtype() == candle_core::DType::BF16 {
+    if bf16_products || bf16::applies(&[grad_out, x]) {
+        bf16::check(
+            &[("output gradient", grad_out), ("input", x)],
+            &Default::default(),
+        )?;
         return match route(x.device()) {
-            Route::Cpu => bf16::backward_filter(&g, grad_out, x),
+            Route::Cpu => {
+                let (gy, x) = (bf16::widened(grad_out)?, bf16::widened(x)?);
+                cpu::backward_filter::<f32>(&bf16::bf16_products(&g), &gy, &x)
+            }
             Route::Cuda | Route::Generic => {
-                let (gy, x) = widened_bf16_pair(grad_out, x)?;
+                let (gy, x) = (bf16::rounded_f32(grad_out)?, bf16::rounded_f32(x)?);
                 generic::backward_filter(&g, &gy, &x)
             }
         };
@@ -207,15 +244,6 @@ impl<T: cpu_data::Float> cpu_data::WideKernel for PlaneSum<'_, T> {
 /// FLOPs of the bias gradient for an output gradient of shape `grad_out`: one add per element.
 pub fn conv2d_backward_bias_flops(grad_out: &[usize]) -> u64 {
     crate::shape::flop_count(1, grad_out)
-}
-
-/// A float32 output gradient rounded to bfloat16 values and a bfloat16 operand, both as
-/// float32: the generic path's operands for a bfloat16 convolution's gradients (bfloat16
-/// products are exact in float32, so the sums are the CPU kernel's, in another order).
-fn widened_bf16_pair(grad_out: &Tensor, operand: &Tensor) -> Result<(Tensor, Tensor)> {
-    use candle_core::DType;
-    let gy = grad_out.to_dtype(DType::BF16).and_then(|g| g.to_dtype(DType::F32));
-    Ok((gy.ctx(OP)?, operand.to_dtype(DType::F32).ctx(OP)?))
 }
 
 fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {

@@ -47,6 +47,8 @@ pub(super) struct Geom {
     pub(super) ow: usize,
     pub(super) groups: usize,
     pub(super) p: Conv2dParams,
+    /// How its GEMMs multiply: float32, or bfloat16 products (autocast).
+    pub(super) products: crate::bf16::Products,
 }
 
 impl Geom {
@@ -160,6 +162,7 @@ impl Conv2dParams {
             ow,
             groups: self.groups,
             p: *self,
+            products: crate::bf16::Products::Native,
         })
     }
 

@@ -43,6 +43,8 @@ pub(super) struct Shape {
     pub w: usize,
     pub c_out: usize,
     pub pad: [usize; 2],
+    /// How its GEMMs multiply (bfloat16 products under autocast).
+    pub products: crate::bf16::Products,
 }
 
 impl Shape {
@@ -209,7 +211,14 @@ fn chunk_convolve<T: Float>(
         let gemm = |(xi, dst): (usize, &mut [MaybeUninit<T>])| {
             let lhs = (&u[xi * s.c_out * s.c_in..][..s.c_out * s.c_in], (s.c_in, 1));
             let rhs = (&v[xi * tiles..], (16 * tiles, 1));
-            cpu::gemm_uninit(s.c_out, tiles, s.c_in, dst, lhs, rhs, false);
+            crate::bf16::gemm_uninit_with(
+                s.products,
+                (s.c_out, tiles, s.c_in),
+                dst,
+                lhs,
+                rhs,
+                false,
+            );
         };
         if parallel && cpu::threads() > 1 {
             slots

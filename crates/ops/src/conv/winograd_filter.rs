@@ -129,7 +129,14 @@ fn chunk_gradient<T: Float>(
         let lhs = (&v[xi * tiles..], (16 * tiles, 1));
         let rhs = (&g[xi * tiles * s.c_out..], (s.c_out, 1));
         let dst = (dst, (s.c_out, 1));
-        cpu::gemm_strided(s.c_in, s.c_out, tiles, dst, true, lhs, rhs, false);
+        crate::bf16::gemm_strided_with(
+            s.products,
+            (s.c_in, s.c_out, tiles),
+            dst,
+            true,
+            (lhs, rhs),
+            false,
+        );
     };
     let planes = du.chunks_mut(s.c_out * s.c_in).enumerate();
     if parallel {

@@ -55,6 +55,10 @@ pub enum TensorKernel {
     /// `masked_fill`'s gradient.
     MaskedFillBackward,
     /// `detach`: the same values, no gradient.
+    /// A conversion between float dtypes (`x.to(dtype)`; autocast's casts).
+    Cast,
+    /// A cast's gradient, converted back to the input's dtype.
+    CastBackward,
     Detach,
     /// `log_softmax` forward.
     LogSoftmaxForward,
@@ -80,6 +84,7 @@ impl TensorKernel {
             IndexSelect | IndexSelectBackward | Gather | GatherBackward => C::Indexing,
             Embedding | EmbeddingBackward => C::Indexing,
             Detach => C::Reshape,
+            Cast | CastBackward => C::Elementwise,
             LogSoftmaxForward | LogSoftmaxBackward => C::Softmax,
             NllLossForward | NllLossBackward => C::Loss,
         }
@@ -103,6 +108,8 @@ impl TensorKernel {
             WhereBackward | MaskedFillBackward | LogSoftmaxBackward | NllLossBackward => {
                 KernelPhase::Backward
             }
+            Cast => KernelPhase::Forward,
+            CastBackward => KernelPhase::Backward,
             Detach => return None,
         })
     }
@@ -135,6 +142,8 @@ impl TensorKernel {
             MaskedFill => "MaskedFill",
             MaskedFillBackward => "MaskedFillBackward",
             Detach => "Detach",
+            Cast => "Cast",
+            CastBackward => "CastBackward",
             LogSoftmaxForward => "LogSoftmaxForward",
             LogSoftmaxBackward => "LogSoftmaxBackward",
             NllLossForward => "NllLossForward",

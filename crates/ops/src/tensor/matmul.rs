@@ -116,8 +116,38 @@ impl MatMulShape {
         (self.flat() && cpu && rows * k * n > 0).then_some((rows, k, n))
     }
 
-    /// `a @ b`.
+    /// The flat product's `(rows, k, n)` when one operand is bf16 (autocast's products):
+    /// `b` without batch dimensions on the CPU; an error for other bf16 products.
+    fn bf16_products(&self, x: &Tensor, y: &Tensor) -> Result<Option<(usize, usize, usize)>> {
+        use candle_core::DType;
+        if x.dtype() != DType::BF16 && y.dtype() != DType::BF16 {
+            return Ok(None);
+        }
+        let (_, k, n) = self.mkn;
+        let rows = self.a.iter().product::<usize>() / k.max(1);
+        let cpu = crate::route::route(x.device()) == crate::route::Route::Cpu;
+        let floats = [x, y]
+            .iter()
+            .all(|t| matches!(t.dtype(), DType::F32 | DType::BF16));
+        if self.flat() && cpu && floats {
+            return Ok(Some((rows, k, n)));
+        }
+        Err(crate::error::OpError::Unsupported {
+            op: OP,
+            what: format!(
+                "bf16 products of {:?} @ {:?} ({:?} and {:?}): wick's bf16 matmul takes a 2-D right operand on the CPU (autocast's weights)",
+                self.a, self.b, x.dtype(), y.dtype()
+            ),
+        })
+    }
+
+    /// `a @ b`. With a bf16 operand (autocast's weight), the products are bf16 and the
+    /// sums f32: the other operand is rounded as the product reads it, the output is f32.
     pub fn forward(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if let Some(mkn) = self.bf16_products(a, b)? {
+            let y = crate::bf16::matmul_forward(a, b, mkn)?;
+            return self.finish(Ok(y), &self.out);
+        }
         let (_, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(a, b) {
             let y = dispatch_float!(OP, a.dtype(), matmul_cpu::forward(a, b, mkn))?;
@@ -137,6 +167,10 @@ impl MatMulShape {
     /// The gradient of `a` for output gradient `gy`: `gy @ bᵀ`, summed over the batch
     /// dimensions `a` was broadcast along.
     pub fn backward_a(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if let Some(mkn) = self.bf16_products(gy, b)? {
+            let ga = crate::bf16::matmul_backward_a(gy, b, mkn)?;
+            return self.finish(Ok(ga), &self.a);
+        }
         let (m, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(gy, b) {
             let ga = dispatch_float!(OP, gy.dtype(), matmul_cpu::backward_a(gy, b, mkn))?;
@@ -155,6 +189,10 @@ impl MatMulShape {
     /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
     /// dimensions `b` was broadcast along.
     pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
+        if let Some(mkn) = self.bf16_products(a, gy)? {
+            let gb = crate::bf16::matmul_backward_b(a, gy, mkn)?;
+            return self.finish(Ok(gb), &self.b);
+        }
         let (_, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(a, gy) {
             let gb = dispatch_float!(OP, a.dtype(), matmul_cpu::backward_b(a, gy, mkn))?;

@@ -34,6 +34,10 @@ pub struct RunInfo {
     pub passes: Vec<String>,
     /// The command line.
     pub command_line: Vec<String>,
+    /// Whether the CPU has bfloat16 instructions (AVX512-BF16's `vdpbf16ps`), which
+    /// bf16 autocast uses.
+    #[serde(default)]
+    pub cpu_bf16: bool,
 }
 
 impl RunInfo {
@@ -53,6 +57,7 @@ impl RunInfo {
             cpu_model,
             threads: rayon::current_num_threads(),
             command_line: std::env::args().collect(),
+            cpu_bf16: wick_ops::bf16::has_avx512_bf16(),
             ..Default::default()
         }
     }

@@ -1,0 +1,238 @@
+//! bf16 autocast as a graph policy: casts of the products' weights only (once each),
+//! float32 parameters, gradients and outputs, a training step that follows the float32
+//! one within bf16's rounding but is not the float32 step, the cast's own backward, the
+//! refusal of non-float casts, and batch-norm folding that folds the float32 master
+//! weight under autocast.
+
+use candle_core::{DType, Device, Tensor};
+use wick_graph::{Executor, GraphBuilder, Mode, PassSet, Precision};
+use wick_ops::{BatchNorm2dParams, Conv2dParams, DeviceKind, SgdParams};
+
+fn randn(dims: &[usize], seed: u64) -> Tensor {
+    let n: usize = dims.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| (((i as u64 * 2654435761 + seed * 97) % 1000) as f32 / 1000.0 - 0.5) * 0.8)
+        .collect();
+    Tensor::from_vec(v, dims, &Device::Cpu).unwrap()
+}
+
+/// conv (3x3, 8 -> 16) + batch norm + ReLU + depthwise conv + global pool + linear, and
+/// cross-entropy; SGD.
+fn small_net(mode: Mode, precision: Precision) -> (GraphBuilder, wick_graph::ValueId) {
+    let mut b = GraphBuilder::new(mode, DType::F32);
+    b.set_precision(precision);
+    let x = b.input("x", &[4, 8, 10, 10], DType::F32).unwrap();
+    let w = b.param("conv.weight", &[16, 8, 3, 3]).unwrap();
+    let same = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let y = b.in_layer("conv", |b| b.conv2d(x, w, None, same)).unwrap();
+    let (g, beta) = (
+        b.param("bn.weight", &[16]).unwrap(),
+        b.param("bn.bias", &[16]).unwrap(),
+    );
+    let (m, v) = (
+        b.state("bn.running_mean", &[16]).unwrap(),
+        b.state("bn.running_var", &[16]).unwrap(),
+    );
+    let y = b
+        .batch_norm(y, g, beta, m, v, BatchNorm2dParams::default())
+        .unwrap();
+    let y = b.relu(y).unwrap();
+    let dw = b.param("dw.weight", &[16, 1, 3, 3]).unwrap();
+    let depthwise = Conv2dParams { groups: 16, ..same };
+    let y = b
+        .in_layer("dw", |b| b.conv2d(y, dw, None, depthwise))
+        .unwrap();
+    let y = b.adaptive_avg_pool2d(y, 1, 1).unwrap();
+    let y = b.flatten(y).unwrap();
+    let fc = b.param("fc.weight", &[5, 16]).unwrap();
+    let logits = b.in_layer("fc", |b| b.linear(y, fc, None)).unwrap();
+    b.output(logits);
+    (b, logits)
+}
+
+fn weights() -> Vec<(&'static str, Tensor)> {
+    vec![
+        ("conv.weight", randn(&[16, 8, 3, 3], 1)),
+        ("bn.weight", (randn(&[16], 2) + 1.0).unwrap()),
+        ("bn.bias", randn(&[16], 3)),
+        ("bn.running_mean", randn(&[16], 4)),
+        (
+            "bn.running_var",
+            (randn(&[16], 5).abs().unwrap() + 0.5).unwrap(),
+        ),
+        ("dw.weight", randn(&[16, 1, 3, 3], 6)),
+        ("fc.weight", randn(&[5, 16], 7)),
+    ]
+}
+
+fn kernel_names(exec: &Executor) -> Vec<&'static str> {
+    exec.graph()
+        .nodes()
+        .iter()
+        .map(|n| n.op.kernel().name(DeviceKind::Cpu))
+        .collect()
+}
+
+/// A training executor with the weights set and one batch in.
+fn training(precision: Precision) -> Executor {
+    let (mut b, logits) = small_net(Mode::Train, precision);
+    let labels = b.input("labels", &[4], DType::I64).unwrap();
+    let loss = b.cross_entropy(logits, labels).unwrap();
+    b.output(loss);
+    let grads = b.backward(loss).unwrap();
+    for (p, g) in grads.iter() {
+        assert_eq!(
+            b.dtype(g),
+            DType::F32,
+            "gradient of {}",
+            b.graph().value(p).name
+        );
+    }
+    b.sgd(
+        &grads,
+        SgdParams {
+            lr: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    for (name, t) in weights() {
+        exec.set(name, &t).unwrap();
+    }
+    exec.set("x", &randn(&[4, 8, 10, 10], 9)).unwrap();
+    exec.set(
+        "labels",
+        &Tensor::new(&[0i64, 3, 1, 4], &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    exec
+}
+
+fn values(exec: &Executor, name: &str) -> Vec<f32> {
+    let t = exec.get(name).unwrap().unwrap();
+    assert_eq!(t.dtype(), DType::F32, "{name} stays f32");
+    t.flatten_all().unwrap().to_vec1().unwrap()
+}
+
+#[test]
+fn autocast_casts_each_products_weight_once_and_keeps_everything_else_f32() {
+    let exec = training(Precision::Bf16Autocast);
+    let graph = exec.graph();
+    let casts: Vec<_> = graph
+        .nodes()
+        .iter()
+        .filter(|n| n.op.kernel().name(DeviceKind::Cpu) == "Cast")
+        .map(|n| graph.value(n.inputs[0]).name.clone())
+        .collect();
+    // The dense conv's and the linear layer's weights; not the depthwise conv's.
+    assert_eq!(casts, ["conv.weight", "fc.weight"]);
+    assert!(
+        !kernel_names(&exec).contains(&"CastBackward"),
+        "gradients are f32 already"
+    );
+    assert_eq!(graph.precision(), Precision::Bf16Autocast);
+    let f32_graph = training(Precision::F32);
+    assert!(!kernel_names(&f32_graph).contains(&"Cast"));
+}
+
+#[test]
+fn an_autocast_step_follows_the_f32_step_within_bf16_rounding() {
+    let (mut low, mut full) = (training(Precision::Bf16Autocast), training(Precision::F32));
+    for _ in 0..3 {
+        low.run().unwrap();
+        full.run().unwrap();
+    }
+    for name in ["conv.weight", "fc.weight", "bn.weight", "dw.weight"] {
+        let (a, b) = (values(&low, name), values(&full, name));
+        let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        // Three SGD steps at lr 0.5 on bf16 products: a few parts in a thousand of the
+        // weights' scale; identical would mean the products ran in f32.
+        assert!(
+            worst < 2e-2 * scale,
+            "{name}: differs by {worst} (scale {scale})"
+        );
+        assert!(
+            worst > 0.0,
+            "{name}: identical to f32: bf16 products did not run"
+        );
+    }
+}
+
+#[test]
+fn a_cast_passes_f32_gradients_through_and_refuses_integers() {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", &[3, 4], DType::F32).unwrap();
+    let w = b.param("w", &[2, 4]).unwrap();
+    let wh = b.to_dtype(w, DType::BF16).unwrap();
+    assert_eq!(
+        b.to_dtype(wh, DType::BF16).unwrap(),
+        wh,
+        "a cast to its own dtype is a no-op"
+    );
+    let y = b.linear(x, wh, None).unwrap();
+    assert_eq!(b.dtype(y), DType::F32);
+    let loss = b.sum(y, &[], false).unwrap();
+    let grads = b.backward(loss).unwrap();
+    let (p, g) = grads.iter().next().unwrap();
+    assert_eq!((p, b.dtype(g)), (w, DType::F32));
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let idx = b.input("i", &[3], DType::I64).unwrap();
+    let err = b
+        .in_layer("head", |b| b.to_dtype(idx, DType::F32))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("to") && err.contains("head") && err.contains("I64"),
+        "{err}"
+    );
+}
+
+#[test]
+fn folding_batch_norm_under_autocast_folds_the_f32_master_weight() {
+    let run = |passes: PassSet| {
+        let mut graph = small_net(Mode::Eval, Precision::Bf16Autocast).0.finish();
+        graph.apply_passes(passes);
+        let mut exec = Executor::new(graph, &Device::Cpu);
+        for (name, t) in weights() {
+            exec.set(name, &t).unwrap();
+        }
+        exec.set("x", &randn(&[4, 8, 10, 10], 9)).unwrap();
+        exec.run().unwrap();
+        let out = exec.graph().outputs()[0];
+        let names = kernel_names(&exec);
+        (
+            exec.get_id(out)
+                .unwrap()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            names,
+        )
+    };
+    let (plain, plain_names) = run(PassSet::NONE);
+    let (folded, folded_names) = run(PassSet::default());
+    assert_eq!(plain_names.iter().filter(|n| **n == "Cast").count(), 2);
+    // The conv's cast went into the fold; the linear layer's stays.
+    assert_eq!(
+        folded_names.iter().filter(|n| **n == "Cast").count(),
+        1,
+        "{folded_names:?}"
+    );
+    assert!(folded_names.contains(&"ConvBiasActivationForward"));
+    for (a, b) in plain.iter().zip(&folded) {
+        assert!(
+            (a - b).abs() < 2e-2 * (1.0 + b.abs()),
+            "folded {a} vs unfolded {b}"
+        );
+    }
+}
