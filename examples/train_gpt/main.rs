@@ -505,16 +505,11 @@ fn run() -> Result<()> {
     let tokenizer = a.tokenizer.open(&a.text)?;
     let config = read_config(&a, tokenizer.as_ref())?;
     let (corpus, batch_file, shape) = read_data(&a, tokenizer.as_ref())?;
-    let text_len = corpus.train.len() + corpus.held_out.len();
-    let len = a.context + 1;
+    let (text_len, len) = (corpus.train.len() + corpus.held_out.len(), a.context + 1);
     let model = Gpt2::new(config.clone());
-    let (mut train, loss, specs) = graph(
-        &model,
-        &shape,
-        Some(&optimizer(&a)?),
-        (a.passes, a.precision),
-    )?;
-    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None, (a.passes, a.precision))?;
+    let settings = (a.passes, a.precision);
+    let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?), settings)?;
+    let (mut eval, eval_loss, _) = graph(&model, &[1, len], None, settings)?;
     load_weights(&mut train, &specs, &a)?;
     let params: usize = specs
         .iter()

@@ -8,10 +8,8 @@ use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device, Tensor};
 use wick_graph::nodes::dropout::STEP_INPUT;
-use wick_graph::nodes::optim::{Optimizer, OptimizerConfig};
 use wick_graph::passes::data_parallel::{DataParallel, DataParallelOptions};
 use wick_graph::{Executor, GraphBuilder, Mode, PassSet, Precision, StepPart, ValueId};
-use wick_ops::SgdParams;
 
 use crate::checkpoint::{self, StateDict, ValueChecks};
 use crate::error::{ModelError, Result};
@@ -20,56 +18,9 @@ use crate::init::WeightInit;
 use crate::model::ModelConfig;
 
 mod checks;
+mod options;
 
-/// What a training session needs beyond the model.
-#[derive(Debug, Clone)]
-pub struct TrainOptions {
-    /// The optimizer phase: SGD, Adam or AdamW, parameter groups, gradient clipping.
-    pub optimizer: OptimizerConfig,
-    /// Keep every parameter's gradient after each step (for tests and inspection; costs memory).
-    pub keep_gradients: bool,
-    /// After each step, check every updated parameter for NaN and infinity (one parallel
-    /// read of the weights, about 1% of a ResNet-18 step on a CPU). The loss is always
-    /// checked. Without this check a diverging update is caught one step later, by the
-    /// loss, and the last step's is caught only by [`Session::save_checkpoint`].
-    pub check_parameters: bool,
-    /// The graph passes to run (see [`wick_graph::passes`]): in a training graph
-    /// `batch_norm_relu` and `add_relu` match (the inference passes find nothing to fuse).
-    pub passes: PassSet,
-    /// The products' precision: float32, or bfloat16 autocast (bf16 products, f32 sums,
-    /// f32 master weights, optimizer state and checkpoints; see [`wick_graph::Precision`]).
-    pub precision: Precision,
-}
-
-impl From<SgdParams> for TrainOptions {
-    /// Training with these SGD settings, without keeping the gradients, with the default
-    /// passes.
-    fn from(sgd: SgdParams) -> Self {
-        Optimizer::Sgd(sgd).into()
-    }
-}
-
-impl From<Optimizer> for TrainOptions {
-    /// Training with this optimizer for every parameter, without keeping the gradients,
-    /// with the default passes.
-    fn from(optimizer: Optimizer) -> Self {
-        OptimizerConfig::from(optimizer).into()
-    }
-}
-
-impl From<OptimizerConfig> for TrainOptions {
-    /// Training with this optimizer phase, without keeping the gradients, with the default
-    /// passes.
-    fn from(optimizer: OptimizerConfig) -> Self {
-        TrainOptions {
-            optimizer,
-            keep_gradients: false,
-            check_parameters: true,
-            passes: PassSet::default(),
-            precision: Precision::F32,
-        }
-    }
-}
+pub use options::TrainOptions;
 
 /// A builder holding `config`'s forward pass in `mode` for batches of `batch` images of
 /// `size`, with the image input and the logits. Images the model cannot take get an

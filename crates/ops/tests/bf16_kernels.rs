@@ -57,13 +57,16 @@ fn close(what: &str, got: &Tensor, want: &Tensor, scale: &Tensor, k: usize) {
     }
 }
 
+/// (input shape, weight shape, stride, padding, groups).
+type Case = (&'static [usize], &'static [usize], usize, usize, usize);
+
 #[test]
 fn bf16_convolution_matches_float64_forward_and_gradients() {
     if !has_avx512_bf16() {
         eprintln!("note: no avx512_bf16 here: the widening path runs these convolutions");
     }
     // (input, weight, stride, padding, groups): a 3x3, a strided 1x1, a 7x7 stem, a grouped 3x3.
-    let cases: [(&[usize], &[usize], usize, usize, usize); 4] = [
+    let cases: [Case; 4] = [
         (&[2, 16, 9, 9], &[24, 16, 3, 3], 1, 1, 1),
         (&[3, 32, 8, 8], &[16, 32, 1, 1], 2, 0, 1),
         (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),

@@ -9,6 +9,9 @@ use super::microkernel::has_avx512_bf16;
 use super::operand::{Matrix, Values};
 use crate::cpu::{self, Float};
 
+/// A GEMM operand of the CPU GEMM: values and their (row, column) strides.
+type Operand<'a, T> = (&'a [T], (usize, usize));
+
 /// How a GEMM multiplies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Products {
@@ -45,10 +48,9 @@ fn check_operands<T>(
 }
 
 /// The two operands as bfloat16 GEMM operands, when `T` is f32.
-#[allow(clippy::type_complexity)]
 fn f32_operands<'a, T: 'static>(
-    (lhs, ls): (&'a [T], (usize, usize)),
-    (rhs, rs): (&'a [T], (usize, usize)),
+    (lhs, ls): Operand<'a, T>,
+    (rhs, rs): Operand<'a, T>,
 ) -> Option<(Matrix<'a>, Matrix<'a>)> {
     let (a, b) = (as_f32(lhs)?, as_f32(rhs)?);
     Some((
@@ -96,7 +98,7 @@ pub(crate) fn gemm_strided_with<T: Float>(
     (m, n, k): (usize, usize, usize),
     (dst, dst_strides): (&mut [T], (usize, usize)),
     accumulate: bool,
-    (lhs, rhs): ((&[T], (usize, usize)), (&[T], (usize, usize))),
+    (lhs, rhs): (Operand<'_, T>, Operand<'_, T>),
     parallel: bool,
 ) {
     let Some((a, b)) = f32_operands(lhs, rhs).filter(|_| products == Products::Bf16) else {

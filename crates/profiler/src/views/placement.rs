@@ -56,7 +56,7 @@ impl Profile {
                 None => by_dtype.push((&o.dtype, o.flops)),
             }
         }
-        by_dtype.sort_by(|a, b| b.1.cmp(&a.1));
+        by_dtype.sort_by_key(|d| std::cmp::Reverse(d.1));
         let shares: Vec<String> = by_dtype
             .iter()
             .map(|(d, f)| format!("{d} {:.1}%", 100.0 * *f as f64 / flops.max(1) as f64))
@@ -68,10 +68,10 @@ impl Profile {
             .collect();
         let cast_time: f64 = casts.iter().map(|o| o.mean_sec).sum();
         format!(
-            "Precision : FLOPs by dtype: {}; casts: {} nodes, {} ({:.1}% of op time)\n",
+            "Precision : FLOPs by dtype: {}; casts: {} nodes, {} sec ({:.1}% of op time)\n",
             shares.join(", "),
             casts.len(),
-            format!("{} sec", crate::views::float_format::cpp_float(cast_time)),
+            crate::views::float_format::cpp_float(cast_time),
             100.0 * cast_time / op_time
         )
     }
