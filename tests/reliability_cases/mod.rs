@@ -1,9 +1,11 @@
 //! The reliability suite's cases (`tests/reliability_suite.rs` runs them): flags in
-//! `flags.rs`, files and valid runs in `files.rs`, datasets in `data.rs`.
+//! `flags.rs`, files and valid runs in `files.rs`, datasets in `data.rs`, `--precision`
+//! in `precision.rs`.
 
 mod data;
 mod files;
 mod flags;
+mod precision;
 
 /// What a case must do.
 pub enum Expect {
@@ -99,5 +101,6 @@ pub fn all() -> Vec<Case> {
     let mut v = flags::cases();
     v.extend(files::cases());
     v.extend(data::cases());
+    v.extend(precision::cases());
     v
 }
