@@ -14,7 +14,7 @@ import json
 import torch
 import torchvision
 
-from baseline_timing import median_ms  # noqa: E402 (same folder)
+from baseline_timing import add_timing_args, median_ms  # noqa: E402 (same folder)
 
 
 def build(name, stem, size):
@@ -34,9 +34,7 @@ def main():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--precision", default="f32", choices=["f32", "bf16"])
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--reps", type=int, default=10)
+    add_timing_args(p)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

@@ -13,7 +13,7 @@ import json
 import torch
 import torchvision
 
-from baseline_timing import median_ms  # noqa: E402 (same folder)
+from baseline_timing import add_timing_args, median_ms  # noqa: E402 (same folder)
 
 # Dropout and stochastic depth off, as the fixtures build them.
 from make_zoo_fixtures import MODELS as OFF  # noqa: E402 (same folder)
@@ -24,9 +24,7 @@ def main():
     p.add_argument("--model", required=True, choices=sorted(OFF))
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--size", type=int, default=128)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--reps", type=int, default=10)
+    add_timing_args(p)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)

@@ -57,6 +57,31 @@ fn close(what: &str, got: &Tensor, want: &Tensor, scale: &Tensor, k: usize) {
     }
 }
 
+/// Checks `got` against `op` on the f64 operands (`op` applies its argument to each
+/// operand: as they are for the result, their magnitudes for the scale).
+fn against(what: &str, got: &Tensor, op: impl Fn(&dyn Fn(&Tensor) -> Tensor) -> Tensor, k: usize) {
+    let same = |t: &Tensor| t.clone();
+    close(what, got, &op(&same), &op(&abs64), k);
+}
+
+/// `|a - b|` in float64.
+fn abs_diff(a: &Tensor, b: &Tensor) -> Tensor {
+    (a.to_dtype(DType::F64).unwrap() - b)
+        .unwrap()
+        .abs()
+        .unwrap()
+}
+
+/// The largest element.
+fn max_of(t: &Tensor) -> f64 {
+    t.flatten_all()
+        .unwrap()
+        .max(0)
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap()
+}
+
 /// (input shape, weight shape, stride, padding, groups).
 type Case = (&'static [usize], &'static [usize], usize, usize, usize);
 
@@ -88,33 +113,24 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
         let y = conv::conv2d(&bf16(&x), &bf16(&w), Some(&b), &p).unwrap();
         let (x64, w64) = (rounded64(&x), rounded64(&w));
         let b64 = b.to_dtype(DType::F64).unwrap();
-        let want = conv::conv2d(&x64, &w64, Some(&b64), &p).unwrap();
-        let scale = conv::conv2d(&abs64(&x64), &abs64(&w64), Some(&abs64(&b64)), &p).unwrap();
-        close(&format!("case {i} forward"), &y, &want, &scale, k);
+        let op = |m: &dyn Fn(&Tensor) -> Tensor| {
+            conv::conv2d(&m(&x64), &m(&w64), Some(&m(&b64)), &p).unwrap()
+        };
+        against(&format!("case {i} forward"), &y, op, k);
 
         let gy = randn(y.dims(), 50 + i as u64);
         let gy64 = rounded64(&gy);
+        let (depth_x, depth_w) = (ws[0] * ws[2] * ws[3], gy.elem_count() / ws[0]);
         let dx = conv::conv2d_backward_data(&gy, &bf16(&w), xs, &p).unwrap();
-        let want = conv::conv2d_backward_data(&gy64, &w64, xs, &p).unwrap();
-        let scale = conv::conv2d_backward_data(&abs64(&gy64), &abs64(&w64), xs, &p).unwrap();
-        close(
-            &format!("case {i} input gradient"),
-            &dx,
-            &want,
-            &scale,
-            ws[0] * ws[2] * ws[3],
-        );
-
+        let data = |m: &dyn Fn(&Tensor) -> Tensor| {
+            conv::conv2d_backward_data(&m(&gy64), &m(&w64), xs, &p).unwrap()
+        };
+        against(&format!("case {i} input gradient"), &dx, data, depth_x);
         let dw = conv::conv2d_backward_filter(&gy, &bf16(&x), ws, &p).unwrap();
-        let want = conv::conv2d_backward_filter(&gy64, &x64, ws, &p).unwrap();
-        let scale = conv::conv2d_backward_filter(&abs64(&gy64), &abs64(&x64), ws, &p).unwrap();
-        close(
-            &format!("case {i} weight gradient"),
-            &dw,
-            &want,
-            &scale,
-            gy.elem_count() / ws[0],
-        );
+        let filter = |m: &dyn Fn(&Tensor) -> Tensor| {
+            conv::conv2d_backward_filter(&m(&gy64), &m(&x64), ws, &p).unwrap()
+        };
+        against(&format!("case {i} weight gradient"), &dw, filter, depth_w);
     }
 }
 
@@ -135,28 +151,27 @@ fn bf16_linear_matches_float64_forward_and_gradients() {
             rounded64(&w),
             b.to_dtype(DType::F64).unwrap(),
         );
-        let want = linear::linear(&x64, &w64, Some(&b64)).unwrap();
-        let scale = linear::linear(&abs64(&x64), &abs64(&w64), Some(&abs64(&b64))).unwrap();
-        close(&format!("linear {i} forward"), &y, &want, &scale, k);
+        let op = |m: &dyn Fn(&Tensor) -> Tensor| {
+            linear::linear(&m(&x64), &m(&w64), Some(&m(&b64))).unwrap()
+        };
+        against(&format!("linear {i} forward"), &y, op, k);
 
         let gy = randn(&[m, n], i as u64 + 40);
         let gy64 = rounded64(&gy);
         let got = linear::linear_backward(&gy, &bf16(&x), &bf16(&w), true).unwrap();
-        let want = linear::linear_backward(&gy64, &x64, &w64, true).unwrap();
-        let scale =
-            linear::linear_backward(&abs64(&gy64), &abs64(&x64), &abs64(&w64), false).unwrap();
-        close(
+        let grads = |f: &dyn Fn(&Tensor) -> Tensor| {
+            linear::linear_backward(&f(&gy64), &f(&x64), &f(&w64), false).unwrap()
+        };
+        against(
             &format!("linear {i} input gradient"),
             &got.x,
-            &want.x,
-            &scale.x,
+            |f| grads(f).x,
             n,
         );
-        close(
+        against(
             &format!("linear {i} weight gradient"),
             &got.weight,
-            &want.weight,
-            &scale.weight,
+            |f| grads(f).weight,
             m,
         );
     }
@@ -229,18 +244,7 @@ fn bf16_winograd_layers_stay_within_bf16_rounding_of_float64() {
     let (x, w) = (randn(xs, 70), randn(ws, 71));
     let (x64, w64) = (rounded64(&x), rounded64(&w));
     let bound = |got: &Tensor, want: &Tensor, scale: &Tensor, what: &str| {
-        let d = (got.to_dtype(DType::F64).unwrap() - want)
-            .unwrap()
-            .abs()
-            .unwrap();
-        let ratio = (d / scale)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap();
+        let ratio = max_of(&(abs_diff(got, want) / scale).unwrap());
         assert!(
             ratio < 2f64.powi(-6),
             "{what}: worst error {ratio:e} of the magnitudes' sum"
@@ -269,21 +273,7 @@ fn bf16_winograd_layers_stay_within_bf16_rounding_of_float64() {
     let want = conv::conv2d_backward_filter(&gy64, &x64, ws, &p).unwrap();
     let scale = conv::conv2d_backward_filter(&abs64(&gy64), &abs64(&x64), ws, &p).unwrap();
     // An f32 input gradient with an f32 input is the float32 path (no bf16 operand).
-    assert!(
-        dw.to_dtype(DType::F64)
-            .unwrap()
-            .sub(&want)
-            .unwrap()
-            .abs()
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .max(0)
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap()
-            > 0.0
-    );
+    assert!(max_of(&abs_diff(&dw, &want)) > 0.0);
     bound(&dw_bf16_input, &want, &scale, "weight gradient");
 }
 
@@ -295,32 +285,26 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
     let (a64, b64) = (rounded64(&a), rounded64(&b));
     let y = shape.forward(&a, &bf16(&b)).unwrap();
     assert_eq!(y.dims(), [2, 5, 7]);
-    let want = shape.forward(&a64, &b64).unwrap();
-    close(
+    against(
         "matmul forward",
         &y,
-        &want,
-        &shape.forward(&abs64(&a64), &abs64(&b64)).unwrap(),
+        |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
         24,
     );
     let gy = randn(&[2, 5, 7], 82);
     let gy64 = rounded64(&gy);
     let ga = shape.backward_a(&gy, &bf16(&b)).unwrap();
-    let want = shape.backward_a(&gy64, &b64).unwrap();
-    close(
+    against(
         "matmul input gradient",
         &ga,
-        &want,
-        &shape.backward_a(&abs64(&gy64), &abs64(&b64)).unwrap(),
+        |m| shape.backward_a(&m(&gy64), &m(&b64)).unwrap(),
         7,
     );
     let gb = shape.backward_b(&gy, &bf16(&a)).unwrap();
-    let want = shape.backward_b(&gy64, &a64).unwrap();
-    close(
+    against(
         "matmul weight gradient",
         &gb,
-        &want,
-        &shape.backward_b(&abs64(&gy64), &abs64(&a64)).unwrap(),
+        |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
         10,
     );
     // Batched right operands are refused by name, not run wrongly.

@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use super::microkernel::{has_avx512_bf16, tile, Bf16Path};
-use super::pack::{pack_left, pack_right, KC, MR, NR};
+use super::pack::{pack_operand, Side, KC, MR, NR};
 use crate::cpu::{threads, SendPtr};
 
 use super::operand::{Matrix, Values};
@@ -94,8 +94,8 @@ pub(crate) unsafe fn gemm_native(
         return;
     }
     with_buffers(|pa, pb| {
-        pack_left(a, (m, k), pa, parallel);
-        pack_right(b, (k, n), pb, parallel);
+        pack_operand(a, Side::Left, (m, k), pa, parallel);
+        pack_operand(b, Side::Right, (n, k), pb, parallel);
         // SAFETY: as this function's contract, passed on.
         unsafe {
             multiply(

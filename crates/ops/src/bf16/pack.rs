@@ -50,46 +50,38 @@ struct View {
     cs: usize,
 }
 
-/// Packs `a` (`m × k`) into left panels in `out`'s first
-/// `m.div_ceil(MR) * MR * k.div_ceil(2)` elements (`out` grows as needed; every element
-/// of that prefix is written).
-pub(crate) fn pack_left(
-    a: &Matrix<'_>,
-    (m, k): (usize, usize),
-    out: &mut Vec<u32>,
-    parallel: bool,
-) {
-    // Rows of `a` are the panel's lanes; depth runs along its columns.
-    let v = View {
-        rows: m,
-        cols: k,
-        rs: a.strides.0,
-        cs: a.strides.1,
-    };
-    match a.values {
-        Values::F32(d) => pack(d, v, MR, out, parallel),
-        Values::Bf16(d) => pack(d, v, MR, out, parallel),
-    }
+/// Which operand a panel set holds: the left one (its rows are the panels' lanes, depth
+/// runs along its columns) or the right one (read transposed: its columns are the lanes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    Left,
+    Right,
 }
 
-/// Packs `b` (`k × n`) into right panels in `out`'s first
-/// `n.div_ceil(NR) * NR * k.div_ceil(2)` elements, as [`pack_left`].
-pub(crate) fn pack_right(
-    b: &Matrix<'_>,
-    (k, n): (usize, usize),
+/// Packs the left operand (`lanes × depth`, panels of [`MR`]) or the right one
+/// (`depth × lanes`, panels of [`NR`]) into `out`'s first
+/// `lanes.div_ceil(panel) * panel * depth.div_ceil(2)` elements (`out` grows as needed;
+/// every element of that prefix is written).
+pub(crate) fn pack_operand(
+    x: &Matrix<'_>,
+    side: Side,
+    (lanes, depth): (usize, usize),
     out: &mut Vec<u32>,
     parallel: bool,
 ) {
-    // Columns of `b` are the panel's lanes: read it transposed.
-    let v = View {
-        rows: n,
-        cols: k,
-        rs: b.strides.1,
-        cs: b.strides.0,
+    let ((rs, cs), panel) = match side {
+        Side::Left => (x.strides, MR),
+        Side::Right => ((x.strides.1, x.strides.0), NR),
     };
-    match b.values {
-        Values::F32(d) => pack(d, v, NR, out, parallel),
-        Values::Bf16(d) => pack(d, v, NR, out, parallel),
+    let v = View {
+        rows: lanes,
+        cols: depth,
+        rs,
+        cs,
+    };
+    match x.values {
+        Values::F32(d) => pack(d, v, panel, out, parallel),
+        Values::Bf16(d) => pack(d, v, panel, out, parallel),
     }
 }
 
