@@ -130,7 +130,8 @@ fn run() -> Result<()> {
             a.profile.verbosity.unwrap_or(0) == 0,
             "--compare-passes prints its own profile: leave --verbosity out"
         );
-        let mut plain = Session::inference_with_passes(config, n, size, PassSet::NONE, &device)?;
+        let plain_passes = (PassSet::NONE, a.model.precision);
+        let mut plain = Session::inference_with(config, n, size, plain_passes, &device)?;
         plain.copy_weights_from(&session)?;
         return common::compare_passes(
             &mut plain,
@@ -192,6 +193,10 @@ fn check_args(a: &mut Args) -> Result<()> {
     }
     if a.compare_passes {
         a.profile.refuse_outputs_beside_compare_passes()?;
+        anyhow::ensure!(
+            a.output.is_none(),
+            "--compare-passes prints its comparison and writes no logits: --output would not be written; drop it, or run once without --compare-passes"
+        );
     }
     a.profile.check(&mut files)?;
     Ok(())

@@ -404,7 +404,7 @@ fn a_trace_with_no_timed_step_is_refused_before_training() {
         &run(d.path(), "train_resnet", &args, &[]),
         1,
         &[
-            "--trace, --json and --report need a timed step",
+            "--trace, --json, --report and --folded need a timed step",
             "times none of the 3 steps",
         ],
     );

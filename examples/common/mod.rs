@@ -378,6 +378,22 @@ impl ProfileArgs {
         self.level() >= 2 || self.json.is_some()
     }
 
+    /// Refuses profile files when the schedule times none of a run's `steps` (a profile
+    /// file needs a timed step): known before training, not after it.
+    pub fn check_timed_steps(&self, steps: usize) -> Result<()> {
+        let wants_file = self.trace.is_some()
+            || self.json.is_some()
+            || self.report.is_some()
+            || self.folded.is_some();
+        let schedule = self.schedule();
+        if wants_file && self.level() > 0 && !(0..steps).any(|i| schedule.is_timed(i)) {
+            anyhow::bail!(
+                "--trace, --json, --report and --folded need a timed step, and the schedule ({schedule}) times none of the {steps} steps: lower --skip or raise --steps"
+            );
+        }
+        Ok(())
+    }
+
     /// Refuses the profile's output files beside `--compare-passes`, which prints its
     /// comparison and writes none of them.
     pub fn refuse_outputs_beside_compare_passes(&self) -> Result<()> {

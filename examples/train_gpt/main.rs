@@ -231,6 +231,7 @@ fn check_files(a: &Args) -> Result<()> {
         }
     }
     a.profile.check(&mut files)?;
+    a.profile.check_timed_steps(a.steps)?;
     if let Some(p) = &a.save {
         files.output("--save", p)?;
     }

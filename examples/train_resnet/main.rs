@@ -94,7 +94,7 @@ fn run(mut a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
     }
     let data = open_data(&a, config.num_classes(), folder)?;
     let plan = Plan::new(&a, &config, &data, comm.as_ref())?;
-    check_schedule(&a, &plan)?;
+    a.profile.check_timed_steps(plan.steps)?;
     let passes = a.model.passes(PassSet::default());
     // One run at a time writes a checkpoint folder.
     let _lock = match (&plan.checkpoints, plan.lead()) {
@@ -140,20 +140,6 @@ fn run(mut a: Args, comm: Option<Arc<dyn Communicator>>) -> Result<()> {
         }
     }
     finish(&a, &plan, &session, run)?;
-    Ok(())
-}
-
-/// A profile file needs a timed iteration: known before training, not after it.
-fn check_schedule(a: &Args, plan: &Plan) -> Result<()> {
-    let wants_file =
-        a.profile.trace.is_some() || a.profile.json.is_some() || a.profile.report.is_some();
-    let schedule = a.profile.schedule();
-    if wants_file && a.profile.level() > 0 && !(0..plan.steps).any(|i| schedule.is_timed(i)) {
-        anyhow::bail!(
-            "--trace, --json and --report need a timed step, and the schedule ({schedule}) times none of the {} steps: lower --skip or raise --steps",
-            plan.steps
-        );
-    }
     Ok(())
 }
 
