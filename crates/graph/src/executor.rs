@@ -110,10 +110,13 @@ fn node_info(
     }
 }
 
-/// The dtype a node computes in: the narrowest float dtype among its inputs and outputs
+/// The dtype a node computes in: its own word ([`NodeOp::compute_dtype`](crate::NodeOp::compute_dtype)), else the narrowest float dtype among its inputs and outputs
 /// (a convolution of bf16 operands with an f32 output computes in bf16; a cast to bf16
 /// counts as bf16 work), else its first output's (integer-only nodes).
 fn compute_dtype(graph: &Graph, n: &crate::ir::Node) -> DType {
+    if let Some(d) = n.op.compute_dtype() {
+        return d;
+    }
     let dtypes = || {
         n.inputs
             .iter()

@@ -134,6 +134,31 @@ fn autocast_casts_each_products_weight_once_and_keeps_everything_else_f32() {
         !kernel_names(&exec).contains(&"CastBackward"),
         "gradients are f32 already"
     );
+    // What the profile sees: every product of the dense conv and the linear layer,
+    // weight gradients included, computes in bf16; the depthwise conv in f32.
+    for info in exec.node_infos() {
+        let dense = info
+            .origin
+            .layer
+            .as_deref()
+            .is_some_and(|l| l == "conv" || l == "fc");
+        let product = matches!(
+            info.name,
+            "ConvForward"
+                | "ConvBackwardData"
+                | "ConvBackwardFilter"
+                | "LinearForward"
+                | "LinearBackward"
+        );
+        if product {
+            let want = if dense { DType::BF16 } else { DType::F32 };
+            assert_eq!(
+                info.dtype, want,
+                "OP_ID{} {} in {:?}",
+                info.op_id, info.name, info.origin.layer
+            );
+        }
+    }
     assert_eq!(graph.precision(), Precision::Bf16Autocast);
     let f32_graph = training(Precision::F32);
     assert!(!kernel_names(&f32_graph).contains(&"Cast"));

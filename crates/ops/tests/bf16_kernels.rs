@@ -307,6 +307,23 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
         |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
         10,
     );
+    // The weight gradient with bf16 products forced (autocast's, reading f32 values) is
+    // the one of a bf16 operand: the same rounding, as the product reads it.
+    let forced = shape.backward_b_bf16(&gy, &a).unwrap();
+    assert_eq!(
+        max_of(&abs_diff(&forced, &gb.to_dtype(DType::F64).unwrap())),
+        0.0
+    );
+    assert!(
+        max_of(&abs_diff(
+            &forced,
+            &shape
+                .backward_b(&gy, &a)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+        )) > 0.0
+    );
     // Batched right operands are refused by name, not run wrongly.
     let batched = MatMulShape::new(&[2, 5, 24], &[2, 24, 7]).unwrap();
     let err = batched

@@ -52,6 +52,13 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
         None
     }
 
+    /// The dtype its products run in when its values' dtypes do not say it (the weight
+    /// gradient of a product whose weight autocast cast to bf16 reads only f32 values);
+    /// `None` (the default): the narrowest float dtype among its inputs and outputs.
+    fn compute_dtype(&self) -> Option<candle_core::DType> {
+        None
+    }
+
     /// Runs the kernel. `inputs` are the node's input tensors in order; every input is set
     /// except those [`optional_input`](NodeOp::optional_input) allows to be missing.
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult;

@@ -167,6 +167,10 @@ impl NodeOp for ConvBackwardFilter {
         Kernel::ConvBackwardFilter
     }
 
+    fn compute_dtype(&self) -> Option<candle_core::DType> {
+        self.bf16_products.then_some(candle_core::DType::BF16)
+    }
+
     fn variant(&self, _input_shapes: &[Vec<usize>]) -> Option<KernelVariant> {
         self.params.variant(&self.weight_shape)
     }

@@ -25,6 +25,9 @@ pub struct MatMulBackward {
     pub shape: MatMulShape,
     /// The operand differentiated.
     pub operand: Operand,
+    /// Whether it runs with bf16 products though it reads f32 values (the gradient of a
+    /// weight autocast cast to bf16).
+    pub bf16_products: bool,
 }
 
 impl GraphBuilder {
@@ -89,6 +92,7 @@ impl NodeOp for MatMul {
             let op = MatMulBackward {
                 shape: self.shape.clone(),
                 operand,
+                bf16_products: ctx.value_dtype(v) == candle_core::DType::BF16,
             };
             let new = vec![("grad.matmul", ctx.shape(v), ctx.dtype())];
             let g = ctx.record(op, vec![gy, other], new, self.shape.flops());
@@ -105,9 +109,14 @@ impl NodeOp for MatMulBackward {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, other] = args(inputs, "matmul")?;
-        one(match self.operand {
-            Operand::Lhs => self.shape.backward_a(gy, other)?,
-            Operand::Rhs => self.shape.backward_b(gy, other)?,
+        one(match (self.operand, self.bf16_products) {
+            (Operand::Lhs, _) => self.shape.backward_a(gy, other)?,
+            (Operand::Rhs, false) => self.shape.backward_b(gy, other)?,
+            (Operand::Rhs, true) => self.shape.backward_b_bf16(gy, other)?,
         })
+    }
+
+    fn compute_dtype(&self) -> Option<candle_core::DType> {
+        self.bf16_products.then_some(candle_core::DType::BF16)
     }
 }

@@ -14,7 +14,7 @@ pub struct TrainOptions {
     /// After each step, check every updated parameter for NaN and infinity (one parallel
     /// read of the weights, about 1% of a ResNet-18 step on a CPU). The loss is always
     /// checked. Without this check a diverging update is caught one step later, by the
-    /// loss, and the last step's is caught only by [`Session::save_checkpoint`].
+    /// loss, and the last step's is caught only by [`Session::save_checkpoint`](crate::Session::save_checkpoint).
     pub check_parameters: bool,
     /// The graph passes to run (see [`wick_graph::passes`]): in a training graph
     /// `batch_norm_relu` and `add_relu` match (the inference passes find nothing to fuse).

@@ -186,6 +186,20 @@ impl MatMulShape {
         self.sum_back(g.and_then(|g| g.matmul(&bt?)), [m, k], &self.a_nd, &self.a)
     }
 
+    /// [`backward_b`](Self::backward_b) with bf16 products whatever the operands' dtypes
+    /// (the gradient of a weight autocast cast to bf16; `a` and `gy` are rounded as the
+    /// product reads them).
+    pub fn backward_b_bf16(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
+        let (_, k, n) = self.mkn;
+        let rows = self.a.iter().product::<usize>() / k.max(1);
+        let cpu = crate::route::route(a.device()) == crate::route::Route::Cpu;
+        if !(self.flat() && cpu) {
+            return self.backward_b(gy, a);
+        }
+        let gb = crate::bf16::matmul_backward_b(a, gy, (rows, k, n))?;
+        self.finish(Ok(gb), &self.b)
+    }
+
     /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
     /// dimensions `b` was broadcast along.
     pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
