@@ -64,7 +64,10 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
         })?;
         cpu::tensor(OP, y, (m, n))?
     } else {
-        let (x, w) = (rounded_f32(x)?, rounded_f32(weight)?);
+        let (x, w) = (
+            crate::bf16::rounded_f32(OP, x)?,
+            crate::bf16::rounded_f32(OP, weight)?,
+        );
         x.matmul(&w.t().ctx(OP)?).ctx(OP)?
     };
     match bias {
@@ -79,7 +82,11 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
     check(x, weight)?;
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
     if route(x.device()) != Route::Cpu {
-        let (gy, x, w) = (rounded_f32(grad_y)?, rounded_f32(x)?, rounded_f32(weight)?);
+        let (gy, x, w) = (
+            crate::bf16::rounded_f32(OP, grad_y)?,
+            crate::bf16::rounded_f32(OP, x)?,
+            crate::bf16::rounded_f32(OP, weight)?,
+        );
         let dx = gy.matmul(&w).ctx(OP)?;
         return Ok((dx, gy.t().ctx(OP)?.matmul(&x).ctx(OP)?));
     }
@@ -131,11 +138,4 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
         })
     })?;
     Ok((cpu::tensor(OP, dx, (m, k))?, cpu::tensor(OP, dw, (n, k))?))
-}
-
-/// `t` rounded to bfloat16 values, as float32.
-fn rounded_f32(t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::BF16)
-        .and_then(|t| t.to_dtype(DType::F32))
-        .ctx(OP)
 }

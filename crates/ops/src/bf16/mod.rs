@@ -18,4 +18,4 @@ pub use microkernel::{has_avx512_bf16, Bf16Path};
 pub use operand::{Matrix, Values};
 pub(crate) use products::{gemm_strided_with, gemm_uninit_with, Products};
 pub use tensor::cast;
-pub(crate) use tensor::with_values;
+pub(crate) use tensor::{rounded_f32, with_values};

@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 
 use super::params::{Epilogue, Geom, OP};
 use crate::bf16::Products;
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{OpError, Result};
 
 /// Whether a convolution with these operands runs with bfloat16 products.
 pub(super) fn applies(operands: &[&Tensor]) -> bool {
@@ -62,7 +62,5 @@ pub(super) fn bf16_products(g: &Geom) -> Geom {
 /// The generic path's operands: a float32 operand rounded to bfloat16 values, a
 /// bfloat16 one widened, both float32 (the same products, in float32 arithmetic).
 pub(super) fn rounded_f32(t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::BF16)
-        .and_then(|t| t.to_dtype(DType::F32))
-        .ctx(OP)
+    crate::bf16::rounded_f32(OP, t)
 }
