@@ -22,6 +22,7 @@ pub const MODELS: &[&Architecture] = &[
     &convnext::CONVNEXT_TINY,
     &vgg::VGG11_BN,
     &vgg::VGG16_BN,
+    &vit::VIT_TI_16,
     &vit::VIT_B_16,
     &vit::VIT_B_32,
     &vit::VIT_L_16,

@@ -40,6 +40,15 @@ const L_16: VitSize = VitSize {
     hidden: 1024,
     mlp: 4096,
 };
+/// ViT-Ti/16 (DeiT-Ti; timm's `vit_tiny_patch16_224`), which torchvision builds as
+/// `VisionTransformer(image_size, 16, 12, 3, 192, 768)` but does not name.
+const TI_16: VitSize = VitSize {
+    patch: 16,
+    layers: 12,
+    heads: 3,
+    hidden: 192,
+    mlp: 768,
+};
 const EPS: f64 = 1e-6;
 
 fn vision_transformer(
@@ -115,6 +124,10 @@ fn encoder_block(nn: &mut Layers, x: ValueId, v: &VitSize) -> wick_graph::Result
     nn.builder().add(y, x)
 }
 
+fn vit_ti_16(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph::Result<ValueId> {
+    vision_transformer(nn, x, cfg, &TI_16)
+}
+
 fn vit_b_16(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph::Result<ValueId> {
     vision_transformer(nn, x, cfg, &B_16)
 }
@@ -127,6 +140,10 @@ fn vit_l_16(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph::Resul
     vision_transformer(nn, x, cfg, &L_16)
 }
 
+/// `vit_ti_16`: ViT-Tiny, 16x16 patches (5.7M parameters at 224x224; not a torchvision
+/// builder name, but its `VisionTransformer` class with these sizes and the same state-dict
+/// names).
+pub const VIT_TI_16: Architecture = Architecture::new("vit_ti_16", vit_ti_16).with_patch(16);
 /// `vit_b_16`: ViT-Base, 16x16 patches.
 pub const VIT_B_16: Architecture = Architecture::new("vit_b_16", vit_b_16).with_patch(16);
 /// `vit_b_32`: ViT-Base, 32x32 patches.

@@ -1,0 +1,188 @@
+//! bf16 autocast training against PyTorch's CPU autocast over 20 steps
+//! (`fixtures/autocast`, made by `scripts/make_autocast_fixtures.py`): ResNet-18 with the
+//! CIFAR stem and ViT-Ti/16, the fixture formula's weights, one formula batch at every step,
+//! SGD (lr 0.02, momentum 0.9, weight decay 5e-4).
+//!
+//! Both frameworks' bf16 runs are measured against the float64 run of the same steps:
+//! each step's loss, and the change of every state entry over the 20 steps. wick's bf16
+//! error may be at most [`K`] times PyTorch autocast's own error on the same figure, so the
+//! tolerance is bf16's rounding as PyTorch pays it, not a number tuned to pass. wick keeps
+//! activations in float32 between products where PyTorch keeps them in bf16, so wick is
+//! expected to land closer to float64; and it must be measurably further from float64 than
+//! wick's float32 run is, or the products did not run in bf16.
+
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor};
+use wick_graph::Precision;
+use wick_models::checkpoint::{read_safetensors, StateDict};
+use wick_models::init::formula;
+use wick_models::{ImageSize, ModelConfig, Session, Stem, TrainOptions, WeightInit};
+use wick_ops::SgdParams;
+
+/// wick's bf16 error may be this many times PyTorch autocast's.
+const K: f64 = 2.0;
+const STEPS: usize = 20;
+
+fn f64s(t: &Tensor) -> Vec<f64> {
+    wick_ops::compare::host_values(t).unwrap()
+}
+
+fn fixture(model: &str) -> StateDict {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../fixtures/autocast/{model}.safetensors"));
+    read_safetensors(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A training run's figures: each step's loss and each state entry's change.
+struct Run {
+    losses: Vec<f64>,
+    updates: Vec<(String, f64)>,
+}
+
+fn train(config: ModelConfig, batch: usize, size: usize, precision: Precision) -> Run {
+    let sgd = SgdParams {
+        lr: 0.02,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        ..Default::default()
+    };
+    let options = TrainOptions {
+        precision,
+        ..sgd.into()
+    };
+    let mut s = Session::training(config, batch, size, options, &Device::Cpu).unwrap();
+    s.init_weights(WeightInit::Formula).unwrap();
+    let (images, labels) = formula::batch(batch, ImageSize::square(size), 10).unwrap();
+    let before = s.state_dict().unwrap();
+    let losses = (0..STEPS)
+        .map(|_| s.step(&images, &labels).unwrap() as f64)
+        .collect();
+    let after = s.state_dict().unwrap();
+    let updates = before
+        .iter()
+        .filter(|(name, _)| !name.ends_with("num_batches_tracked"))
+        .map(|(name, b)| {
+            let change = f64s(&(&after[name] - b).unwrap());
+            (name.clone(), change.iter().map(|v| v * v).sum::<f64>().sqrt())
+        })
+        .collect();
+    Run { losses, updates }
+}
+
+/// How far a run is from float64: the largest loss difference over the steps, and the
+/// median and worst relative error of the state entries' changes.
+#[derive(Debug, Clone, Copy)]
+struct Distance {
+    loss: f64,
+    update_median: f64,
+    update_worst: f64,
+}
+
+fn distance(run: &Run, expected: &StateDict) -> Distance {
+    let reference = f64s(&expected["losses_f64"]);
+    assert_eq!(run.losses.len(), reference.len(), "one loss per step");
+    let loss = run
+        .losses
+        .iter()
+        .zip(&reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    let mut errors: Vec<f64> = run
+        .updates
+        .iter()
+        .map(|(name, got)| {
+            let want = expected
+                .get(&format!("update_norm_f64.{name}"))
+                .unwrap_or_else(|| panic!("`{name}` is not in PyTorch's state dict"));
+            let want = f64s(want)[0];
+            (got - want).abs() / want
+        })
+        .collect();
+    let entries = expected
+        .keys()
+        .filter(|k| k.starts_with("update_norm_f64."))
+        .count();
+    assert_eq!(errors.len(), entries, "every state entry of PyTorch's");
+    assert!(errors.iter().all(|e| e.is_finite()), "{errors:?}");
+    errors.sort_by(f64::total_cmp);
+    Distance {
+        loss,
+        update_median: errors[errors.len() / 2],
+        update_worst: errors[errors.len() - 1],
+    }
+}
+
+/// PyTorch's run tagged `tag` as a [`Run`].
+fn torch_run(expected: &StateDict, tag: &str) -> Run {
+    let prefix = format!("update_norm_{tag}.");
+    Run {
+        losses: f64s(&expected[&format!("losses_{tag}")]),
+        updates: expected
+            .iter()
+            .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), f64s(v)[0])))
+            .collect(),
+    }
+}
+
+fn check(model: &str, config: ModelConfig, batch: usize, size: usize) {
+    let expected = fixture(model);
+    let (images, _) = formula::batch(batch, ImageSize::square(size), 10).unwrap();
+    let sum: f64 = f64s(&images).iter().sum();
+    assert!(
+        (sum - f64s(&expected["images_sum"])[0]).abs() < 1e-6,
+        "{model}: the same batch as PyTorch's"
+    );
+    let torch_bf16 = distance(&torch_run(&expected, "bf16"), &expected);
+    let torch_f32 = distance(&torch_run(&expected, "f32"), &expected);
+    let wick_bf16_run = train(config, batch, size, Precision::Bf16Autocast);
+    let wick_bf16 = distance(&wick_bf16_run, &expected);
+    let wick_f32 = distance(&train(config, batch, size, Precision::F32), &expected);
+    let follow = wick_bf16_run
+        .losses
+        .iter()
+        .zip(f64s(&expected["losses_bf16"]))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    println!("{model} over {STEPS} steps, distance from float64 (loss: max |diff|; updates: relative, median / worst):");
+    for (who, d) in [
+        ("wick bf16", wick_bf16),
+        ("PyTorch bf16", torch_bf16),
+        ("wick f32", wick_f32),
+        ("PyTorch f32", torch_f32),
+    ] {
+        println!(
+            "  {who:>12}: loss {:.2e}, updates {:.2e} / {:.2e}",
+            d.loss, d.update_median, d.update_worst
+        );
+    }
+    println!("  wick bf16 vs PyTorch bf16: max loss difference {follow:.2e}");
+    let within = |a: f64, b: f64| a <= K * b;
+    assert!(
+        within(wick_bf16.loss, torch_bf16.loss)
+            && within(wick_bf16.update_median, torch_bf16.update_median)
+            && within(wick_bf16.update_worst, torch_bf16.update_worst),
+        "{model}: wick bf16 {wick_bf16:?} is not within {K}x PyTorch autocast's {torch_bf16:?}"
+    );
+    assert!(
+        wick_bf16.update_median > 10.0 * wick_f32.update_median,
+        "{model}: bf16 {wick_bf16:?} is as close as float32 {wick_f32:?}: the products ran in f32"
+    );
+}
+
+#[test]
+fn resnet18_bf16_autocast_follows_pytorch_cpu_autocast_for_20_steps() {
+    let config = ModelConfig::by_name("resnet18", Stem::Cifar, Some(10)).unwrap();
+    check("resnet18", config, 8, 32);
+}
+
+#[test]
+fn vit_ti_16_bf16_autocast_follows_pytorch_cpu_autocast_for_20_steps() {
+    let config = ModelConfig {
+        dropout: 0.0,
+        ..ModelConfig::by_name("vit_ti_16", Stem::ImageNet, Some(10)).unwrap()
+    }
+    .with_image_size(64)
+    .unwrap();
+    check("vit_ti_16", config, 4, 64);
+}
