@@ -261,3 +261,38 @@ fn folding_batch_norm_under_autocast_folds_the_f32_master_weight() {
         );
     }
 }
+
+#[test]
+fn autocast_attention_computes_its_products_in_bf16_without_casting_activations() {
+    for (precision, want) in [
+        (Precision::Bf16Autocast, DType::BF16),
+        (Precision::F32, DType::F32),
+    ] {
+        let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+        b.set_precision(precision);
+        let q = b.param("q", &[2, 3, 9, 8]).unwrap();
+        let y = b
+            .scaled_dot_product_attention(q, q, q, None, 0.0, true, None)
+            .unwrap();
+        let loss = b.sum(y, &[], false).unwrap();
+        let grads = b.backward(loss).unwrap();
+        let gq = grads.iter().next().unwrap().1;
+        b.output(y);
+        b.output(gq);
+        let mut exec = Executor::new(b.finish(), &Device::Cpu);
+        let names = kernel_names(&exec);
+        assert!(!names.contains(&"Cast"), "{precision:?}: {names:?}");
+        for info in exec.node_infos() {
+            if info.name.starts_with("Attention") {
+                assert_eq!(info.dtype, want, "{precision:?}: {}", info.name);
+            }
+        }
+        exec.set("q", &randn(&[2, 3, 9, 8], 5)).unwrap();
+        exec.run().unwrap();
+        for v in [y, gq] {
+            let name = exec.graph().value(v).name.clone();
+            let t = exec.get(&name).unwrap().unwrap();
+            assert_eq!(t.dtype(), DType::F32, "{precision:?}: {name}");
+        }
+    }
+}

@@ -64,7 +64,10 @@ fn train(config: ModelConfig, batch: usize, size: usize, precision: Precision) -
         .filter(|(name, _)| !name.ends_with("num_batches_tracked"))
         .map(|(name, b)| {
             let change = f64s(&(&after[name] - b).unwrap());
-            (name.clone(), change.iter().map(|v| v * v).sum::<f64>().sqrt())
+            (
+                name.clone(),
+                change.iter().map(|v| v * v).sum::<f64>().sqrt(),
+            )
         })
         .collect();
     Run { losses, updates }

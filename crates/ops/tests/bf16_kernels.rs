@@ -332,3 +332,58 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
         .to_string();
     assert!(err.contains("matmul") && err.contains("bf16"), "{err}");
 }
+
+#[test]
+fn bf16_attention_stays_within_bf16_rounding_of_float64() {
+    use wick_ops::attention::{
+        scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
+        Attention,
+    };
+    for causal in [false, true] {
+        // Two key tiles, a partial query tile, a key width that is not a multiple of 8.
+        let (q, k, v) = (
+            randn(&[2, 3, 70, 12], 90),
+            randn(&[2, 3, 150, 12], 91),
+            randn(&[2, 3, 150, 10], 92),
+        );
+        let gy = randn(&[2, 3, 70, 10], 93);
+        let a = Attention {
+            scale: 0.3,
+            causal,
+            dropout_p: 0.0,
+            seed: 0,
+            bf16_products: true,
+        };
+        let exact = Attention {
+            bf16_products: false,
+            ..a.clone()
+        };
+        // float64 on the operands as the products read them, and float32's own path.
+        let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(rounded64);
+        let want = sdpa(&q64, &k64, &v64, None, &exact, 0).unwrap();
+        let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, None, &exact, 0).unwrap();
+        let [qr, kr, vr, gyr] =
+            [&q, &k, &v, &gy].map(|t| rounded64(t).to_dtype(DType::F32).unwrap());
+        let f32_path = sdpa(&qr, &kr, &vr, None, &exact, 0).unwrap();
+        let y = sdpa(&q, &k, &v, None, &a, 0).unwrap();
+        let grads = sdpa_bwd(&q, &k, &v, &y, &gy, None, &a, 0).unwrap();
+        let f32_grads = sdpa_bwd(&qr, &kr, &vr, &f32_path, &gyr, None, &exact, 0).unwrap();
+        for (what, got, f32_got, want) in [
+            ("output", &y.out, &f32_path.out, &want.out),
+            ("query gradient", &grads.q, &f32_grads.q, &want_grads.q),
+            ("key gradient", &grads.k, &f32_grads.k, &want_grads.k),
+            ("value gradient", &grads.v, &f32_grads.v, &want_grads.v),
+        ] {
+            assert_eq!(got.dtype(), DType::F32, "{what}: float32 out");
+            let scale = max_of(&abs64(want));
+            let err = max_of(&abs_diff(got, want)) / scale;
+            let f32_err = max_of(&abs_diff(f32_got, want)) / scale;
+            // The weights and the logits' gradients are rounded to bf16 (2^-9 relative)
+            // before their products: a few of those roundings, never float32's 1e-7.
+            assert!(
+                err < 2f64.powi(-6) && err > 16.0 * f32_err,
+                "causal {causal}: {what}: bf16 error {err:e}, float32 {f32_err:e} of the largest value"
+            );
+        }
+    }
+}

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use candle_core::DType;
+
 use wick_ops::attention::{
     scaled_dot_product_attention, scaled_dot_product_attention_backward, Attention,
     AttentionOutput, AttentionShape,
@@ -111,6 +113,8 @@ impl GraphBuilder {
             causal: is_causal,
             dropout_p,
             seed: self.seed ^ (self.graph.nodes.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            // Autocast computes attention's products in bf16, as PyTorch's lists it.
+            bf16_products: dtype == DType::F32 && self.precision().low_dtype() == Some(DType::BF16),
         };
         attention
             .check(attn_mask.is_some())
@@ -142,6 +146,10 @@ impl GraphBuilder {
 impl NodeOp for ScaledDotProductAttention {
     fn kernel(&self) -> Kernel {
         Kernel::AttentionForward
+    }
+
+    fn compute_dtype(&self) -> Option<DType> {
+        self.attention.bf16_products.then_some(DType::BF16)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
@@ -185,6 +193,10 @@ impl NodeOp for ScaledDotProductAttention {
 impl NodeOp for ScaledDotProductAttentionBackward {
     fn kernel(&self) -> Kernel {
         Kernel::AttentionBackward
+    }
+
+    fn compute_dtype(&self) -> Option<DType> {
+        self.forward.compute_dtype()
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

@@ -11,7 +11,8 @@ use rayon::prelude::*;
 use super::generic;
 use super::mask::Bias;
 use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
-use crate::cpu::{self, gemm_strided, Float};
+use crate::bf16::{gemm_strided_with, Products};
+use crate::cpu::{self, Float};
 use crate::dropout::Draws;
 use crate::error::Result;
 
@@ -22,17 +23,25 @@ const BLOCK_K: usize = 128;
 /// Lanes of the row reductions: independent partial maxima and sums that vectorize.
 const LANES: usize = 16;
 
-/// `dst (m×n, row-major) [+]= lhs · rhs` on this thread, the operands given with their
-/// (row, column) strides: every product of a tile.
+/// `dst (m×n, row-major) [+]= lhs · rhs` on this thread with the plan's products, the
+/// operands given with their (row, column) strides: every product of a tile.
 #[inline]
 fn product<T: Float>(
+    products: Products,
     dst: &mut [T],
     (m, n, k): (usize, usize, usize),
     accumulate: bool,
     lhs: (&[T], (usize, usize)),
     rhs: (&[T], (usize, usize)),
 ) {
-    gemm_strided(m, n, k, (dst, (n, 1)), accumulate, lhs, rhs, false)
+    gemm_strided_with(
+        products,
+        (m, n, k),
+        (dst, (n, 1)),
+        accumulate,
+        (lhs, rhs),
+        false,
+    )
 }
 
 /// One attention's sizes and settings, as the tiles need them.
@@ -46,6 +55,8 @@ struct Plan<'a, T> {
     bias: Option<&'a Bias<T>>,
     /// The dropout draws and the kept weights' factor `1 / (1 - p)`.
     dropout: Option<(Draws, T)>,
+    /// How every tile's GEMMs multiply.
+    products: Products,
 }
 
 impl<'a, T: Float> Plan<'a, T> {
@@ -62,6 +73,11 @@ impl<'a, T: Float> Plan<'a, T> {
                 let draws = Draws::new(a.dropout_p, a.seed, step);
                 (draws, T::from_f64(1.0 / (1.0 - a.dropout_p)))
             }),
+            products: if a.bf16_products {
+                Products::Bf16
+            } else {
+                Products::Native
+            },
         }
     }
 
@@ -228,7 +244,14 @@ fn forward_rows<T: Float>(
         let kt = &k[(h * s + k0) * e..][..bc * e];
         let vt = &v[(h * s + k0) * ev..][..bc * ev];
         let tile = &mut tile[..rows * bc];
-        product(tile, (rows, bc, e), false, (qt, (e, 1)), (kt, (1, e)));
+        product(
+            plan.products,
+            tile,
+            (rows, bc, e),
+            false,
+            (qt, (e, 1)),
+            (kt, (1, e)),
+        );
         cpu::run_wide(SoftmaxTile {
             plan,
             at: (h, i0, k0),
@@ -236,7 +259,14 @@ fn forward_rows<T: Float>(
             run: &mut run,
             out,
         });
-        product(out, (rows, ev, bc), true, (tile, (bc, 1)), (vt, (ev, 1)));
+        product(
+            plan.products,
+            out,
+            (rows, ev, bc),
+            true,
+            (tile, (bc, 1)),
+            (vt, (ev, 1)),
+        );
     }
     for r in 0..rows {
         let o = &mut out[r * ev..(r + 1) * ev];
@@ -397,8 +427,22 @@ fn backward_keys<T: Float>(
             let qt = &q[(h * l + i0) * e..][..br * e];
             let dot = &dout[(h * l + i0) * ev..][..br * ev];
             let (p, dp) = (&mut p[..br * bc], &mut dp[..br * bc]);
-            product(p, (br, bc, e), false, (qt, (e, 1)), (kt, (1, e)));
-            product(dp, (br, bc, ev), false, (dot, (ev, 1)), (vt, (1, ev)));
+            product(
+                plan.products,
+                p,
+                (br, bc, e),
+                false,
+                (qt, (e, 1)),
+                (kt, (1, e)),
+            );
+            product(
+                plan.products,
+                dp,
+                (br, bc, ev),
+                false,
+                (dot, (ev, 1)),
+                (vt, (1, ev)),
+            );
             let rows = h * l + i0..h * l + i0 + br;
             let dropped = &mut dropped[..if plan.dropout.is_some() { br * bc } else { 0 }];
             cpu::run_wide(GradientTile {
@@ -412,10 +456,31 @@ fn backward_keys<T: Float>(
             });
             let weights: &[T] = if plan.dropout.is_some() { dropped } else { p };
             // dV += weightsᵀ·dO, dQ += dS·K, dK += dSᵀ·Q.
-            product(dv, (bc, ev, br), true, (weights, (1, bc)), (dot, (ev, 1)));
+            product(
+                plan.products,
+                dv,
+                (bc, ev, br),
+                true,
+                (weights, (1, bc)),
+                (dot, (ev, 1)),
+            );
             let dq = &mut g.dq[i0 * e..][..br * e];
-            product(dq, (br, e, bc), true, (dp, (bc, 1)), (kt, (e, 1)));
-            product(dk, (bc, e, br), true, (dp, (1, bc)), (qt, (e, 1)));
+            product(
+                plan.products,
+                dq,
+                (br, e, bc),
+                true,
+                (dp, (bc, 1)),
+                (kt, (e, 1)),
+            );
+            product(
+                plan.products,
+                dk,
+                (bc, e, br),
+                true,
+                (dp, (1, bc)),
+                (qt, (e, 1)),
+            );
         }
     }
     g

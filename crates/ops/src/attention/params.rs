@@ -166,6 +166,10 @@ pub struct Attention {
     pub dropout_p: f64,
     /// The dropout draws' seed (the graph node's).
     pub seed: u64,
+    /// (CPU, float32) bfloat16 products with float32 sums: every tile's `q`, `k`, `v`,
+    /// weights and gradients are rounded to bfloat16 as its GEMMs pack them, as autocast's
+    /// attention computes; the softmax and the outputs stay float32.
+    pub bf16_products: bool,
 }
 
 impl Attention {
