@@ -387,3 +387,48 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
         }
     }
 }
+
+#[test]
+fn bf16_batched_matmul_of_two_activations_matches_float64() {
+    use wick_ops::tensor::matmul::MatMulShape;
+    // Batched with broadcasting (b is shared by a's first batch dimension), and flat.
+    for (ad, bd, seed) in [
+        (&[2usize, 3, 5, 24][..], &[3usize, 24, 7][..], 100u64),
+        (&[6, 24][..], &[24, 9][..], 110),
+    ] {
+        let (a, b) = (randn(ad, seed), randn(bd, seed + 1));
+        let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
+        let (a64, b64) = (rounded64(&a), rounded64(&b));
+        let y = shape.forward_bf16(&a, &b).unwrap();
+        against(
+            "batched matmul forward",
+            &y,
+            |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
+            24,
+        );
+        assert!(
+            max_of(&abs_diff(
+                &y,
+                &shape.forward(&a, &b).unwrap().to_dtype(DType::F64).unwrap()
+            )) > 0.0
+        );
+        let gy = randn(y.dims(), seed + 2);
+        let gy64 = rounded64(&gy);
+        let ga = shape.backward_a_bf16(&gy, &b).unwrap();
+        against(
+            "batched matmul gradient of a",
+            &ga,
+            |m| shape.backward_a(&m(&gy64), &m(&b64)).unwrap(),
+            9,
+        );
+        let gb = shape.backward_b_bf16(&gy, &a).unwrap();
+        assert_eq!(gb.dims(), bd);
+        // Summed over the batch b was broadcast along: 2 x 5 rows.
+        against(
+            "batched matmul gradient of b",
+            &gb,
+            |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
+            10,
+        );
+    }
+}

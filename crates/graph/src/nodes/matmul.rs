@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use candle_core::DType;
+
 use wick_ops::tensor::matmul::MatMulShape;
 use wick_ops::tensor::TensorKernel;
 use wick_ops::{Kernel, Operand};
@@ -16,6 +18,9 @@ use crate::ir::{args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
 pub struct MatMul {
     /// The operands' and the output's shapes.
     pub shape: MatMulShape,
+    /// Whether it runs with bf16 products though both operands are f32: autocast's
+    /// product of two activations (`q @ kᵀ`), rounded as the GEMM reads them.
+    pub bf16_products: bool,
 }
 
 /// One operand's gradient. in: grad_y and the other operand; out: the gradient.
@@ -25,8 +30,8 @@ pub struct MatMulBackward {
     pub shape: MatMulShape,
     /// The operand differentiated.
     pub operand: Operand,
-    /// Whether it runs with bf16 products though it reads f32 values (the gradient of a
-    /// weight autocast cast to bf16).
+    /// Whether it runs with bf16 products though it may read f32 values: the gradient of
+    /// a weight autocast cast to bf16, or of a forward with bf16 products.
     pub bf16_products: bool,
 }
 
@@ -56,7 +61,8 @@ impl GraphBuilder {
         let shape =
             MatMulShape::new(self.shape(a), self.shape(b)).map_err(self.build_err("matmul"))?;
         // Autocast runs an activation times a weight (a 2-D parameter: Hugging Face's
-        // Conv1D) with bf16 products; products of two activations stay f32.
+        // Conv1D) on the weight's bf16 copy, cast once; a product of two activations
+        // reads them as they are, with bf16 products.
         let b = if self.graph.values[b.0].kind == crate::ir::ValueKind::Param
             && self.shape(b).len() == 2
         {
@@ -64,10 +70,16 @@ impl GraphBuilder {
         } else {
             b
         };
+        let both_f32 = self.dtype_of(a) == DType::F32 && self.dtype_of(b) == DType::F32;
+        let bf16_products = both_f32 && self.precision().low_dtype() == Some(DType::BF16);
         let dtype = crate::ir::product_output_dtype(self.dtype_of(a), self.dtype_of(b));
         let new = vec![("matmul", shape.out.clone(), dtype)];
         let flops = shape.flops();
-        Ok(self.push(Arc::new(MatMul { shape }), vec![a, b], new, vec![], flops)[0])
+        let op = MatMul {
+            shape,
+            bf16_products,
+        };
+        Ok(self.push(Arc::new(op), vec![a, b], new, vec![], flops)[0])
     }
 }
 
@@ -78,7 +90,15 @@ impl NodeOp for MatMul {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [a, b] = args(inputs, "matmul")?;
-        one(self.shape.forward(a, b)?)
+        one(if self.bf16_products {
+            self.shape.forward_bf16(a, b)?
+        } else {
+            self.shape.forward(a, b)?
+        })
+    }
+
+    fn compute_dtype(&self) -> Option<DType> {
+        self.bf16_products.then_some(DType::BF16)
     }
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
@@ -92,7 +112,7 @@ impl NodeOp for MatMul {
             let op = MatMulBackward {
                 shape: self.shape.clone(),
                 operand,
-                bf16_products: ctx.value_dtype(v) == candle_core::DType::BF16,
+                bf16_products: self.bf16_products || ctx.value_dtype(v) == DType::BF16,
             };
             let new = vec![("grad.matmul", ctx.shape(v), ctx.dtype())];
             let g = ctx.record(op, vec![gy, other], new, self.shape.flops());
@@ -110,13 +130,14 @@ impl NodeOp for MatMulBackward {
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, other] = args(inputs, "matmul")?;
         one(match (self.operand, self.bf16_products) {
-            (Operand::Lhs, _) => self.shape.backward_a(gy, other)?,
+            (Operand::Lhs, false) => self.shape.backward_a(gy, other)?,
+            (Operand::Lhs, true) => self.shape.backward_a_bf16(gy, other)?,
             (Operand::Rhs, false) => self.shape.backward_b(gy, other)?,
             (Operand::Rhs, true) => self.shape.backward_b_bf16(gy, other)?,
         })
     }
 
-    fn compute_dtype(&self) -> Option<candle_core::DType> {
-        self.bf16_products.then_some(candle_core::DType::BF16)
+    fn compute_dtype(&self) -> Option<DType> {
+        self.bf16_products.then_some(DType::BF16)
     }
 }

@@ -5,6 +5,7 @@
 use candle_core::Tensor;
 
 use super::{candle, matmul_cpu};
+use crate::bf16::Products;
 use crate::broadcast::{broadcast_shape, sum_to_shape};
 use crate::cpu::{self, dispatch_float};
 use crate::error::{OpError, Result};
@@ -150,7 +151,11 @@ impl MatMulShape {
         }
         let (_, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(a, b) {
-            let y = dispatch_float!(OP, a.dtype(), matmul_cpu::forward(a, b, mkn))?;
+            let y = dispatch_float!(
+                OP,
+                a.dtype(),
+                matmul_cpu::forward(Products::Native, a, b, mkn)
+            )?;
             return self.finish(Ok(y), &self.out);
         }
         let y = if self.flat() {
@@ -173,7 +178,11 @@ impl MatMulShape {
         }
         let (m, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(gy, b) {
-            let ga = dispatch_float!(OP, gy.dtype(), matmul_cpu::backward_a(gy, b, mkn))?;
+            let ga = dispatch_float!(
+                OP,
+                gy.dtype(),
+                matmul_cpu::backward_a(Products::Native, gy, b, mkn)
+            )?;
             return self.finish(Ok(ga), &self.a);
         }
         if self.flat() {
@@ -186,18 +195,81 @@ impl MatMulShape {
         self.sum_back(g.and_then(|g| g.matmul(&bt?)), [m, k], &self.a_nd, &self.a)
     }
 
-    /// [`backward_b`](Self::backward_b) with bf16 products whatever the operands' dtypes
-    /// (the gradient of a weight autocast cast to bf16; `a` and `gy` are rounded as the
-    /// product reads them).
+    /// Whether the forced-bf16 products below run on wick's CPU kernels: two float32 CPU
+    /// operands and no empty dimension (a bf16 operand takes the flat bf16 path instead).
+    fn bf16_on_cpu(&self, x: &Tensor, y: &Tensor) -> bool {
+        let (m, k, n) = self.mkn;
+        let f32s = x.dtype() == candle_core::DType::F32 && y.dtype() == candle_core::DType::F32;
+        cpu::on_cpu_kernel(x) && cpu::on_cpu_kernel(y) && f32s && m * k * n > 0
+    }
+
+    /// `[B, rows, cols]` products of `x [B, ..]` and `y [B, ..]` (each entry's matrix with
+    /// the given strides) in bf16 products, f32 sums.
+    fn bf16_batched(
+        &self,
+        dims: (usize, usize, usize),
+        x: (&Tensor, (usize, usize)),
+        y: (&Tensor, (usize, usize)),
+    ) -> Result<Tensor> {
+        let bsz: usize = self.batch.iter().product();
+        matmul_cpu::batched::<f32>(Products::Bf16, bsz, dims, x, y)
+    }
+
+    /// [`forward`](Self::forward) with bf16 products and f32 sums whatever the operands'
+    /// dtypes (autocast's product of two activations: both are rounded as the GEMM reads
+    /// them); f32 products where wick has no such kernel (off the CPU).
+    pub fn forward_bf16(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if !self.bf16_on_cpu(a, b) {
+            return self.forward(a, b);
+        }
+        let (m, k, n) = self.mkn;
+        let y = if self.flat() {
+            let rows = self.a.iter().product::<usize>() / k;
+            matmul_cpu::forward::<f32>(Products::Bf16, a, b, (rows, k, n))?
+        } else {
+            let ab = self.batched(a, &self.a_nd).map_err(candle(OP))?;
+            let bb = self.batched(b, &self.b_nd).map_err(candle(OP))?;
+            self.bf16_batched((m, n, k), (&ab, (k, 1)), (&bb, (n, 1)))?
+        };
+        self.finish(Ok(y), &self.out)
+    }
+
+    /// [`backward_a`](Self::backward_a) with bf16 products, as
+    /// [`forward_bf16`](Self::forward_bf16).
+    pub fn backward_a_bf16(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if !self.bf16_on_cpu(gy, b) {
+            return self.backward_a(gy, b);
+        }
+        let (m, k, n) = self.mkn;
+        if self.flat() {
+            let rows = self.a.iter().product::<usize>() / k;
+            let ga = matmul_cpu::backward_a::<f32>(Products::Bf16, gy, b, (rows, k, n))?;
+            return self.finish(Ok(ga), &self.a);
+        }
+        let g = self.batched_grad(gy).map_err(candle(OP))?;
+        let bb = self.batched(b, &self.b_nd).map_err(candle(OP))?;
+        let ga = self.bf16_batched((m, k, n), (&g, (n, 1)), (&bb, (1, n)))?;
+        self.sum_back(Ok(ga), [m, k], &self.a_nd, &self.a)
+    }
+
+    /// [`backward_b`](Self::backward_b) with bf16 products whatever the operands' dtypes:
+    /// the gradient of a weight autocast cast to bf16, or of an operand of
+    /// [`forward_bf16`](Self::forward_bf16) (`a` and `gy` are rounded as the product reads
+    /// them).
     pub fn backward_b_bf16(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
-        let (_, k, n) = self.mkn;
-        let rows = self.a.iter().product::<usize>() / k.max(1);
-        let cpu = crate::route::route(a.device()) == crate::route::Route::Cpu;
-        if !(self.flat() && cpu) {
+        if !self.bf16_on_cpu(a, gy) {
             return self.backward_b(gy, a);
         }
-        let gb = crate::bf16::matmul_backward_b(a, gy, (rows, k, n))?;
-        self.finish(Ok(gb), &self.b)
+        let (m, k, n) = self.mkn;
+        if self.flat() {
+            let rows = self.a.iter().product::<usize>() / k;
+            let gb = crate::bf16::matmul_backward_b(a, gy, (rows, k, n))?;
+            return self.finish(Ok(gb), &self.b);
+        }
+        let ab = self.batched(a, &self.a_nd).map_err(candle(OP))?;
+        let g = self.batched_grad(gy).map_err(candle(OP))?;
+        let gb = self.bf16_batched((k, n, m), (&ab, (1, k)), (&g, (n, 1)))?;
+        self.sum_back(Ok(gb), [k, n], &self.b_nd, &self.b)
     }
 
     /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
@@ -209,7 +281,11 @@ impl MatMulShape {
         }
         let (_, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(a, gy) {
-            let gb = dispatch_float!(OP, a.dtype(), matmul_cpu::backward_b(a, gy, mkn))?;
+            let gb = dispatch_float!(
+                OP,
+                a.dtype(),
+                matmul_cpu::backward_b(Products::Native, a, gy, mkn)
+            )?;
             return self.finish(Ok(gb), &self.b);
         }
         if self.flat() {

@@ -3,10 +3,14 @@
 //! weight), its input gradient `gy · bᵀ` read through strides (no transposed copy), and
 //! its weight gradient `aᵀ · gy` computed as `(gyᵀ · a)ᵀ` into column-major storage, which
 //! the `gemm` crate runs faster for the tall, narrow operands of a layer over many rows
-//! (as `linear_cpu` does).
+//! (as `linear_cpu` does). Each takes its products' precision: float32, or (float32
+//! operands) bf16 products with float32 sums, as autocast runs a product of activations.
+//! Batched products run one GEMM per batch entry, the entries spread over the threads.
 
 use candle_core::Tensor;
+use rayon::prelude::*;
 
+use crate::bf16::{gemm_strided_with, gemm_uninit_with, Products};
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
@@ -14,6 +18,7 @@ const OP: &str = "matmul";
 
 /// `y [m, n] = a [m, k] · b [k, n]`.
 pub(crate) fn forward<T: Float>(
+    products: Products,
     a: &Tensor,
     b: &Tensor,
     (m, k, n): (usize, usize, usize),
@@ -21,10 +26,9 @@ pub(crate) fn forward<T: Float>(
     let y = cpu::with_slice::<T, _>(OP, a, |ad| {
         cpu::with_slice::<T, _>(OP, b, |bd| {
             let mut y = Vec::with_capacity(m * n);
-            cpu::gemm_uninit(
-                m,
-                n,
-                k,
+            gemm_uninit_with(
+                products,
+                (m, n, k),
                 y.spare_capacity_mut(),
                 (ad, (k, 1)),
                 (bd, (n, 1)),
@@ -40,6 +44,7 @@ pub(crate) fn forward<T: Float>(
 
 /// `ga [m, k] = gy [m, n] · bᵀ`, `b` `[k, n]`.
 pub(crate) fn backward_a<T: Float>(
+    products: Products,
     gy: &Tensor,
     b: &Tensor,
     (m, k, n): (usize, usize, usize),
@@ -48,10 +53,9 @@ pub(crate) fn backward_a<T: Float>(
         cpu::with_slice::<T, _>(OP, b, |bd| {
             let mut ga = Vec::with_capacity(m * k);
             // bᵀ's element (j, c) is b[c][j]: strides (1, n).
-            cpu::gemm_uninit(
-                m,
-                k,
-                n,
+            gemm_uninit_with(
+                products,
+                (m, k, n),
                 ga.spare_capacity_mut(),
                 (gd, (n, 1)),
                 (bd, (1, n)),
@@ -68,6 +72,7 @@ pub(crate) fn backward_a<T: Float>(
 /// `gb [k, n] = aᵀ · gy`, `a` `[m, k]`, `gy` `[m, n]`: computed as `gbᵀ [n, k] = gyᵀ · a`
 /// stored column-major, which is `gb` row-major.
 pub(crate) fn backward_b<T: Float>(
+    products: Products,
     a: &Tensor,
     gy: &Tensor,
     (m, k, n): (usize, usize, usize),
@@ -77,9 +82,53 @@ pub(crate) fn backward_b<T: Float>(
             let mut gb = vec![T::ZERO; k * n];
             // gyᵀ's element (j, r) is gy[r][j]: strides (1, n).
             let (gyt, a) = ((gd, (1, n)), (ad, (k, 1)));
-            cpu::gemm_strided(n, k, m, (&mut gb, (1, n)), false, gyt, a, true);
+            gemm_strided_with(
+                products,
+                (n, k, m),
+                (&mut gb, (1, n)),
+                false,
+                (gyt, a),
+                true,
+            );
             Ok(gb)
         })
     })?;
     cpu::tensor(OP, gb, (k, n))
+}
+
+/// One operand of [`batched`]: `[B, ..]` contiguous values, and the (row, column) strides
+/// of each batch entry's matrix.
+pub(crate) type BatchOperand<'a> = (&'a Tensor, (usize, usize));
+
+/// `out [B, rows, cols]`: for each batch entry `lhs[b] (rows × depth) · rhs[b] (depth ×
+/// cols)`, entries over the threads, each GEMM on one thread.
+pub(crate) fn batched<T: Float>(
+    products: Products,
+    batch: usize,
+    (rows, cols, depth): (usize, usize, usize),
+    (lhs, ls): BatchOperand<'_>,
+    (rhs, rs): BatchOperand<'_>,
+) -> Result<Tensor> {
+    let out = cpu::with_slice::<T, _>(OP, lhs, |ld| {
+        cpu::with_slice::<T, _>(OP, rhs, |rd| {
+            let mut out = vec![T::ZERO; batch * rows * cols];
+            let (l_step, r_step) = (ld.len() / batch.max(1), rd.len() / batch.max(1));
+            out.par_chunks_mut((rows * cols).max(1))
+                .enumerate()
+                .for_each(|(i, dst)| {
+                    let (l, r) = (&ld[i * l_step..][..l_step], &rd[i * r_step..][..r_step]);
+                    let dims = (rows, cols, depth);
+                    gemm_strided_with(
+                        products,
+                        dims,
+                        (dst, (cols, 1)),
+                        false,
+                        ((l, ls), (r, rs)),
+                        false,
+                    );
+                });
+            Ok(out)
+        })
+    })?;
+    cpu::tensor(OP, out, (batch, rows, cols))
 }
