@@ -296,3 +296,53 @@ fn autocast_attention_computes_its_products_in_bf16_without_casting_activations(
         }
     }
 }
+
+#[test]
+fn autocast_matmul_of_two_activations_runs_bf16_products_and_f32_gradients() {
+    let run = |precision: Precision| {
+        let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+        b.set_precision(precision);
+        let q = b.param("q", &[2, 3, 6, 8]).unwrap();
+        let k = b.param("k", &[2, 3, 6, 8]).unwrap();
+        let kt = b.transpose(k, 2, 3).unwrap();
+        let scores = b.matmul(q, kt).unwrap();
+        let loss = b.sum(scores, &[], false).unwrap();
+        let grads = b.backward(loss).unwrap();
+        let gq = grads.iter().next().unwrap().1;
+        b.output(scores);
+        b.output(gq);
+        let mut exec = Executor::new(b.finish(), &Device::Cpu);
+        assert!(
+            !kernel_names(&exec).contains(&"Cast"),
+            "no cast of activations"
+        );
+        let dtypes: Vec<DType> = exec
+            .node_infos()
+            .iter()
+            .filter(|i| i.name.starts_with("MatMul"))
+            .map(|i| i.dtype)
+            .collect();
+        exec.set("q", &randn(&[2, 3, 6, 8], 6)).unwrap();
+        exec.set("k", &randn(&[2, 3, 6, 8], 7)).unwrap();
+        exec.run().unwrap();
+        let name = exec.graph().value(gq).name.clone();
+        let g = exec.get(&name).unwrap().unwrap().clone();
+        assert_eq!(g.dtype(), DType::F32);
+        (dtypes, g)
+    };
+    let (low, g_low) = run(Precision::Bf16Autocast);
+    let (full, g_full) = run(Precision::F32);
+    assert_eq!(low.len(), 3, "the product and both gradients: {low:?}");
+    assert!(low.iter().all(|&d| d == DType::BF16), "{low:?}");
+    assert!(full.iter().all(|&d| d == DType::F32), "{full:?}");
+    let diff = (g_low - &g_full).unwrap().abs().unwrap().max_all().unwrap();
+    let scale = g_full.abs().unwrap().max_all().unwrap();
+    let (diff, scale) = (
+        diff.to_scalar::<f32>().unwrap(),
+        scale.to_scalar::<f32>().unwrap(),
+    );
+    assert!(
+        diff > 0.0 && diff < 2f32.powi(-7) * scale,
+        "{diff} of {scale}"
+    );
+}
