@@ -119,11 +119,12 @@ impl ModelArgs {
     }
 }
 
-/// How a run's header names its precision: `f32`, or `bf16 autocast (f32 weights)`.
+/// How a run's header names its precision: `f32`, `bf16 autocast (f32 weights)`, ...
 pub fn precision_label(p: wick::graph::Precision) -> &'static str {
     match p {
         wick::graph::Precision::F32 => "f32",
         wick::graph::Precision::Bf16Autocast => "bf16 autocast (f32 weights)",
+        wick::graph::Precision::F16Autocast => "f16 autocast (f32 weights, loss scaling)",
     }
 }
 

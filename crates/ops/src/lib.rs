@@ -42,9 +42,9 @@ mod layer_norm_channels_cpu;
 mod layer_norm_cpu;
 pub mod layout;
 pub mod linear;
-mod linear_bf16;
 mod linear_cpu;
 mod linear_few_rows;
+mod linear_low_precision;
 pub mod loss;
 pub mod norm;
 pub mod numeric;
@@ -61,6 +61,7 @@ mod vector_math;
 
 pub use activation::Activation;
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
+pub use bf16::Products;
 pub use broadcast::{BinaryOp, Operand};
 pub use compare::{max_abs_diff, max_rel_diff};
 pub use conv::Conv2dParams;

@@ -5,7 +5,7 @@ use candle_core::Tensor;
 use crate::broadcast::BinaryOp;
 use crate::cpu::{self, dispatch_float};
 use crate::error::{CandleContext, OpError, Result};
-use crate::{linear_bf16, linear_cpu};
+use crate::{linear_cpu, linear_low_precision};
 
 const OP: &str = "linear";
 
@@ -80,8 +80,8 @@ fn on_cpu(operands: &[(&str, Option<&Tensor>)]) -> Result<bool> {
 /// Linear forward (`LinearForward`).
 pub fn linear(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     linear_output_shape(x.dims(), weight.dims(), bias.map(|b| b.dims()))?;
-    if linear_bf16::applies(x, weight) {
-        return linear_bf16::forward(x, weight, bias);
+    if linear_low_precision::applies(x, weight) {
+        return linear_low_precision::forward(x, weight, bias);
     }
     if on_cpu(&[("input", Some(x)), ("weight", Some(weight)), ("bias", bias)])? {
         return dispatch_float!(OP, x.dtype(), linear_cpu::forward(x, weight, bias));
@@ -103,8 +103,8 @@ pub fn linear_backward(
 ) -> Result<LinearGrads> {
     let out = linear_output_shape(x.dims(), weight.dims(), None)?;
     crate::shape::same(OP, "output gradient", grad_y.dims(), "output", &out)?;
-    let (dx, dw) = if linear_bf16::applies(x, weight) {
-        linear_bf16::backward(grad_y, x, weight)?
+    let (dx, dw) = if linear_low_precision::applies(x, weight) {
+        linear_low_precision::backward(grad_y, x, weight)?
     } else if on_cpu(&[
         ("output gradient", Some(grad_y)),
         ("input", Some(x)),

@@ -1,9 +1,9 @@
 //! Mixed precision as a graph policy, PyTorch's `torch.autocast` (the builder's side is
-//! in `nodes::cast`): under
-//! [`Precision::Bf16Autocast`] the builder records a cast to bfloat16 of each
-//! convolution's and linear layer's weight, and the product runs with bfloat16 products
-//! and float32 sums, giving a float32 output: its float32 input is rounded to bfloat16 as
-//! the product packs it (a cast fused into the product, with the same values a cast node
+//! in `nodes::cast`): under [`Precision::Bf16Autocast`] (or
+//! [`Precision::F16Autocast`]) the builder records a cast to bfloat16 (float16) of each
+//! convolution's and linear layer's weight, and the product runs with 16-bit products
+//! and float32 sums, giving a float32 output: its float32 input is rounded as the
+//! product reads it (a cast fused into the product, with the same values a cast node
 //! would give, and no bfloat16 copy of the activation kept), and its gradients are
 //! computed the same way. Everything else (norms, softmax, losses, reductions,
 //! element-wise ops, the optimizer) stays float32, and so do the parameters (the master
@@ -24,26 +24,35 @@ pub enum Precision {
     /// Everything in float32.
     #[default]
     F32,
-    /// Convolutions and linear layers with bfloat16 operands and float32 sums
-    /// (`torch.autocast("cpu", dtype=torch.bfloat16)`).
+    /// Convolutions, linear layers, matmuls and attention with bfloat16 operands and
+    /// float32 sums (`torch.autocast("cpu", dtype=torch.bfloat16)`).
     Bf16Autocast,
+    /// The same with float16 operands (`torch.autocast(device, dtype=torch.float16)`):
+    /// float16's narrow range needs loss scaling (`GradScaler`), which training under it
+    /// turns on.
+    F16Autocast,
 }
 
 impl Precision {
     /// Every policy, by its command-line name.
-    pub const ALL: [(&'static str, Precision); 2] =
-        [("f32", Precision::F32), ("bf16", Precision::Bf16Autocast)];
+    pub const ALL: [(&'static str, Precision); 3] = [
+        ("f32", Precision::F32),
+        ("bf16", Precision::Bf16Autocast),
+        ("f16", Precision::F16Autocast),
+    ];
 
-    /// The policy named `name` (`f32` or `bf16`).
+    /// The policy named `name` (`f32`, `bf16` or `f16`).
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, p)| *p)
     }
 
-    /// How profiles name it: `F32`, or `BF16 autocast` (bf16 products, f32 weights).
+    /// How profiles name it: `F32`, `BF16 autocast` or `F16 autocast` (16-bit products,
+    /// f32 weights).
     pub fn profile_name(self) -> &'static str {
         match self {
             Precision::F32 => "F32",
             Precision::Bf16Autocast => "BF16 autocast",
+            Precision::F16Autocast => "F16 autocast",
         }
     }
 
@@ -60,7 +69,14 @@ impl Precision {
         match self {
             Precision::F32 => None,
             Precision::Bf16Autocast => Some(DType::BF16),
+            Precision::F16Autocast => Some(DType::F16),
         }
+    }
+
+    /// The products of a product of two float32 activations under this policy.
+    pub fn products(self) -> wick_ops::Products {
+        self.low_dtype()
+            .map_or(wick_ops::Products::Native, wick_ops::Products::of)
     }
 }
 

@@ -113,8 +113,12 @@ impl GraphBuilder {
             causal: is_causal,
             dropout_p,
             seed: self.seed ^ (self.graph.nodes.len() as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            // Autocast computes attention's products in bf16, as PyTorch's lists it.
-            bf16_products: dtype == DType::F32 && self.precision().low_dtype() == Some(DType::BF16),
+            // Autocast computes attention's products in 16 bits, as PyTorch's lists it.
+            products: if dtype == DType::F32 {
+                self.precision().products()
+            } else {
+                Default::default()
+            },
         };
         attention
             .check(attn_mask.is_some())
@@ -149,7 +153,7 @@ impl NodeOp for ScaledDotProductAttention {
     }
 
     fn compute_dtype(&self) -> Option<DType> {
-        self.attention.bf16_products.then_some(DType::BF16)
+        self.attention.products.low_dtype()
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

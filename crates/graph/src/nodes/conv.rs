@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use wick_ops::conv::{self, Conv2dParams};
-use wick_ops::{Kernel, KernelVariant};
+use wick_ops::{Kernel, KernelVariant, Products};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -37,8 +37,8 @@ pub struct ConvBackwardFilter {
     pub params: Conv2dParams,
     /// The weight's shape.
     pub weight_shape: Vec<usize>,
-    /// Whether it runs with bfloat16 products (the forward's weight was cast to bf16).
-    pub bf16_products: bool,
+    /// Its products: 16-bit when the forward's weight was cast to a 16-bit float.
+    pub products: Products,
 }
 
 /// Convolution bias gradient. in: grad_y; out: grad_bias.
@@ -122,7 +122,7 @@ impl NodeOp for Conv2d {
             let op = ConvBackwardFilter {
                 params: self.params,
                 weight_shape: ws.clone(),
-                bf16_products: ctx.value_dtype(w) == candle_core::DType::BF16,
+                products: Products::of(ctx.value_dtype(w)),
             };
             let g = ctx.record(
                 op,
@@ -168,7 +168,7 @@ impl NodeOp for ConvBackwardFilter {
     }
 
     fn compute_dtype(&self) -> Option<candle_core::DType> {
-        self.bf16_products.then_some(candle_core::DType::BF16)
+        self.products.low_dtype()
     }
 
     fn variant(&self, _input_shapes: &[Vec<usize>]) -> Option<KernelVariant> {
@@ -177,12 +177,14 @@ impl NodeOp for ConvBackwardFilter {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, x] = args(inputs, OP)?;
-        let run = if self.bf16_products {
-            conv::conv2d_backward_filter_bf16
-        } else {
-            conv::conv2d_backward_filter
-        };
-        one(run(gy, x, &self.weight_shape, &self.params)?)
+        let (shape, p) = (&self.weight_shape, &self.params);
+        one(conv::conv2d_backward_filter_with(
+            gy,
+            x,
+            shape,
+            p,
+            self.products,
+        )?)
     }
 }
 

@@ -7,7 +7,7 @@ use candle_core::DType;
 
 use wick_ops::tensor::matmul::MatMulShape;
 use wick_ops::tensor::TensorKernel;
-use wick_ops::{Kernel, Operand};
+use wick_ops::{Kernel, Operand, Products};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -18,9 +18,9 @@ use crate::ir::{args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
 pub struct MatMul {
     /// The operands' and the output's shapes.
     pub shape: MatMulShape,
-    /// Whether it runs with bf16 products though both operands are f32: autocast's
-    /// product of two activations (`q @ kᵀ`), rounded as the GEMM reads them.
-    pub bf16_products: bool,
+    /// Its products when both operands are f32: 16-bit for autocast's product of two
+    /// activations (`q @ kᵀ`), rounded as the GEMM reads them.
+    pub products: Products,
 }
 
 /// One operand's gradient. in: grad_y and the other operand; out: the gradient.
@@ -30,9 +30,9 @@ pub struct MatMulBackward {
     pub shape: MatMulShape,
     /// The operand differentiated.
     pub operand: Operand,
-    /// Whether it runs with bf16 products though it may read f32 values: the gradient of
-    /// a weight autocast cast to bf16, or of a forward with bf16 products.
-    pub bf16_products: bool,
+    /// Its products, 16-bit though it may read f32 values: the gradient of a weight
+    /// autocast cast to a 16-bit float, or of a forward with 16-bit products.
+    pub products: Products,
 }
 
 impl GraphBuilder {
@@ -71,14 +71,15 @@ impl GraphBuilder {
             b
         };
         let both_f32 = self.dtype_of(a) == DType::F32 && self.dtype_of(b) == DType::F32;
-        let bf16_products = both_f32 && self.precision().low_dtype() == Some(DType::BF16);
+        let products = if both_f32 {
+            self.precision().products()
+        } else {
+            Products::Native
+        };
         let dtype = crate::ir::product_output_dtype(self.dtype_of(a), self.dtype_of(b));
         let new = vec![("matmul", shape.out.clone(), dtype)];
         let flops = shape.flops();
-        let op = MatMul {
-            shape,
-            bf16_products,
-        };
+        let op = MatMul { shape, products };
         Ok(self.push(Arc::new(op), vec![a, b], new, vec![], flops)[0])
     }
 }
@@ -90,15 +91,11 @@ impl NodeOp for MatMul {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [a, b] = args(inputs, "matmul")?;
-        one(if self.bf16_products {
-            self.shape.forward_bf16(a, b)?
-        } else {
-            self.shape.forward(a, b)?
-        })
+        one(self.shape.forward_with(a, b, self.products)?)
     }
 
     fn compute_dtype(&self) -> Option<DType> {
-        self.bf16_products.then_some(DType::BF16)
+        self.products.low_dtype()
     }
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
@@ -112,7 +109,10 @@ impl NodeOp for MatMul {
             let op = MatMulBackward {
                 shape: self.shape.clone(),
                 operand,
-                bf16_products: self.bf16_products || ctx.value_dtype(v) == DType::BF16,
+                products: match Products::of(ctx.value_dtype(v)) {
+                    Products::Native => self.products,
+                    low => low,
+                },
             };
             let new = vec![("grad.matmul", ctx.shape(v), ctx.dtype())];
             let g = ctx.record(op, vec![gy, other], new, self.shape.flops());
@@ -129,15 +129,13 @@ impl NodeOp for MatMulBackward {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [gy, other] = args(inputs, "matmul")?;
-        one(match (self.operand, self.bf16_products) {
-            (Operand::Lhs, false) => self.shape.backward_a(gy, other)?,
-            (Operand::Lhs, true) => self.shape.backward_a_bf16(gy, other)?,
-            (Operand::Rhs, false) => self.shape.backward_b(gy, other)?,
-            (Operand::Rhs, true) => self.shape.backward_b_bf16(gy, other)?,
+        one(match self.operand {
+            Operand::Lhs => self.shape.backward_a_with(gy, other, self.products)?,
+            Operand::Rhs => self.shape.backward_b_with(gy, other, self.products)?,
         })
     }
 
     fn compute_dtype(&self) -> Option<DType> {
-        self.bf16_products.then_some(DType::BF16)
+        self.products.low_dtype()
     }
 }

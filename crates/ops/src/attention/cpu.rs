@@ -73,11 +73,7 @@ impl<'a, T: Float> Plan<'a, T> {
                 let draws = Draws::new(a.dropout_p, a.seed, step);
                 (draws, T::from_f64(1.0 / (1.0 - a.dropout_p)))
             }),
-            products: if a.bf16_products {
-                Products::Bf16
-            } else {
-                Products::Native
-            },
+            products: a.products,
         }
     }
 

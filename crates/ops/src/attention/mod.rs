@@ -53,7 +53,7 @@ fn check(
 ///
 /// let q = Tensor::randn(0f32, 1., (2, 4, 16, 8), &Device::Cpu)?;
 /// let a = Attention { scale: 1.0 / 8f64.sqrt(), causal: true, dropout_p: 0.0, seed: 0,
-///     bf16_products: false };
+///     products: Default::default() };
 /// let y = scaled_dot_product_attention(&q, &q, &q, None, &a, 0)?;
 /// assert_eq!(y.out.dims(), &[2, 4, 16, 8]);
 /// assert_eq!(y.lse.dims(), &[2, 4, 16]);

@@ -2,6 +2,7 @@
 
 use candle_core::{DType, Tensor};
 
+use crate::bf16::Products;
 use crate::error::{OpError, Result};
 
 pub(super) const OP: &str = "scaled_dot_product_attention";
@@ -166,10 +167,11 @@ pub struct Attention {
     pub dropout_p: f64,
     /// The dropout draws' seed (the graph node's).
     pub seed: u64,
-    /// (CPU, float32) bfloat16 products with float32 sums: every tile's `q`, `k`, `v`,
-    /// weights and gradients are rounded to bfloat16 as its GEMMs pack them, as autocast's
-    /// attention computes; the softmax and the outputs stay float32.
-    pub bf16_products: bool,
+    /// (CPU, float32) The tiles' products: [`Products::Bf16`] or [`Products::F16`] round
+    /// every tile's `q`, `k`, `v`, weights and gradients to that 16-bit float as its
+    /// GEMMs read them, with float32 sums, as autocast's attention computes; the softmax
+    /// and the outputs stay float32.
+    pub products: Products,
 }
 
 impl Attention {

@@ -1,6 +1,7 @@
 //! bfloat16 on the CPU: rounding and widening, and the GEMM behind bfloat16
 //! convolutions, linear layers and matmuls (bfloat16 products, float32 sums), on
-//! AVX512-BF16's `vdpbf16ps` where the CPU has it and in float32 arithmetic elsewhere.
+//! AVX512-BF16's `vdpbf16ps` where the CPU has it and in float32 arithmetic elsewhere;
+//! and the choice of products ([`Products`]) autocast's kernels take, float16 included.
 
 mod convert;
 mod gemm;
@@ -16,6 +17,7 @@ pub use gemm::gemm;
 pub(crate) use matmul::{matmul_backward_a, matmul_backward_b, matmul_forward};
 pub use microkernel::{has_avx512_bf16, Bf16Path};
 pub use operand::{Matrix, Values};
-pub(crate) use products::{gemm_strided_with, gemm_uninit_with, Products};
+pub use products::Products;
+pub(crate) use products::{gemm_strided_with, gemm_uninit_with};
 pub use tensor::cast;
 pub(crate) use tensor::{rounded_f32, with_values};

@@ -1,8 +1,15 @@
-//! float32 GEMMs with a choice of products: float32 (`crate::cpu`'s GEMM), or bfloat16
-//! products with float32 sums, both operands rounded to bfloat16 as they are packed, as
-//! autocast's convolutions run (their kernels carry the choice in their geometry).
+//! float32 GEMMs with a choice of products: float32 (`crate::cpu`'s GEMM), or the
+//! products of 16-bit floats with float32 sums, as autocast's convolutions run (their
+//! kernels carry the choice in their geometry). bfloat16 operands are rounded as they are
+//! packed for the bfloat16 GEMM; float16 operands are rounded to float16 values into a
+//! float32 copy, whose float32 GEMM multiplies exactly (11-bit significands give 22-bit
+//! products) and sums in float32: float16 products with float32 sums, as a GPU's f16
+//! tensor cores compute them, with no float16 instructions on the CPU.
 
 use std::mem::MaybeUninit;
+
+use candle_core::DType;
+use half::slice::HalfFloatSliceExt;
 
 use super::gemm::{gemm_native, widened};
 use super::microkernel::has_avx512_bf16;
@@ -12,14 +19,54 @@ use crate::cpu::{self, Float};
 /// A GEMM operand of the CPU GEMM: values and their (row, column) strides.
 type Operand<'a, T> = (&'a [T], (usize, usize));
 
-/// How a GEMM multiplies.
+/// How a product (a GEMM, a convolution, an attention's tiles) multiplies: in its
+/// operands' own float type, or (float32 operands) in a 16-bit float with float32 sums,
+/// each operand rounded to nearest (ties to even) as it is read: autocast's products.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Products {
-    /// In its own float type.
+pub enum Products {
+    /// In the operands' own float type.
     #[default]
     Native,
-    /// (float32 only) bfloat16 products, float32 sums.
+    /// bfloat16 products, float32 sums.
     Bf16,
+    /// float16 products, float32 sums.
+    F16,
+}
+
+impl Products {
+    /// The products of an operand of `dtype`: 16-bit for a 16-bit float, else native.
+    pub fn of(dtype: DType) -> Products {
+        match dtype {
+            DType::BF16 => Products::Bf16,
+            DType::F16 => Products::F16,
+            _ => Products::Native,
+        }
+    }
+
+    /// The 16-bit float the products are of, if any.
+    pub fn low_dtype(self) -> Option<DType> {
+        match self {
+            Products::Native => None,
+            Products::Bf16 => Some(DType::BF16),
+            Products::F16 => Some(DType::F16),
+        }
+    }
+}
+
+/// `s` rounded to float16 values (to nearest, ties to even), kept as float32, when `T` is
+/// f32.
+fn f16_rounded<T: 'static>(s: &[T]) -> Option<Vec<f32>> {
+    let s = as_f32(s)?;
+    let mut halves = vec![half::f16::ZERO; s.len()];
+    halves.convert_from_f32_slice(s);
+    let mut out = vec![0f32; s.len()];
+    halves.convert_to_f32_slice(&mut out);
+    Some(out)
+}
+
+/// Both operands rounded to float16 values, when `T` is f32.
+fn f16_operands<T: 'static>(lhs: &[T], rhs: &[T]) -> Option<(Vec<f32>, Vec<f32>)> {
+    Some((f16_rounded(lhs)?, f16_rounded(rhs)?))
 }
 
 /// `s` as float32 values, when `T` is f32.
@@ -74,6 +121,13 @@ pub(crate) fn gemm_uninit_with<T: Float>(
     rhs: (&[T], (usize, usize)),
     parallel: bool,
 ) {
+    if products == Products::F16 {
+        if let Some((a, b)) = f16_operands(lhs.0, rhs.0) {
+            // SAFETY: T is f32 (f16_operands succeeded): the same type and layout.
+            let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
+            return cpu::gemm_uninit(m, n, k, dst, (&a, lhs.1), (&b, rhs.1), parallel);
+        }
+    }
     let Some((a, b)) = f32_operands(lhs, rhs).filter(|_| products == Products::Bf16) else {
         return cpu::gemm_uninit(m, n, k, dst, lhs, rhs, parallel);
     };
@@ -101,6 +155,14 @@ pub(crate) fn gemm_strided_with<T: Float>(
     (lhs, rhs): (Operand<'_, T>, Operand<'_, T>),
     parallel: bool,
 ) {
+    if products == Products::F16 {
+        if let Some((a, b)) = f16_operands(lhs.0, rhs.0) {
+            // SAFETY: T is f32 (f16_operands succeeded): the same type and layout.
+            let dst = unsafe { &mut *(dst as *mut [T] as *mut [f32]) };
+            let (lhs, rhs) = ((&a[..], lhs.1), (&b[..], rhs.1));
+            return cpu::gemm_strided(m, n, k, (dst, dst_strides), accumulate, lhs, rhs, parallel);
+        }
+    }
     let Some((a, b)) = f32_operands(lhs, rhs).filter(|_| products == Products::Bf16) else {
         return cpu::gemm_strided(m, n, k, (dst, dst_strides), accumulate, lhs, rhs, parallel);
     };

@@ -86,10 +86,8 @@ pub(crate) fn bits_tensor(
     Tensor::from_vec(values, shape, &Device::Cpu).ctx(op)
 }
 
-/// `t` rounded to bfloat16 values, kept as float32 (exact): the operands of a bfloat16
-/// product on the paths that multiply in float32 (devices other than the CPU).
-pub(crate) fn rounded_f32(op: &'static str, t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::BF16)
-        .and_then(|t| t.to_dtype(DType::F32))
-        .ctx(op)
+/// `t` rounded to `low`'s values (a 16-bit float), kept as float32 (exact): the operands
+/// of a 16-bit product on the paths that multiply in float32.
+pub(crate) fn rounded_f32(op: &'static str, t: &Tensor, low: DType) -> Result<Tensor> {
+    t.to_dtype(low).and_then(|t| t.to_dtype(DType::F32)).ctx(op)
 }

@@ -7,13 +7,13 @@
 //!   the CPU under [`KernelPath::Generic`](crate::KernelPath)).
 
 mod algorithm;
-mod bf16;
 mod cpu;
 mod depthwise;
 mod depthwise_s1;
 mod epilogue;
 mod generic;
 mod im2col;
+mod low_precision;
 mod params;
 pub mod transpose;
 mod winograd;
@@ -24,6 +24,8 @@ pub use params::{Conv2dParams, Epilogue};
 use params::{Geom, OP};
 
 use candle_core::Tensor;
+
+use crate::bf16::Products;
 
 use crate::cpu::{self as cpu_data, dispatch_float};
 use crate::error::{CandleContext, OpError, Result};
@@ -65,9 +67,11 @@ pub fn conv2d_fused(
             &[g.n, g.c_out, g.oh, g.ow],
         )?;
     }
-    let low_precision = bf16::applies(&[x, weight]);
+    let operands = [("input", x), ("weight", weight)];
+    let products = low_precision::products_of(&operands)?;
+    let low_precision = products != Products::Native;
     if low_precision {
-        bf16::check(&[("input", x), ("weight", weight)], epilogue)?;
+        low_precision::check(products, &operands, epilogue)?;
     } else {
         let mut others = vec![("weight", weight)];
         others.extend(epilogue.bias.map(|b| ("bias", b)));
@@ -76,13 +80,15 @@ pub fn conv2d_fused(
     }
     match route(x.device()) {
         Route::Cpu if low_precision => {
-            let (x, w) = (bf16::widened(x)?, bf16::widened(weight)?);
-            cpu::forward::<f32>(&bf16::bf16_products(&g), &x, &w, epilogue)
+            let (x, w) = (low_precision::widened(x)?, low_precision::widened(weight)?);
+            let g = low_precision::with_products(&g, products);
+            cpu::forward::<f32>(&g, &x, &w, epilogue)
         }
         Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::forward(&g, x, weight, epilogue)),
         Route::Cuda | Route::Generic => {
             let mut out = if low_precision {
-                let (x, w) = (bf16::rounded_f32(x)?, bf16::rounded_f32(weight)?);
+                let rounded = |t| low_precision::rounded_f32(t, products);
+                let (x, w) = (rounded(x)?, rounded(weight)?);
                 generic::forward(&g, &x, &w)?
             } else {
                 generic::forward(&g, x, weight)?
@@ -120,19 +126,22 @@ pub fn conv2d_backward_data(
 ) -> Result<Tensor> {
     let g = p.geom(input_shape, weight.dims())?;
     check_grad_out(&g, grad_out)?;
-    if bf16::applies(&[grad_out, weight]) {
-        bf16::check(
-            &[("output gradient", grad_out), ("weight", weight)],
-            &Default::default(),
-        )?;
+    let operands = [("output gradient", grad_out), ("weight", weight)];
+    let products = low_precision::products_of(&operands)?;
+    if products != Products::Native {
+        low_precision::check(products, &operands, &Default::default())?;
         return match route(grad_out.device()) {
             Route::Cpu => {
-                let (gy, w) = (bf16::widened(grad_out)?, bf16::widened(weight)?);
-                cpu::backward_data::<f32>(&bf16::bf16_products(&g), &gy, &w)
+                let (gy, w) = (
+                    low_precision::widened(grad_out)?,
+                    low_precision::widened(weight)?,
+                );
+                let g = low_precision::with_products(&g, products);
+                cpu::backward_data::<f32>(&g, &gy, &w)
             }
             Route::Cuda | Route::Generic => {
-                let (gy, w) = (bf16::rounded_f32(grad_out)?, bf16::rounded_f32(weight)?);
-                generic::backward_data(&g, &gy, &w)
+                let rounded = |t| low_precision::rounded_f32(t, products);
+                generic::backward_data(&g, &rounded(grad_out)?, &rounded(weight)?)
             }
         };
     }
@@ -154,43 +163,41 @@ pub fn conv2d_backward_filter(
     weight_shape: &[usize],
     p: &Conv2dParams,
 ) -> Result<Tensor> {
-    backward_filter_with(grad_out, x, weight_shape, p, false)
+    conv2d_backward_filter_with(grad_out, x, weight_shape, p, Products::Native)
 }
 
-/// [`conv2d_backward_filter`] with bfloat16 products whatever the operands' dtypes: the
-/// weight gradient of a convolution whose weight autocast cast to bfloat16 (its float32
-/// input and output gradient are rounded as the products read them).
-pub fn conv2d_backward_filter_bf16(
+/// [`conv2d_backward_filter`] with the given products whatever the operands' dtypes
+/// (16-bit operands choose theirs too): the weight gradient of a convolution whose
+/// weight autocast cast to a 16-bit float, its float32 input and output gradient rounded
+/// as the products read them.
+pub fn conv2d_backward_filter_with(
     grad_out: &Tensor,
     x: &Tensor,
     weight_shape: &[usize],
     p: &Conv2dParams,
-) -> Result<Tensor> {
-    backward_filter_with(grad_out, x, weight_shape, p, true)
-}
-
-fn backward_filter_with(
-    grad_out: &Tensor,
-    x: &Tensor,
-    weight_shape: &[usize],
-    p: &Conv2dParams,
-    bf16_products: bool,
+    products: Products,
 ) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight_shape)?;
     check_grad_out(&g, grad_out)?;
-    if bf16_products || bf16::applies(&[grad_out, x]) {
-        bf16::check(
-            &[("output gradient", grad_out), ("input", x)],
-            &Default::default(),
-        )?;
+    let operands = [("output gradient", grad_out), ("input", x)];
+    let products = match low_precision::products_of(&operands)? {
+        Products::Native => products,
+        own => own,
+    };
+    if products != Products::Native {
+        low_precision::check(products, &operands, &Default::default())?;
         return match route(x.device()) {
             Route::Cpu => {
-                let (gy, x) = (bf16::widened(grad_out)?, bf16::widened(x)?);
-                cpu::backward_filter::<f32>(&bf16::bf16_products(&g), &gy, &x)
+                let (gy, x) = (
+                    low_precision::widened(grad_out)?,
+                    low_precision::widened(x)?,
+                );
+                let g = low_precision::with_products(&g, products);
+                cpu::backward_filter::<f32>(&g, &gy, &x)
             }
             Route::Cuda | Route::Generic => {
-                let (gy, x) = (bf16::rounded_f32(grad_out)?, bf16::rounded_f32(x)?);
-                generic::backward_filter(&g, &gy, &x)
+                let rounded = |t| low_precision::rounded_f32(t, products);
+                generic::backward_filter(&g, &rounded(grad_out)?, &rounded(x)?)
             }
         };
     }

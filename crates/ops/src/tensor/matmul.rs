@@ -12,6 +12,30 @@ use crate::error::{OpError, Result};
 
 const OP: &str = "matmul";
 
+/// `t` rounded to float16 values, as float32.
+fn f16_values(t: &Tensor) -> Result<Tensor> {
+    crate::bf16::rounded_f32(OP, t, candle_core::DType::F16)
+}
+
+/// Both operands as float16 values in float32 when either is float16 (autocast's f16
+/// weight): their float32 product is exactly that of float16 values, summed in float32.
+fn f16_operands(x: &Tensor, y: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
+    if x.dtype() != candle_core::DType::F16 && y.dtype() != candle_core::DType::F16 {
+        return Ok(None);
+    }
+    if x.dtype() == candle_core::DType::BF16 || y.dtype() == candle_core::DType::BF16 {
+        return Err(OpError::invalid(
+            OP,
+            format!(
+                "operands of dtypes {:?} and {:?}: one 16-bit dtype per product",
+                x.dtype(),
+                y.dtype()
+            ),
+        ));
+    }
+    Ok(Some((f16_values(x)?, f16_values(y)?)))
+}
+
 /// The shapes of one `matmul(a, b)`: both sides promoted to at least 2-D, the broadcast
 /// batch, and the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,9 +166,13 @@ impl MatMulShape {
         })
     }
 
-    /// `a @ b`. With a bf16 operand (autocast's weight), the products are bf16 and the
-    /// sums f32: the other operand is rounded as the product reads it, the output is f32.
+    /// `a @ b`. With a bf16 or f16 operand (autocast's weight), the products are of
+    /// that dtype and the sums f32: the other operand is rounded as the product reads it,
+    /// the output is f32.
     pub fn forward(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if let Some((a, b)) = f16_operands(a, b)? {
+            return self.forward(&a, &b);
+        }
         if let Some(mkn) = self.bf16_products(a, b)? {
             let y = crate::bf16::matmul_forward(a, b, mkn)?;
             return self.finish(Ok(y), &self.out);
@@ -172,6 +200,9 @@ impl MatMulShape {
     /// The gradient of `a` for output gradient `gy`: `gy @ bᵀ`, summed over the batch
     /// dimensions `a` was broadcast along.
     pub fn backward_a(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
+        if let Some((gy, b)) = f16_operands(gy, b)? {
+            return self.backward_a(&gy, &b);
+        }
         if let Some(mkn) = self.bf16_products(gy, b)? {
             let ga = crate::bf16::matmul_backward_a(gy, b, mkn)?;
             return self.finish(Ok(ga), &self.a);
@@ -215,12 +246,15 @@ impl MatMulShape {
         matmul_cpu::batched::<f32>(Products::Bf16, bsz, dims, x, y)
     }
 
-    /// [`forward`](Self::forward) with bf16 products and f32 sums whatever the operands'
-    /// dtypes (autocast's product of two activations: both are rounded as the GEMM reads
-    /// them); f32 products where wick has no such kernel (off the CPU).
-    pub fn forward_bf16(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if !self.bf16_on_cpu(a, b) {
-            return self.forward(a, b);
+    /// [`forward`](Self::forward) with the given products and f32 sums whatever the
+    /// operands' dtypes (autocast's product of two activations: both are rounded as the
+    /// GEMM reads them). bf16 products off the CPU are f32 ones.
+    pub fn forward_with(&self, a: &Tensor, b: &Tensor, products: Products) -> Result<Tensor> {
+        match products {
+            Products::Native => return self.forward(a, b),
+            Products::F16 => return self.forward(&f16_values(a)?, &f16_values(b)?),
+            Products::Bf16 if !self.bf16_on_cpu(a, b) => return self.forward(a, b),
+            Products::Bf16 => {}
         }
         let (m, k, n) = self.mkn;
         let y = if self.flat() {
@@ -234,11 +268,14 @@ impl MatMulShape {
         self.finish(Ok(y), &self.out)
     }
 
-    /// [`backward_a`](Self::backward_a) with bf16 products, as
-    /// [`forward_bf16`](Self::forward_bf16).
-    pub fn backward_a_bf16(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if !self.bf16_on_cpu(gy, b) {
-            return self.backward_a(gy, b);
+    /// [`backward_a`](Self::backward_a) with the given products, as
+    /// [`forward_with`](Self::forward_with).
+    pub fn backward_a_with(&self, gy: &Tensor, b: &Tensor, products: Products) -> Result<Tensor> {
+        match products {
+            Products::Native => return self.backward_a(gy, b),
+            Products::F16 => return self.backward_a(&f16_values(gy)?, &f16_values(b)?),
+            Products::Bf16 if !self.bf16_on_cpu(gy, b) => return self.backward_a(gy, b),
+            Products::Bf16 => {}
         }
         let (m, k, n) = self.mkn;
         if self.flat() {
@@ -252,13 +289,16 @@ impl MatMulShape {
         self.sum_back(Ok(ga), [m, k], &self.a_nd, &self.a)
     }
 
-    /// [`backward_b`](Self::backward_b) with bf16 products whatever the operands' dtypes:
-    /// the gradient of a weight autocast cast to bf16, or of an operand of
-    /// [`forward_bf16`](Self::forward_bf16) (`a` and `gy` are rounded as the product reads
-    /// them).
-    pub fn backward_b_bf16(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
-        if !self.bf16_on_cpu(a, gy) {
-            return self.backward_b(gy, a);
+    /// [`backward_b`](Self::backward_b) with the given products whatever the operands'
+    /// dtypes: the gradient of a weight autocast cast to a 16-bit float, or of an operand
+    /// of [`forward_with`](Self::forward_with) (`a` and `gy` are rounded as the product
+    /// reads them).
+    pub fn backward_b_with(&self, gy: &Tensor, a: &Tensor, products: Products) -> Result<Tensor> {
+        match products {
+            Products::Native => return self.backward_b(gy, a),
+            Products::F16 => return self.backward_b(&f16_values(gy)?, &f16_values(a)?),
+            Products::Bf16 if !self.bf16_on_cpu(a, gy) => return self.backward_b(gy, a),
+            Products::Bf16 => {}
         }
         let (m, k, n) = self.mkn;
         if self.flat() {
@@ -275,6 +315,9 @@ impl MatMulShape {
     /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
     /// dimensions `b` was broadcast along.
     pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
+        if let Some((gy, a)) = f16_operands(gy, a)? {
+            return self.backward_b(&gy, &a);
+        }
         if let Some(mkn) = self.bf16_products(a, gy)? {
             let gb = crate::bf16::matmul_backward_b(a, gy, mkn)?;
             return self.finish(Ok(gb), &self.b);

@@ -15,7 +15,7 @@ fn settings(e: usize, causal: bool, dropout_p: f64) -> Attention {
         causal,
         dropout_p,
         seed: 7,
-        bf16_products: false,
+        products: Default::default(),
     }
 }
 

@@ -186,7 +186,7 @@ fn emulated_attention_matches_the_cpu_kernel() {
             causal: c.causal,
             dropout_p: c.dropout_p,
             seed: 11,
-            bf16_products: false,
+            products: Default::default(),
         };
         let got = emulated(c, &q, &k, &v, &g, &a);
         let t = |x: &[f64], rows, cols| {

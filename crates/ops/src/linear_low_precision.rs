@@ -1,8 +1,9 @@
-//! Linear layers with bfloat16 products, as autocast runs them: a bfloat16 weight (and
-//! input, or a float32 input rounded to bfloat16 as the GEMM packs it), float32 output
-//! and gradients, products on the bfloat16 GEMM (`crate::bf16`) with float32 sums. On
-//! devices other than the CPU the bfloat16-rounded values run through the float32
-//! product (they are exact in float32).
+//! Linear layers with 16-bit products, as autocast runs them: a bfloat16 or float16
+//! weight (and input, or a float32 input rounded as the product reads it), float32 output
+//! and gradients, float32 sums. bfloat16 products run on the bfloat16 GEMM
+//! (`crate::bf16`); float16 ones, and both on devices other than the CPU, run the float32
+//! product on the operands rounded to 16-bit values, which is exact (16-bit values'
+//! products fit in float32's significand).
 
 use candle_core::{DType, Tensor};
 
@@ -13,29 +14,45 @@ use crate::route::{route, Route};
 
 const OP: &str = "linear";
 
-/// Whether a linear layer with this input and weight runs with bfloat16 products.
+/// Whether a linear layer with this input and weight runs with 16-bit products.
 pub(crate) fn applies(x: &Tensor, weight: &Tensor) -> bool {
-    x.dtype() == DType::BF16 || weight.dtype() == DType::BF16
+    [x, weight]
+        .iter()
+        .any(|t| matches!(t.dtype(), DType::BF16 | DType::F16))
 }
 
-fn check(x: &Tensor, weight: &Tensor) -> Result<()> {
+/// The products' 16-bit dtype, after checking that each operand is float32 or it.
+fn low_dtype(x: &Tensor, weight: &Tensor) -> Result<DType> {
+    let low = if matches!(x.dtype(), DType::BF16 | DType::F16) {
+        x.dtype()
+    } else {
+        weight.dtype()
+    };
     for (name, t) in [("input", x), ("weight", weight)] {
-        if !matches!(t.dtype(), DType::F32 | DType::BF16) {
+        if t.dtype() != DType::F32 && t.dtype() != low {
             return Err(OpError::invalid(
                 OP,
                 format!(
-                    "a bf16 linear layer's {name} must be f32 or bf16, got {:?}",
+                    "a {low:?}-product linear layer's {name} must be F32 or {low:?}, got {:?}",
                     t.dtype()
                 ),
             ));
         }
     }
-    Ok(())
+    Ok(low)
 }
 
-/// `y [m, n] = x [m, k] · weightᵀ (+ bias)` in float32 from bfloat16 `x` and `weight`.
+/// `t` rounded to `low`'s values, as float32.
+fn rounded(t: &Tensor, low: DType) -> Result<Tensor> {
+    crate::bf16::rounded_f32(OP, t, low)
+}
+
+/// `y [m, n] = x [m, k] · weightᵀ (+ bias)` in float32 from 16-bit `x` and `weight`.
 pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    check(x, weight)?;
+    let low = low_dtype(x, weight)?;
+    if low == DType::F16 {
+        return crate::linear::linear(&rounded(x, low)?, &rounded(weight, low)?, bias);
+    }
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
     let y = if route(x.device()) == Route::Cpu {
         let y = with_values(OP, x, |xv| {
@@ -64,10 +81,7 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
         })?;
         cpu::tensor(OP, y, (m, n))?
     } else {
-        let (x, w) = (
-            crate::bf16::rounded_f32(OP, x)?,
-            crate::bf16::rounded_f32(OP, weight)?,
-        );
+        let (x, w) = (rounded(x, low)?, rounded(weight, low)?);
         x.matmul(&w.t().ctx(OP)?).ctx(OP)?
     };
     match bias {
@@ -77,15 +91,24 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
 }
 
 /// `(grad_x [m, k], grad_weight [n, k])` in float32 for a float32 `grad_y [m, n]` (its
-/// products rounded to bfloat16 as the GEMM packs it) and bfloat16 `x` and `weight`.
+/// products rounded as the GEMM reads it) and 16-bit `x` and `weight`.
 pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(Tensor, Tensor)> {
-    check(x, weight)?;
+    let low = low_dtype(x, weight)?;
+    if low == DType::F16 {
+        let (gy, x, w) = (
+            rounded(grad_y, low)?,
+            rounded(x, low)?,
+            rounded(weight, low)?,
+        );
+        let g = crate::linear::linear_backward(&gy, &x, &w, false)?;
+        return Ok((g.x, g.weight));
+    }
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
     if route(x.device()) != Route::Cpu {
         let (gy, x, w) = (
-            crate::bf16::rounded_f32(OP, grad_y)?,
-            crate::bf16::rounded_f32(OP, x)?,
-            crate::bf16::rounded_f32(OP, weight)?,
+            rounded(grad_y, low)?,
+            rounded(x, low)?,
+            rounded(weight, low)?,
         );
         let dx = gy.matmul(&w).ctx(OP)?;
         return Ok((dx, gy.t().ctx(OP)?.matmul(&x).ctx(OP)?));

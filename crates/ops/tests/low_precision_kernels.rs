@@ -1,4 +1,5 @@
-//! The bfloat16 convolution and linear kernels (autocast's products) against float64:
+//! The 16-bit-product kernels (autocast's products: bfloat16, and float16 at the end)
+//! against float64:
 //! each output within float32's summation error of the float64 result on the same
 //! bfloat16-rounded operands, forward and both gradients. The bound is relative to the
 //! sum of the products' magnitudes (the same computation on absolute values), so a
@@ -6,7 +7,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick_ops::bf16::{cast, has_avx512_bf16};
-use wick_ops::{conv, linear, Conv2dParams};
+use wick_ops::{conv, linear, Conv2dParams, Products};
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
     let n: usize = dims.iter().product();
@@ -309,7 +310,7 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
     );
     // The weight gradient with bf16 products forced (autocast's, reading f32 values) is
     // the one of a bf16 operand: the same rounding, as the product reads it.
-    let forced = shape.backward_b_bf16(&gy, &a).unwrap();
+    let forced = shape.backward_b_with(&gy, &a, Products::Bf16).unwrap();
     assert_eq!(
         max_of(&abs_diff(&forced, &gb.to_dtype(DType::F64).unwrap())),
         0.0
@@ -352,10 +353,10 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
             causal,
             dropout_p: 0.0,
             seed: 0,
-            bf16_products: true,
+            products: Products::Bf16,
         };
         let exact = Attention {
-            bf16_products: false,
+            products: Products::Native,
             ..a.clone()
         };
         // float64 on the operands as the products read them, and float32's own path.
@@ -399,7 +400,7 @@ fn bf16_batched_matmul_of_two_activations_matches_float64() {
         let (a, b) = (randn(ad, seed), randn(bd, seed + 1));
         let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
         let (a64, b64) = (rounded64(&a), rounded64(&b));
-        let y = shape.forward_bf16(&a, &b).unwrap();
+        let y = shape.forward_with(&a, &b, Products::Bf16).unwrap();
         against(
             "batched matmul forward",
             &y,
@@ -414,14 +415,14 @@ fn bf16_batched_matmul_of_two_activations_matches_float64() {
         );
         let gy = randn(y.dims(), seed + 2);
         let gy64 = rounded64(&gy);
-        let ga = shape.backward_a_bf16(&gy, &b).unwrap();
+        let ga = shape.backward_a_with(&gy, &b, Products::Bf16).unwrap();
         against(
             "batched matmul gradient of a",
             &ga,
             |m| shape.backward_a(&m(&gy64), &m(&b64)).unwrap(),
             9,
         );
-        let gb = shape.backward_b_bf16(&gy, &a).unwrap();
+        let gb = shape.backward_b_with(&gy, &a, Products::Bf16).unwrap();
         assert_eq!(gb.dims(), bd);
         // Summed over the batch b was broadcast along: 2 x 5 rows.
         against(
@@ -429,6 +430,171 @@ fn bf16_batched_matmul_of_two_activations_matches_float64() {
             &gb,
             |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
             10,
+        );
+    }
+}
+
+/// `t` rounded to float16 values, in float64.
+fn f16_64(t: &Tensor) -> Tensor {
+    t.to_dtype(DType::F16)
+        .unwrap()
+        .to_dtype(DType::F64)
+        .unwrap()
+}
+
+fn f16(t: &Tensor) -> Tensor {
+    cast(t, DType::F16).unwrap()
+}
+
+/// float16 products are exact in float32 (11-bit significands), so every f16 product,
+/// forward and backward, is within float32 summation error of float64 on the float16
+/// values, and differs from the float32 product of the unrounded operands.
+#[test]
+fn f16_products_match_float64_on_float16_values() {
+    use wick_ops::tensor::matmul::MatMulShape;
+    // Convolutions: an f16 weight (autocast's cast) and an f32 input rounded as read.
+    let cases: [Case; 3] = [
+        (&[3, 32, 8, 8], &[16, 32, 1, 1], 2, 0, 1),
+        (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),
+        (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
+    ];
+    for (i, (xs, ws, stride, pad, groups)) in cases.into_iter().enumerate() {
+        let p = Conv2dParams {
+            stride: [stride; 2],
+            padding: [pad; 2],
+            dilation: [1, 1],
+            groups,
+        };
+        let (x, w) = (randn(xs, 120 + i as u64), randn(ws, 130 + i as u64));
+        let (x64, w64) = (f16_64(&x), f16_64(&w));
+        let y = conv::conv2d(&x, &f16(&w), None, &p).unwrap();
+        assert_eq!(y.dtype(), DType::F32);
+        let k = ws[1] * ws[2] * ws[3];
+        against(
+            &format!("f16 conv {i}"),
+            &y,
+            |m| conv::conv2d(&m(&x64), &m(&w64), None, &p).unwrap(),
+            k,
+        );
+        let full = conv::conv2d(&x, &w, None, &p).unwrap();
+        assert!(max_of(&abs_diff(&y, &full.to_dtype(DType::F64).unwrap())) > 0.0);
+        let gy = randn(y.dims(), 140 + i as u64);
+        let gy64 = f16_64(&gy);
+        let dx = conv::conv2d_backward_data(&gy, &f16(&w), xs, &p).unwrap();
+        let data = |m: &dyn Fn(&Tensor) -> Tensor| {
+            conv::conv2d_backward_data(&m(&gy64), &m(&w64), xs, &p).unwrap()
+        };
+        against(
+            &format!("f16 conv {i} input gradient"),
+            &dx,
+            data,
+            ws[0] * ws[2] * ws[3],
+        );
+        let dw = conv::conv2d_backward_filter_with(&gy, &x, ws, &p, Products::F16).unwrap();
+        let filter = |m: &dyn Fn(&Tensor) -> Tensor| {
+            conv::conv2d_backward_filter(&m(&gy64), &m(&x64), ws, &p).unwrap()
+        };
+        against(
+            &format!("f16 conv {i} weight gradient"),
+            &dw,
+            filter,
+            gy.elem_count() / ws[0],
+        );
+    }
+    // A linear layer.
+    let (x, w) = (randn(&[9, 70], 150), randn(&[11, 70], 151));
+    let (x64, w64) = (f16_64(&x), f16_64(&w));
+    let y = linear::linear(&x, &f16(&w), None).unwrap();
+    against(
+        "f16 linear",
+        &y,
+        |m| linear::linear(&m(&x64), &m(&w64), None).unwrap(),
+        70,
+    );
+    let gy = randn(&[9, 11], 152);
+    let gy64 = f16_64(&gy);
+    let got = linear::linear_backward(&gy, &x, &f16(&w), false).unwrap();
+    let grads = |m: &dyn Fn(&Tensor) -> Tensor| {
+        linear::linear_backward(&m(&gy64), &m(&x64), &m(&w64), false).unwrap()
+    };
+    against("f16 linear input gradient", &got.x, |m| grads(m).x, 11);
+    against(
+        "f16 linear weight gradient",
+        &got.weight,
+        |m| grads(m).weight,
+        9,
+    );
+    // A batched matmul of two activations.
+    let (a, b) = (randn(&[2, 3, 5, 24], 160), randn(&[3, 24, 7], 161));
+    let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
+    let (a64, b64) = (f16_64(&a), f16_64(&b));
+    let y = shape.forward_with(&a, &b, Products::F16).unwrap();
+    against(
+        "f16 matmul",
+        &y,
+        |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
+        24,
+    );
+    let gy = randn(y.dims(), 162);
+    let gy64 = f16_64(&gy);
+    let gb = shape.backward_b_with(&gy, &a, Products::F16).unwrap();
+    against(
+        "f16 matmul gradient of b",
+        &gb,
+        |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
+        10,
+    );
+    // bf16 and f16 never meet in one product.
+    let err = shape.forward(&bf16(&a), &f16(&b)).unwrap_err().to_string();
+    assert!(err.contains("matmul") && err.contains("16-bit"), "{err}");
+    let p = Conv2dParams::default();
+    let (x, w) = (randn(&[1, 4, 3, 3], 1), randn(&[2, 4, 1, 1], 2));
+    let err = conv::conv2d(&bf16(&x), &f16(&w), None, &p)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("BF16") && err.contains("F16"), "{err}");
+}
+
+#[test]
+fn f16_attention_stays_within_f16_rounding_of_float64() {
+    use wick_ops::attention::{
+        scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
+        Attention,
+    };
+    let (q, k, v) = (
+        randn(&[2, 70, 12], 170),
+        randn(&[2, 150, 12], 171),
+        randn(&[2, 150, 10], 172),
+    );
+    let gy = randn(&[2, 70, 10], 173);
+    let a = Attention {
+        scale: 0.3,
+        causal: true,
+        dropout_p: 0.0,
+        seed: 0,
+        products: Products::F16,
+    };
+    let exact = Attention {
+        products: Products::Native,
+        ..a.clone()
+    };
+    let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(f16_64);
+    let want = sdpa(&q64, &k64, &v64, None, &exact, 0).unwrap();
+    let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, None, &exact, 0).unwrap();
+    let y = sdpa(&q, &k, &v, None, &a, 0).unwrap();
+    let grads = sdpa_bwd(&q, &k, &v, &y, &gy, None, &a, 0).unwrap();
+    for (what, got, want) in [
+        ("output", &y.out, &want.out),
+        ("query gradient", &grads.q, &want_grads.q),
+        ("key gradient", &grads.k, &want_grads.k),
+        ("value gradient", &grads.v, &want_grads.v),
+    ] {
+        let err = max_of(&abs_diff(got, want)) / max_of(&abs64(want));
+        // The weights and the logits' gradients are rounded to f16 (2^-11 relative)
+        // before their products: 4x tighter than bf16's bound, and not float32-exact.
+        assert!(
+            err < 2f64.powi(-8) && err > 1e-6,
+            "{what}: f16 error {err:e}"
         );
     }
 }
