@@ -238,10 +238,12 @@ impl GraphBuilder {
     }
 
     /// The gradient of the backward pass's root `root` (the node whose output is `loss`):
-    /// a `LossGradSeed` node's ones, or `None` for cross-entropy, whose backward seeds
-    /// itself with 1 (one node less on the ResNet path).
+    /// a `LossGradSeed` node's ones (the loss scale under a grad scaler), or `None` for
+    /// cross-entropy, whose backward seeds itself with 1 (one node less on the ResNet
+    /// path).
     fn root_gradient(&mut self, root: usize, loss: ValueId) -> Option<ValueId> {
-        if self.graph.nodes[root].op.kernel() == Kernel::SoftmaxCrossEntropyForward {
+        let scaled = self.graph.grad_scaler.is_some();
+        if self.graph.nodes[root].op.kernel() == Kernel::SoftmaxCrossEntropyForward && !scaled {
             return None;
         }
         self.origin = Origin {
@@ -249,6 +251,9 @@ impl GraphBuilder {
             forward_op: Some(root),
             parameter: None,
         };
+        if scaled {
+            return self.scaled_seed(loss);
+        }
         let info = self.graph.values[loss.0].clone();
         Some(
             self.push(

@@ -452,6 +452,22 @@ impl Executor {
         Ok(step % k as u64 != k as u64 - 1)
     }
 
+    /// Whether node `op_id` is a grad scaler's unscale that found a non-finite gradient
+    /// in this run.
+    fn found_non_finite_gradient(&self, op_id: usize) -> Result<bool> {
+        if self.graph.nodes[op_id].kernel() != wick_ops::Kernel::UnscaleGradients {
+            return Ok(false);
+        }
+        let found = self.graph.grad_scaler().and_then(|s| s.found_non_finite);
+        let Some(t) = found.and_then(|v| self.slots[v.0].as_ref()) else {
+            return Ok(false);
+        };
+        let flag = t
+            .to_scalar::<u8>()
+            .map_err(|e| GraphError::Usage(format!("the grad scaler's flag: {e}")))?;
+        Ok(flag != 0)
+    }
+
     /// Whether node `op_id` is an optimizer update that gradient accumulation defers
     /// (every optimizer-phase node but the accumulation itself).
     fn is_update(&self, op_id: usize) -> bool {
@@ -470,9 +486,14 @@ impl Executor {
         }
         let mut phase: Option<Phase> = None;
         let skip_updates = self.accumulating()?;
+        // Set by a grad scaler's unscale that found a non-finite gradient: the step's
+        // parameter updates are skipped (PyTorch's `scaler.step`).
+        let mut skip_parameter_updates = false;
         for op_id in 0..self.graph.nodes.len() {
             let node_phase = self.graph.nodes[op_id].phase;
-            if skip_updates && self.is_update(op_id) {
+            let skipped = (skip_updates && self.is_update(op_id))
+                || (skip_parameter_updates && !self.graph.nodes[op_id].op.param_slots().is_empty());
+            if skipped {
                 for v in &self.frees[op_id] {
                     self.slots[v.0] = None;
                 }
@@ -506,6 +527,7 @@ impl Executor {
             for (v, t) in self.graph.nodes[op_id].outputs.iter().zip(outputs) {
                 self.slots[v.0] = t;
             }
+            skip_parameter_updates |= self.found_non_finite_gradient(op_id)?;
             for v in &self.frees[op_id] {
                 self.slots[v.0] = None;
             }

@@ -18,6 +18,7 @@ use crate::init::WeightInit;
 use crate::model::ModelConfig;
 
 mod checks;
+mod loss_scaling;
 mod options;
 
 pub use options::TrainOptions;
@@ -70,6 +71,8 @@ pub struct Session {
     image_size: ImageSize,
     /// Training steps run so far.
     steps: u64,
+    /// Steps whose updates loss scaling skipped (a non-finite gradient).
+    skipped_steps: u64,
     check_parameters: bool,
     /// The state dict's names, in order (made once: the per-step check reads them).
     state_names: std::sync::OnceLock<Vec<String>>,
@@ -121,6 +124,9 @@ impl Session {
         let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
         b.output(logits);
         b.output(loss);
+        if let Some(scaler) = options.loss_scaling() {
+            b.set_grad_scaler(scaler)?;
+        }
         let grads = b.backward(loss)?;
         let mut gradients = HashMap::new();
         if options.keep_gradients {
@@ -285,6 +291,7 @@ impl Session {
             batch,
             image_size,
             steps: 0,
+            skipped_steps: 0,
             check_parameters: false,
             state_names: std::sync::OnceLock::new(),
             data_parallel,
@@ -502,6 +509,7 @@ impl Session {
         self.exec.report_step_part(StepPart::HostToDevice, copy);
         self.exec.run()?;
         self.steps += 1;
+        self.count_skipped_step()?;
         self.batches_tracked.values_mut().for_each(|v| *v += 1);
         let read_back = Instant::now();
         let loss = self

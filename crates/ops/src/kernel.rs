@@ -125,6 +125,9 @@ pub enum Kernel {
     AdamUpdateMultiTensor,
     /// Global-norm gradient clipping over every gradient.
     ClipGradNorm,
+    /// Dynamic loss scaling's unscale of every gradient, its non-finite check and its
+    /// scale update (PyTorch's `GradScaler.unscale_` and `update`).
+    UnscaleGradients,
     /// Transposed convolution forward.
     ConvTransposeForward,
     /// Transposed convolution input gradient (a convolution).
@@ -211,7 +214,7 @@ impl Kernel {
             Reshape => C::Reshape,
             SoftmaxCrossEntropyForward | SoftmaxCrossEntropyBackward => C::Loss,
             SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => C::Optimizer,
-            AccumulateMicroBatch | UpdateCount => C::Optimizer,
+            AccumulateMicroBatch | UpdateCount | UnscaleGradients => C::Optimizer,
             AdamUpdate | AdamUpdateMultiTensor => C::Optimizer,
             Activation(_) | ActivationBackward(_) | Scale => C::Elementwise,
             BiasActivation(_) | BiasActivationBackward(_) => C::Elementwise,
@@ -291,7 +294,7 @@ impl Kernel {
             | AttentionBackward
             | UpsampleBackward => KernelPhase::Backward,
             SgdUpdate | SgdUpdateMultiTensor | ClipGradNorm => KernelPhase::Optimizer,
-            AccumulateMicroBatch | UpdateCount => KernelPhase::Optimizer,
+            AccumulateMicroBatch | UpdateCount | UnscaleGradients => KernelPhase::Optimizer,
             AdamUpdate | AdamUpdateMultiTensor => KernelPhase::Optimizer,
             Custom(k) => k.phase,
             Tensor(t) => return t.phase(),
@@ -380,6 +383,7 @@ impl Kernel {
             ClipGradNorm => "ClipGradNorm",
             AccumulateMicroBatch => "AccumulateMicroBatch",
             UpdateCount => "UpdateCount",
+            UnscaleGradients => "UnscaleGradients",
             ConvTransposeForward => "ConvTransposeForward",
             ConvTransposeBackwardData => "ConvTransposeBackwardData",
             ConvTransposeBackwardFilter => "ConvTransposeBackwardFilter",

@@ -57,12 +57,20 @@ pub struct Graph {
     pub(crate) accumulate: Option<usize>,
     /// The precision policy its products were recorded under.
     pub(crate) precision: super::precision::Precision,
+    /// Its dynamic loss scaling, if any.
+    pub(crate) grad_scaler: Option<crate::nodes::optim::ScalerValues>,
 }
 
 impl Graph {
     /// The precision policy its products were recorded under.
     pub fn precision(&self) -> super::precision::Precision {
         self.precision
+    }
+
+    /// Its dynamic loss scaling's values, when
+    /// [`set_grad_scaler`](crate::GraphBuilder::set_grad_scaler) turned it on.
+    pub fn grad_scaler(&self) -> Option<&crate::nodes::optim::ScalerValues> {
+        self.grad_scaler.as_ref()
     }
 
     /// Micro-batches per optimizer update (1 unless the optimizer accumulates).

@@ -336,11 +336,15 @@ fn plan_buckets(
 }
 
 /// The backward pass's gradients a node reads: each gradient an update node names
-/// ([`NodeOp::param_slots`](crate::NodeOp::param_slots)) unless clipping produced it, or
-/// every input of the clipping node.
+/// ([`NodeOp::param_slots`](crate::NodeOp::param_slots)) unless clipping or loss scaling
+/// produced it, every input of the clipping node, or the gradients a grad scaler's
+/// unscale reads (so every rank checks the same, averaged gradients).
 fn gradient_inputs(node: &crate::ir::Node) -> Vec<ValueId> {
     if node.kernel() == Kernel::ClipGradNorm {
         return node.inputs.clone();
+    }
+    if let Some(u) = node.op_as::<crate::nodes::optim::UnscaleGradients>() {
+        return node.inputs[..u.gradients].to_vec();
     }
     node.op
         .param_slots()

@@ -1,6 +1,6 @@
 //! What a training session needs beyond the model: [`TrainOptions`].
 
-use wick_graph::nodes::optim::{Optimizer, OptimizerConfig};
+use wick_graph::nodes::optim::{GradScaler, Optimizer, OptimizerConfig};
 use wick_graph::{PassSet, Precision};
 use wick_ops::SgdParams;
 
@@ -19,9 +19,26 @@ pub struct TrainOptions {
     /// The graph passes to run (see [`wick_graph::passes`]): in a training graph
     /// `batch_norm_relu` and `add_relu` match (the inference passes find nothing to fuse).
     pub passes: PassSet,
-    /// The products' precision: float32, or bfloat16 autocast (bf16 products, f32 sums,
-    /// f32 master weights, optimizer state and checkpoints; see [`wick_graph::Precision`]).
+    /// The products' precision: float32, or bfloat16 or float16 autocast (16-bit
+    /// products, f32 sums, f32 master weights, optimizer state and checkpoints; see
+    /// [`wick_graph::Precision`]).
     pub precision: Precision,
+    /// Dynamic loss scaling (PyTorch's `GradScaler`); `None` gives its defaults under
+    /// float16 autocast and none otherwise ([`loss_scaling`](TrainOptions::loss_scaling)).
+    pub grad_scaler: Option<GradScaler>,
+}
+
+impl TrainOptions {
+    /// The loss scaling a session with these options runs: `grad_scaler`, or
+    /// [`GradScaler::default`] under [`Precision::F16Autocast`], whose narrow range needs
+    /// it.
+    pub fn loss_scaling(&self) -> Option<GradScaler> {
+        match (self.grad_scaler, self.precision) {
+            (Some(s), _) => Some(s),
+            (None, Precision::F16Autocast) => Some(GradScaler::default()),
+            (None, _) => None,
+        }
+    }
 }
 
 impl From<SgdParams> for TrainOptions {
@@ -50,6 +67,7 @@ impl From<OptimizerConfig> for TrainOptions {
             check_parameters: true,
             passes: PassSet::default(),
             precision: Precision::F32,
+            grad_scaler: None,
         }
     }
 }

@@ -173,6 +173,7 @@ impl GraphBuilder {
         if config.accumulate != 1 {
             self.record_accumulation(&mut pairs, config.accumulate)?;
         }
+        self.record_unscale(&mut pairs)?;
         let norm = match config.clip_grad_norm {
             Some(max_norm) => Some(self.record_clip(&mut pairs, max_norm)?),
             None => None,

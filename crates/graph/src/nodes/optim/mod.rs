@@ -1,5 +1,5 @@
-//! The optimizers as graph nodes, one file each: [`sgd`], [`adam`] (Adam and AdamW) and
-//! [`clip`] (global-norm clipping); [`config`] records the optimizer phase from an
+//! The optimizers as graph nodes, one file each: [`sgd`], [`adam`] (Adam and AdamW),
+//! [`clip`] (global-norm clipping) and [`grad_scaler`] (dynamic loss scaling); [`config`] records the optimizer phase from an
 //! [`OptimizerConfig`]. Every update node describes its inputs
 //! ([`NodeOp::param_slots`](crate::NodeOp::param_slots)), so passes, data parallelism, the session's checks and the
 //! profiler read them without knowing the optimizer. A new optimizer is a file here
@@ -9,6 +9,7 @@ pub mod accumulate;
 pub mod adam;
 pub mod clip;
 pub mod config;
+pub mod grad_scaler;
 pub mod health;
 pub mod sgd;
 
@@ -16,6 +17,7 @@ pub use accumulate::AccumulateMicroBatch;
 pub use adam::{AdamUpdate, AdamUpdateMultiTensor};
 pub use clip::ClipGradNorm;
 pub use config::{Optimizer, OptimizerConfig, ParamGroup, ParamSelector};
+pub use grad_scaler::{GradScaler, ScaledLossSeed, ScalerValues, UnscaleGradients};
 pub use health::UpdateHealth;
 pub use sgd::{SgdUpdate, SgdUpdateMultiTensor};
 
