@@ -8,15 +8,18 @@ and one formula batch ("images", "labels" streams) used at every step:
 - vit_ti_16: torchvision's VisionTransformer at ViT-Ti/16's sizes (DeiT-Ti, timm's
   vit_tiny_patch16_224: 12 layers, 3 heads, width 192, MLP 768), image_size 64, 4 images.
 
-Each model trains for STEPS steps of SGD (lr 0.02, momentum 0.9, weight decay 5e-4) three
-ways from the same float32 weights: float32 (`_f32`), float64 (`_f64`, the reference), and
+Each model trains for STEPS steps of SGD (lr 0.02, momentum 0.9, weight decay 5e-4) four
+ways from the same float32 weights: float32 (`_f32`), float64 (`_f64`, the reference),
 float32 under `torch.autocast("cpu", dtype=torch.bfloat16)` around the forward and the loss
-(`_bf16`, PyTorch's mixed precision: bf16 products and activations, float32 weights).
+(`_bf16`, PyTorch's mixed precision: bf16 products and activations, float32 weights), and
+the same with `dtype=torch.float16` and `torch.amp.GradScaler("cpu")` at its defaults
+(`_f16`: scaled loss, unscaled gradients, skipped steps on infinities).
 
 Stored (float64 values):
 - losses_* [STEPS]: each step's loss;
 - update_norm_*.<name>: the L2 norm of each floating-point state entry's change over all
   the steps (running statistics included);
+- scale_f16 [1] and skipped_f16 [1]: the f16 run's final loss scale and its skipped steps;
 - images_sum [1]: the batch's sum, to check that both sides made the same batch.
 
 Usage: python3 scripts/make_autocast_fixtures.py [OUT_DIR] [MODEL...]  (needs torch,
@@ -60,6 +63,7 @@ def batch(n, size):
 
 
 def run(name, dtype, autocast):
+    """`autocast`: None, torch.bfloat16 or torch.float16 (with a GradScaler)."""
     build, n, size = MODELS[name]
     torch.manual_seed(0)
     m = build()
@@ -69,15 +73,23 @@ def run(name, dtype, autocast):
     x = images.to(dtype)
     before = {k: v.clone() for k, v in m.state_dict().items() if v.is_floating_point()}
     opt = torch.optim.SGD(m.parameters(), **SGD)
-    losses = []
+    scaler = torch.amp.GradScaler("cpu", enabled=autocast == torch.float16)
+    losses, skipped = [], 0
     for _ in range(STEPS):
         opt.zero_grad()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast("cpu", dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             loss = torch.nn.functional.cross_entropy(m(x), labels)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        before_scale = scaler.get_scale() if scaler.is_enabled() else 1.0
+        scaler.step(opt)
+        scaler.update()
+        if scaler.is_enabled() and scaler.get_scale() < before_scale:
+            skipped += 1
         losses.append(loss.item())
     out = {"losses": torch.tensor(losses, dtype=torch.float64)}
+    if scaler.is_enabled():
+        out["scale"] = torch.tensor([scaler.get_scale()], dtype=torch.float64)
+        out["skipped"] = torch.tensor([float(skipped)], dtype=torch.float64)
     for k, v in m.state_dict().items():
         if k in before:
             out[f"update_norm.{k}"] = (v.double() - before[k].double()).norm().reshape(1)
@@ -91,8 +103,9 @@ def main():
     torch.set_num_threads(2)
     for name in names:
         expected = {}
-        for dtype, autocast, tag in [(torch.float32, False, "f32"), (torch.float64, False, "f64"),
-                                     (torch.float32, True, "bf16")]:
+        for dtype, autocast, tag in [(torch.float32, None, "f32"), (torch.float64, None, "f64"),
+                                     (torch.float32, torch.bfloat16, "bf16"),
+                                     (torch.float32, torch.float16, "f16")]:
             images, out = run(name, dtype, autocast)
             for k, v in out.items():
                 head, _, tail = k.partition(".")
@@ -104,7 +117,9 @@ def main():
         f64 = expected["losses_f64"]
         print(f"{name}: {len(expected)} tensors; loss {f64[0]:.4f} -> {f64[-1]:.4f}; "
               f"max |loss - f64|: f32 {(expected['losses_f32'] - f64).abs().max():.1e}, "
-              f"bf16 {(expected['losses_bf16'] - f64).abs().max():.1e}")
+              f"bf16 {(expected['losses_bf16'] - f64).abs().max():.1e}, "
+              f"f16 {(expected['losses_f16'] - f64).abs().max():.1e} "
+              f"(scale {expected['scale_f16'].item():g}, {expected['skipped_f16'].item():g} skipped)")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
-//! bf16 autocast training against PyTorch's CPU autocast over 20 steps
+//! bf16 and f16 autocast training against PyTorch's CPU autocast over 20 steps
 //! (`fixtures/autocast`, made by `scripts/make_autocast_fixtures.py`): ResNet-18 with the
 //! CIFAR stem and ViT-Ti/16, the fixture formula's weights, one formula batch at every step,
-//! SGD (lr 0.02, momentum 0.9, weight decay 5e-4).
+//! SGD (lr 0.02, momentum 0.9, weight decay 5e-4); the f16 runs with dynamic loss scaling
+//! (PyTorch's `GradScaler` at its defaults, wick's default under f16).
 //!
-//! Both frameworks' bf16 runs are measured against the float64 run of the same steps:
-//! each step's loss, and the change of every state entry over the 20 steps. wick's bf16
-//! error may be at most [`K`] times PyTorch autocast's own error on the same figure, so the
-//! tolerance is bf16's rounding as PyTorch pays it, not a number tuned to pass. wick keeps
+//! Both frameworks' 16-bit runs are measured against the float64 run of the same steps:
+//! each step's loss, and the change of every state entry over the 20 steps. wick's error
+//! may be at most [`K`] times PyTorch autocast's own error on the same figure, so the
+//! tolerance is the 16-bit rounding as PyTorch pays it, not a number tuned to pass. wick keeps
 //! activations in float32 between products where PyTorch keeps them in bf16, so wick is
 //! expected to land closer to float64; and it must be measurably further from float64 than
-//! wick's float32 run is, or the products did not run in bf16.
+//! wick's float32 run is (4x on the updates' median), or the products did not run in 16
+//! bits.
 
 use std::path::PathBuf;
 
@@ -34,10 +36,12 @@ fn fixture(model: &str) -> StateDict {
     read_safetensors(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// A training run's figures: each step's loss and each state entry's change.
+/// A training run's figures: each step's loss, each state entry's change, and under
+/// loss scaling the final scale and the skipped steps.
 struct Run {
     losses: Vec<f64>,
     updates: Vec<(String, f64)>,
+    scaling: Option<(f64, u64)>,
 }
 
 fn train(config: ModelConfig, batch: usize, size: usize, precision: Precision) -> Run {
@@ -59,6 +63,10 @@ fn train(config: ModelConfig, batch: usize, size: usize, precision: Precision) -
         .map(|_| s.step(&images, &labels).unwrap() as f64)
         .collect();
     let after = s.state_dict().unwrap();
+    let scaling = s
+        .loss_scale()
+        .unwrap()
+        .map(|scale| (scale, s.skipped_steps()));
     let updates = before
         .iter()
         .filter(|(name, _)| !name.ends_with("num_batches_tracked"))
@@ -70,11 +78,15 @@ fn train(config: ModelConfig, batch: usize, size: usize, precision: Precision) -
             )
         })
         .collect();
-    Run { losses, updates }
+    Run {
+        losses,
+        updates,
+        scaling,
+    }
 }
 
-/// How far a run is from float64: the largest loss difference over the steps, and the
-/// median and worst relative error of the state entries' changes.
+/// How far a run is from float64: the root mean square of the loss differences over the
+/// steps, and the median and worst relative error of the state entries' changes.
 #[derive(Debug, Clone, Copy)]
 struct Distance {
     loss: f64,
@@ -85,12 +97,13 @@ struct Distance {
 fn distance(run: &Run, expected: &StateDict) -> Distance {
     let reference = f64s(&expected["losses_f64"]);
     assert_eq!(run.losses.len(), reference.len(), "one loss per step");
-    let loss = run
+    let squares: f64 = run
         .losses
         .iter()
         .zip(&reference)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+        .map(|(a, b)| (a - b) * (a - b))
+        .sum();
+    let loss = (squares / reference.len() as f64).sqrt();
     let mut errors: Vec<f64> = run
         .updates
         .iter()
@@ -125,7 +138,36 @@ fn torch_run(expected: &StateDict, tag: &str) -> Run {
             .iter()
             .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_string(), f64s(v)[0])))
             .collect(),
+        scaling: None,
     }
+}
+
+/// wick's run of `config` in `precision` against PyTorch's (`tag`: `bf16` or `f16`),
+/// both measured from float64; prints the figures.
+fn compare(model: &str, expected: &StateDict, run: &Run, tag: &str) -> Distance {
+    let torch = distance(&torch_run(expected, tag), expected);
+    let wick = distance(run, expected);
+    let follow = run
+        .losses
+        .iter()
+        .zip(f64s(&expected[&format!("losses_{tag}")]))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    for (who, d) in [("wick", wick), ("PyTorch", torch)] {
+        println!(
+            "  {who:>7} {tag}: loss {:.2e}, updates {:.2e} / {:.2e}",
+            d.loss, d.update_median, d.update_worst
+        );
+    }
+    println!("  wick {tag} vs PyTorch {tag}: max loss difference {follow:.2e}");
+    let within = |a: f64, b: f64| a <= K * b;
+    assert!(
+        within(wick.loss, torch.loss)
+            && within(wick.update_median, torch.update_median)
+            && within(wick.update_worst, torch.update_worst),
+        "{model}: wick {tag} {wick:?} is not within {K}x PyTorch autocast's {torch:?}"
+    );
+    wick
 }
 
 fn check(model: &str, config: ModelConfig, batch: usize, size: usize) {
@@ -136,51 +178,42 @@ fn check(model: &str, config: ModelConfig, batch: usize, size: usize) {
         (sum - f64s(&expected["images_sum"])[0]).abs() < 1e-6,
         "{model}: the same batch as PyTorch's"
     );
-    let torch_bf16 = distance(&torch_run(&expected, "bf16"), &expected);
-    let torch_f32 = distance(&torch_run(&expected, "f32"), &expected);
-    let wick_bf16_run = train(config, batch, size, Precision::Bf16Autocast);
-    let wick_bf16 = distance(&wick_bf16_run, &expected);
+    println!("{model} over {STEPS} steps, distance from float64 (loss: RMS of the differences; updates: relative, median / worst):");
     let wick_f32 = distance(&train(config, batch, size, Precision::F32), &expected);
-    let follow = wick_bf16_run
-        .losses
-        .iter()
-        .zip(f64s(&expected["losses_bf16"]))
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    println!("{model} over {STEPS} steps, distance from float64 (loss: max |diff|; updates: relative, median / worst):");
-    for (who, d) in [
-        ("wick bf16", wick_bf16),
-        ("PyTorch bf16", torch_bf16),
-        ("wick f32", wick_f32),
-        ("PyTorch f32", torch_f32),
-    ] {
+    let torch_f32 = distance(&torch_run(&expected, "f32"), &expected);
+    for (who, d) in [("wick", wick_f32), ("PyTorch", torch_f32)] {
         println!(
-            "  {who:>12}: loss {:.2e}, updates {:.2e} / {:.2e}",
+            "  {who:>7} f32: loss {:.2e}, updates {:.2e} / {:.2e}",
             d.loss, d.update_median, d.update_worst
         );
     }
-    println!("  wick bf16 vs PyTorch bf16: max loss difference {follow:.2e}");
-    let within = |a: f64, b: f64| a <= K * b;
-    assert!(
-        within(wick_bf16.loss, torch_bf16.loss)
-            && within(wick_bf16.update_median, torch_bf16.update_median)
-            && within(wick_bf16.update_worst, torch_bf16.update_worst),
-        "{model}: wick bf16 {wick_bf16:?} is not within {K}x PyTorch autocast's {torch_bf16:?}"
+    let bf16 = train(config, batch, size, Precision::Bf16Autocast);
+    assert!(bf16.scaling.is_none(), "bf16 needs no loss scaling");
+    let wick_bf16 = compare(model, &expected, &bf16, "bf16");
+    let f16 = train(config, batch, size, Precision::F16Autocast);
+    let wick_f16 = compare(model, &expected, &f16, "f16");
+    // The same scaler decisions as PyTorch's: final scale and skipped steps.
+    let torch_scaling = (
+        f64s(&expected["scale_f16"])[0],
+        f64s(&expected["skipped_f16"])[0] as u64,
     );
-    assert!(
-        wick_bf16.update_median > 10.0 * wick_f32.update_median,
-        "{model}: bf16 {wick_bf16:?} is as close as float32 {wick_f32:?}: the products ran in f32"
-    );
+    assert_eq!(f16.scaling, Some(torch_scaling), "{model}: loss scaling");
+    for (tag, d) in [("bf16", wick_bf16), ("f16", wick_f16)] {
+        assert!(
+            d.update_median > 4.0 * wick_f32.update_median,
+            "{model}: {tag} {d:?} is as close as float32 {wick_f32:?}: the products ran in f32"
+        );
+    }
 }
 
 #[test]
-fn resnet18_bf16_autocast_follows_pytorch_cpu_autocast_for_20_steps() {
+fn resnet18_bf16_and_f16_autocast_follow_pytorch_cpu_autocast_for_20_steps() {
     let config = ModelConfig::by_name("resnet18", Stem::Cifar, Some(10)).unwrap();
     check("resnet18", config, 8, 32);
 }
 
 #[test]
-fn vit_ti_16_bf16_autocast_follows_pytorch_cpu_autocast_for_20_steps() {
+fn vit_ti_16_bf16_and_f16_autocast_follow_pytorch_cpu_autocast_for_20_steps() {
     let config = ModelConfig {
         dropout: 0.0,
         ..ModelConfig::by_name("vit_ti_16", Stem::ImageNet, Some(10)).unwrap()

@@ -143,12 +143,16 @@ pub(super) fn forward<T: Float>(
 
 /// The Winograd shape of `g` when Winograd's F(2x2, 3x3) runs it: 3x3, stride 1, no
 /// dilation, one group, padding up to 2, at least [`winograd::MIN_CHANNELS`] channels in
-/// and out, enough output tiles to pay for the weight transform, and
-/// [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in force.
+/// and out, enough output tiles to pay for the weight transform, not float16 products,
+/// and [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in force. float16
+/// products run on float32 arithmetic here, so Winograd's fewer products would save time
+/// but round its transformed tiles to float16 too: about three times the error of
+/// PyTorch's float16 convolutions (`autocast_pytorch`), where im2col matches them.
 fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
     let per_image = g.oh.div_ceil(2) * g.ow.div_ceil(2);
     let tiles = g.n * per_image;
     let fits = g.groups == 1
+        && g.products != crate::bf16::Products::F16
         && (g.kh, g.kw) == (3, 3)
         && g.p.stride == [1, 1]
         && g.p.dilation == [1, 1]
