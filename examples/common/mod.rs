@@ -56,8 +56,9 @@ pub struct ModelArgs {
     /// profile_resnet, default otherwise].
     #[arg(long)]
     pub passes: Option<wick::graph::PassSet>,
-    /// The products' precision: f32, or bf16 (autocast: convolutions and linear layers
-    /// with bf16 operands and f32 sums; weights, optimizer state and checkpoints f32).
+    /// The products' precision: f32, bf16 or f16 (autocast: convolutions, linear layers,
+    /// matmuls and attention with 16-bit operands and f32 sums; weights, optimizer state
+    /// and checkpoints f32; f16 trains with dynamic loss scaling).
     #[arg(long, default_value = "f32")]
     pub precision: wick::graph::Precision,
 }

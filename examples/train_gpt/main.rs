@@ -117,8 +117,9 @@ struct Args {
     /// each MLP's bias add and GELU, forward and backward).
     #[arg(long, default_value = "default")]
     passes: PassSet,
-    /// The products' precision: f32, or bf16 (autocast: linear layers and matmuls with
-    /// bf16 weights and f32 sums; weights, optimizer state and checkpoints f32).
+    /// The products' precision: f32, bf16 or f16 (autocast: linear layers, matmuls and
+    /// attention with 16-bit operands and f32 sums; weights, optimizer state and
+    /// checkpoints f32; f16 trains with dynamic loss scaling).
     #[arg(long, default_value = "f32")]
     precision: wick::graph::Precision,
     #[command(flatten)]
@@ -189,6 +190,9 @@ fn graph(
     let specs = layers.into_specs();
     b.output(out.loss);
     if let Some(optimizer) = train {
+        if precision == wick::graph::Precision::F16Autocast {
+            b.set_grad_scaler(wick::graph::nodes::optim::GradScaler::default())?;
+        }
         let grads = b.backward(out.loss)?;
         b.optimize(&grads, optimizer)?;
     }

@@ -193,6 +193,13 @@ fn finish(a: &Args, plan: &Plan, session: &Session, run: TrainLoop) -> Result<()
         return Ok(());
     }
     run.print_rate();
+    if let Some(scale) = session.loss_scale()? {
+        println!(
+            "loss scaling: scale {scale} after {} steps, {} skipped (a non-finite gradient)",
+            session.steps(),
+            session.skipped_steps()
+        );
+    }
     a.profile.report_with(session, distributed)?;
     if let Some(path) = &a.save {
         session.save_checkpoint(path)?;

@@ -229,6 +229,22 @@ fn casts_round_trip_and_keep_the_shape() {
         back.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
         candle_way.flatten_all().unwrap().to_vec1::<f32>().unwrap()
     );
+    // float16: wick's slice conversion gives candle's (the half crate's) values, and
+    // overflow to infinity past 65504.
+    let big = (x.clone() * 40000.0).unwrap();
+    let h = cast(&big, DType::F16).unwrap();
+    assert_eq!((h.dtype(), h.dims()), (DType::F16, x.dims()));
+    let widen = |t: &Tensor| -> Vec<f32> {
+        t.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let ours = widen(&h);
+    assert_eq!(ours, widen(&big.to_dtype(DType::F16).unwrap()));
+    assert!(ours.iter().any(|v| v.is_infinite()) && ours.iter().any(|v| v.is_finite()));
 }
 
 /// Winograd's F(2x2, 3x3) runs 3x3 stride-1 layers with enough channels and tiles: its

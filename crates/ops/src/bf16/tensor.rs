@@ -12,9 +12,10 @@ use crate::route::{route, Route};
 
 const OP: &str = "to";
 
-/// `x.to(dtype)`: `x` converted to `dtype`. float32 to bfloat16 rounds to nearest (ties
-/// to even) and bfloat16 to float32 is exact, by wick's own kernels on the CPU; any
-/// other pair, or another device, goes through candle's conversion. A tensor already of
+/// `x.to(dtype)`: `x` converted to `dtype`. float32 to bfloat16 or float16 rounds to
+/// nearest (ties to even) and bfloat16 to float32 is exact, by wick's own kernels (and
+/// the `half` crate's slice conversion) on the CPU; any other pair, or another device,
+/// goes through candle's conversion. A tensor already of
 /// `dtype` is returned as it is (shared storage, as PyTorch's `to` does).
 pub fn cast(x: &Tensor, dtype: DType) -> Result<Tensor> {
     if x.dtype() == dtype {
@@ -40,6 +41,14 @@ pub fn cast(x: &Tensor, dtype: DType) -> Result<Tensor> {
             widen_slice(bits, &mut out);
             crate::cpu::tensor(OP, out, x.dims())
         }),
+        (DType::F32, DType::F16) => {
+            let halves = crate::cpu::with_slice::<f32, _>(OP, x, |xs| {
+                let mut halves = vec![half::f16::ZERO; xs.len()];
+                halves.convert_from_f32_slice(xs);
+                Ok(halves)
+            })?;
+            Tensor::from_vec(halves, x.dims(), &Device::Cpu).ctx(OP)
+        }
         _ => x.to_dtype(dtype).ctx(OP),
     }
 }
