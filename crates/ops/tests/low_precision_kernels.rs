@@ -350,8 +350,10 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
     assert!(err.contains("matmul") && err.contains("bf16"), "{err}");
 }
 
-#[test]
-fn bf16_attention_stays_within_bf16_rounding_of_float64() {
+/// The fused attention with `products` against float64 on the operands as the products
+/// read them (`low` rounds them), causal and not: every output within `bound` of the
+/// largest value, and at least 16x float32's own error (the products were 16-bit).
+fn check_attention(products: Products, low: fn(&Tensor) -> Tensor, bound: f64) {
     use wick_ops::attention::{
         scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
         Attention,
@@ -369,18 +371,17 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
             causal,
             dropout_p: 0.0,
             seed: 0,
-            products: Products::Bf16,
+            products,
         };
         let exact = Attention {
             products: Products::Native,
             ..a.clone()
         };
         // float64 on the operands as the products read them, and float32's own path.
-        let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(rounded64);
+        let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(low);
         let want = sdpa(&q64, &k64, &v64, None, &exact, 0).unwrap();
         let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, None, &exact, 0).unwrap();
-        let [qr, kr, vr, gyr] =
-            [&q, &k, &v, &gy].map(|t| rounded64(t).to_dtype(DType::F32).unwrap());
+        let [qr, kr, vr, gyr] = [&q, &k, &v, &gy].map(|t| low(t).to_dtype(DType::F32).unwrap());
         let f32_path = sdpa(&qr, &kr, &vr, None, &exact, 0).unwrap();
         let y = sdpa(&q, &k, &v, None, &a, 0).unwrap();
         let grads = sdpa_bwd(&q, &k, &v, &y, &gy, None, &a, 0).unwrap();
@@ -395,14 +396,19 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
             let scale = max_of(&abs64(want));
             let err = max_of(&abs_diff(got, want)) / scale;
             let f32_err = max_of(&abs_diff(f32_got, want)) / scale;
-            // The weights and the logits' gradients are rounded to bf16 (2^-9 relative)
-            // before their products: a few of those roundings, never float32's 1e-7.
             assert!(
-                err < 2f64.powi(-6) && err > 16.0 * f32_err,
-                "causal {causal}: {what}: bf16 error {err:e}, float32 {f32_err:e} of the largest value"
+                err < bound && err > 16.0 * f32_err,
+                "{products:?}, causal {causal}: {what}: error {err:e}, float32 {f32_err:e} of the largest value"
             );
         }
     }
+}
+
+#[test]
+fn bf16_attention_stays_within_bf16_rounding_of_float64() {
+    // The weights and the logits' gradients are rounded to bf16 (2^-9 relative) before
+    // their products: a few of those roundings, never float32's 1e-7.
+    check_attention(Products::Bf16, rounded64, 2f64.powi(-6));
 }
 
 #[test]
@@ -573,44 +579,6 @@ fn f16_products_match_float64_on_float16_values() {
 
 #[test]
 fn f16_attention_stays_within_f16_rounding_of_float64() {
-    use wick_ops::attention::{
-        scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
-        Attention,
-    };
-    let (q, k, v) = (
-        randn(&[2, 70, 12], 170),
-        randn(&[2, 150, 12], 171),
-        randn(&[2, 150, 10], 172),
-    );
-    let gy = randn(&[2, 70, 10], 173);
-    let a = Attention {
-        scale: 0.3,
-        causal: true,
-        dropout_p: 0.0,
-        seed: 0,
-        products: Products::F16,
-    };
-    let exact = Attention {
-        products: Products::Native,
-        ..a.clone()
-    };
-    let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(f16_64);
-    let want = sdpa(&q64, &k64, &v64, None, &exact, 0).unwrap();
-    let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, None, &exact, 0).unwrap();
-    let y = sdpa(&q, &k, &v, None, &a, 0).unwrap();
-    let grads = sdpa_bwd(&q, &k, &v, &y, &gy, None, &a, 0).unwrap();
-    for (what, got, want) in [
-        ("output", &y.out, &want.out),
-        ("query gradient", &grads.q, &want_grads.q),
-        ("key gradient", &grads.k, &want_grads.k),
-        ("value gradient", &grads.v, &want_grads.v),
-    ] {
-        let err = max_of(&abs_diff(got, want)) / max_of(&abs64(want));
-        // The weights and the logits' gradients are rounded to f16 (2^-11 relative)
-        // before their products: 4x tighter than bf16's bound, and not float32-exact.
-        assert!(
-            err < 2f64.powi(-8) && err > 1e-6,
-            "{what}: f16 error {err:e}"
-        );
-    }
+    // f16 rounds to 2^-11 relative: a bound 4x tighter than bf16's.
+    check_attention(Products::F16, f16_64, 2f64.powi(-8));
 }
