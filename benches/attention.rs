@@ -57,6 +57,7 @@ fn bench(c: &mut Criterion) {
                 causal,
                 dropout_p: 0.0,
                 seed: 0,
+                products: Default::default(),
             };
             let mask = if causal { "causal" } else { "plain" };
             for (name, path) in [

@@ -142,9 +142,9 @@ fn an_overflowing_step_is_skipped_and_the_scale_backs_off_then_grows() {
         assert_eq!(weight(&exec), before, "a skipped step leaves the weight");
         skipped += 1;
     }
-    assert!(skipped >= 1 && skipped < 100, "skipped {skipped} steps");
+    assert!((1..100).contains(&skipped), "skipped {skipped} steps");
     let after_skips = scalar(&exec, "grad_scaler.scale");
-    assert_eq!(after_skips, 2f64.powi(127 - skipped as i32));
+    assert_eq!(after_skips, 2f64.powi(127 - skipped));
     assert_ne!(weight(&exec), before, "the first finite step updates");
     // Two good steps in a row (the interval): the scale doubles.
     exec.run().unwrap();
