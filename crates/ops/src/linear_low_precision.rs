@@ -50,11 +50,13 @@ fn rounded(t: &Tensor, low: DType) -> Result<Tensor> {
 /// `y [m, n] = x [m, k] · weightᵀ (+ bias)` in float32 from 16-bit `x` and `weight`.
 pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let low = low_dtype(x, weight)?;
-    if low == DType::F16 {
-        return crate::linear::linear(&rounded(x, low)?, &rounded(weight, low)?, bias);
+    let on_cpu = route(x.device()) == Route::Cpu;
+    if low == DType::F16 && on_cpu {
+        let (x, w) = (rounded(x, low)?, rounded(weight, low)?);
+        return crate::linear_cpu::forward::<f32>(&x, &w, bias);
     }
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
-    let y = if route(x.device()) == Route::Cpu {
+    let y = if on_cpu {
         let y = with_values(OP, x, |xv| {
             with_values(OP, weight, |wv| {
                 let mut y = vec![0f32; m * n];
@@ -94,17 +96,17 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
 /// products rounded as the GEMM reads it) and 16-bit `x` and `weight`.
 pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(Tensor, Tensor)> {
     let low = low_dtype(x, weight)?;
-    if low == DType::F16 {
+    let on_cpu = route(x.device()) == Route::Cpu;
+    if low == DType::F16 && on_cpu {
         let (gy, x, w) = (
             rounded(grad_y, low)?,
             rounded(x, low)?,
             rounded(weight, low)?,
         );
-        let g = crate::linear::linear_backward(&gy, &x, &w, false)?;
-        return Ok((g.x, g.weight));
+        return crate::linear_cpu::backward::<f32>(&gy, &x, &w);
     }
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
-    if route(x.device()) != Route::Cpu {
+    if !on_cpu {
         let (gy, x, w) = (
             rounded(grad_y, low)?,
             rounded(x, low)?,

@@ -58,7 +58,7 @@ pub struct Graph {
     /// The precision policy its products were recorded under.
     pub(crate) precision: super::precision::Precision,
     /// Its dynamic loss scaling, if any.
-    pub(crate) grad_scaler: Option<crate::nodes::optim::ScalerValues>,
+    pub(crate) grad_scaler: Option<super::loss_scale::ScalerValues>,
 }
 
 impl Graph {
@@ -69,7 +69,7 @@ impl Graph {
 
     /// Its dynamic loss scaling's values, when
     /// [`set_grad_scaler`](crate::GraphBuilder::set_grad_scaler) turned it on.
-    pub fn grad_scaler(&self) -> Option<&crate::nodes::optim::ScalerValues> {
+    pub fn grad_scaler(&self) -> Option<&super::loss_scale::ScalerValues> {
         self.grad_scaler.as_ref()
     }
 

@@ -6,6 +6,7 @@
 //! below `graph`; `pass_set` names passes and records what they did.
 
 mod graph;
+mod loss_scale;
 mod node_op;
 mod pass_set;
 mod precision;
@@ -14,6 +15,7 @@ mod value;
 
 pub use crate::phase::Phase;
 pub use graph::{Graph, Node};
+pub use loss_scale::{GradScaler, ScalerValues};
 pub use node_op::{
     arg, args, one, AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs,
 };
