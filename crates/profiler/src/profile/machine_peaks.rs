@@ -18,6 +18,11 @@ pub struct MachinePeaks {
     /// The copy's slowest and fastest of the five runs, bytes/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_range: Option<[f64; 2]>,
+    /// FLOP/s of the same GEMM with bf16 products (wick's bf16 GEMM on `vdpbf16ps`), best
+    /// of five, on a CPU with `avx512_bf16`: the compute roof of the ops that compute in
+    /// bf16 (absent elsewhere and in older profiles).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bf16_flops_per_sec: Option<f64>,
 }
 
 impl MachinePeaks {
@@ -28,6 +33,16 @@ impl MachinePeaks {
             bytes_per_sec,
             flops_range: None,
             bytes_range: None,
+            bf16_flops_per_sec: None,
+        }
+    }
+
+    /// The compute roof of an op computing in `dtype` (a profile's dtype name): the bf16
+    /// GEMM's peak for `BF16` where it was measured, the f32 GEMM's otherwise.
+    pub fn compute_peak(&self, dtype: &str) -> f64 {
+        match self.bf16_flops_per_sec {
+            Some(bf16) if dtype == "BF16" => bf16,
+            _ => self.flops_per_sec,
         }
     }
 
@@ -42,6 +57,10 @@ impl MachinePeaks {
             bytes_per_sec: self.bytes_per_sec.max(other.bytes_per_sec),
             flops_range: range(self.flops_per_sec, other.flops_per_sec),
             bytes_range: range(self.bytes_per_sec, other.bytes_per_sec),
+            bf16_flops_per_sec: match (self.bf16_flops_per_sec, other.bf16_flops_per_sec) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            },
         }
     }
 

@@ -46,6 +46,10 @@ pub struct RooflineRow {
     /// Seconds per iteration the type would take at its roof: its FLOPs at the GEMM peak
     /// or its bytes at the copy bandwidth, whichever takes longer.
     pub roof_sec: f64,
+    /// The compute roof it is held to, FLOP/s: the f32 GEMM's peak, or the bf16 GEMM's
+    /// for ops that compute in bf16 (a type of both dtypes: its FLOPs over the seconds
+    /// each dtype's FLOPs take at its own peak).
+    pub peak_flops_per_sec: f64,
 }
 
 impl RooflineRow {
@@ -89,6 +93,7 @@ impl Profile {
                         bound: Bound::Memory,
                         roofline_share: 0.0,
                         roof_sec: 0.0,
+                        peak_flops_per_sec: 0.0,
                     });
                     rows.len() - 1
                 }
@@ -97,6 +102,8 @@ impl Profile {
             r.total_sec += op.mean_sec;
             r.flops = r.flops.saturating_add(op.flops);
             r.bytes = r.bytes.saturating_add(op.bytes);
+            // Seconds at the compute roof, summed here and made a rate below.
+            r.peak_flops_per_sec += op.flops as f64 / machine.compute_peak(&op.dtype);
         }
         for r in &mut rows {
             r.share = if all > 0.0 { r.total_sec / all } else { 0.0 };
@@ -108,17 +115,22 @@ impl Profile {
             let t = r.total_sec.max(f64::MIN_POSITIVE);
             r.gflops_per_sec = r.flops as f64 / t / 1e9;
             r.gbytes_per_sec = r.bytes as f64 / t / 1e9;
-            r.bound = if r.intensity >= machine.ridge() {
+            let compute_sec = r.peak_flops_per_sec;
+            r.peak_flops_per_sec = if compute_sec > 0.0 {
+                r.flops as f64 / compute_sec
+            } else {
+                machine.flops_per_sec
+            };
+            r.bound = if r.intensity >= r.peak_flops_per_sec / machine.bytes_per_sec {
                 Bound::Compute
             } else {
                 Bound::Memory
             };
             r.roofline_share = match r.bound {
-                Bound::Compute => r.gflops_per_sec * 1e9 / machine.flops_per_sec,
+                Bound::Compute => r.gflops_per_sec * 1e9 / r.peak_flops_per_sec,
                 Bound::Memory => r.gbytes_per_sec * 1e9 / machine.bytes_per_sec,
             };
-            r.roof_sec = (r.flops as f64 / machine.flops_per_sec)
-                .max(r.bytes as f64 / machine.bytes_per_sec);
+            r.roof_sec = compute_sec.max(r.bytes as f64 / machine.bytes_per_sec);
         }
         rows.sort_by(|a, b| b.total_sec.total_cmp(&a.total_sec));
         rows

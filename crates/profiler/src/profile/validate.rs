@@ -79,6 +79,9 @@ impl Profile {
         };
         peak("flops_per_sec", m.flops_per_sec)?;
         peak("bytes_per_sec", m.bytes_per_sec)?;
+        if let Some(v) = m.bf16_flops_per_sec {
+            peak("bf16_flops_per_sec", v)?;
+        }
         for (field, range) in [
             ("flops_range", m.flops_range),
             ("bytes_range", m.bytes_range),

@@ -36,13 +36,43 @@ impl MachinePeaks {
             }
         };
         let bytes = 2.0 * (COPY_ELEMS * 4) as f64;
+        let bf16 = match device {
+            Device::Cpu if wick_ops::bf16::has_avx512_bf16() => Some(bf16_gemm_seconds()?),
+            _ => None,
+        };
         Ok(MachinePeaks {
             flops_per_sec: flops / gemm[0],
             bytes_per_sec: bytes / copy[0],
             flops_range: Some([flops / gemm[gemm.len() - 1], flops / gemm[0]]),
             bytes_range: Some([bytes / copy[copy.len() - 1], bytes / copy[0]]),
+            bf16_flops_per_sec: bf16.map(|seconds| flops / seconds),
         })
     }
+}
+
+/// The fastest of five runs of wick's bf16 GEMM (native `vdpbf16ps` path) at the f32
+/// probe's size, on bf16 operands.
+fn bf16_gemm_seconds() -> Result<f64> {
+    use wick_ops::bf16::{gemm, Bf16Path, Matrix, Values};
+    let ones = vec![wick_ops::bf16::round_to_bf16(1.0); GEMM_N * GEMM_N];
+    let operand = Matrix {
+        values: Values::Bf16(&ones),
+        strides: (GEMM_N, 1),
+    };
+    let mut out = vec![0f32; GEMM_N * GEMM_N];
+    let times = timed_runs(5, &Device::Cpu, || {
+        let dims = (GEMM_N, GEMM_N, GEMM_N);
+        gemm(
+            Bf16Path::Native,
+            dims,
+            (&mut out, (GEMM_N, 1)),
+            false,
+            &operand,
+            &operand,
+        );
+        Ok(())
+    })?;
+    Ok(times[0])
 }
 
 /// The seconds of `runs` timed runs of `f` after one untimed, synchronising the device,

@@ -255,7 +255,7 @@ impl Profile {
                     Bound::Compute => format!(
                         "{:.1} GFLOP/s of the GEMM's {:.1}",
                         r.gflops_per_sec,
-                        machine.flops_per_sec / 1e9
+                        r.peak_flops_per_sec / 1e9
                     ),
                     Bound::Memory => format!(
                         "{:.1} GB/s of the copy's {:.1}",

@@ -44,8 +44,12 @@ impl Profile {
 
     /// The roofline table as text, with the machine's peaks and every column defined.
     pub fn roofline_table(&self, machine: &MachinePeaks) -> String {
+        let bf16 = machine
+            .bf16_flops_per_sec
+            .map(|f| format!(", bf16 GEMM {:.1} GFLOP/s (the roof of bf16 ops)", f / 1e9))
+            .unwrap_or_default();
         let mut s = format!(
-            "Roofline (this machine, measured: f32 GEMM {:.1} GFLOP/s, streaming copy {:.1} GB/s; ridge point {:.1} FLOP/byte). \
+            "Roofline (this machine, measured: f32 GEMM {:.1} GFLOP/s{bf16}, streaming copy {:.1} GB/s; ridge point {:.1} FLOP/byte). \
              FLOP/B: arithmetic intensity; GFLOP/s and GB/s: achieved; Roof: share of the roof that bounds the type; \
              AtRoof(ms): its time per iteration at that roof; Above(ms): its time above it.\n",
             machine.flops_per_sec / 1e9,
@@ -208,6 +212,29 @@ mod tests {
                 "{advice:?}"
             );
         }
+    }
+
+    #[test]
+    fn bf16_ops_are_held_to_the_bf16_gemm_peak() {
+        let (mut p, m) = profile(100.0, 95.0, 0.01);
+        let conv_share = |p: &Profile, m: &MachinePeaks| {
+            let rows = p.roofline(m);
+            let conv = rows.iter().find(|r| r.name == "ConvForward").unwrap();
+            (conv.roofline_share, conv.peak_flops_per_sec, conv.roof_sec)
+        };
+        assert_eq!(conv_share(&p, &m), (0.5, 100e9, 0.25));
+        let with_bf16 = MachinePeaks {
+            bf16_flops_per_sec: Some(200e9),
+            ..m
+        };
+        // f32 ops keep the f32 roof whatever the bf16 peak.
+        assert_eq!(conv_share(&p, &with_bf16), (0.5, 100e9, 0.25));
+        p.ops[0].dtype = "BF16".into();
+        assert_eq!(conv_share(&p, &with_bf16), (0.25, 200e9, 0.125));
+        let table = p.roofline_table(&with_bf16);
+        assert!(table.contains("bf16 GEMM 200.0 GFLOP/s"), "{table}");
+        // Without a bf16 peak (no avx512_bf16, an older profile) the f32 roof stands.
+        assert_eq!(conv_share(&p, &m), (0.5, 100e9, 0.25));
     }
 
     #[test]
