@@ -86,6 +86,56 @@ fn max_of(t: &Tensor) -> f64 {
 /// (input shape, weight shape, stride, padding, groups).
 type Case = (&'static [usize], &'static [usize], usize, usize, usize);
 
+/// Convolution case `i` with `products`: forward (with a bias), input and weight
+/// gradients, each against float64 on the values as the products read them. `cast` makes
+/// the weight (and, with `cast_input`, the input) 16-bit; `low64` gives a tensor's
+/// rounded values in float64.
+fn check_conv(
+    i: usize,
+    (xs, ws, stride, pad, groups): Case,
+    (cast, low64): (fn(&Tensor) -> Tensor, fn(&Tensor) -> Tensor),
+    products: Products,
+    cast_input: bool,
+) {
+    let p = Conv2dParams {
+        stride: [stride; 2],
+        padding: [pad; 2],
+        dilation: [1, 1],
+        groups,
+    };
+    let what = format!("{products:?} case {i}");
+    let (x, w, b) = (
+        randn(xs, 3 * i as u64 + 1),
+        randn(ws, 3 * i as u64 + 2),
+        randn(&[ws[0]], 9),
+    );
+    let x_in = if cast_input { cast(&x) } else { x.clone() };
+    let y = conv::conv2d(&x_in, &cast(&w), Some(&b), &p).unwrap();
+    assert_eq!(y.dtype(), DType::F32, "{what}: output dtype");
+    let (x64, w64) = (low64(&x), low64(&w));
+    let b64 = b.to_dtype(DType::F64).unwrap();
+    let op = |m: &dyn Fn(&Tensor) -> Tensor| {
+        conv::conv2d(&m(&x64), &m(&w64), Some(&m(&b64)), &p).unwrap()
+    };
+    against(&format!("{what} forward"), &y, op, ws[1] * ws[2] * ws[3]);
+    let full = conv::conv2d(&x, &w, Some(&b), &p).unwrap();
+    assert!(max_of(&abs_diff(&y, &full.to_dtype(DType::F64).unwrap())) > 0.0);
+
+    let gy = randn(y.dims(), 50 + i as u64);
+    let gy64 = low64(&gy);
+    let (depth_x, depth_w) = (ws[0] * ws[2] * ws[3], gy.elem_count() / ws[0]);
+    let dx = conv::conv2d_backward_data(&gy, &cast(&w), xs, &p).unwrap();
+    let data = |m: &dyn Fn(&Tensor) -> Tensor| {
+        conv::conv2d_backward_data(&m(&gy64), &m(&w64), xs, &p).unwrap()
+    };
+    against(&format!("{what} input gradient"), &dx, data, depth_x);
+    let dw = conv::conv2d_backward_filter_with(&gy, &x_in, ws, &p, products).unwrap();
+    let filter = |m: &dyn Fn(&Tensor) -> Tensor| {
+        conv::conv2d_backward_filter(&m(&gy64), &m(&x64), ws, &p).unwrap()
+    };
+    against(&format!("{what} weight gradient"), &dw, filter, depth_w);
+}
+
 #[test]
 fn bf16_convolution_matches_float64_forward_and_gradients() {
     if !has_avx512_bf16() {
@@ -98,40 +148,8 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
         (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),
         (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
     ];
-    for (i, (xs, ws, stride, pad, groups)) in cases.into_iter().enumerate() {
-        let p = Conv2dParams {
-            stride: [stride; 2],
-            padding: [pad; 2],
-            dilation: [1, 1],
-            groups,
-        };
-        let (x, w, b) = (
-            randn(xs, 3 * i as u64 + 1),
-            randn(ws, 3 * i as u64 + 2),
-            randn(&[ws[0]], 9),
-        );
-        let k = ws[1] * ws[2] * ws[3];
-        let y = conv::conv2d(&bf16(&x), &bf16(&w), Some(&b), &p).unwrap();
-        let (x64, w64) = (rounded64(&x), rounded64(&w));
-        let b64 = b.to_dtype(DType::F64).unwrap();
-        let op = |m: &dyn Fn(&Tensor) -> Tensor| {
-            conv::conv2d(&m(&x64), &m(&w64), Some(&m(&b64)), &p).unwrap()
-        };
-        against(&format!("case {i} forward"), &y, op, k);
-
-        let gy = randn(y.dims(), 50 + i as u64);
-        let gy64 = rounded64(&gy);
-        let (depth_x, depth_w) = (ws[0] * ws[2] * ws[3], gy.elem_count() / ws[0]);
-        let dx = conv::conv2d_backward_data(&gy, &bf16(&w), xs, &p).unwrap();
-        let data = |m: &dyn Fn(&Tensor) -> Tensor| {
-            conv::conv2d_backward_data(&m(&gy64), &m(&w64), xs, &p).unwrap()
-        };
-        against(&format!("case {i} input gradient"), &dx, data, depth_x);
-        let dw = conv::conv2d_backward_filter(&gy, &bf16(&x), ws, &p).unwrap();
-        let filter = |m: &dyn Fn(&Tensor) -> Tensor| {
-            conv::conv2d_backward_filter(&m(&gy64), &m(&x64), ws, &p).unwrap()
-        };
-        against(&format!("case {i} weight gradient"), &dw, filter, depth_w);
+    for (i, case) in cases.into_iter().enumerate() {
+        check_conv(i, case, (bf16, rounded64), Products::Bf16, true);
     }
 }
 
@@ -480,48 +498,8 @@ fn f16_products_match_float64_on_float16_values() {
         (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),
         (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
     ];
-    for (i, (xs, ws, stride, pad, groups)) in cases.into_iter().enumerate() {
-        let p = Conv2dParams {
-            stride: [stride; 2],
-            padding: [pad; 2],
-            dilation: [1, 1],
-            groups,
-        };
-        let (x, w) = (randn(xs, 120 + i as u64), randn(ws, 130 + i as u64));
-        let (x64, w64) = (f16_64(&x), f16_64(&w));
-        let y = conv::conv2d(&x, &f16(&w), None, &p).unwrap();
-        assert_eq!(y.dtype(), DType::F32);
-        let k = ws[1] * ws[2] * ws[3];
-        against(
-            &format!("f16 conv {i}"),
-            &y,
-            |m| conv::conv2d(&m(&x64), &m(&w64), None, &p).unwrap(),
-            k,
-        );
-        let full = conv::conv2d(&x, &w, None, &p).unwrap();
-        assert!(max_of(&abs_diff(&y, &full.to_dtype(DType::F64).unwrap())) > 0.0);
-        let gy = randn(y.dims(), 140 + i as u64);
-        let gy64 = f16_64(&gy);
-        let dx = conv::conv2d_backward_data(&gy, &f16(&w), xs, &p).unwrap();
-        let data = |m: &dyn Fn(&Tensor) -> Tensor| {
-            conv::conv2d_backward_data(&m(&gy64), &m(&w64), xs, &p).unwrap()
-        };
-        against(
-            &format!("f16 conv {i} input gradient"),
-            &dx,
-            data,
-            ws[0] * ws[2] * ws[3],
-        );
-        let dw = conv::conv2d_backward_filter_with(&gy, &x, ws, &p, Products::F16).unwrap();
-        let filter = |m: &dyn Fn(&Tensor) -> Tensor| {
-            conv::conv2d_backward_filter(&m(&gy64), &m(&x64), ws, &p).unwrap()
-        };
-        against(
-            &format!("f16 conv {i} weight gradient"),
-            &dw,
-            filter,
-            gy.elem_count() / ws[0],
-        );
+    for (i, case) in cases.into_iter().enumerate() {
+        check_conv(i, case, (f16, f16_64), Products::F16, false);
     }
     // A linear layer.
     let (x, w) = (randn(&[9, 70], 150), randn(&[11, 70], 151));
