@@ -85,6 +85,6 @@ pub struct ScalerValues {
     /// `grad_scaler.growth_tracker`: good steps in a row, 0-dim i64 state.
     pub growth_tracker: ValueId,
     /// Whether this step found a non-finite gradient (0-dim u8), once recorded by
-    /// [`GraphBuilder::optimize`].
+    /// [`GraphBuilder::optimize`](crate::GraphBuilder::optimize).
     pub found_non_finite: Option<ValueId>,
 }

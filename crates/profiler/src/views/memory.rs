@@ -25,6 +25,31 @@ fn dtype_bytes(dtype: &str) -> u64 {
         .map_or(4, |d| d.size_in_bytes() as u64)
 }
 
+/// Bytes per element `op` stores: its bytes moved over the elements it reads and writes,
+/// as the nearest of 2, 4 and 8, or its dtype's size when it moved none. Its dtype is the
+/// one it computes in, which can be narrower: autocast's attention multiplies in bf16 and
+/// keeps f32 values.
+fn stored_element_bytes(op: &crate::profile::data::OpProfile) -> u64 {
+    let elements: u64 = op
+        .input_shapes
+        .iter()
+        .chain(&op.output_shapes)
+        .map(|s| s.iter().map(|&d| d as u64).product::<u64>())
+        .sum();
+    if elements == 0 || op.bytes == 0 {
+        return dtype_bytes(&op.dtype);
+    }
+    let average = op.bytes as f64 / elements as f64;
+    [2u64, 4, 8]
+        .into_iter()
+        .min_by(|a, b| {
+            (*a as f64 - average)
+                .abs()
+                .total_cmp(&(*b as f64 - average).abs())
+        })
+        .unwrap_or(4)
+}
+
 /// What the fused attention nodes keep for their backward (the output, kept anyway as
 /// the next layer's input, and one log-sum-exp per query row), against the `[N, H, L, S]`
 /// probabilities an unfused graph (matmul, softmax, matmul) would keep: `None` without
@@ -46,7 +71,7 @@ pub fn attention_line(p: &Profile) -> Option<String> {
         // q [.., L, E] and k [.., S, E]: one statistic per query row, S probabilities each.
         let s = k[k.len() - 2];
         let rows: u64 = q[..q.len() - 1].iter().map(|&d| d as u64).product();
-        let size = dtype_bytes(&op.dtype);
+        let size = stored_element_bytes(op);
         nodes += 1;
         fused += rows * size;
         unfused += rows * s as u64 * size;
@@ -169,5 +194,16 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("probabilities, 4.0 MiB (256x"), "{line}");
+        // Under autocast it computes in bf16 but stores f32 (its bytes say so): the same
+        // memory; a bf16 graph's attention, which moves half the bytes, keeps half.
+        let elements = 3 * 2 * 4 * 256 * 32;
+        for (bytes, want) in [(4 * elements, "0.02 MiB"), (2 * elements, "0.01 MiB")] {
+            for op in &mut p.ops[..2] {
+                op.dtype = "BF16".into();
+                op.bytes = bytes;
+            }
+            let line = attention_line(&p).unwrap();
+            assert!(line.contains(want), "{bytes} bytes: {line}");
+        }
     }
 }
