@@ -86,6 +86,9 @@ fn max_of(t: &Tensor) -> f64 {
 /// (input shape, weight shape, stride, padding, groups).
 type Case = (&'static [usize], &'static [usize], usize, usize, usize);
 
+/// A tensor made 16-bit, or its 16-bit values in float64.
+type Rounding = fn(&Tensor) -> Tensor;
+
 /// Convolution case `i` with `products`: forward (with a bias), input and weight
 /// gradients, each against float64 on the values as the products read them. `cast` makes
 /// the weight (and, with `cast_input`, the input) 16-bit; `low64` gives a tensor's
@@ -93,7 +96,7 @@ type Case = (&'static [usize], &'static [usize], usize, usize, usize);
 fn check_conv(
     i: usize,
     (xs, ws, stride, pad, groups): Case,
-    (cast, low64): (fn(&Tensor) -> Tensor, fn(&Tensor) -> Tensor),
+    (cast, low64): (Rounding, Rounding),
     products: Products,
     cast_input: bool,
 ) {
@@ -371,7 +374,7 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
 /// The fused attention with `products` against float64 on the operands as the products
 /// read them (`low` rounds them), causal and not: every output within `bound` of the
 /// largest value, and at least 16x float32's own error (the products were 16-bit).
-fn check_attention(products: Products, low: fn(&Tensor) -> Tensor, bound: f64) {
+fn check_attention(products: Products, low: Rounding, bound: f64) {
     use wick_ops::attention::{
         scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
         Attention,
