@@ -23,27 +23,6 @@ const BLOCK_K: usize = 128;
 /// Lanes of the row reductions: independent partial maxima and sums that vectorize.
 const LANES: usize = 16;
 
-/// `dst (m×n, row-major) [+]= lhs · rhs` on this thread with the plan's products, the
-/// operands given with their (row, column) strides: every product of a tile.
-#[inline]
-fn product<T: Float>(
-    products: Products,
-    dst: &mut [T],
-    (m, n, k): (usize, usize, usize),
-    accumulate: bool,
-    lhs: (&[T], (usize, usize)),
-    rhs: (&[T], (usize, usize)),
-) {
-    gemm_strided_with(
-        products,
-        (m, n, k),
-        (dst, (n, 1)),
-        accumulate,
-        (lhs, rhs),
-        false,
-    )
-}
-
 /// One attention's sizes and settings, as the tiles need them.
 struct Plan<'a, T> {
     queries: usize,
@@ -75,6 +54,28 @@ impl<'a, T: Float> Plan<'a, T> {
             }),
             products: a.products,
         }
+    }
+
+    /// `dst (m×n, row-major) [+]= lhs · rhs` on this thread with the plan's products, the
+    /// operands given with their (row, column) strides: every product of a tile.
+    #[inline]
+    fn product(
+        &self,
+        dst: &mut [T],
+        (m, n, k): (usize, usize, usize),
+        accumulate: bool,
+        lhs: (&[T], (usize, usize)),
+        rhs: (&[T], (usize, usize)),
+    ) {
+        let strides = (dst, (n, 1));
+        gemm_strided_with(
+            self.products,
+            (m, n, k),
+            strides,
+            accumulate,
+            (lhs, rhs),
+            false,
+        )
     }
 
     /// The keys query row `i` may see: `0..key_end(i)`.
@@ -240,14 +241,7 @@ fn forward_rows<T: Float>(
         let kt = &k[(h * s + k0) * e..][..bc * e];
         let vt = &v[(h * s + k0) * ev..][..bc * ev];
         let tile = &mut tile[..rows * bc];
-        product(
-            plan.products,
-            tile,
-            (rows, bc, e),
-            false,
-            (qt, (e, 1)),
-            (kt, (1, e)),
-        );
+        plan.product(tile, (rows, bc, e), false, (qt, (e, 1)), (kt, (1, e)));
         cpu::run_wide(SoftmaxTile {
             plan,
             at: (h, i0, k0),
@@ -255,14 +249,7 @@ fn forward_rows<T: Float>(
             run: &mut run,
             out,
         });
-        product(
-            plan.products,
-            out,
-            (rows, ev, bc),
-            true,
-            (tile, (bc, 1)),
-            (vt, (ev, 1)),
-        );
+        plan.product(out, (rows, ev, bc), true, (tile, (bc, 1)), (vt, (ev, 1)));
     }
     for r in 0..rows {
         let o = &mut out[r * ev..(r + 1) * ev];
@@ -423,22 +410,8 @@ fn backward_keys<T: Float>(
             let qt = &q[(h * l + i0) * e..][..br * e];
             let dot = &dout[(h * l + i0) * ev..][..br * ev];
             let (p, dp) = (&mut p[..br * bc], &mut dp[..br * bc]);
-            product(
-                plan.products,
-                p,
-                (br, bc, e),
-                false,
-                (qt, (e, 1)),
-                (kt, (1, e)),
-            );
-            product(
-                plan.products,
-                dp,
-                (br, bc, ev),
-                false,
-                (dot, (ev, 1)),
-                (vt, (1, ev)),
-            );
+            plan.product(p, (br, bc, e), false, (qt, (e, 1)), (kt, (1, e)));
+            plan.product(dp, (br, bc, ev), false, (dot, (ev, 1)), (vt, (1, ev)));
             let rows = h * l + i0..h * l + i0 + br;
             let dropped = &mut dropped[..if plan.dropout.is_some() { br * bc } else { 0 }];
             cpu::run_wide(GradientTile {
@@ -452,31 +425,10 @@ fn backward_keys<T: Float>(
             });
             let weights: &[T] = if plan.dropout.is_some() { dropped } else { p };
             // dV += weightsᵀ·dO, dQ += dS·K, dK += dSᵀ·Q.
-            product(
-                plan.products,
-                dv,
-                (bc, ev, br),
-                true,
-                (weights, (1, bc)),
-                (dot, (ev, 1)),
-            );
+            plan.product(dv, (bc, ev, br), true, (weights, (1, bc)), (dot, (ev, 1)));
             let dq = &mut g.dq[i0 * e..][..br * e];
-            product(
-                plan.products,
-                dq,
-                (br, e, bc),
-                true,
-                (dp, (bc, 1)),
-                (kt, (e, 1)),
-            );
-            product(
-                plan.products,
-                dk,
-                (bc, e, br),
-                true,
-                (dp, (1, bc)),
-                (qt, (e, 1)),
-            );
+            plan.product(dq, (br, e, bc), true, (dp, (bc, 1)), (kt, (e, 1)));
+            plan.product(dk, (bc, e, br), true, (dp, (1, bc)), (qt, (e, 1)));
         }
     }
     g
