@@ -8,7 +8,7 @@ use wick_models::{registry, Depth, ModelConfig, ResNetConfig, Stem};
 #[test]
 fn every_registered_name_builds_and_is_listed_when_a_name_is_unknown() {
     let names = registry::names();
-    assert_eq!(names.len(), 16, "{names:?}");
+    assert_eq!(names.len(), 17, "{names:?}");
     let err = ModelConfig::by_name("resnet19", Stem::ImageNet, None)
         .unwrap_err()
         .to_string();
