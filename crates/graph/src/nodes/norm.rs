@@ -36,6 +36,17 @@ pub enum NormKind {
     Group(usize),
 }
 
+impl NormKind {
+    /// The builder method's name, for errors.
+    pub fn op_name(self) -> &'static str {
+        match self {
+            NormKind::Layer => "layer_norm",
+            NormKind::LayerChannels => "layer_norm2d",
+            NormKind::Group(_) => "group_norm",
+        }
+    }
+}
+
 /// Layer or group norm. in: x, `[weight]`, `[bias]`; out: y.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Norm {
@@ -76,10 +87,6 @@ impl GraphBuilder {
         bias: Option<ValueId>,
         eps: f64,
     ) -> Result<ValueId> {
-        self.forward_only("layer_norm")?;
-        let (w, b) = self.affine_shapes(weight, bias);
-        norm::check_layer_norm(self.shape(x), w.as_deref(), b.as_deref())
-            .map_err(self.build_err("layer_norm"))?;
         self.record_norm(NormKind::Layer, x, weight, bias, eps)
     }
 
@@ -94,10 +101,6 @@ impl GraphBuilder {
         bias: Option<ValueId>,
         eps: f64,
     ) -> Result<ValueId> {
-        self.forward_only("layer_norm2d")?;
-        let (w, b) = self.affine_shapes(weight, bias);
-        norm::check_layer_norm2d(self.shape(x), w.as_deref(), b.as_deref())
-            .map_err(self.build_err("layer_norm2d"))?;
         self.record_norm(NormKind::LayerChannels, x, weight, bias, eps)
     }
 
@@ -111,30 +114,35 @@ impl GraphBuilder {
         bias: Option<ValueId>,
         eps: f64,
     ) -> Result<ValueId> {
-        self.forward_only("group_norm")?;
-        let w = weight.map(|w| self.shape(w).to_vec());
-        norm::check_group_norm(self.shape(x), groups, w.as_deref())
-            .map_err(self.build_err("group_norm"))?;
-        if let Some(b) = bias {
-            let bs = self.shape(b).to_vec();
-            wick_ops::shape::same("group_norm", "bias", &bs, "channels", &[self.shape(x)[1]])
-                .map_err(self.build_err("group_norm"))?;
-        }
         self.record_norm(NormKind::Group(groups), x, weight, bias, eps)
     }
 
-    /// The shapes of a norm's optional weight and bias.
-    fn affine_shapes(
+    /// Checks a norm's input and affine parameters against its kind, naming the op.
+    fn check_norm(
         &self,
+        kind: NormKind,
+        x: ValueId,
         weight: Option<ValueId>,
         bias: Option<ValueId>,
-    ) -> (Option<Vec<usize>>, Option<Vec<usize>>) {
-        (
-            weight.map(|w| self.shape(w).to_vec()),
-            bias.map(|b| self.shape(b).to_vec()),
-        )
+    ) -> Result<()> {
+        let name = kind.op_name();
+        self.forward_only(name)?;
+        let xs = self.shape(x);
+        let w = weight.map(|w| self.shape(w));
+        let b = bias.map(|b| self.shape(b));
+        match kind {
+            NormKind::Layer => norm::check_layer_norm(xs, w, b),
+            NormKind::LayerChannels => norm::check_layer_norm2d(xs, w, b),
+            NormKind::Group(groups) => norm::check_group_norm(xs, groups, w).and_then(|()| {
+                b.map_or(Ok(()), |b| {
+                    wick_ops::shape::same(name, "bias", b, "channels", &[xs[1]])
+                })
+            }),
+        }
+        .map_err(self.build_err(name))
     }
 
+    /// Checks and records a norm node.
     fn record_norm(
         &mut self,
         kind: NormKind,
@@ -143,6 +151,7 @@ impl GraphBuilder {
         bias: Option<ValueId>,
         eps: f64,
     ) -> Result<ValueId> {
+        self.check_norm(kind, x, weight, bias)?;
         let op = Norm {
             kind,
             eps,
