@@ -6,8 +6,9 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick_graph::nodes::optim::GradScaler;
+use wick_graph::nodes::optim::Optimizer;
 use wick_graph::{Executor, GraphBuilder, Mode, Precision};
-use wick_ops::SgdParams;
+use wick_ops::{AdamParams, SgdParams};
 
 fn values(seed: u64, n: usize) -> Vec<f32> {
     (0..n)
@@ -18,6 +19,19 @@ fn values(seed: u64, n: usize) -> Vec<f32> {
 /// `loss = loss_factor · sum(linear(x, w))`, SGD with lr 0.5, under `precision`, with
 /// `scaler` if given.
 fn step_graph(precision: Precision, scaler: Option<GradScaler>, loss_factor: f64) -> Executor {
+    let sgd = Optimizer::Sgd(SgdParams {
+        lr: 0.5,
+        ..Default::default()
+    });
+    graph_with(precision, scaler, loss_factor, sgd)
+}
+
+fn graph_with(
+    precision: Precision,
+    scaler: Option<GradScaler>,
+    loss_factor: f64,
+    optimizer: Optimizer,
+) -> Executor {
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
     b.set_precision(precision);
     if let Some(s) = scaler {
@@ -30,11 +44,7 @@ fn step_graph(precision: Precision, scaler: Option<GradScaler>, loss_factor: f64
     let loss = b.sum(y, &[], false).unwrap();
     b.output(loss);
     let grads = b.backward(loss).unwrap();
-    let sgd = SgdParams {
-        lr: 0.5,
-        ..Default::default()
-    };
-    b.sgd(&grads, sgd).unwrap();
+    b.optimize(&grads, &optimizer.into()).unwrap();
     let mut exec = Executor::new(b.finish(), &Device::Cpu);
     let t = |v: Vec<f32>, s: &[usize]| Tensor::from_vec(v, s, &Device::Cpu).unwrap();
     exec.set("x", &t(values(1, 16 * 32), &[16, 32])).unwrap();
@@ -150,6 +160,46 @@ fn an_overflowing_step_is_skipped_and_the_scale_backs_off_then_grows() {
     exec.run().unwrap();
     assert_eq!(scalar(&exec, "grad_scaler.scale"), 2.0 * after_skips);
     assert_eq!(scalar(&exec, "grad_scaler.growth_tracker"), 0.0);
+}
+
+#[test]
+fn adam_counts_only_the_steps_it_took() {
+    // PyTorch's scaler does not call `optimizer.step()` on a skipped step, so Adam's bias
+    // correction counts the updates taken. The scaled run skips its first steps
+    // (2^127 overflows), then its first and second updates are the plain run's.
+    let adam = Optimizer::Adam(AdamParams::adam(0.01));
+    let scaler = GradScaler {
+        init_scale: 2f64.powi(127),
+        ..Default::default()
+    };
+    let mut plain = graph_with(Precision::F32, None, 8.0, adam);
+    let mut scaled = graph_with(Precision::F32, Some(scaler), 8.0, adam);
+    let step = |e: &mut Executor, n: i64| {
+        e.set("step", &Tensor::new(n, &Device::Cpu).unwrap())
+            .unwrap();
+        e.run().unwrap();
+    };
+    let before = weight(&scaled);
+    let mut taken = 0;
+    for n in 0..100 {
+        step(&mut scaled, n);
+        if weight(&scaled) != before {
+            taken = n;
+            break;
+        }
+    }
+    assert!(taken > 0, "the first steps overflow and are skipped");
+    assert_eq!(scalar(&scaled, "grad_scaler.updates"), 1.0);
+    step(&mut plain, 0);
+    assert_eq!(
+        weight(&scaled),
+        weight(&plain),
+        "the first update is Adam's step 1"
+    );
+    step(&mut scaled, taken + 1);
+    step(&mut plain, 1);
+    assert_eq!(weight(&scaled), weight(&plain), "the second is its step 2");
+    assert_eq!(scalar(&scaled, "grad_scaler.updates"), 2.0);
 }
 
 #[test]

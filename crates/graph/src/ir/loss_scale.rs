@@ -87,4 +87,9 @@ pub struct ScalerValues {
     /// Whether this step found a non-finite gradient (0-dim u8), once recorded by
     /// [`GraphBuilder::optimize`](crate::GraphBuilder::optimize).
     pub found_non_finite: Option<ValueId>,
+    /// The updates taken before this step (0-dim i64), what Adam counts its steps by, so
+    /// that a skipped step does not count (PyTorch's `optimizer.step()` is not called).
+    /// Recorded when the graph has an Adam update; read from the state
+    /// `grad_scaler.updates`, or the step counter while that is unset.
+    pub updates_before: Option<ValueId>,
 }

@@ -173,7 +173,10 @@ impl GraphBuilder {
         if config.accumulate != 1 {
             self.record_accumulation(&mut pairs, config.accumulate)?;
         }
-        self.record_unscale(&mut pairs)?;
+        let has_adam = std::iter::once(&config.default)
+            .chain(config.groups.iter().map(|g| &g.optimizer))
+            .any(|o| matches!(o, Optimizer::Adam(_)));
+        self.record_unscale(&mut pairs, has_adam)?;
         let norm = match config.clip_grad_norm {
             Some(max_norm) => Some(self.record_clip(&mut pairs, max_norm)?),
             None => None,
@@ -257,10 +260,12 @@ impl GraphBuilder {
     }
 
     fn record_adam(&mut self, param: ValueId, grad: ValueId, p: AdamParams) -> Result<()> {
-        // Adam counts updates: under accumulation, the step counter divided by k.
-        let step = match self.update_count {
-            Some(count) => count,
-            None => self.step_counter()?,
+        // Adam counts updates: under accumulation, the step counter divided by k; under
+        // loss scaling, the updates taken (a skipped step does not count).
+        let scaled = self.graph.grad_scaler.and_then(|s| s.updates_before);
+        let step = match (scaled, self.update_count) {
+            (Some(updates), _) | (None, Some(updates)) => updates,
+            (None, None) => self.step_counter()?,
         };
         let m = self.optimizer_state(param, "exp_avg");
         let v = self.optimizer_state(param, "exp_avg_sq");

@@ -58,14 +58,37 @@ impl NodeOp for ScaledLossSeed {
 }
 
 /// Unscales every gradient and updates the scale. in: every gradient, the scale, the
-/// growth count (both unset before the first step); out: every gradient divided by the
-/// scale, whether any was non-finite (0-dim u8), then the new scale and growth count.
+/// growth count (both unset before the first step), and when it counts updates, the
+/// updates taken (unset before the first) and the step counter; out: every gradient
+/// divided by the scale, whether any was non-finite (0-dim u8), [the updates taken before
+/// this step,] then the new scale and growth count [and the updates taken after it].
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnscaleGradients {
     /// The settings.
     pub scaler: GradScaler,
     /// How many gradients it reads (the inputs before the scale and the growth count).
     pub gradients: usize,
+    /// Whether it counts the updates taken, for Adam's step count.
+    pub counts_updates: bool,
+}
+
+impl UnscaleGradients {
+    /// The updates taken before this step, and after it: the stored count (the step
+    /// counter while none is stored), plus one unless the step is skipped.
+    fn update_counts(
+        &self,
+        inputs: &Inputs<'_>,
+        found: bool,
+    ) -> std::result::Result<(i64, i64), OpError> {
+        let n = self.gradients;
+        let done = match inputs.get(n + 2).copied().flatten() {
+            Some(t) => wick_ops::dropout::read_step(t),
+            None => wick_ops::dropout::read_step(arg(inputs, n + 3, OP)?),
+        }
+        .map_err(|e| OpError::invalid(OP, format!("the update count: {e}")))?;
+        let done = done as i64;
+        Ok((done, done + i64::from(!found)))
+    }
 }
 
 impl NodeOp for UnscaleGradients {
@@ -74,7 +97,7 @@ impl NodeOp for UnscaleGradients {
     }
 
     fn optional_input(&self, i: usize) -> bool {
-        i >= self.gradients
+        (self.gradients..self.gradients + 3).contains(&i)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
@@ -97,9 +120,19 @@ impl NodeOp for UnscaleGradients {
             .first()
             .map_or(candle_core::Device::Cpu, |g| g.device().clone());
         let candle = |e| OpError::candle(OP, e);
+        let counts = match self.counts_updates {
+            true => Some(self.update_counts(inputs, found)?),
+            false => None,
+        };
         out.push(Some(Tensor::new(u8::from(found), &device).map_err(candle)?));
+        if let Some((before, _)) = counts {
+            out.push(Some(Tensor::new(before, &device).map_err(candle)?));
+        }
         out.push(Some(Tensor::new(scale as f32, &device).map_err(candle)?));
         out.push(Some(Tensor::new(tracker as i64, &device).map_err(candle)?));
+        if let Some((_, after)) = counts {
+            out.push(Some(Tensor::new(after, &device).map_err(candle)?));
+        }
         Ok(out)
     }
 }
@@ -156,6 +189,7 @@ impl GraphBuilder {
             scale,
             growth_tracker,
             found_non_finite: None,
+            updates_before: None,
         });
         Ok(())
     }
@@ -172,8 +206,13 @@ impl GraphBuilder {
     }
 
     /// Records the unscale before the updates and makes `pairs` read the unscaled
-    /// gradients; nothing without a scaler.
-    pub(crate) fn record_unscale(&mut self, pairs: &mut [(ValueId, ValueId)]) -> Result<()> {
+    /// gradients; nothing without a scaler. With `counts_updates` (an Adam update
+    /// follows), it also counts the updates taken, in the state `grad_scaler.updates`.
+    pub(crate) fn record_unscale(
+        &mut self,
+        pairs: &mut [(ValueId, ValueId)],
+        counts_updates: bool,
+    ) -> Result<()> {
         let Some(mut s) = self.graph.grad_scaler else {
             return Ok(());
         };
@@ -193,11 +232,27 @@ impl GraphBuilder {
             .map(|g| self.shape(*g).iter().product::<usize>())
             .sum();
         inputs.extend([s.scale, s.growth_tracker]);
+        let mut updated = vec![s.scale, s.growth_tracker];
+        if counts_updates {
+            let updates = self.value(
+                "grad_scaler.updates".into(),
+                vec![],
+                DType::I64,
+                ValueKind::State,
+            );
+            let step = match self.update_count {
+                Some(count) => count,
+                None => self.step_counter()?,
+            };
+            inputs.extend([updates, step]);
+            new.push(("grad_scaler.updates_before", vec![], DType::I64));
+            updated.push(updates);
+        }
         let op = Arc::new(UnscaleGradients {
             scaler: s.settings,
             gradients: pairs.len(),
+            counts_updates,
         });
-        let updated = vec![s.scale, s.growth_tracker];
         let flops = wick_ops::shape::flop_count(2, &[elements]);
         let out = self.push(op, inputs, new, updated, flops);
         for ((_, g), unscaled) in pairs.iter_mut().zip(&out) {
@@ -206,6 +261,7 @@ impl GraphBuilder {
         let found = out[pairs.len()];
         self.output(found);
         s.found_non_finite = Some(found);
+        s.updates_before = counts_updates.then(|| out[pairs.len() + 1]);
         self.graph.grad_scaler = Some(s);
         Ok(())
     }
