@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::microkernel::{has_avx512_bf16, tile, Bf16Path};
+use super::microkernel::{has_avx512_bf16, tile, tile_into, Bf16Path, TileOut};
 use super::pack::{pack_operand, Side, KC, MR, NR};
 use crate::cpu::{threads, SendPtr};
 
@@ -235,17 +235,25 @@ unsafe fn tile_product(
             let b_panel = &pb[p0 * g.n_pad + j0 * len..][..len * NR];
             for i0 in rows.clone().step_by(MR) {
                 let a_panel = &pa[p0 * g.m_pad + i0 * len..][..len * MR];
-                let sums = tile(len, a_panel, b_panel);
                 let (mr, nr) = (MR.min(g.m - i0.min(g.m)), NR.min(g.n - j0.min(g.n)));
+                if mr == 0 || nr == 0 {
+                    continue;
+                }
+                if dcs == 1 {
+                    let out = TileOut {
+                        dst: dst.wrapping_add(i0 * drs + j0),
+                        row_stride: drs,
+                        rows: mr,
+                        cols: nr,
+                    };
+                    // SAFETY: rows i0.. and columns j0.. of this tile are real slots,
+                    // contiguous along a row, and this thread's alone.
+                    unsafe { tile_into(len, a_panel, b_panel, &out, add) };
+                    continue;
+                }
+                let sums = tile(len, a_panel, b_panel);
                 for (i, row) in sums.chunks_exact(NR).take(mr).enumerate() {
                     let base = (i0 + i) * drs + j0 * dcs;
-                    if dcs == 1 {
-                        // SAFETY: the row's nr slots from `base` are real elements of
-                        // this tile, contiguous with a column stride of 1.
-                        let out = unsafe { std::slice::from_raw_parts_mut(dst.add(base), nr) };
-                        store_row(out, &row[..nr], add);
-                        continue;
-                    }
                     for (j, s) in row[..nr].iter().enumerate() {
                         // SAFETY: (i0 + i, j0 + j) is a real element of this tile.
                         let slot = unsafe { &mut *dst.add(base + j * dcs) };
@@ -254,18 +262,6 @@ unsafe fn tile_product(
                 }
             }
         }
-    }
-}
-
-/// `out = [out +] sums`, one contiguous row of a tile.
-#[inline(always)]
-fn store_row(out: &mut [f32], sums: &[f32], add: bool) {
-    if add {
-        for (o, s) in out.iter_mut().zip(sums) {
-            *o += s;
-        }
-    } else {
-        out.copy_from_slice(sums);
     }
 }
 

@@ -114,14 +114,47 @@ fn pack<T: PackValue>(data: &[T], v: View, lanes: usize, out: &mut Vec<u32>, par
             tasks.push((p0, r0, panel));
         }
     }
+    let wide = has_avx512();
     let fill = |(p0, r0, panel): (usize, usize, &mut [u32])| {
-        crate::cpu::vectorized(|| fill_panel(data, v, lanes, (p0, r0), panel))
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            // SAFETY: the CPU has every feature `fill_panel_avx512` enables.
+            return unsafe { fill_panel_avx512(data, v, lanes, (p0, r0), panel) };
+        }
+        fill_panel(data, v, lanes, (p0, r0), panel)
     };
     if parallel && v.rows * v.cols >= 1 << 16 {
         tasks.into_par_iter().for_each(fill);
     } else {
         tasks.into_iter().for_each(fill);
     }
+}
+
+/// Whether the CPU runs [`fill_panel_avx512`] (the native bf16 GEMM's CPUs all do).
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512bw")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// [`fill_panel`] compiled for AVX-512: its rounding and zipping loops take 16 values a
+/// step (a closure through `cpu::vectorized` is too large to inline there, so it stayed
+/// 4-wide). The same operations, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,bmi1,bmi2")]
+unsafe fn fill_panel_avx512<T: PackValue>(
+    data: &[T],
+    v: View,
+    lanes: usize,
+    at: (usize, usize),
+    panel: &mut [u32],
+) {
+    fill_panel(data, v, lanes, at, panel)
 }
 
 /// Writes one panel: rows `r0..r0 + lanes` of `v`, depth pairs `p0..` (as many as the
@@ -151,18 +184,20 @@ fn fill_panel<T: PackValue>(
         }
     };
     if v.cs == 1 {
-        // Depth is contiguous along each row: walk each row's run in pairs, writing
-        // with the panel's stride.
+        // Depth is contiguous along each row: round the row's run into a contiguous
+        // bfloat16 run (one narrowing a vector), whose little-endian pairs are the packed
+        // elements, then copy them out with the panel's stride.
         let c0 = 2 * p0;
         let run = v.cols.saturating_sub(c0).min(2 * len);
+        let mut halves = [0u16; 2 * KC + 1];
         for i in 0..rows {
             let row = &data[(r0 + i) * v.rs + c0..][..run];
-            let mut pairs = row.chunks_exact(2);
-            for (q, p) in (&mut pairs).enumerate() {
-                panel[q * lanes + i] = p[0].bits() as u32 | ((p[1].bits() as u32) << 16);
+            for (h, x) in halves.iter_mut().zip(row) {
+                *h = x.bits();
             }
-            if let [last] = pairs.remainder() {
-                panel[(run / 2) * lanes + i] = last.bits() as u32;
+            halves[run] = 0;
+            for (q, pair) in halves[..run + 1].chunks_exact(2).enumerate() {
+                panel[q * lanes + i] = pair[0] as u32 | ((pair[1] as u32) << 16);
             }
         }
     } else if v.rs == 1 {
