@@ -93,6 +93,27 @@ pub(crate) unsafe fn gemm_native(
         }
         return;
     }
+    if dcs != 1 && drs == 1 {
+        // A column-major destination: the transposed product `dstᵀ = bᵀ · aᵀ` is
+        // row-major, which the micro-kernel stores directly.
+        fn t<'a>(x: &Matrix<'a>) -> Matrix<'a> {
+            Matrix {
+                values: x.values,
+                strides: (x.strides.1, x.strides.0),
+            }
+        }
+        // SAFETY: the same slots, addressed as the transpose (the caller's contract).
+        return unsafe {
+            gemm_native(
+                (n, m, k),
+                (dst, (dcs, 1)),
+                accumulate,
+                &t(b),
+                &t(a),
+                parallel,
+            )
+        };
+    }
     with_buffers(|pa, pb| {
         pack_operand(a, Side::Left, (m, k), pa, parallel);
         pack_operand(b, Side::Right, (n, k), pb, parallel);
