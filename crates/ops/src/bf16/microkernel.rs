@@ -151,12 +151,20 @@ unsafe fn native_into(pairs: usize, a: *const u32, b: *const u32, out: &TileOut,
     // past the destination are never dereferenced (rows past `out.rows` are skipped,
     // lanes past `out.cols` are masked off, and masked lanes do not fault).
     let at = |i: usize, v: usize| out.dst.wrapping_add(i * out.row_stride + 16 * v);
+    // Full-width tiles load and store whole vectors (masked stores are slower on Zen 4).
+    let full = out.cols == NR;
     let mut acc = [[_mm512_setzero_ps(); V]; MR];
     if add {
         for (i, row) in acc.iter_mut().enumerate().take(out.rows) {
             for (v, s) in row.iter_mut().enumerate() {
-                // SAFETY: the unmasked lanes are real slots (the caller's contract).
-                *s = unsafe { _mm512_maskz_loadu_ps(masks[v], at(i, v)) };
+                // SAFETY: the unmasked lanes are real slots (the caller's contract); a
+                // full tile's 16 lanes all are.
+                *s = unsafe {
+                    match full {
+                        true => _mm512_loadu_ps(at(i, v)),
+                        false => _mm512_maskz_loadu_ps(masks[v], at(i, v)),
+                    }
+                };
             }
         }
     }
@@ -182,7 +190,12 @@ unsafe fn native_into(pairs: usize, a: *const u32, b: *const u32, out: &TileOut,
     for (i, row) in acc.iter().enumerate().take(out.rows) {
         for (v, s) in row.iter().enumerate() {
             // SAFETY: as the loads.
-            unsafe { _mm512_mask_storeu_ps(at(i, v), masks[v], *s) };
+            unsafe {
+                match full {
+                    true => _mm512_storeu_ps(at(i, v), *s),
+                    false => _mm512_mask_storeu_ps(at(i, v), masks[v], *s),
+                }
+            };
         }
     }
 }
