@@ -106,7 +106,7 @@ struct ReportArgs {
 struct PredictArgs {
     /// The profile.
     profile: PathBuf,
-    /// h200, h100 or a100, or a datasheet JSON file (the fields of
+    /// h200, h100, a100 or v100, or a datasheet JSON file (the fields of
     /// crates/profiler/src/compare/gpu_datasheets.json, one object).
     #[arg(long, default_value = "h200")]
     device: String,

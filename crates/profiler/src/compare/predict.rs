@@ -33,8 +33,14 @@ pub struct DeviceSheet {
     pub memory_bytes_per_sec: f64,
     /// FP32 peak (CUDA cores), FLOP per second.
     pub fp32_flops_per_sec: f64,
-    /// TF32 tensor-core peak (dense), FLOP per second.
+    /// TF32 tensor-core peak (dense), FLOP per second (the FP32 peak on a GPU without
+    /// TF32).
     pub tf32_flops_per_sec: f64,
+    /// FP16/BF16 tensor-core peak (dense), FLOP per second: the peak of convolutions and
+    /// matrix products that a profile records in bf16 or f16 (autocast). 0 when the
+    /// sheet does not give it: they then take the TF32 peak.
+    #[serde(default)]
+    pub f16_flops_per_sec: f64,
     /// The share of the bandwidth memory-bound kernels reach (an assumption).
     pub memory_efficiency: f64,
     /// The share of the compute peak convolutions and GEMMs reach (an assumption).
@@ -45,7 +51,7 @@ pub struct DeviceSheet {
     pub source: String,
 }
 
-/// The datasheets wick knows (H200, H100, A100), as JSON.
+/// The datasheets wick knows (H200, H100, A100, V100), as JSON.
 pub const DATASHEETS: &str = include_str!("gpu_datasheets.json");
 
 impl DeviceSheet {
@@ -71,6 +77,12 @@ impl DeviceSheet {
             ("compute_efficiency", self.compute_efficiency),
             ("launch_sec", self.launch_sec),
         ];
+        if !(self.f16_flops_per_sec.is_finite() && self.f16_flops_per_sec >= 0.0) {
+            return Err(format!(
+                "datasheet {}: f16_flops_per_sec must be 0 (not given) or a positive number, got {}",
+                self.name, self.f16_flops_per_sec
+            ));
+        }
         match figures.iter().find(|(_, v)| !(v.is_finite() && *v > 0.0)) {
             Some((name, v)) => Err(format!(
                 "datasheet {}: {name} must be a positive number, got {v}",
@@ -81,6 +93,21 @@ impl DeviceSheet {
                 self.name
             )),
             None => Ok(()),
+        }
+    }
+}
+
+impl DeviceSheet {
+    /// The compute peak of an op that computes in `dtype` (a profile's dtype name):
+    /// FP16/BF16 tensor cores for a 16-bit convolution or matrix product where the sheet
+    /// gives their peak, TF32 tensor cores for the other convolutions and matrix
+    /// products, and FP32 for the rest.
+    pub fn compute_peak(&self, tensor_cores: bool, dtype: &str) -> f64 {
+        let sixteen_bit = matches!(dtype, "BF16" | "F16");
+        match tensor_cores {
+            true if sixteen_bit && self.f16_flops_per_sec > 0.0 => self.f16_flops_per_sec,
+            true => self.tf32_flops_per_sec,
+            false => self.fp32_flops_per_sec,
         }
     }
 }
@@ -266,12 +293,7 @@ fn op_seconds(
     l: Launches,
     members: usize,
 ) -> OpSeconds {
-    let peak = if tensor_cores {
-        device.tf32_flops_per_sec
-    } else {
-        device.fp32_flops_per_sec
-    };
-    let compute = op.flops as f64 / peak;
+    let compute = op.flops as f64 / device.compute_peak(tensor_cores, &op.dtype);
     let memory = op.bytes as f64 / device.memory_bytes_per_sec;
     // Each side at its own assumed efficiency, the longer one winning: no jump at the
     // ridge, where choosing one efficiency by the longer raw roof would switch between
@@ -308,10 +330,14 @@ impl std::fmt::Display for GpuPrediction {
         )?;
         writeln!(
             f,
-            "  peaks {:.0} GB/s, FP32 {:.1} TFLOP/s, TF32 {:.1} TFLOP/s; each op type takes the longer of its bytes at {:.0}% of the bandwidth and its FLOPs at {:.0}% of the compute peak, and at least {:.1} us per launch",
+            "  peaks {:.0} GB/s, FP32 {:.1} TFLOP/s, TF32 {:.1} TFLOP/s, FP16/BF16 {} (bf16 and f16 convolutions and matrix products); each op type takes the longer of its bytes at {:.0}% of the bandwidth and its FLOPs at {:.0}% of the compute peak, and at least {:.1} us per launch",
             d.memory_bytes_per_sec / 1e9,
             d.fp32_flops_per_sec / 1e12,
             d.tf32_flops_per_sec / 1e12,
+            match d.f16_flops_per_sec > 0.0 {
+                true => format!("{:.1} TFLOP/s", d.f16_flops_per_sec / 1e12),
+                false => "not given (TF32's peak)".to_string(),
+            },
             d.memory_efficiency * 100.0,
             d.compute_efficiency * 100.0,
             d.launch_sec * 1e6
@@ -383,7 +409,7 @@ mod tests {
         let known = DeviceSheet::known();
         assert_eq!(
             known.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
-            ["h200", "h100", "a100"]
+            ["h200", "h100", "a100", "v100"]
         );
         for d in &known {
             d.validate().unwrap();
@@ -393,6 +419,53 @@ mod tests {
         assert!(bad.validate().unwrap_err().contains("at most 1"));
         bad.launch_sec = f64::NAN;
         assert!(bad.validate().unwrap_err().contains("launch_sec"));
+        bad.f16_flops_per_sec = -1.0;
+        assert!(bad.validate().unwrap_err().contains("f16_flops_per_sec"));
+        // A user's sheet without the 16-bit peak parses, and 16-bit products take TF32's.
+        let mut json: serde_json::Value = serde_json::from_str(DATASHEETS).unwrap();
+        json[0].as_object_mut().unwrap().remove("f16_flops_per_sec");
+        let old: DeviceSheet = serde_json::from_value(json[0].clone()).unwrap();
+        old.validate().unwrap();
+        assert_eq!(old.compute_peak(true, "BF16"), old.tf32_flops_per_sec);
+    }
+
+    #[test]
+    fn sixteen_bit_products_take_the_sixteen_bit_tensor_core_peak() {
+        let conv = |dtype: &str| crate::OpProfile {
+            op_id: 0,
+            name: "ConvForward".into(),
+            class: KernelClass::Convolution,
+            variant: None,
+            phase: Phase::Forward,
+            mean_sec: 1e-3,
+            min_sec: 1e-3,
+            max_sec: 1e-3,
+            flops: 1_000_000_000_000,
+            input_shapes: vec![],
+            output_shapes: vec![],
+            origin: Default::default(),
+            parameter_elements: 0,
+            updated_parameters: None,
+            bytes: 1,
+            dtype: dtype.into(),
+            host_sec: None,
+            memory: None,
+        };
+        let a100 = DeviceSheet::named("a100").unwrap();
+        let step = |dtype: &str| {
+            let profile = Profile {
+                ops: vec![conv(dtype)],
+                ..Default::default()
+            };
+            predict(&profile, &a100).step_sec()
+        };
+        let at = |peak: f64| 1e12 / (peak * a100.compute_efficiency);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+        assert!(close(step("F32"), at(156e12)), "{}", step("F32"));
+        assert!(close(step("BF16"), at(312e12)), "{}", step("BF16"));
+        assert!(close(step("F16"), at(312e12)), "{}", step("F16"));
+        // Element-wise work stays on the FP32 peak whatever its dtype.
+        assert_eq!(a100.compute_peak(false, "BF16"), a100.fp32_flops_per_sec);
     }
 
     #[test]
