@@ -221,6 +221,14 @@ const LAUNCHES: &[(Kernel, CudaLaunches)] = &[
             generic: 0,
         },
     ),
+    // Autocast's weight casts: candle's dtype conversion, one launch on either path.
+    (
+        Kernel::Tensor(crate::tensor::TensorKernel::Cast),
+        CudaLaunches {
+            wick: 1,
+            generic: 1,
+        },
+    ),
 ];
 
 impl Kernel {
