@@ -114,14 +114,14 @@ fn pack<T: PackValue>(data: &[T], v: View, lanes: usize, out: &mut Vec<u32>, par
             tasks.push((p0, r0, panel));
         }
     }
-    let wide = has_avx512();
     let fill = |(p0, r0, panel): (usize, usize, &mut [u32])| {
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            // SAFETY: the CPU has every feature `fill_panel_avx512` enables.
-            return unsafe { fill_panel_avx512(data, v, lanes, (p0, r0), panel) };
-        }
-        fill_panel(data, v, lanes, (p0, r0), panel)
+        crate::cpu::run_wide(FillPanel {
+            data,
+            v,
+            lanes,
+            at: (p0, r0),
+            panel,
+        })
     };
     if parallel && v.rows * v.cols >= 1 << 16 {
         tasks.into_par_iter().for_each(fill);
@@ -130,31 +130,24 @@ fn pack<T: PackValue>(data: &[T], v: View, lanes: usize, out: &mut Vec<u32>, par
     }
 }
 
-/// Whether the CPU runs [`fill_panel_avx512`] (the native bf16 GEMM's CPUs all do).
-fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// [`fill_panel`] compiled for AVX-512: its rounding and zipping loops take 16 values a
-/// step (a closure through `cpu::vectorized` is too large to inline there, so it stayed
-/// 4-wide). The same operations, so the same bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,bmi1,bmi2")]
-unsafe fn fill_panel_avx512<T: PackValue>(
-    data: &[T],
+/// One panel's packing as a [`WideKernel`](crate::cpu::WideKernel): compiled inside the
+/// wide wrapper, its rounding and zipping loops take 16 values a step with AVX-512 (as a
+/// closure through `cpu::vectorized` it was too large to inline there and stayed 4-wide).
+struct FillPanel<'a, T> {
+    data: &'a [T],
     v: View,
     lanes: usize,
     at: (usize, usize),
-    panel: &mut [u32],
-) {
-    fill_panel(data, v, lanes, at, panel)
+    panel: &'a mut [u32],
+}
+
+impl<T: PackValue> crate::cpu::WideKernel for FillPanel<'_, T> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        fill_panel(self.data, self.v, self.lanes, self.at, self.panel)
+    }
 }
 
 /// Writes one panel: rows `r0..r0 + lanes` of `v`, depth pairs `p0..` (as many as the

@@ -231,6 +231,15 @@ impl GraphBuilder {
         Ok(())
     }
 
+    /// The count of updates before this step as the step counter gives it: under
+    /// accumulation over `k` micro-batches, the counter divided by `k`.
+    pub(crate) fn update_step_counter(&mut self) -> Result<ValueId> {
+        match self.update_count {
+            Some(count) => Ok(count),
+            None => self.step_counter(),
+        }
+    }
+
     fn optimizer_state(&mut self, param: ValueId, suffix: &str) -> ValueId {
         let info = self.graph.values[param.0].clone();
         self.value(
@@ -260,12 +269,11 @@ impl GraphBuilder {
     }
 
     fn record_adam(&mut self, param: ValueId, grad: ValueId, p: AdamParams) -> Result<()> {
-        // Adam counts updates: under accumulation, the step counter divided by k; under
-        // loss scaling, the updates taken (a skipped step does not count).
-        let scaled = self.graph.grad_scaler.and_then(|s| s.updates_before);
-        let step = match (scaled, self.update_count) {
-            (Some(updates), _) | (None, Some(updates)) => updates,
-            (None, None) => self.step_counter()?,
+        // Adam counts updates: under loss scaling, the updates taken (a skipped step does
+        // not count); otherwise the step counter (divided by k under accumulation).
+        let step = match self.graph.grad_scaler.and_then(|s| s.updates_before) {
+            Some(updates) => updates,
+            None => self.update_step_counter()?,
         };
         let m = self.optimizer_state(param, "exp_avg");
         let v = self.optimizer_state(param, "exp_avg_sq");

@@ -240,10 +240,7 @@ impl GraphBuilder {
                 DType::I64,
                 ValueKind::State,
             );
-            let step = match self.update_count {
-                Some(count) => count,
-                None => self.step_counter()?,
-            };
+            let step = self.update_step_counter()?;
             inputs.extend([updates, step]);
             new.push(("grad_scaler.updates_before", vec![], DType::I64));
             updated.push(updates);
