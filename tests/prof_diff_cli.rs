@@ -92,3 +92,46 @@ fn a_loaded_run_is_inconclusive_and_a_quiet_slowdown_is_a_regression() {
         }
     }
 }
+
+/// `wick-prof import-torch` reads a PyTorch trace (the profiler crate's fixture) as a
+/// profile that `diff` compares by name, layers included; a file that is no trace is
+/// refused with its name.
+#[test]
+fn import_torch_reads_a_trace_that_diff_compares_layer_by_layer() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path();
+    let trace = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/crates/profiler/tests/fixtures/torch_tiny_trace.json"
+    );
+    let out = wick_prof(p, &["import-torch", trace, "-o", "torch.json"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("24 ops of 17 types over 3 steps"), "{text}");
+    let out = wick_prof(p, &["diff", "torch.json", "torch.json", "--layers"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("op type   ConvBackward "), "{text}");
+    let layers: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Layer "))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for layer in ["0", "1", "2", "3", "4", "5"] {
+        assert!(layers.contains(&layer), "{layer}: {text}");
+    }
+    std::fs::write(p.join("a.json"), profile_json().to_string()).unwrap();
+    let out = wick_prof(p, &["import-torch", "a.json", "-o", "b.json"]);
+    common::assert_fails(
+        &out,
+        2,
+        &["a.json", "not a PyTorch profiler trace"],
+        "a profile",
+    );
+    assert!(!p.join("b.json").exists());
+}

@@ -4,6 +4,7 @@
 //!   wick-prof report P.json -o report.html  # one self-contained file
 //!   wick-prof report B.json --diff A.json   # with the diff view against A
 //!   wick-prof predict P.json --device h200  # the step predicted on a GPU
+//!   wick-prof import-torch trace.json -o torch.json  # a PyTorch trace, to diff
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,6 +13,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use wick::file_roles::FileRoles;
 use wick::profiler::compare::predict::predict;
+use wick::profiler::compare::torch_import::import_torch_trace;
 use wick::profiler::Profile;
 use wick::profiler::{diff, diff_runs, views::html, DeviceSheet, DiffOptions, Outcome};
 
@@ -42,6 +44,21 @@ enum Command {
     /// type its FLOPs and bytes against the GPU's datasheet, and its kernel launches with
     /// wick's CUDA kernels and with candle's generic tensor ops.
     Predict(PredictArgs),
+    /// Reads a PyTorch profiler trace (`prof.export_chrome_trace`, recorded as
+    /// scripts/torch_trace.py records it) as a wick profile, its ops named as wick's
+    /// kernels and its layers by state-dict prefix: `wick-prof diff` then compares the
+    /// PyTorch run with a wick run of the same model.
+    ImportTorch(ImportArgs),
+}
+
+// The arguments of `wick-prof import-torch`.
+#[derive(Args)]
+struct ImportArgs {
+    /// The trace (Chrome trace JSON).
+    trace: PathBuf,
+    /// Where to write the profile.
+    #[arg(short, long)]
+    output: PathBuf,
 }
 
 // The arguments of `wick-prof diff`.
@@ -83,6 +100,9 @@ struct DiffArgs {
     /// Exit 1, as a regression, when the verdict is inconclusive (exit 3 otherwise).
     #[arg(long)]
     fail_on_inconclusive: bool,
+    /// Also print every layer's row (A's longest first).
+    #[arg(long)]
+    layers: bool,
     /// Also write the diff as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -135,7 +155,35 @@ fn run() -> Result<ExitCode> {
         Command::Diff(args) => run_diff(args),
         Command::Report(args) => run_report(args),
         Command::Predict(args) => run_predict(args),
+        Command::ImportTorch(args) => run_import(args),
     }
+}
+
+/// `wick-prof import-torch`: a PyTorch trace as a profile.
+fn run_import(args: ImportArgs) -> Result<ExitCode> {
+    let mut files = FileRoles::default();
+    files.input("TRACE", &args.trace)?;
+    files.output("-o", &args.output)?;
+    anyhow::ensure!(
+        std::fs::metadata(&args.trace).is_ok_and(|m| m.is_file()),
+        "{}: not a regular file (a trace is the JSON of prof.export_chrome_trace)",
+        args.trace.display()
+    );
+    let text = std::fs::read_to_string(&args.trace)
+        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let p = import_torch_trace(&text).with_context(|| args.trace.display().to_string())?;
+    let types = p.by_type().len();
+    wick::graph::atomic_write::write_bytes_atomically(&args.output, p.to_json().as_bytes())?;
+    println!(
+        "{}: {} ops of {} types over {} steps ({:.3} ms per step) written to {}",
+        args.trace.display(),
+        p.ops.len(),
+        types,
+        p.timed_iterations,
+        p.iteration_sec * 1e3,
+        args.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `wick-prof diff`: exit 1 when B regressed against A.
@@ -152,6 +200,7 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
         normalize_by_peak,
         per_image,
         fail_on_inconclusive,
+        layers,
         json,
     } = args;
     anyhow::ensure!(
@@ -194,6 +243,9 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
     };
     let d = diff_runs(&side(&a, &base_runs)?, &side(&b, &new_runs)?, &opts)?;
     print!("{}", d.text());
+    if layers {
+        print!("{}", d.layers_text());
+    }
     if let Some(path) = &json {
         let text = serde_json::to_string_pretty(&d)?;
         wick::graph::atomic_write::write_bytes_atomically(path, text.as_bytes())?;

@@ -325,3 +325,39 @@ pub(crate) type Series = std::collections::BTreeMap<String, Vec<f64>>;
 
 /// A run's samples per row, for each kind of row (iteration, phase, op type, layer).
 pub(crate) type RowSeries = [(&'static str, Series); 4];
+
+/// A row only one side has (an op type wick or PyTorch runs and the other does not).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OneSidedRow {
+    /// `op type` or `layer`.
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+    /// `A` or `B`.
+    pub side: &'static str,
+    /// Mean seconds per iteration on that side (its first run).
+    pub sec: f64,
+}
+
+/// The op types and layers of each side's first run that the other side's first run
+/// lacks, longest first.
+pub(crate) fn one_sided(sa: &[RowSeries], sb: &[RowSeries]) -> Vec<OneSidedRow> {
+    let (Some(a), Some(b)) = (sa.first(), sb.first()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for k in 2..4 {
+        for (side, mine, theirs) in [("A", &a[k].1, &b[k].1), ("B", &b[k].1, &a[k].1)] {
+            for (name, values) in mine.iter().filter(|(n, _)| !theirs.contains_key(*n)) {
+                out.push(OneSidedRow {
+                    kind: a[k].0,
+                    name: name.clone(),
+                    side,
+                    sec: values.iter().sum::<f64>() / values.len().max(1) as f64,
+                });
+            }
+        }
+    }
+    out.sort_by(|x, y| y.sec.total_cmp(&x.sec));
+    out
+}

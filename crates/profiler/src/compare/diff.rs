@@ -139,6 +139,9 @@ pub struct Diff {
     /// Why the machine rather than the code may have moved the times (a side shared its
     /// cores, or a peak moved beyond its spread): a flagged change is then inconclusive.
     pub machine_moved: Option<String>,
+    /// The op types and layers only one side has (with a PyTorch run: the ops either
+    /// framework runs alone), which no row compares.
+    pub one_sided: Vec<crate::compare::comparable::OneSidedRow>,
 }
 
 /// What a diff concludes, for a CI gate: `wick-prof diff` exits 0, 1 or 3 on them.
@@ -210,7 +213,9 @@ pub enum DiffError {
     NoPeaks(&'static str),
 }
 
-fn series(p: &Profile) -> RowSeries {
+/// A profile's rows; `torch_names`: op types in the granularity of an imported PyTorch
+/// run ([`comparable_type`](crate::compare::torch_names::comparable_type)).
+fn series(p: &Profile, torch_names: bool) -> RowSeries {
     let s = &p.samples;
     let mut iteration = Series::new();
     iteration.insert("iteration".into(), s.iterations.clone());
@@ -228,9 +233,11 @@ fn series(p: &Profile) -> RowSeries {
     if !s.ops.is_empty() && p.ops.len() == s.ops[0].len() {
         for (i, iter) in s.ops.iter().enumerate() {
             for (op, sec) in p.ops.iter().zip(iter) {
-                let t = types
-                    .entry(op.type_name())
-                    .or_insert_with(|| vec![0.0; s.ops.len()]);
+                let name = match torch_names {
+                    true => crate::compare::torch_names::comparable_type(&op.type_name()),
+                    false => op.type_name(),
+                };
+                let t = types.entry(name).or_insert_with(|| vec![0.0; s.ops.len()]);
                 t[i] += sec;
                 let layer = op
                     .origin
@@ -330,6 +337,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
             .flat_map(|p| p.samples.iterations.iter().copied())
             .collect::<Vec<_>>(),
     );
+    let one_sided = crate::compare::comparable::one_sided(&sa, &sb);
     let candidates = candidates(&sa, &sb);
     let eligible = candidates
         .iter()
@@ -392,6 +400,7 @@ pub fn diff_runs(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<Dif
         min_share: opts.min_share,
         confidence: opts.confidence,
         runs: (a.len(), b.len()),
+        one_sided,
     })
 }
 
@@ -403,8 +412,9 @@ fn side_series(
     b: &[Profile],
     opts: &DiffOptions,
 ) -> Result<(Vec<RowSeries>, Vec<RowSeries>), DiffError> {
-    let mut sa: Vec<_> = a.iter().map(series).collect();
-    let mut sb: Vec<_> = b.iter().map(series).collect();
+    let torch = a.iter().chain(b).any(Profile::is_from_torch);
+    let mut sa: Vec<_> = a.iter().map(|p| series(p, torch)).collect();
+    let mut sb: Vec<_> = b.iter().map(|p| series(p, torch)).collect();
     if opts.normalize_by_peak {
         normalize(a, &mut sa, &a[0], "A").map_err(DiffError::NoPeaks)?;
         normalize(b, &mut sb, &a[0], "B").map_err(DiffError::NoPeaks)?;
@@ -463,7 +473,9 @@ fn check_comparable(a: &[Profile], b: &[Profile], opts: &DiffOptions) -> Result<
             });
         }
     }
-    if !same_graph && !opts.allow_different_graphs && !opts.per_image {
+    // A PyTorch run never has wick's graph: it is always matched by name.
+    let by_name = opts.allow_different_graphs || a.iter().chain(b).any(Profile::is_from_torch);
+    if !same_graph && !by_name && !opts.per_image {
         let differs = |p: &&Profile| p.graph_hash != a0.graph_hash;
         let (other, label) = match a.iter().position(|p| differs(&p)) {
             Some(i) => (&a[i], format!("A's run {} (--base-run)", i + 1)),

@@ -140,6 +140,58 @@ impl Diff {
             s,
             "detectable: the smallest slowdown / speed-up each row could have flagged with its own noise at this confidence"
         );
+        s.push_str(&self.one_sided_text());
+        s
+    }
+
+    /// The op types only one side has, and how many layers: what no row compares.
+    fn one_sided_text(&self) -> String {
+        let mut s = String::new();
+        for side in ["A", "B"] {
+            let rows: Vec<_> = self.one_sided.iter().filter(|r| r.side == side).collect();
+            let types: Vec<String> = rows
+                .iter()
+                .filter(|r| r.kind == "op type")
+                .map(|r| format!("{} {:.3} ms", printable(&r.name), r.sec * 1e3))
+                .collect();
+            let layers = rows.iter().filter(|r| r.kind == "layer").count();
+            if !types.is_empty() || layers > 0 {
+                let _ = writeln!(
+                    s,
+                    "only in {side} (not compared): {} op type(s): {}; {layers} layer(s)",
+                    types.len(),
+                    if types.is_empty() {
+                        "-".into()
+                    } else {
+                        types.join(", ")
+                    }
+                );
+            }
+        }
+        s
+    }
+
+    /// Every layer row, longest in A first (`wick-prof diff --layers`).
+    pub fn layers_text(&self) -> String {
+        let mut rows: Vec<&DiffRow> = self.rows.iter().filter(|r| r.kind == "layer").collect();
+        rows.sort_by(|x, y| y.a_sec.total_cmp(&x.a_sec));
+        let mut s = format!(
+            "{:<36} {:>10} {:>10} {:>8} {:>17}\n",
+            "Layer", "A(ms)", "B(ms)", "B/A", "interval"
+        );
+        for r in rows {
+            let _ = writeln!(
+                s,
+                "{:<36} {:>10.3} {:>10.3} {:>8.3} [{:>6.3}, {:>6.3}]{}",
+                printable(&r.name),
+                r.a_sec * 1e3,
+                r.b_sec * 1e3,
+                r.ratio,
+                r.low,
+                r.high,
+                if r.flagged { " *" } else { "" }
+            );
+        }
         s
     }
 }

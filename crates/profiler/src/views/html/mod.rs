@@ -362,6 +362,7 @@ mod tests {
             normalized: false,
             per_image: None,
             machine_moved: None,
+            one_sided: Vec::new(),
             threshold: 0.05,
             min_share: 0.02,
             confidence: 0.95,
