@@ -194,6 +194,18 @@ fn intern(name: &str) -> &'static str {
 }
 
 impl Kernel {
+    /// How many of candle's generic tensor ops the kernel runs on the CPU, for a kernel
+    /// that wick runs as such a chain instead of a kernel of its own; each op reads and
+    /// writes its tensors in a pass of its own. `None` for wick's own kernels (and for
+    /// custom kernels, whose make-up wick cannot see).
+    pub fn cpu_generic_ops(self) -> Option<u32> {
+        match self {
+            Kernel::GroupNormForward => Some(crate::norm::GROUP_NORM_OPS),
+            Kernel::GroupNormBackward => Some(crate::norm::GROUP_NORM_BACKWARD_OPS),
+            _ => None,
+        }
+    }
+
     /// The kernel's class.
     pub fn class(self) -> KernelClass {
         use Kernel::*;

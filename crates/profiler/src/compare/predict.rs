@@ -432,24 +432,10 @@ mod tests {
     #[test]
     fn sixteen_bit_products_take_the_sixteen_bit_tensor_core_peak() {
         let conv = |dtype: &str| crate::OpProfile {
-            op_id: 0,
-            name: "ConvForward".into(),
-            class: KernelClass::Convolution,
-            variant: None,
-            phase: Phase::Forward,
-            mean_sec: 1e-3,
-            min_sec: 1e-3,
-            max_sec: 1e-3,
             flops: 1_000_000_000_000,
-            input_shapes: vec![],
-            output_shapes: vec![],
-            origin: Default::default(),
-            parameter_elements: 0,
-            updated_parameters: None,
             bytes: 1,
             dtype: dtype.into(),
-            host_sec: None,
-            memory: None,
+            ..crate::OpProfile::new(wick_ops::Kernel::ConvForward, 1e-3)
         };
         let a100 = DeviceSheet::named("a100").unwrap();
         let step = |dtype: &str| {
@@ -485,25 +471,15 @@ mod tests {
     #[test]
     fn a_merged_update_is_one_launch_and_the_generic_path_updates_each_parameter() {
         let update = |name: &str, params: usize| crate::OpProfile {
-            op_id: 0,
             name: name.into(),
-            class: KernelClass::Optimizer,
-            variant: None,
             phase: Phase::Optimizer,
-            mean_sec: 1e-3,
-            min_sec: 1e-3,
-            max_sec: 1e-3,
             flops: 4_000_000 * params as u64,
             // param, grad, buffer in; param, buffer out, per parameter.
             input_shapes: vec![vec![1_000_000]; 3 * params],
             output_shapes: vec![vec![1_000_000]; 2 * params],
-            origin: Default::default(),
-            parameter_elements: 0,
             updated_parameters: Some(params),
             bytes: 20_000_000 * params as u64,
-            dtype: "F32".into(),
-            host_sec: None,
-            memory: None,
+            ..crate::OpProfile::new(wick_ops::Kernel::SgdUpdate, 1e-3)
         };
         let h200 = DeviceSheet::named("h200").unwrap();
         let separate = Profile {

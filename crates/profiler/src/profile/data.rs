@@ -49,6 +49,10 @@ pub struct OpProfile {
     pub host_sec: Option<f64>,
     /// The dtype it computes in (`F32`, ...).
     pub dtype: String,
+    /// On the CPU, for a kernel that runs as a chain of candle's generic tensor ops: how
+    /// many ([`Kernel::cpu_generic_ops`](wick_ops::Kernel::cpu_generic_ops)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generic_ops: Option<u32>,
     /// Its measured memory in the last timed iteration (with a counting allocator).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::profile::memory::OpMemory>,
@@ -94,6 +98,7 @@ impl OpProfile {
             bytes: 0,
             dtype: "F32".into(),
             host_sec: None,
+            generic_ops: None,
             memory: None,
         }
     }

@@ -379,6 +379,7 @@ impl TimeProfiler {
         if !per_op {
             return Vec::new();
         }
+        let cpu = self.attached_device.as_ref().is_none_or(Device::is_cpu);
         self.nodes
             .iter()
             .zip(&self.ops)
@@ -399,6 +400,7 @@ impl TimeProfiler {
                 updated_parameters: Some(info.param_slots.len()),
                 bytes: info.bytes,
                 dtype: format!("{:?}", info.dtype),
+                generic_ops: info.kernel.cpu_generic_ops().filter(|_| cpu),
                 memory: self.memory.last_op(info.op_id),
                 host_sec: self
                     .host_ops
