@@ -436,7 +436,8 @@ impl ProfileArgs {
                 .reporting_at(level)
                 .with_memory_counter(Box::new(wick::allocator::Counter))
                 .with_run_info(info);
-            // The roofline's peaks are measured before the run and after it (`report`).
+            // The roofline's peaks are measured before the run, between the schedule's
+            // cycles, and after it (`report`).
             if self.wants_peaks() {
                 profiler = profiler.with_peak_probes();
             }

@@ -46,26 +46,72 @@ impl MachinePeaks {
         }
     }
 
-    /// Two probes of one run (before and after it) as one: the best of each peak, and as
+    /// Two probes of one run (before and after it, say) as one: the best of each peak, and as
     /// its range the two probes' bests, so the range says how far the machine moved
     /// between them. A probe's own slowest run is left out: on a quiet shared machine one
     /// run of five is often 1.5x slower than the others.
     pub fn spanning(&self, other: &MachinePeaks) -> MachinePeaks {
-        let range = |a: f64, b: f64| Some([a.min(b), a.max(b)]);
-        MachinePeaks {
-            flops_per_sec: self.flops_per_sec.max(other.flops_per_sec),
-            bytes_per_sec: self.bytes_per_sec.max(other.bytes_per_sec),
-            flops_range: range(self.flops_per_sec, other.flops_per_sec),
-            bytes_range: range(self.bytes_per_sec, other.bytes_per_sec),
-            bf16_flops_per_sec: match (self.bf16_flops_per_sec, other.bf16_flops_per_sec) {
-                (Some(a), Some(b)) => Some(a.max(b)),
-                (a, b) => a.or(b),
-            },
-        }
+        Self::across(&[*self, *other]).unwrap_or(*self)
+    }
+
+    /// Any number of probes of one run (before it, between its schedule's cycles, after
+    /// it) as one, as [`spanning`](Self::spanning) joins two: the best of each peak, and
+    /// the probes' bests as its range. `None` for no probe.
+    pub fn across(probes: &[MachinePeaks]) -> Option<MachinePeaks> {
+        let first = probes.first()?;
+        let range = |peak: fn(&MachinePeaks) -> f64| {
+            let (lo, hi) = probes
+                .iter()
+                .map(peak)
+                .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+                    (lo.min(v), hi.max(v))
+                });
+            [lo, hi]
+        };
+        let (flops, bytes) = (range(|p| p.flops_per_sec), range(|p| p.bytes_per_sec));
+        Some(MachinePeaks {
+            flops_per_sec: flops[1],
+            bytes_per_sec: bytes[1],
+            flops_range: (probes.len() > 1).then_some(flops).or(first.flops_range),
+            bytes_range: (probes.len() > 1).then_some(bytes).or(first.bytes_range),
+            bf16_flops_per_sec: probes
+                .iter()
+                .filter_map(|p| p.bf16_flops_per_sec)
+                .reduce(f64::max),
+        })
     }
 
     /// The arithmetic intensity (FLOPs per byte) where the two roofs meet.
     pub fn ridge(&self) -> f64 {
         self.flops_per_sec / self.bytes_per_sec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_join_into_their_best_and_the_range_of_their_bests() {
+        let probe = |gflops: f64, gbytes: f64| MachinePeaks {
+            flops_range: Some([1.0, gflops * 1e9]),
+            ..MachinePeaks::new(gflops * 1e9, gbytes * 1e9)
+        };
+        let all =
+            MachinePeaks::across(&[probe(200.0, 20.0), probe(60.0, 25.0), probe(180.0, 10.0)])
+                .unwrap();
+        assert_eq!(all.flops_per_sec, 200e9);
+        assert_eq!(all.flops_range, Some([60e9, 200e9]));
+        assert_eq!(all.bytes_range, Some([10e9, 25e9]));
+        // One probe keeps its own spread; two join as `spanning` always did.
+        assert_eq!(
+            MachinePeaks::across(&[probe(50.0, 5.0)])
+                .unwrap()
+                .flops_range,
+            Some([1.0, 50e9])
+        );
+        let two = probe(100.0, 5.0).spanning(&probe(50.0, 5.0));
+        assert_eq!(two.flops_range, Some([50e9, 100e9]));
+        assert!(MachinePeaks::across(&[]).is_none());
     }
 }

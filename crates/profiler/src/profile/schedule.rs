@@ -59,6 +59,19 @@ impl Schedule {
         }
         seen % cycle >= skipped
     }
+
+    /// Whether the iteration that brought the count to `seen` ended a cycle that another
+    /// follows, starting with untimed iterations (`wait` or `warmup`), in a bounded
+    /// schedule (`repeat` of 2 or more): the place for a probe that no timed iteration
+    /// waits on.
+    pub fn ends_cycle_before_untimed(&self, seen: usize) -> bool {
+        let skipped = self.wait + self.warmup;
+        if self.active == 0 || skipped == 0 || self.repeat < 2 {
+            return false;
+        }
+        let cycle = skipped + self.active;
+        seen.is_multiple_of(cycle) && seen < cycle * self.repeat
+    }
 }
 
 impl fmt::Display for Schedule {
@@ -163,6 +176,27 @@ mod tests {
             .parse::<Schedule>()
             .unwrap_err()
             .contains("unknown key `idle`"));
+    }
+
+    #[test]
+    fn a_probe_goes_between_cycles_only_before_untimed_iterations() {
+        // wait=1, active=2, repeat=3: iterations 1-2, 4-5, 7-8 timed (0-based).
+        let s = Schedule::new(1, 0, 2, 3);
+        let ends: Vec<usize> = (1..12)
+            .filter(|&n| s.ends_cycle_before_untimed(n))
+            .collect();
+        assert_eq!(ends, [3, 6]); // not after the last cycle
+                                  // No untimed iteration to probe in, no bound on the cycles, or no cycles at all.
+        for none in [
+            Schedule::new(0, 0, 2, 3),
+            Schedule::new(1, 0, 2, 0),
+            Schedule::skip(2),
+        ] {
+            assert!(
+                (1..20).all(|n| !none.ends_cycle_before_untimed(n)),
+                "{none}"
+            );
+        }
     }
 
     #[test]

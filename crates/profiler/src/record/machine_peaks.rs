@@ -50,6 +50,40 @@ impl MachinePeaks {
     }
 }
 
+/// The peak probes one profiler takes beside its timed iterations (`with_peak_probes`):
+/// when attached, at the end of each schedule cycle that another follows, and when the
+/// profile is taken. Their range says how far the machine moved during the run.
+#[derive(Debug, Default)]
+pub(crate) struct PeakProbes {
+    /// Whether to probe at all.
+    pub(crate) enabled: bool,
+    /// The probes taken so far.
+    taken: Vec<MachinePeaks>,
+}
+
+impl PeakProbes {
+    /// Measures the peaks on `device` now (when enabled), then restarts the process's
+    /// peak RSS: the probe's copy buffers are no part of the run's peak.
+    pub(crate) fn probe(&mut self, device: &Device) -> Result<()> {
+        if self.enabled {
+            self.taken.push(MachinePeaks::measure(device)?);
+            crate::record::memory_probe::restart_peak_rss();
+        }
+        Ok(())
+    }
+
+    /// The probes taken so far and `now` as one ([`MachinePeaks::across`]).
+    pub(crate) fn with(&self, now: MachinePeaks) -> MachinePeaks {
+        let all: Vec<MachinePeaks> = self.taken.iter().copied().chain([now]).collect();
+        MachinePeaks::across(&all).unwrap_or(now)
+    }
+
+    /// How many probes were taken.
+    pub(crate) fn count(&self) -> usize {
+        self.taken.len()
+    }
+}
+
 /// The fastest of five runs of wick's bf16 GEMM (native `vdpbf16ps` path) at the f32
 /// probe's size, on bf16 operands.
 fn bf16_gemm_seconds() -> Result<f64> {

@@ -9,6 +9,7 @@ use crate::profile::samples::{graph_hash, IterationTimeline, RunInfo, Samples, T
 use crate::profile::schedule::{RecordLevel, Schedule};
 use crate::profile::stats::median;
 use crate::record::input_pipeline::InputRecorder;
+use crate::record::machine_peaks::PeakProbes;
 use crate::record::memory_probe::{MemoryCounter, MemoryRecorder};
 use crate::record::slots::{Mark, SlotLayout};
 use crate::record::step_parts::{instant_clock, StepRecorder, WallClock};
@@ -77,10 +78,8 @@ pub struct TimeProfiler {
     host_started: Option<std::time::Instant>,
     /// The threads' run-queue wait over the timed iterations.
     contention: ContentionProbe,
-    /// Whether to measure the machine's peaks when attached (`with_peak_probes`).
-    probe_peaks: bool,
-    /// Those peaks, measured before any timed iteration.
-    peaks_before: Option<MachinePeaks>,
+    /// The machine's peaks, measured beside the timed iterations (`with_peak_probes`).
+    peak_probes: PeakProbes,
     /// The executor's device, for the peak probes.
     attached_device: Option<Device>,
 }
@@ -141,20 +140,27 @@ impl TimeProfiler {
             host_ops: None,
             host_started: None,
             contention: ContentionProbe::default(),
-            probe_peaks: false,
-            peaks_before: None,
+            peak_probes: PeakProbes::default(),
             attached_device: None,
         }
     }
 
     /// The same profiler measuring the machine's peaks (the roofline's roofs, about a
-    /// second) when it is attached, before any timed iteration.
+    /// second) when it is attached, before any timed iteration, and at the end of each
+    /// schedule cycle that another follows after untimed iterations (a bounded `repeat`
+    /// of 2 or more, with `wait` or `warmup`: no timed iteration waits on the probe).
     /// [`profile_with_peaks`](Self::profile_with_peaks) measures them again and keeps the
-    /// range of both probes, so a machine that changed during the run is seen
+    /// range of every probe, so a machine that changed during the run is seen
     /// ([`Profile::roofline_unreliable`]).
     pub fn with_peak_probes(mut self) -> Self {
-        self.probe_peaks = true;
+        self.peak_probes.enabled = true;
         self
+    }
+
+    /// The peak probes taken so far (`with_peak_probes`), not counting the one
+    /// [`profile_with_peaks`](Self::profile_with_peaks) takes.
+    pub fn peak_probes_taken(&self) -> usize {
+        self.peak_probes.count()
     }
 
     /// [`profile`](Self::profile) with the machine's peaks for its roofline: measured now
@@ -165,11 +171,7 @@ impl TimeProfiler {
             GraphError::Usage("profile_with_peaks: the profiler is not attached".into())
         })?;
         let mut p = self.profile();
-        let now = MachinePeaks::measure(device)?;
-        p.machine = Some(match &self.peaks_before {
-            Some(before) => before.spanning(&now),
-            None => now,
-        });
+        p.machine = Some(self.peak_probes.with(MachinePeaks::measure(device)?));
         Ok(p)
     }
 
@@ -460,12 +462,7 @@ impl Hook for TimeProfiler {
         self.prepared = false;
         self.reset();
         self.attached_device = Some(device.clone());
-        if self.probe_peaks {
-            self.peaks_before = Some(MachinePeaks::measure(device)?);
-            // The probe's copy buffers are no part of the run's peak.
-            crate::record::memory_probe::restart_peak_rss();
-        }
-        Ok(())
+        self.peak_probes.probe(device)
     }
 
     fn on_iteration_start(&mut self, _iteration: usize) {
@@ -564,7 +561,12 @@ impl Hook for TimeProfiler {
         self.accumulate(&marks);
         self.marks = marks;
         self.timed += 1;
-        Ok(())
+        match &self.attached_device {
+            Some(device) if self.schedule.ends_cycle_before_untimed(self.seen) => {
+                self.peak_probes.probe(device)
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -265,3 +265,45 @@ fn a_pytorch_schedule_times_its_active_iterations_and_is_recorded_in_the_json() 
     assert_eq!(json["schedule"]["active"], 2);
     assert_eq!(json["schedule"]["repeat"], 2);
 }
+
+/// Issue #40: with a bounded schedule of several cycles, the peaks are probed when the
+/// profiler is attached and again between the cycles, in the untimed iterations.
+#[test]
+fn peaks_are_probed_between_the_schedule_cycles() {
+    use candle_core::{DType, Device, Tensor};
+    use wick_graph::{Executor, GraphBuilder, Mode};
+    use wick_profiler::{RecordLevel, Schedule, TimeProfiler};
+
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[8, 8], DType::F32).unwrap();
+    let y = b.relu(x).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    // wait=1, active=1, repeat=2: the second and fourth iterations timed, a probe after
+    // the second.
+    let schedule = Schedule::new(1, 0, 1, 2);
+    let profiler = TimeProfiler::with_schedule(schedule, RecordLevel::Phases).with_peak_probes();
+    exec.add_hook(profiler).unwrap();
+    exec.set(
+        "x",
+        &Tensor::ones((8, 8), DType::F32, &Device::Cpu).unwrap(),
+    )
+    .unwrap();
+    let probes = |exec: &Executor| exec.hook::<TimeProfiler>().unwrap().peak_probes_taken();
+    assert_eq!(probes(&exec), 1, "when attached");
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        exec.run().unwrap();
+        seen.push(probes(&exec));
+    }
+    assert_eq!(seen, [1, 2, 2, 2]);
+    let p = exec
+        .hook::<TimeProfiler>()
+        .unwrap()
+        .profile_with_peaks()
+        .unwrap();
+    let machine = p.machine.unwrap();
+    let [lo, hi] = machine.flops_range.unwrap();
+    assert!(lo <= hi && hi == machine.flops_per_sec);
+    assert_eq!(p.timed_iterations, 2);
+}
