@@ -75,6 +75,22 @@ struct DiffArgs {
     /// More runs to compare (repeatable), as --base-run.
     #[arg(long = "new-run", value_name = "FILE")]
     new_runs: Vec<PathBuf>,
+    #[command(flatten)]
+    rules: DiffRules,
+    /// Exit 1, as a regression, when the verdict is inconclusive (exit 3 otherwise).
+    #[arg(long)]
+    fail_on_inconclusive: bool,
+    /// Also print every layer's row (A's longest first).
+    #[arg(long)]
+    layers: bool,
+    /// Also write the diff as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+// What `wick-prof diff` flags and how it matches and scales the runs.
+#[derive(Args)]
+struct DiffRules {
     /// The smallest relative change to flag (0.05 is 5%).
     #[arg(long, default_value_t = 0.05)]
     threshold: f64,
@@ -97,15 +113,34 @@ struct DiffArgs {
     /// of one model at different batch sizes compare (batch 8 against batch 16).
     #[arg(long)]
     per_image: bool,
-    /// Exit 1, as a regression, when the verdict is inconclusive (exit 3 otherwise).
-    #[arg(long)]
-    fail_on_inconclusive: bool,
-    /// Also print every layer's row (A's longest first).
-    #[arg(long)]
-    layers: bool,
-    /// Also write the diff as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
+}
+
+impl DiffRules {
+    /// The diff's options, each checked.
+    fn options(&self) -> Result<DiffOptions> {
+        let (threshold, min_share, confidence) = (self.threshold, self.min_share, self.confidence);
+        anyhow::ensure!(
+            (0.0..=10.0).contains(&threshold),
+            "--threshold {threshold}: a relative change from 0 to 10 (0.05 is 5%) is needed"
+        );
+        anyhow::ensure!(
+            (0.0..1.0).contains(&min_share),
+            "--min-share {min_share}: a share of the iteration in [0, 1) is needed"
+        );
+        anyhow::ensure!(
+            (0.5..=0.999).contains(&confidence),
+            "--confidence {confidence}: a level from 0.5 to 0.999 is needed (beyond, the bootstrap cannot read its tails in bounded work)"
+        );
+        Ok(DiffOptions {
+            threshold,
+            min_share,
+            confidence,
+            allow_different_graphs: self.allow_different_graphs,
+            normalize_by_peak: self.normalize_by_peak,
+            per_image: self.per_image,
+            ..Default::default()
+        })
+    }
 }
 
 // The arguments of `wick-prof report`.
@@ -159,33 +194,6 @@ fn run() -> Result<ExitCode> {
     }
 }
 
-/// `wick-prof import-torch`: a PyTorch trace as a profile.
-fn run_import(args: ImportArgs) -> Result<ExitCode> {
-    let mut files = FileRoles::default();
-    files.input("TRACE", &args.trace)?;
-    files.output("-o", &args.output)?;
-    anyhow::ensure!(
-        std::fs::metadata(&args.trace).is_ok_and(|m| m.is_file()),
-        "{}: not a regular file (a trace is the JSON of prof.export_chrome_trace)",
-        args.trace.display()
-    );
-    let text = std::fs::read_to_string(&args.trace)
-        .with_context(|| format!("reading {}", args.trace.display()))?;
-    let p = import_torch_trace(&text).with_context(|| args.trace.display().to_string())?;
-    let types = p.by_type().len();
-    wick::graph::atomic_write::write_bytes_atomically(&args.output, p.to_json().as_bytes())?;
-    println!(
-        "{}: {} ops of {} types over {} steps ({:.3} ms per step) written to {}",
-        args.trace.display(),
-        p.ops.len(),
-        types,
-        p.timed_iterations,
-        p.iteration_sec * 1e3,
-        args.output.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
 /// `wick-prof diff`: exit 1 when B regressed against A.
 fn run_diff(args: DiffArgs) -> Result<ExitCode> {
     let DiffArgs {
@@ -193,28 +201,12 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
         b,
         base_runs,
         new_runs,
-        threshold,
-        min_share,
-        confidence,
-        allow_different_graphs,
-        normalize_by_peak,
-        per_image,
+        rules,
         fail_on_inconclusive,
         layers,
         json,
     } = args;
-    anyhow::ensure!(
-        (0.0..=10.0).contains(&threshold),
-        "--threshold {threshold}: a relative change from 0 to 10 (0.05 is 5%) is needed"
-    );
-    anyhow::ensure!(
-        (0.0..1.0).contains(&min_share),
-        "--min-share {min_share}: a share of the iteration in [0, 1) is needed"
-    );
-    anyhow::ensure!(
-        (0.5..=0.999).contains(&confidence),
-        "--confidence {confidence}: a level from 0.5 to 0.999 is needed (beyond, the bootstrap cannot read its tails in bounded work)"
-    );
+    let opts = rules.options()?;
     let mut files = FileRoles::default();
     for (flag, path) in [("A", &a), ("B", &b)]
         .into_iter()
@@ -226,15 +218,6 @@ fn run_diff(args: DiffArgs) -> Result<ExitCode> {
     if let Some(path) = &json {
         files.output("--json", path)?;
     }
-    let opts = DiffOptions {
-        threshold,
-        min_share,
-        confidence,
-        allow_different_graphs,
-        normalize_by_peak,
-        per_image,
-        ..Default::default()
-    };
     let side = |first: &Path, more: &[PathBuf]| -> Result<Vec<Profile>> {
         std::iter::once(first)
             .chain(more.iter().map(|p| p.as_path()))
@@ -346,6 +329,33 @@ fn datasheet(device: &str) -> Result<DeviceSheet> {
         serde_json::from_str(&text).with_context(|| format!("{device}: not a datasheet"))?;
     sheet.validate().map_err(anyhow::Error::msg)?;
     Ok(sheet)
+}
+
+/// `wick-prof import-torch`: a PyTorch trace as a profile.
+fn run_import(args: ImportArgs) -> Result<ExitCode> {
+    let mut files = FileRoles::default();
+    files.input("TRACE", &args.trace)?;
+    files.output("-o", &args.output)?;
+    anyhow::ensure!(
+        std::fs::metadata(&args.trace).is_ok_and(|m| m.is_file()),
+        "{}: not a regular file (a trace is the JSON of prof.export_chrome_trace)",
+        args.trace.display()
+    );
+    let text = std::fs::read_to_string(&args.trace)
+        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let p = import_torch_trace(&text).with_context(|| args.trace.display().to_string())?;
+    let types = p.by_type().len();
+    wick::graph::atomic_write::write_bytes_atomically(&args.output, p.to_json().as_bytes())?;
+    println!(
+        "{}: {} ops of {} types over {} steps ({:.3} ms per step) written to {}",
+        args.trace.display(),
+        p.ops.len(),
+        types,
+        p.timed_iterations,
+        p.iteration_sec * 1e3,
+        args.output.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {

@@ -110,16 +110,44 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     check_layer_norm(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
-    if crate::cpu::on_cpu_kernel(x) {
-        crate::cpu::same_dtype(LAYER_NORM, x.dtype(), &affine_params(weight, bias))?;
-        return crate::cpu::dispatch_float!(
-            LAYER_NORM,
-            x.dtype(),
-            crate::layer_norm_cpu::forward(x, weight, bias, eps)
-        );
+    let kernel = || {
+        use crate::layer_norm_cpu::forward;
+        crate::cpu::dispatch_float!(LAYER_NORM, x.dtype(), forward(x, weight, bias, eps))
+    };
+    if let Some(y) = cpu_forward(LAYER_NORM, x, [weight, bias], kernel) {
+        return y;
     }
     let (xhat, _) = normalize_rows(LAYER_NORM, x, eps)?;
     affine(LAYER_NORM, xhat, weight, bias)
+}
+
+/// A norm's forward on its CPU kernel, when `x` runs on one: the affine parameters'
+/// dtypes checked, then `kernel`. `None` for the generic path.
+fn cpu_forward(
+    op: &'static str,
+    x: &Tensor,
+    [weight, bias]: [Option<&Tensor>; 2],
+    kernel: impl FnOnce() -> Result<Tensor>,
+) -> Option<Result<Tensor>> {
+    crate::cpu::on_cpu_kernel(x).then(|| {
+        crate::cpu::same_dtype(op, x.dtype(), &affine_params(weight, bias))?;
+        kernel()
+    })
+}
+
+/// A norm's gradients on its CPU kernel, when `x` runs on one: the dtypes checked, then
+/// `kernel`'s input, weight and bias gradients, as many as the norm has. `None` for the
+/// generic path.
+fn cpu_backward(
+    op: &'static str,
+    (grad_y, x): (&Tensor, &Tensor),
+    (weight, has_bias): (Option<&Tensor>, bool),
+    kernel: impl FnOnce() -> Result<(Tensor, Tensor, Tensor)>,
+) -> Option<Result<NormGrads>> {
+    crate::cpu::on_cpu_kernel(x).then(|| {
+        check_backward_dtypes(op, grad_y, x, weight)?;
+        Ok(NormGrads::of_kernel(kernel()?, weight.is_some(), has_bias))
+    })
 }
 
 /// The affine parameters given, named, for dtype checks.
@@ -197,14 +225,12 @@ pub fn layer_norm_backward(
 ) -> Result<NormGrads> {
     let op = LAYER_NORM;
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
-    if crate::cpu::on_cpu_kernel(x) {
-        check_backward_dtypes(op, grad_y, x, weight)?;
-        let grads = crate::cpu::dispatch_float!(
-            op,
-            x.dtype(),
-            crate::layer_norm_cpu::backward(grad_y, x, weight, eps)
-        )?;
-        return Ok(NormGrads::of_kernel(grads, weight.is_some(), has_bias));
+    let kernel = || {
+        use crate::layer_norm_cpu::backward;
+        crate::cpu::dispatch_float!(op, x.dtype(), backward(grad_y, x, weight, eps))
+    };
+    if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, has_bias), kernel) {
+        return grads;
     }
     let (xhat, rstd) = normalize_rows(op, x, eps)?;
     let g = match weight {
@@ -272,13 +298,12 @@ pub fn layer_norm2d(
     eps: f64,
 ) -> Result<Tensor> {
     check_layer_norm2d(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
-    if crate::cpu::on_cpu_kernel(x) {
-        crate::cpu::same_dtype(LAYER_NORM_2D, x.dtype(), &affine_params(weight, bias))?;
-        return crate::cpu::dispatch_float!(
-            LAYER_NORM_2D,
-            x.dtype(),
-            crate::layer_norm_channels_cpu::forward(x, weight, bias, eps)
-        );
+    let kernel = || {
+        use crate::layer_norm_channels_cpu::forward;
+        crate::cpu::dispatch_float!(LAYER_NORM_2D, x.dtype(), forward(x, weight, bias, eps))
+    };
+    if let Some(y) = cpu_forward(LAYER_NORM_2D, x, [weight, bias], kernel) {
+        return y;
     }
     let (to, back) = channels_last_perms(x.rank());
     let y = layer_norm(&permuted(x, &to)?, weight, bias, eps)?;
@@ -296,14 +321,12 @@ pub fn layer_norm2d_backward(
     let op = LAYER_NORM_2D;
     check_layer_norm2d(x.dims(), weight.map(|w| w.dims()), None)?;
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
-    if crate::cpu::on_cpu_kernel(x) {
-        check_backward_dtypes(op, grad_y, x, weight)?;
-        let grads = crate::cpu::dispatch_float!(
-            op,
-            x.dtype(),
-            crate::layer_norm_channels_cpu::backward(grad_y, x, weight, eps)
-        )?;
-        return Ok(NormGrads::of_kernel(grads, weight.is_some(), has_bias));
+    let kernel = || {
+        use crate::layer_norm_channels_cpu::backward;
+        crate::cpu::dispatch_float!(op, x.dtype(), backward(grad_y, x, weight, eps))
+    };
+    if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, has_bias), kernel) {
+        return grads;
     }
     let (to, back) = channels_last_perms(x.rank());
     let g = layer_norm_backward(

@@ -8,7 +8,7 @@ use std::mem::MaybeUninit;
 use candle_core::{DType, Tensor};
 use rayon::prelude::*;
 
-use super::params::{BatchNormGrads, BatchNormOutput, Layer, Stats, OP};
+use super::params::{BatchNormGrads, BatchNormOutput, Layer, OutputGrad, Stats, OP};
 use crate::cpu::{self, dispatch_float, Float};
 use crate::error::{CandleContext, OpError, Result};
 use crate::shape::nchw;
@@ -77,15 +77,18 @@ fn affine(
     dispatch_float!(OP, x.dtype(), affine_per_channel(x, dims, c, relu))
 }
 
-/// The gradients for normalisation by the batch's or the running statistics; with
-/// `relu_out`, `grad_y` is a fused ReLU's output gradient, passing only where `relu_out > 0`.
+/// The gradients for normalisation by the batch's or the running statistics, from the
+/// output gradient (masked by a fused ReLU's output where one is given).
 pub(super) fn backward(
-    grad_y: &Tensor,
-    relu_out: Option<&Tensor>,
+    gy: OutputGrad<'_>,
     x: &Tensor,
     weight: &Tensor,
     stats: Stats<'_>,
 ) -> Result<BatchNormGrads> {
+    let OutputGrad {
+        grad: grad_y,
+        relu_out,
+    } = gy;
     let ((mean, inv_std), batch_stats) = match stats {
         Stats::Batch { mean, inv_std } => ((host(mean)?, host(inv_std)?), true),
         Stats::Running(layer) => (running_stats(layer)?, false),

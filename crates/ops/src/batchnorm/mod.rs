@@ -16,7 +16,7 @@ pub mod sync;
 
 #[cfg(feature = "cuda")]
 use params::float_dtype;
-use params::{check_per_channel, Layer, Stats, OP};
+use params::{check_per_channel, Layer, OutputGrad, Stats, OP};
 pub use params::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 
 use candle_core::{DType, Tensor};
@@ -176,13 +176,8 @@ pub fn batch_norm_train_backward(
     mean: &Tensor,
     inv_std: &Tensor,
 ) -> Result<BatchNormGrads> {
-    backward(
-        grad_y,
-        None,
-        x,
-        weight,
-        batch_stats(x, weight, mean, inv_std)?,
-    )
+    let stats = batch_stats(x, weight, mean, inv_std)?;
+    backward(OutputGrad::plain(grad_y), x, weight, stats)
 }
 
 /// The saved batch statistics, checked against the input and the weight.
@@ -217,7 +212,11 @@ pub fn batch_norm_relu_train_backward(
 ) -> Result<BatchNormGrads> {
     let stats = batch_stats(x, weight, mean, inv_std)?;
     crate::shape::same(OP, "ReLU output", z.dims(), "input", x.dims())?;
-    backward(grad_z, Some(z), x, weight, stats)
+    let gz = OutputGrad {
+        grad: grad_z,
+        relu_out: Some(z),
+    };
+    backward(gz, x, weight, stats)
 }
 
 /// Batch norm backward after an inference-mode forward (`BatchNormBackward`): the
@@ -232,34 +231,33 @@ pub fn batch_norm_eval_backward(
 ) -> Result<BatchNormGrads> {
     // The backward does not read the bias; the weight stands in for its shape check.
     let (layer, _) = Layer::checked(x, [weight, weight, running_mean, running_var], p)?;
-    backward(grad_y, None, x, weight, Stats::Running(&layer))
+    backward(OutputGrad::plain(grad_y), x, weight, Stats::Running(&layer))
 }
 
-/// Checks the output gradient against the input and runs the backward kernel; with
-/// `relu_out`, the gradient passes only where it is positive (a fused ReLU's mask).
+/// Checks the output gradient against the input and runs the backward kernel.
 fn backward(
-    grad_y: &Tensor,
-    relu_out: Option<&Tensor>,
+    gy: OutputGrad<'_>,
     x: &Tensor,
     weight: &Tensor,
     stats: Stats<'_>,
 ) -> Result<BatchNormGrads> {
-    crate::shape::same(OP, "output gradient", grad_y.dims(), "input", x.dims())?;
+    crate::shape::same(OP, "output gradient", gy.grad.dims(), "input", x.dims())?;
     match route(x.device()) {
-        Route::Cpu => cpu::backward(grad_y, relu_out, x, weight, stats),
+        Route::Cpu => cpu::backward(gy, x, weight, stats),
         #[cfg(feature = "cuda")]
         Route::Cuda if float_dtype(x) && matches!(stats, Stats::Batch { .. }) => {
             let Stats::Batch { mean, inv_std } = stats else {
                 unreachable!("matched above")
             };
-            cuda::batch_norm_train_backward(OP, grad_y, relu_out, x, weight, mean, inv_std)
+            cuda::batch_norm_train_backward(OP, gy.grad, gy.relu_out, x, weight, mean, inv_std)
         }
-        Route::Cuda | Route::Generic => match relu_out {
+        // The ReLU's mask applied first, as its own pass.
+        Route::Cuda | Route::Generic => match gy.relu_out {
             Some(z) => {
-                let grad_y = crate::relu::relu_backward(grad_y, z)?;
-                generic::backward(&grad_y, x, weight, stats)
+                let masked = crate::relu::relu_backward(gy.grad, z)?;
+                generic::backward(&masked, x, weight, stats)
             }
-            None => generic::backward(grad_y, x, weight, stats),
+            None => generic::backward(gy.grad, x, weight, stats),
         },
     }
 }

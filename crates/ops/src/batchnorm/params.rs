@@ -159,6 +159,24 @@ impl<'a> Layer<'a> {
     }
 }
 
+/// The output gradient batch norm's backward reads: `grad`, passing only where a fused
+/// ReLU's output `relu_out` is positive when that is given.
+#[derive(Clone, Copy)]
+pub(crate) struct OutputGrad<'a> {
+    pub(crate) grad: &'a Tensor,
+    pub(crate) relu_out: Option<&'a Tensor>,
+}
+
+impl<'a> OutputGrad<'a> {
+    /// A gradient no ReLU masks.
+    pub(crate) fn plain(grad: &'a Tensor) -> Self {
+        OutputGrad {
+            grad,
+            relu_out: None,
+        }
+    }
+}
+
 /// The statistics a forward pass normalised by, as its backward pass needs them.
 #[derive(Clone, Copy)]
 pub(crate) enum Stats<'a> {

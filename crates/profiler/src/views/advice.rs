@@ -357,32 +357,19 @@ mod tests {
     use super::*;
     use wick_ops::Kernel;
 
-    use crate::profile::data::{OpProfile, PhaseProfile};
+    use crate::profile::data::PhaseProfile;
     use crate::profile::step::StepProfile;
+    use crate::views::test_profiles::{conv_and_relu, op};
     use wick_graph::ir::Phase;
-
-    fn op(kernel: Kernel, sec: f64, flops: u64, bytes: u64) -> OpProfile {
-        OpProfile {
-            flops,
-            bytes,
-            ..OpProfile::new(kernel, sec)
-        }
-    }
 
     /// A CPU profile whose conv takes 0.9 s near its roof and a ReLU 0.1 s: no rule fires.
     fn quiet() -> Profile {
         Profile {
-            device: "Cpu".into(),
-            iteration_sec: 1.0,
             phases: vec![PhaseProfile {
                 phase: Phase::Forward,
                 sec: 1.0,
                 ops_sec: 0.99,
             }],
-            ops: vec![
-                op(Kernel::ConvForward, 0.9, 90_000_000_000, 1_000_000_000),
-                op(Kernel::ReLU, 0.1, 100_000_000, 800_000_000),
-            ],
             step: Some(StepProfile {
                 intervals: 3,
                 wall_sec: 1.0,
@@ -391,7 +378,7 @@ mod tests {
                 ..Default::default()
             }),
             machine: Some(MachinePeaks::new(100e9, 10e9)),
-            ..Default::default()
+            ..conv_and_relu((0.9, 90.0, 1_000_000_000), (0.1, 800_000_000))
         }
     }
 

@@ -143,3 +143,35 @@ impl fmt::Display for Profile {
         Ok(())
     }
 }
+
+/// Profiles made by hand for the views' tests.
+#[cfg(test)]
+pub(crate) mod test_profiles {
+    use wick_ops::Kernel;
+
+    use crate::profile::data::{OpProfile, Profile};
+
+    /// A forward node of `kernel` taking `sec` seconds, with its FLOPs and bytes.
+    pub(crate) fn op(kernel: Kernel, sec: f64, flops: u64, bytes: u64) -> OpProfile {
+        OpProfile {
+            flops,
+            bytes,
+            ..OpProfile::new(kernel, sec)
+        }
+    }
+
+    /// A CPU profile of one-second iterations running a convolution (`conv_sec`,
+    /// `conv_gflop`, 0.1 GB or `conv_bytes`) and a ReLU (`relu_sec`, 0.1 GFLOP,
+    /// `relu_bytes`).
+    pub(crate) fn conv_and_relu(conv: (f64, f64, u64), relu: (f64, u64)) -> Profile {
+        Profile {
+            device: "Cpu".into(),
+            iteration_sec: 1.0,
+            ops: vec![
+                op(Kernel::ConvForward, conv.0, (conv.1 * 1e9) as u64, conv.2),
+                op(Kernel::ReLU, relu.0, 100_000_000, relu.1),
+            ],
+            ..Default::default()
+        }
+    }
+}

@@ -132,32 +132,21 @@ pub fn beyond_roof_note(rows: &[RooflineRow]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use wick_ops::Kernel;
 
     use crate::profile::contention::CpuContention;
-    use crate::profile::data::{OpProfile, Profile};
+    use crate::profile::data::Profile;
     use crate::profile::machine_peaks::MachinePeaks;
+    use crate::views::test_profiles::conv_and_relu;
 
     /// A conv at 50% of a 100 GFLOP/s roof and a ReLU at 10% of a 10 GB/s one, with the
     /// peaks of two probes (before and after the run) `before` and `after` GFLOP/s apart.
     fn profile(before: f64, after: f64, waited_sec: f64) -> (Profile, MachinePeaks) {
-        let op = |kernel, sec, flops, bytes| OpProfile {
-            flops,
-            bytes,
-            ..OpProfile::new(kernel, sec)
-        };
         let p = Profile {
-            device: "Cpu".into(),
-            iteration_sec: 1.0,
-            ops: vec![
-                op(Kernel::ConvForward, 0.5, 25_000_000_000, 100_000_000),
-                op(Kernel::ReLU, 0.5, 100_000_000, 500_000_000),
-            ],
             cpu_contention: Some(CpuContention {
                 ran_sec: 1.0,
                 waited_sec,
             }),
-            ..Default::default()
+            ..conv_and_relu((0.5, 25.0, 100_000_000), (0.5, 500_000_000))
         };
         let m =
             MachinePeaks::new(before * 1e9, 10e9).spanning(&MachinePeaks::new(after * 1e9, 10e9));

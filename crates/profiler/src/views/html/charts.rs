@@ -31,6 +31,13 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// [`linear_ticks`] up to `max`, with the last tick: the top of the axis.
+pub fn linear_axis(max: f64) -> (Vec<f64>, f64) {
+    let ticks = linear_ticks(max);
+    let top = *ticks.last().unwrap_or(&1.0);
+    (ticks, top)
+}
+
 /// Ticks for a linear axis from 0 to at least `max`: 1, 2 or 5 times a power of ten,
 /// four to eight of them.
 pub fn linear_ticks(max: f64) -> Vec<f64> {
@@ -85,6 +92,16 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// The plot area with its left and top edges, width and height.
+    pub fn new(left: f64, top: f64, width: f64, height: f64) -> Self {
+        Frame {
+            left,
+            top,
+            width,
+            height,
+        }
+    }
+
     /// The bottom edge.
     pub fn bottom(&self) -> f64 {
         self.top + self.height
@@ -169,15 +186,9 @@ pub fn legend(s: &mut String, x: f64, y: f64, items: &[(&str, &str)]) {
 /// Horizontal bars, one per (label, value, colour), on a linear axis in `unit`.
 pub fn bars(id: &str, rows: &[(String, f64, &str)], axis_label: &str) -> String {
     let max = rows.iter().map(|r| r.1).fold(0.0, f64::max);
-    let ticks = linear_ticks(max);
-    let top_tick = *ticks.last().unwrap_or(&1.0);
+    let (ticks, top_tick) = linear_axis(max);
     let row_h = 18.0;
-    let frame = Frame {
-        left: 260.0,
-        top: 4.0,
-        width: 600.0,
-        height: row_h * rows.len() as f64,
-    };
+    let frame = Frame::new(260.0, 4.0, 600.0, row_h * rows.len() as f64);
     let x = |v: f64| frame.left + frame.width * v / top_tick;
     let mut s = format!(
         "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{:.0}\">",
@@ -211,12 +222,7 @@ pub fn stacked(id: &str, parts: &[(&str, f64, &str)], axis_label: &str) -> Strin
         .map(|p| p.1)
         .sum::<f64>()
         .max(f64::MIN_POSITIVE);
-    let frame = Frame {
-        left: 20.0,
-        top: 4.0,
-        width: 860.0,
-        height: 26.0,
-    };
+    let frame = Frame::new(20.0, 4.0, 860.0, 26.0);
     let x = |pct: f64| frame.left + frame.width * pct / 100.0;
     let mut s = format!(
         "<svg id=\"{id}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{:.0}\">",
@@ -387,12 +393,7 @@ mod tests {
 
     #[test]
     fn labels_never_overlap_and_stay_inside() {
-        let frame = Frame {
-            left: 0.0,
-            top: 0.0,
-            width: 300.0,
-            height: 200.0,
-        };
+        let frame = Frame::new(0.0, 0.0, 300.0, 200.0);
         let mut placer = LabelPlacer::new(frame);
         let mut boxes = Vec::new();
         // Ten points on one spot: each label that is placed finds a free box.

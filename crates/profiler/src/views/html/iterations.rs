@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crate::profile::data::Profile;
-use crate::views::html::charts::{esc, linear_ticks, phase_color, x_axis, y_axis, Frame};
+use crate::views::html::charts::{esc, linear_axis, phase_color, x_axis, y_axis, Frame};
 use wick_graph::ir::Phase;
 
 /// The chart (with two or more timed iterations).
@@ -17,14 +17,8 @@ pub(crate) fn iteration_section(b: &mut String, p: &Profile) {
     }
     b.push_str("<h2>Step time per iteration</h2>");
     let max = s.iterations.iter().copied().fold(0.0, f64::max) * 1e3;
-    let ticks = linear_ticks(max);
-    let top = *ticks.last().unwrap_or(&1.0);
-    let frame = Frame {
-        left: 60.0,
-        top: 10.0,
-        width: 800.0,
-        height: 160.0,
-    };
+    let (ticks, top) = linear_axis(max);
+    let frame = Frame::new(60.0, 10.0, 800.0, 160.0);
     let slot = frame.width / n as f64;
     let y = |ms: f64| frame.bottom() - frame.height * ms / top;
     let x = |i: f64| frame.left + slot * (i - 0.5);

@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 
 use crate::profile::data::Profile;
 use crate::profile::memory::MemoryProfile;
-use crate::views::html::charts::{esc, legend, linear_ticks, phase_color, x_axis, y_axis, Frame};
+use crate::views::html::charts::{
+    esc, legend, linear_axis, linear_ticks, phase_color, x_axis, y_axis, Frame,
+};
 
 fn mib(v: u64) -> f64 {
     v as f64 / (1u64 << 20) as f64
@@ -42,14 +44,8 @@ fn memory_chart(b: &mut String, p: &Profile, m: &MemoryProfile) {
         .max()
         .unwrap_or(0)
         .max(measured_max);
-    let ticks = linear_ticks(mib(max));
-    let top_tick = *ticks.last().unwrap_or(&1.0);
-    let frame = Frame {
-        left: 70.0,
-        top: 8.0,
-        width: 800.0,
-        height: 200.0,
-    };
+    let (ticks, top_tick) = linear_axis(mib(max));
+    let frame = Frame::new(70.0, 8.0, 800.0, 200.0);
     let x = |op: f64| frame.left + frame.width * op / (n - 1) as f64;
     let y = |v: f64| frame.bottom() - frame.height * v / top_tick;
     let _ = write!(

@@ -11,7 +11,7 @@ use crate::compare::diff::Diff;
 use crate::profile::data::Profile;
 use crate::profile::layers::LayerLevel;
 use crate::views::html::charts::{
-    bars, esc, linear_ticks, phase_color, phase_legend, stacked, type_phase, x_axis, Frame,
+    bars, esc, linear_axis, phase_color, phase_legend, stacked, type_phase, x_axis, Frame,
     OTHER_COLORS,
 };
 use crate::views::html::flame::flame_section;
@@ -247,14 +247,8 @@ fn layer_section(b: &mut String, p: &Profile) {
     phase_legend(b, p);
     let top: Vec<_> = rows.iter().take(20).collect();
     let max = top.iter().map(|r| r.total_sec * 1e3).fold(0.0, f64::max);
-    let ticks = linear_ticks(max);
-    let top_tick = *ticks.last().unwrap_or(&1.0);
-    let frame = Frame {
-        left: 200.0,
-        top: 4.0,
-        width: 640.0,
-        height: 18.0 * top.len() as f64,
-    };
+    let (ticks, top_tick) = linear_axis(max);
+    let frame = Frame::new(200.0, 4.0, 640.0, 18.0 * top.len() as f64);
     let x = |v: f64| frame.left + frame.width * v / top_tick;
     let _ = write!(
         b,

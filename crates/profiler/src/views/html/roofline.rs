@@ -81,12 +81,7 @@ impl Plot {
             y0 = y0.min(decade(r.gflops_per_sec, false));
             y1 = y1.max(decade(r.gflops_per_sec, true));
         }
-        let frame = Frame {
-            left: 70.0,
-            top: 10.0,
-            width: 780.0,
-            height: 380.0,
-        };
+        let frame = Frame::new(70.0, 10.0, 780.0, 380.0);
         Plot {
             frame,
             x: (x0, x1),
