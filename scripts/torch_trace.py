@@ -97,6 +97,9 @@ def main():
     p.add_argument("--skip", type=int, default=2, help="untimed warm-up steps")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-shapes", action="store_true",
+                   help="record no input shapes: less profiler overhead, but convolutions "
+                   "lose their kind (depthwise, 1x1) and the importer sees them as dense")
     p.add_argument("--out", required=True)
     args = p.parse_args()
 
@@ -109,7 +112,7 @@ def main():
     y = torch.randint(0, args.num_classes, (args.batch_size,))
 
     plan = schedule(wait=0, warmup=args.skip, active=args.iterations, repeat=1)
-    with profile(activities=[ProfilerActivity.CPU], schedule=plan, record_shapes=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], schedule=plan, record_shapes=not args.no_shapes) as prof:
         for _ in range(args.skip + args.iterations):
             opt.zero_grad(set_to_none=True)
             with record_function("wick.phase.forward"):

@@ -175,12 +175,16 @@ fn peak_warnings(
         let measured = |side| peak_range(side, peak.value, peak.range).is_some();
         if !(measured(a) && measured(b)) {
             let lacking = match (lacks_peaks(a), lacks_peaks(b)) {
-                (true, true) => "A and B",
-                (true, false) => "A",
-                _ => "B",
+                (true, true) => "A and B carry",
+                (true, false) => "A carries",
+                _ => "B carries",
+            };
+            let why = match a.iter().chain(b).any(Profile::is_from_torch) {
+                true => "an imported PyTorch trace has none",
+                false => "profiles without them, such as older ones",
             };
             out.push(format!(
-                "{lacking} carry no measured machine peaks (profiles without them, such as older ones): a loaded machine cannot be told from a slower build; profile both with --json to measure them"
+                "{lacking} no measured machine peaks ({why}): a loaded machine cannot be told from a slower build; profile with --json to measure them"
             ));
             break;
         }
