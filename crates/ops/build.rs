@@ -193,6 +193,9 @@ mod emulation {
             "float* const*" => "*const *mut f32",
             "double* const*" => "*const *mut f64",
             "const float* const*" => "*const *const f32",
+            // The 16-bit storage types of common.cuh, passed as their bits.
+            "const wick_bf16*" | "const wick_f16*" => "*const u16",
+            "wick_bf16*" | "wick_f16*" => "*mut u16",
             "const double* const*" => "*const *const f64",
             other => panic!("kernel {kernel}: no Rust type for the C parameter type `{other}`"),
         }

@@ -4,9 +4,10 @@
 // An activation is one line of WICK_ACTIVATION: its name, its value from the input `v`,
 // and its input gradient from the output gradient `g` and the saved tensor `s` (the
 // input, or for sigmoid and tanh the output, as `Activation::backward_reads_output`
-// says). `slope` is LeakyReLU's; the others ignore it. Each line makes four kernels:
-// <name>_forward_f32/_f64 and <name>_backward_f32/_f64. The definitions are PyTorch's,
-// with its choices at the kinks and NaN passed through.
+// says). `slope` is LeakyReLU's; the others ignore it. Each line makes eight kernels:
+// <name>_forward_<s> and <name>_backward_<s> for s in f32, f64, bf16 and f16; the 16-bit
+// ones compute in float and round once (`wick_load`, `wick_store`). The definitions are
+// PyTorch's, with its choices at the kinks and NaN passed through.
 #ifndef WICK_RUNTIME_SOURCE
 #include "common.cuh"
 #endif
@@ -30,6 +31,18 @@ __device__ T gelu_tanh_inner(T v) {
         WICK_GRID_STRIDE(i, n) grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i], slope);        \
     }
 
+#define WICK_ACTIVATION_KERNELS_16(NAME, T, S)                                                    \
+    extern "C" __global__ void NAME##_forward_##S(const T* x, T* y, long long n, float slope) {   \
+        WICK_GRID_STRIDE(i, n) y[i] = wick_store<T>(NAME##_value<float>(wick_load(x[i]), slope));  \
+    }                                                                                             \
+    extern "C" __global__ void NAME##_backward_##S(const T* grad_y, const T* saved, T* grad_x,    \
+                                                   long long n, float slope) {                    \
+        WICK_GRID_STRIDE(i, n) {                                                                  \
+            float g = wick_load(grad_y[i]), s = wick_load(saved[i]);                              \
+            grad_x[i] = wick_store<T>(NAME##_gradient<float>(g, s, slope));                       \
+        }                                                                                         \
+    }
+
 #define WICK_ACTIVATION(NAME, VALUE, GRADIENT)                                                    \
     template <typename T>                                                                         \
     __device__ T NAME##_value(T v, T slope) {                                                     \
@@ -42,7 +55,9 @@ __device__ T gelu_tanh_inner(T v) {
         return GRADIENT;                                                                          \
     }                                                                                             \
     WICK_ACTIVATION_KERNELS(NAME, float, f32)                                                     \
-    WICK_ACTIVATION_KERNELS(NAME, double, f64)
+    WICK_ACTIVATION_KERNELS(NAME, double, f64)                                                    \
+    WICK_ACTIVATION_KERNELS_16(NAME, wick_bf16, bf16)                                             \
+    WICK_ACTIVATION_KERNELS_16(NAME, wick_f16, f16)
 
 // clang-format off
 WICK_ACTIVATION(relu, v <= (T)0 ? (T)0 : v, s <= (T)0 ? (T)0 : g)
@@ -67,9 +82,19 @@ WICK_ACTIVATION(leaky_relu, v > (T)0 ? v : v * slope, g * (s > (T)0 ? (T)1 : slo
             y[i] = EXPR;                                                                          \
         }                                                                                         \
     }
-#define WICK_BINARY(NAME, EXPR)                  \
-    WICK_BINARY_KERNELS(NAME, EXPR, float, f32)  \
-    WICK_BINARY_KERNELS(NAME, EXPR, double, f64)
+#define WICK_BINARY_KERNELS_16(NAME, EXPR, T, S)                                                  \
+    extern "C" __global__ void NAME##_##S(const T* a, const T* b, T* y, long long n) {            \
+        WICK_GRID_STRIDE(i, n) {                                                                  \
+            typedef float V;                                                                      \
+            V u = wick_load(a[i]), v = wick_load(b[i]);                                           \
+            y[i] = wick_store<T>(EXPR);                                                           \
+        }                                                                                         \
+    }
+#define WICK_BINARY(NAME, EXPR)                           \
+    WICK_BINARY_KERNELS(NAME, EXPR, float, f32)           \
+    WICK_BINARY_KERNELS(NAME, EXPR, double, f64)          \
+    WICK_BINARY_KERNELS_16(NAME, EXPR, wick_bf16, bf16)   \
+    WICK_BINARY_KERNELS_16(NAME, EXPR, wick_f16, f16)
 
 WICK_BINARY(add, u + v)
 WICK_BINARY(add_relu, u + v <= (V)0 ? (V)0 : u + v)

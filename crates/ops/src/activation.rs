@@ -253,7 +253,7 @@ pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
         return dispatch_float!(op, x.dtype(), forward_cpu(kind, slope, x));
     }
     #[cfg(feature = "cuda")]
-    if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
+    if route(x.device()) == Route::Cuda && crate::gpu::cuda::has_elementwise_kernel(x.dtype()) {
         return crate::gpu::elementwise::activation_forward(op, kind.cuda_kernel(), x, slope);
     }
     forward_generic(kind, slope, x).ctx(op)
@@ -324,7 +324,10 @@ pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -
         return dispatch_float!(op, saved.dtype(), backward_cpu(kind, slope, grad_y, saved));
     }
     #[cfg(feature = "cuda")]
-    if route(saved.device()) == Route::Cuda && matches!(saved.dtype(), DType::F32 | DType::F64) {
+    if route(saved.device()) == Route::Cuda
+        && saved.dtype() == grad_y.dtype()
+        && crate::gpu::cuda::has_elementwise_kernel(saved.dtype())
+    {
         return crate::gpu::elementwise::activation_backward(
             op,
             kind.cuda_kernel(),

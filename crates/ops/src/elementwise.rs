@@ -16,12 +16,13 @@ fn on_cpu_kernel(a: &Tensor, b: &Tensor) -> bool {
         && matches!(a.dtype(), DType::F32 | DType::F64)
 }
 
-/// Whether wick's CUDA kernel takes `a` and `b`: f32 or f64 CUDA tensors of one dtype.
+/// Whether wick's CUDA kernel takes `a` and `b`: CUDA tensors of one dtype with a kernel
+/// (f32, f64, bf16, f16).
 #[cfg(feature = "cuda")]
 fn on_cuda_kernel(a: &Tensor, b: &Tensor) -> bool {
     route(a.device()) == Route::Cuda
         && a.dtype() == b.dtype()
-        && matches!(a.dtype(), DType::F32 | DType::F64)
+        && crate::gpu::cuda::has_elementwise_kernel(a.dtype())
 }
 
 /// `a + b` for two tensors of the same shape (no broadcasting: a shape mismatch in a

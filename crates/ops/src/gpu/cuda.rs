@@ -178,6 +178,46 @@ impl From<Launch> for LaunchConfig {
     }
 }
 
+/// The dtypes with a kernel in `elementwise.cu`: f32 and f64, and the 16-bit types,
+/// which compute in float.
+pub(crate) fn has_elementwise_kernel(dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::F64 | DType::BF16 | DType::F16)
+}
+
+/// The suffix of an `elementwise.cu` kernel's name (`f32`, `f64`, `bf16`, `f16`).
+pub(crate) fn elementwise_suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
+    match dtype {
+        DType::BF16 => Ok("bf16"),
+        DType::F16 => Ok("f16"),
+        other => suffix(op, other),
+    }
+}
+
+/// [`dispatch!`] for `elementwise.cu`'s kernels, which have bf16 and f16 variants: `$t`
+/// is the element type, `$s` a scalar argument's (f32 for the 16-bit kernels).
+macro_rules! dispatch_elementwise {
+    ($op:expr, $dtype:expr, $t:ident, $s:ident => $body:expr) => {
+        match $dtype {
+            candle_core::DType::BF16 => {
+                type $t = half::bf16;
+                type $s = f32;
+                $body
+            }
+            candle_core::DType::F16 => {
+                type $t = half::f16;
+                type $s = f32;
+                $body
+            }
+            other => $crate::gpu::cuda::dispatch!($op, other, T64 => {
+                type $t = T64;
+                type $s = T64;
+                $body
+            }),
+        }
+    };
+}
+pub(crate) use dispatch_elementwise;
+
 /// The `f32`/`f64` suffix of a kernel name, or an error for another dtype.
 pub(crate) fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
     match dtype {

@@ -1,10 +1,12 @@
 //! The element-wise kernels of `crates/ops/cuda/elementwise.cu`: the activations (ReLU
-//! and the `Activation` family share them) and the residual add, with and without ReLU.
+//! and the `Activation` family share them) and the residual add, with and without ReLU,
+//! in f32, f64, bf16 and f16 (the 16-bit ones compute in float).
 
 use candle_core::Tensor;
 
 use super::cuda::{
-    contiguous, device_of, dispatch, empty_like, launch, output, suffix, view, wrap, Source,
+    contiguous, device_of, dispatch_elementwise, elementwise_suffix, empty_like, launch, output,
+    view, wrap, Source,
 };
 use super::Launch;
 use crate::error::Result;
@@ -21,12 +23,12 @@ pub(crate) fn activation_forward(
         return empty_like(op, x, x.dims());
     }
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
-    let name = format!("{base}_forward_{}", suffix(op, x.dtype())?);
-    dispatch!(op, x.dtype(), T => {
+    let name = format!("{base}_forward_{}", elementwise_suffix(op, x.dtype())?);
+    dispatch_elementwise!(op, x.dtype(), T, S => {
         let (xs, xl) = x.storage_and_layout();
         let xv = view::<T>(op, &xs, xl)?;
         let mut y = output::<T>(op, &dev, n)?;
-        let (len, slope) = (n as i64, slope as T);
+        let (len, slope) = (n as i64, slope as S);
         launch!(op, dev, Source::Elementwise, name, Launch::elementwise(n), [&xv, &mut y, &len, &slope]);
         Ok(wrap(y, &dev, x.dims()))
     })
@@ -47,12 +49,12 @@ pub(crate) fn activation_backward(
     }
     let dev = device_of(op, grad_y)?;
     let (g, s) = (contiguous(op, grad_y)?, contiguous(op, saved)?);
-    let name = format!("{base}_backward_{}", suffix(op, g.dtype())?);
-    dispatch!(op, g.dtype(), T => {
+    let name = format!("{base}_backward_{}", elementwise_suffix(op, g.dtype())?);
+    dispatch_elementwise!(op, g.dtype(), T, S => {
         let ((gs, gl), (ss, sl)) = (g.storage_and_layout(), s.storage_and_layout());
         let (gv, sv) = (view::<T>(op, &gs, gl)?, view::<T>(op, &ss, sl)?);
         let mut dx = output::<T>(op, &dev, n)?;
-        let (len, slope) = (n as i64, slope as T);
+        let (len, slope) = (n as i64, slope as S);
         launch!(op, dev, Source::Elementwise, name, Launch::elementwise(n), [&gv, &sv, &mut dx, &len, &slope]);
         Ok(wrap(dx, &dev, g.dims()))
     })
@@ -66,8 +68,8 @@ pub(crate) fn binary(op: &'static str, base: &str, a: &Tensor, b: &Tensor) -> Re
     }
     let dev = device_of(op, a)?;
     let (a, b) = (contiguous(op, a)?, contiguous(op, b)?);
-    let name = format!("{base}_{}", suffix(op, a.dtype())?);
-    dispatch!(op, a.dtype(), T => {
+    let name = format!("{base}_{}", elementwise_suffix(op, a.dtype())?);
+    dispatch_elementwise!(op, a.dtype(), T, _S => {
         let ((as_, al), (bs, bl)) = (a.storage_and_layout(), b.storage_and_layout());
         let (av, bv) = (view::<T>(op, &as_, al)?, view::<T>(op, &bs, bl)?);
         let mut y = output::<T>(op, &dev, n)?;

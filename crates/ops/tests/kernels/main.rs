@@ -16,6 +16,7 @@ mod emulated_attention;
 mod emulated_batchnorm;
 mod emulated_emulator;
 mod emulated_fixtures;
+mod emulated_low_precision;
 mod emulated_optim;
 mod fused_train;
 mod layer_norm;
