@@ -371,11 +371,11 @@ fn grouped_views(x: &Tensor, groups: usize) -> Result<(Tensor, Tensor)> {
 }
 
 /// The generic tensor ops [`group_norm`] runs with its affine: the statistics and the
-/// normalisation ([`normalize_rows`]: 2 means, subtract, square, add ε, square root,
+/// normalisation (`normalize_rows`: 2 means, subtract, square, add ε, square root,
 /// reciprocal, multiply) then scale and shift. Reshapes are views and not counted.
 pub const GROUP_NORM_OPS: u32 = 10;
 /// The generic tensor ops [`group_norm_backward`] runs with weight and bias: the
-/// statistics again (8), the weight's scale (1), [`normalize_rows_backward`] (7), the
+/// statistics again (8), the weight's scale (1), `normalize_rows_backward` (7), the
 /// weight's gradient (3) and the bias's (2).
 pub const GROUP_NORM_BACKWARD_OPS: u32 = 21;
 

@@ -208,4 +208,11 @@ fn traces_it_cannot_read_are_refused_by_name() {
         .to_string();
     assert!(e.contains("ReLU in 2"), "{e}");
     assert!(e.contains("ProfilerStep#"), "{e}");
+    // A GPU trace: its ops' durations would be launches, not work.
+    let mut gpu = events();
+    gpu.push(
+        serde_json::json!({"ph": "X", "cat": "kernel", "name": "sgemm", "ts": 1.0, "dur": 5.0}),
+    );
+    let e = import_torch_trace(&trace_with(gpu)).unwrap_err();
+    assert!(matches!(e, ImportError::DeviceTrace(1)), "{e}");
 }

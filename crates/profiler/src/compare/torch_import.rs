@@ -44,6 +44,9 @@ pub enum ImportError {
     /// No step ranges.
     #[error("the trace has no ProfilerStep#N ranges: record it under torch.profiler.profile(schedule=...) and call prof.step() after each step, as scripts/torch_trace.py does")]
     NoSteps,
+    /// A trace with GPU kernels: its CPU ops' durations are launch times.
+    #[error("the trace holds {0} GPU kernel events: import-torch reads CPU traces (ProfilerActivity.CPU alone), where an op's duration is its work; on a GPU it would be the launch, not the kernel")]
+    DeviceTrace(usize),
     /// A step without an op in it.
     #[error("{0} holds no CPU op: record the trace with activities=[ProfilerActivity.CPU]")]
     EmptyStep(String),
@@ -290,6 +293,14 @@ fn name_op(top: TopOp, phase: Phase, forward: &Forward) -> StepOp {
 pub fn import_torch_trace(text: &str) -> Result<Profile, ImportError> {
     let file: TraceFile =
         serde_json::from_str(text).map_err(|e| ImportError::NotATrace(e.to_string()))?;
+    let kernels = file
+        .events
+        .iter()
+        .filter(|e| e.get("cat").and_then(Value::as_str) == Some("kernel"))
+        .count();
+    if kernels > 0 {
+        return Err(ImportError::DeviceTrace(kernels));
+    }
     let spans: Vec<Span> = file.events.iter().filter_map(span).collect();
     let mut steps: Vec<&Span> = spans.iter().filter(|s| s.kind == Kind::Step).collect();
     if steps.is_empty() {
@@ -372,29 +383,7 @@ fn assemble(per_step: &[Vec<StepOp>], run: TraceRun) -> Profile {
             .map(|ops| ops.iter().map(|o| (o.end - o.start) / 1e6).collect())
             .collect(),
     };
-    let ops: Vec<OpProfile> = per_step[0]
-        .iter()
-        .enumerate()
-        .map(|(j, o)| {
-            let times: Vec<f64> = samples.ops.iter().map(|it| it[j]).collect();
-            OpProfile {
-                op_id: j,
-                name: o.op.name.clone(),
-                class: o.op.class,
-                variant: o.op.variant,
-                phase: o.phase,
-                mean_sec: times.iter().sum::<f64>() / n as f64,
-                min_sec: times.iter().copied().fold(f64::INFINITY, f64::min),
-                max_sec: times.iter().copied().fold(0.0, f64::max),
-                input_shapes: o.shapes.clone(),
-                origin: Origin {
-                    layer: o.layer.clone(),
-                    ..Origin::default()
-                },
-                ..OpProfile::new(wick_ops::Kernel::Reshape, 0.0)
-            }
-        })
-        .collect();
+    let ops = op_profiles(&per_step[0], &samples.ops);
     let phase_mean =
         |ph: Phase| samples.phases.iter().map(|p| p[ph as usize]).sum::<f64>() / n as f64;
     let phases: Vec<PhaseProfile> = Phase::ALL
@@ -448,6 +437,32 @@ fn assemble(per_step: &[Vec<StepOp>], run: TraceRun) -> Profile {
         samples,
         ..Profile::default()
     }
+}
+
+/// One row per op of a step, timed over every step's `samples`.
+fn op_profiles(step: &[StepOp], samples: &[Vec<f64>]) -> Vec<OpProfile> {
+    step.iter()
+        .enumerate()
+        .map(|(j, o)| {
+            let times: Vec<f64> = samples.iter().map(|it| it[j]).collect();
+            OpProfile {
+                op_id: j,
+                name: o.op.name.clone(),
+                class: o.op.class,
+                variant: o.op.variant,
+                phase: o.phase,
+                mean_sec: times.iter().sum::<f64>() / times.len().max(1) as f64,
+                min_sec: times.iter().copied().fold(f64::INFINITY, f64::min),
+                max_sec: times.iter().copied().fold(0.0, f64::max),
+                input_shapes: o.shapes.clone(),
+                origin: Origin {
+                    layer: o.layer.clone(),
+                    ..Origin::default()
+                },
+                ..OpProfile::new(wick_ops::Kernel::Reshape, 0.0)
+            }
+        })
+        .collect()
 }
 
 /// FNV-1a over the ops' names and layers: equal for two traces of one model.
