@@ -27,23 +27,39 @@ __device__ A wick_nan() {
 }
 
 // 16-bit storage types: a tensor of them is read into float, computed in float and
-// rounded back once per element (as PyTorch's bf16 and f16 element-wise kernels do). The
-// conversions are bit operations, so NVRTC needs no header and the emulation runs them as
-// the GPU does: round to nearest, ties to even; a NaN stays a quiet NaN.
-struct wick_bf16 {
-    unsigned short bits;
-};
-struct wick_f16 {
-    unsigned short bits;
-};
-
-__device__ float wick_load(wick_bf16 v) {
-    return __int_as_float((int)((unsigned int)v.bits << 16));
+// rounded back once per element (as PyTorch's bf16 and f16 kernels do); `(float)v` and
+// `(wick_bf16)f` convert, so a kernel templated on its storage type T and accumulator A
+// takes them as it takes float and double. The conversions are bit operations, so NVRTC
+// needs no header and the emulation runs them as the GPU does: round to nearest, ties to
+// even; a NaN stays a quiet NaN.
+__device__ unsigned short wick_bf16_bits(float f) {
+    unsigned int u = (unsigned int)__float_as_int(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-__device__ float wick_load(wick_f16 v) {
-    unsigned int sign = (unsigned int)(v.bits & 0x8000u) << 16;
-    unsigned int e = (v.bits >> 10) & 0x1fu, m = v.bits & 0x3ffu;
+__device__ unsigned short wick_f16_bits(float f) {
+    unsigned int u = (unsigned int)__float_as_int(f);
+    unsigned int sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // >= 65520: infinity
+    if (a >= 0x38800000u) {  // a normal f16: exponent rebased from 127 to 15, 13 bits rounded
+        unsigned int r = a - 0x38000000u;
+        r += 0xfffu + ((r >> 13) & 1u);
+        return (unsigned short)(sign | (r >> 13));
+    }
+    unsigned int e = a >> 23;
+    if (e < 102u) return (unsigned short)sign;  // below 2^-25: rounds to zero
+    // A subnormal f16, m * 2^-24: the 24-bit significand shifted right, ties to even.
+    unsigned int mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
+    unsigned int m = mant >> shift, rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rest > half || (rest == half && (m & 1u))) m += 1;
+    return (unsigned short)(sign | m);
+}
+
+__device__ float wick_f16_value(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16;
+    unsigned int e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     unsigned int bits;
     if (e == 0x1fu) {
         bits = sign | 0x7f800000u | (m << 13);  // infinity or NaN
@@ -62,34 +78,28 @@ __device__ float wick_load(wick_f16 v) {
     return __int_as_float((int)bits);
 }
 
-template <typename S>
-__device__ S wick_store(float f);
+struct wick_bf16 {
+    unsigned short bits;
+    wick_bf16() = default;
+    __device__ explicit wick_bf16(float f) : bits(wick_bf16_bits(f)) {}
+    __device__ operator float() const { return __int_as_float((int)((unsigned int)bits << 16)); }
+};
 
-template <>
-__device__ wick_bf16 wick_store<wick_bf16>(float f) {
-    unsigned int u = (unsigned int)__float_as_int(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return wick_bf16{(unsigned short)((u >> 16) | 0x40u)};
-    return wick_bf16{(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+struct wick_f16 {
+    unsigned short bits;
+    wick_f16() = default;
+    __device__ explicit wick_f16(float f) : bits(wick_f16_bits(f)) {}
+    __device__ operator float() const { return wick_f16_value(bits); }
+};
+
+template <typename S>
+__device__ float wick_load(S v) {
+    return (float)v;
 }
 
-template <>
-__device__ wick_f16 wick_store<wick_f16>(float f) {
-    unsigned int u = (unsigned int)__float_as_int(f);
-    unsigned int sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return wick_f16{(unsigned short)(sign | 0x7e00u | ((a >> 13) & 0x3ffu))};
-    if (a >= 0x477ff000u) return wick_f16{(unsigned short)(sign | 0x7c00u)};  // >= 65520: inf
-    if (a >= 0x38800000u) {  // a normal f16: exponent rebased from 127 to 15, 13 bits rounded
-        unsigned int r = a - 0x38000000u;
-        r += 0xfffu + ((r >> 13) & 1u);
-        return wick_f16{(unsigned short)(sign | (r >> 13))};
-    }
-    unsigned int e = a >> 23;
-    if (e < 102u) return wick_f16{(unsigned short)sign};  // below 2^-25: rounds to zero
-    // A subnormal f16, m * 2^-24: the 24-bit significand shifted right, ties to even.
-    unsigned int mant = (a & 0x7fffffu) | 0x800000u, shift = 126u - e;
-    unsigned int m = mant >> shift, rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rest > half || (rest == half && (m & 1u))) m += 1;
-    return wick_f16{(unsigned short)(sign | m)};
+template <typename S>
+__device__ S wick_store(float f) {
+    return S(f);
 }
 
 template <typename A>

@@ -1,6 +1,7 @@
 // Global average pooling of NCHW to (N, C): one warp per plane (N*C planes of H*W), so a
 // 7x7 plane is read by 32 lanes at once instead of one thread; the backward spreads each
-// plane's gradient over its H*W inputs, one thread per input.
+// plane's gradient over its H*W inputs, one thread per input. The 16-bit variants sum in
+// float.
 #ifndef WICK_RUNTIME_SOURCE
 #include "common.cuh"
 #endif
@@ -37,3 +38,5 @@ __device__ void global_avg_pool_bwd(const T* grad_y, T* grad_x, long long total,
 
 WICK_GLOBAL_POOL(float, float, f32)
 WICK_GLOBAL_POOL(double, double, f64)
+WICK_GLOBAL_POOL(wick_bf16, float, bf16)
+WICK_GLOBAL_POOL(wick_f16, float, f16)

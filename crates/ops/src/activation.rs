@@ -253,7 +253,7 @@ pub fn forward(kind: Activation, slope: f64, x: &Tensor) -> Result<Tensor> {
         return dispatch_float!(op, x.dtype(), forward_cpu(kind, slope, x));
     }
     #[cfg(feature = "cuda")]
-    if route(x.device()) == Route::Cuda && crate::gpu::cuda::has_elementwise_kernel(x.dtype()) {
+    if route(x.device()) == Route::Cuda && crate::gpu::cuda::has_kernel_with_16_bit(x.dtype()) {
         return crate::gpu::elementwise::activation_forward(op, kind.cuda_kernel(), x, slope);
     }
     forward_generic(kind, slope, x).ctx(op)
@@ -326,7 +326,7 @@ pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -
     #[cfg(feature = "cuda")]
     if route(saved.device()) == Route::Cuda
         && saved.dtype() == grad_y.dtype()
-        && crate::gpu::cuda::has_elementwise_kernel(saved.dtype())
+        && crate::gpu::cuda::has_kernel_with_16_bit(saved.dtype())
     {
         return crate::gpu::elementwise::activation_backward(
             op,

@@ -22,7 +22,7 @@ fn on_cpu_kernel(a: &Tensor, b: &Tensor) -> bool {
 fn on_cuda_kernel(a: &Tensor, b: &Tensor) -> bool {
     route(a.device()) == Route::Cuda
         && a.dtype() == b.dtype()
-        && crate::gpu::cuda::has_elementwise_kernel(a.dtype())
+        && crate::gpu::cuda::has_kernel_with_16_bit(a.dtype())
 }
 
 /// `a + b` for two tensors of the same shape (no broadcasting: a shape mismatch in a

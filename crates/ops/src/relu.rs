@@ -14,7 +14,7 @@ pub fn relu(x: &Tensor) -> Result<Tensor> {
     match (route(x.device()), x.dtype()) {
         (Route::Cpu, DType::F32 | DType::F64) => dispatch_float!(OP, x.dtype(), relu_cpu(x)),
         #[cfg(feature = "cuda")]
-        (Route::Cuda, dtype) if crate::gpu::cuda::has_elementwise_kernel(dtype) => {
+        (Route::Cuda, dtype) if crate::gpu::cuda::has_kernel_with_16_bit(dtype) => {
             crate::gpu::elementwise::activation_forward(OP, "relu", x, 0.0)
         }
         // candle's relu is `max(x, 0)`, which maps NaN to 0 on the GPU.
@@ -38,7 +38,7 @@ pub fn relu_backward(grad_y: &Tensor, x: &Tensor) -> Result<Tensor> {
     #[cfg(feature = "cuda")]
     if route(x.device()) == Route::Cuda
         && x.dtype() == grad_y.dtype()
-        && crate::gpu::cuda::has_elementwise_kernel(x.dtype())
+        && crate::gpu::cuda::has_kernel_with_16_bit(x.dtype())
     {
         return crate::gpu::elementwise::activation_backward(OP, "relu", grad_y, x, 0.0);
     }

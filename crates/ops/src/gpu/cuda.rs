@@ -178,14 +178,14 @@ impl From<Launch> for LaunchConfig {
     }
 }
 
-/// The dtypes with a kernel in `elementwise.cu`: f32 and f64, and the 16-bit types,
-/// which compute in float.
-pub(crate) fn has_elementwise_kernel(dtype: DType) -> bool {
+/// The dtypes of the kernels with 16-bit variants (`elementwise.cu`, `global_pool.cu`):
+/// f32 and f64, and bf16 and f16, which compute in float.
+pub(crate) fn has_kernel_with_16_bit(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F64 | DType::BF16 | DType::F16)
 }
 
-/// The suffix of an `elementwise.cu` kernel's name (`f32`, `f64`, `bf16`, `f16`).
-pub(crate) fn elementwise_suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
+/// The suffix of such a kernel's name (`f32`, `f64`, `bf16`, `f16`).
+pub(crate) fn suffix_with_16_bit(op: &'static str, dtype: DType) -> Result<&'static str> {
     match dtype {
         DType::BF16 => Ok("bf16"),
         DType::F16 => Ok("f16"),
@@ -193,9 +193,9 @@ pub(crate) fn elementwise_suffix(op: &'static str, dtype: DType) -> Result<&'sta
     }
 }
 
-/// [`dispatch!`] for `elementwise.cu`'s kernels, which have bf16 and f16 variants: `$t`
-/// is the element type, `$s` a scalar argument's (f32 for the 16-bit kernels).
-macro_rules! dispatch_elementwise {
+/// [`dispatch!`] for the kernels with bf16 and f16 variants: `$t` is the element type,
+/// `$s` a scalar argument's (f32 for the 16-bit kernels).
+macro_rules! dispatch_with_16_bit {
     ($op:expr, $dtype:expr, $t:ident, $s:ident => $body:expr) => {
         match $dtype {
             candle_core::DType::BF16 => {
@@ -216,7 +216,7 @@ macro_rules! dispatch_elementwise {
         }
     };
 }
-pub(crate) use dispatch_elementwise;
+pub(crate) use dispatch_with_16_bit;
 
 /// The `f32`/`f64` suffix of a kernel name, or an error for another dtype.
 pub(crate) fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {

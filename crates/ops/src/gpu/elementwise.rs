@@ -5,7 +5,7 @@
 use candle_core::Tensor;
 
 use super::cuda::{
-    contiguous, device_of, dispatch_elementwise, elementwise_suffix, empty_like, launch, output,
+    contiguous, device_of, dispatch_with_16_bit, empty_like, launch, output, suffix_with_16_bit,
     view, wrap, Source,
 };
 use super::Launch;
@@ -23,8 +23,8 @@ pub(crate) fn activation_forward(
         return empty_like(op, x, x.dims());
     }
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
-    let name = format!("{base}_forward_{}", elementwise_suffix(op, x.dtype())?);
-    dispatch_elementwise!(op, x.dtype(), T, S => {
+    let name = format!("{base}_forward_{}", suffix_with_16_bit(op, x.dtype())?);
+    dispatch_with_16_bit!(op, x.dtype(), T, S => {
         let (xs, xl) = x.storage_and_layout();
         let xv = view::<T>(op, &xs, xl)?;
         let mut y = output::<T>(op, &dev, n)?;
@@ -49,8 +49,8 @@ pub(crate) fn activation_backward(
     }
     let dev = device_of(op, grad_y)?;
     let (g, s) = (contiguous(op, grad_y)?, contiguous(op, saved)?);
-    let name = format!("{base}_backward_{}", elementwise_suffix(op, g.dtype())?);
-    dispatch_elementwise!(op, g.dtype(), T, S => {
+    let name = format!("{base}_backward_{}", suffix_with_16_bit(op, g.dtype())?);
+    dispatch_with_16_bit!(op, g.dtype(), T, S => {
         let ((gs, gl), (ss, sl)) = (g.storage_and_layout(), s.storage_and_layout());
         let (gv, sv) = (view::<T>(op, &gs, gl)?, view::<T>(op, &ss, sl)?);
         let mut dx = output::<T>(op, &dev, n)?;
@@ -68,8 +68,8 @@ pub(crate) fn binary(op: &'static str, base: &str, a: &Tensor, b: &Tensor) -> Re
     }
     let dev = device_of(op, a)?;
     let (a, b) = (contiguous(op, a)?, contiguous(op, b)?);
-    let name = format!("{base}_{}", elementwise_suffix(op, a.dtype())?);
-    dispatch_elementwise!(op, a.dtype(), T, _S => {
+    let name = format!("{base}_{}", suffix_with_16_bit(op, a.dtype())?);
+    dispatch_with_16_bit!(op, a.dtype(), T, _S => {
         let ((as_, al), (bs, bl)) = (a.storage_and_layout(), b.storage_and_layout());
         let (av, bv) = (view::<T>(op, &as_, al)?, view::<T>(op, &bs, bl)?);
         let mut y = output::<T>(op, &dev, n)?;

@@ -1,10 +1,12 @@
-//! Global average pooling on CUDA (`crates/ops/cuda/global_pool.cu`): one warp per plane.
+//! Global average pooling on CUDA (`crates/ops/cuda/global_pool.cu`): one warp per plane;
+//! f32, f64, and bf16 and f16 summed in float.
 
 use candle_core::Tensor;
 
 use crate::error::{CandleContext, Result};
 use crate::gpu::cuda::{
-    contiguous, device_of, dispatch, empty_like, launch, output, suffix, view, wrap, Source,
+    contiguous, device_of, dispatch_with_16_bit, empty_like, launch, output, suffix_with_16_bit,
+    view, wrap, Source,
 };
 use crate::gpu::Launch;
 
@@ -20,8 +22,11 @@ pub(crate) fn global_avg_pool(
     }
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
     let hw = crate::gpu::launch::kernel_int(op, "plane size", h * w)?;
-    let name = format!("global_avg_pool_forward_{}", suffix(op, x.dtype())?);
-    dispatch!(op, x.dtype(), T => {
+    let name = format!(
+        "global_avg_pool_forward_{}",
+        suffix_with_16_bit(op, x.dtype())?
+    );
+    dispatch_with_16_bit!(op, x.dtype(), T, _S => {
         let (xs, xl) = x.storage_and_layout();
         let xv = view::<T>(op, &xs, xl)?;
         let mut y = output::<T>(op, &dev, planes)?;
@@ -43,8 +48,11 @@ pub(crate) fn global_avg_pool_backward(
     }
     let (dev, g) = (device_of(op, grad_y)?, contiguous(op, grad_y)?);
     let hw = crate::gpu::launch::kernel_int(op, "plane size", shape[2] * shape[3])?;
-    let name = format!("global_avg_pool_backward_{}", suffix(op, g.dtype())?);
-    dispatch!(op, g.dtype(), T => {
+    let name = format!(
+        "global_avg_pool_backward_{}",
+        suffix_with_16_bit(op, g.dtype())?
+    );
+    dispatch_with_16_bit!(op, g.dtype(), T, _S => {
         let (gs, gl) = g.storage_and_layout();
         let gv = view::<T>(op, &gs, gl)?;
         let mut dx = output::<T>(op, &dev, total)?;

@@ -181,7 +181,7 @@ pub fn global_avg_pool(x: &Tensor) -> Result<Tensor> {
         return dispatch_float!(GAP, x.dtype(), cpu_global::forward(x, dims));
     }
     #[cfg(feature = "cuda")]
-    if route(x.device()) == Route::Cuda && matches!(x.dtype(), DType::F32 | DType::F64) {
+    if route(x.device()) == Route::Cuda && crate::gpu::cuda::has_kernel_with_16_bit(x.dtype()) {
         return cuda_global::global_avg_pool(GAP, x, dims);
     }
     x.mean_keepdim(3).ctx(GAP)?.mean_keepdim(2).ctx(GAP)
@@ -205,7 +205,9 @@ pub fn global_avg_pool_backward(grad_y: &Tensor, input_shape: &[usize]) -> Resul
         );
     }
     #[cfg(feature = "cuda")]
-    if route(grad_y.device()) == Route::Cuda && matches!(grad_y.dtype(), DType::F32 | DType::F64) {
+    if route(grad_y.device()) == Route::Cuda
+        && crate::gpu::cuda::has_kernel_with_16_bit(grad_y.dtype())
+    {
         return cuda_global::global_avg_pool_backward(GAP, grad_y, [n, c, h, w]);
     }
     (grad_y / (h * w) as f64)

@@ -1,4 +1,5 @@
-//! Issue #43: the bf16 and f16 variants of the element-wise CUDA kernels, emulated. They
+//! Issue #43: the bf16 and f16 variants of the element-wise and global-pooling CUDA
+//! kernels, emulated. They
 //! read 16-bit values into float, compute as the f32 kernels do and round once, so:
 //! - the conversions are exact: every one of the 65,536 bit patterns of each type comes
 //!   back unchanged through ReLU (NaN made quiet), and the residual add of 16-bit values
@@ -6,7 +7,9 @@
 //!   overflow and ties included, and LeakyReLU's float products round into the
 //!   subnormals bit for bit as the `half` crate rounds them;
 //! - each activation, forward and backward, is within one unit in the last place of the
-//!   type of wick's f32 CPU kernel (plus the f32 kernels' 1e-6 where a tail cancels).
+//!   type of wick's f32 CPU kernel (plus the f32 kernels' 1e-6 where a tail cancels);
+//! - global average pooling sums in float (within one unit of the f32 kernel) and its
+//!   gradient divides in float and rounds once, bit for bit.
 
 use wick_ops::activation::{self, Activation};
 use wick_ops::bf16::{bf16_to_f32, round_to_bf16};
@@ -171,13 +174,7 @@ impl Half {
 /// Runs `call` with the element-wise launch over `n` elements; the emulator's error fails
 /// the test.
 fn launch(n: usize, call: impl FnOnce(&Launch, *mut std::ffi::c_char, std::ffi::c_ulong) -> i32) {
-    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
-    let code = call(
-        &Launch::elementwise(n),
-        error.as_mut_ptr(),
-        error.len() as _,
-    );
-    wick_ops::gpu::emulated::result(code, &error).unwrap();
+    launch_with(Launch::elementwise(n), call)
 }
 
 fn unary(f: Unary16, x: &[u16], slope: f32) -> Vec<u16> {
@@ -346,4 +343,80 @@ fn products_round_to_nearest_even_into_the_subnormals() {
             }
         }
     }
+}
+
+#[test]
+fn global_average_pooling_sums_16_bit_planes_in_float() {
+    for kind in [Half::Bf16, Half::F16] {
+        let (fwd, bwd) = match kind {
+            Half::Bf16 => (
+                ffi::wick_emu_global_avg_pool_forward_bf16 as Pool16,
+                ffi::wick_emu_global_avg_pool_backward_bf16 as Pool16Backward,
+            ),
+            Half::F16 => (
+                ffi::wick_emu_global_avg_pool_forward_f16 as Pool16,
+                ffi::wick_emu_global_avg_pool_backward_f16 as Pool16Backward,
+            ),
+        };
+        for shape in [[1, 1, 1, 1], [2, 3, 7, 7], [3, 5, 33, 31], [1, 2048, 7, 7]] {
+            let n: usize = shape.iter().product();
+            let (planes, hw) = (shape[0] * shape[1], shape[2] * shape[3]);
+            let x: Vec<u16> = uniform(21, n, 3.0)
+                .iter()
+                .map(|&v| kind.round(v as f32))
+                .collect();
+            let xf: Vec<f32> = x.iter().map(|&b| kind.value(b)).collect();
+            let (xb, mut y) = (Buf::new("x", &x), Buf::filled("y", planes, 0u16));
+            launch_with(Launch::global_avg_pool(planes), |l, e, len| unsafe {
+                // SAFETY: x holds planes * hw values and y planes, as the kernel indexes.
+                fwd(l, e, len, xb.ptr(), y.mut_ptr(), planes as i64, hw as i32)
+            });
+            let expected =
+                host::<f32>(&wick_ops::pool::global_avg_pool(&tensor(&xf, &shape)).unwrap());
+            for (i, (&b, &w)) in y.values().iter().zip(&expected).enumerate() {
+                let v = kind.value(b);
+                assert!(
+                    (v - w).abs() <= kind.ulp(w),
+                    "{kind:?} {shape:?} plane {i}: {v:e}, f32 {w:e}"
+                );
+            }
+            // Backward: each gradient over its plane, divided in float and rounded once.
+            let g: Vec<u16> = uniform(22, planes, 1.0)
+                .iter()
+                .map(|&v| kind.round(v as f32))
+                .collect();
+            let (gb, mut dx) = (Buf::new("g", &g), Buf::filled("dx", n, 0u16));
+            launch_with(Launch::elementwise(n), |l, e, len| unsafe {
+                // SAFETY: g holds planes values and dx n, as the kernel indexes.
+                bwd(l, e, len, gb.ptr(), dx.mut_ptr(), n as i64, hw as i32)
+            });
+            for (i, &b) in dx.values().iter().enumerate() {
+                let expected = kind.round(kind.value(g[i / hw]) / hw as f32);
+                assert_eq!(b, expected, "{kind:?} {shape:?} backward element {i}");
+            }
+        }
+    }
+}
+
+/// A 16-bit global pooling kernel: forward (x, y, planes, hw), backward (grad_y, grad_x,
+/// total, hw).
+type Pool16 = unsafe extern "C" fn(
+    *const Launch,
+    *mut std::ffi::c_char,
+    std::ffi::c_ulong,
+    *const u16,
+    *mut u16,
+    i64,
+    i32,
+) -> i32;
+type Pool16Backward = Pool16;
+
+/// Runs `call` with `launch`; the emulator's error fails the test.
+fn launch_with(
+    launch: Launch,
+    call: impl FnOnce(&Launch, *mut std::ffi::c_char, std::ffi::c_ulong) -> i32,
+) {
+    let mut error = [0 as std::ffi::c_char; wick_ops::gpu::emulated::ERROR_LEN];
+    let code = call(&launch, error.as_mut_ptr(), error.len() as _);
+    wick_ops::gpu::emulated::result(code, &error).unwrap();
 }
