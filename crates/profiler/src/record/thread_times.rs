@@ -85,18 +85,27 @@ mod tests {
         if !start.read() {
             return; // no schedstat on this system
         }
-        let t = std::time::Instant::now();
+        // Spin for 30 ms of this thread's CPU time (not wall time: on a VM the host can
+        // take the vCPU away, time the thread's counters rightly never see).
+        let cpu = || {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes the timespec it is given.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+        };
+        let (c0, t) = (cpu(), std::time::Instant::now());
         let mut x = 0u64;
-        while t.elapsed().as_millis() < 30 {
+        while cpu() - c0 < 0.03 && t.elapsed().as_secs() < 10 {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         let mut end = ThreadTimes::default();
         assert!(end.read());
         let mut total = CpuContention::default();
         end.add_since(&start, &mut total);
-        // Spinning, the thread is runnable the whole 30 ms: on a core or waiting for one
-        // (a loaded machine moves time from one to the other). The counters lag by up to
-        // a scheduler tick.
+        // The thread ran 30 ms: the counters see it, lagging by up to a scheduler tick.
         assert!(total.ran_sec + total.waited_sec >= 0.015, "{total:?}");
         assert!((0.0..=1.0).contains(&total.waiting_share()));
     }
