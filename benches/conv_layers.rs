@@ -1,14 +1,15 @@
 //! Per-layer convolution speed at every distinct ResNet-50 conv shape (batch 2, 224x224) and
-//! every distinct CIFAR ResNet-18 conv shape (batch 8, 32x32): forward, input gradient and
-//! weight gradient, each next to a plain GEMM of the same
-//! FLOP count (M = output channels, N = batch * output pixels, K = input channels * kernel
-//! area) through candle's matmul. Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
+//! every distinct CIFAR ResNet-18 conv shape (batches 8 and 32, 32x32): forward, input
+//! gradient and weight gradient, each next to a plain GEMM of the same FLOP count (M =
+//! output channels, N = batch * output pixels, K = input channels * kernel area) through
+//! candle's matmul. Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
 //!
 //! 3x3 stride-1 layers also run their forward and input gradient with im2col + GEMM only
 //! (`forward_im2col`, `input_grad_im2col`), beside the automatic choice (Winograd's
 //! F(2x2, 3x3) there); FLOP/s are the direct convolution's FLOPs over the time.
 //!
-//! `cargo bench --bench conv_layers` (`-- 'resnet18'` or `-- '@8 '` to filter).
+//! `cargo bench --bench conv_layers` (`-- 'resnet18'`, `-- 'b32 512->512'` or `-- '@8 '` to
+//! filter).
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -57,6 +58,7 @@ fn bench(c: &mut Criterion) {
     let models = [
         ("resnet50 b2", Depth::R50, Stem::ImageNet, 2, 224),
         ("resnet18-cifar b8", Depth::R18, Stem::Cifar, 8, 32),
+        ("resnet18-cifar b32", Depth::R18, Stem::Cifar, 32, 32),
     ];
     let shapes = models
         .into_iter()

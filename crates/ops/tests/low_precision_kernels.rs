@@ -7,6 +7,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick_ops::bf16::{cast, has_avx512_bf16};
+use wick_ops::conv::ConvAlgorithm;
 use wick_ops::{conv, linear, Conv2dParams, Products};
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -266,6 +267,30 @@ fn casts_round_trip_and_keep_the_shape() {
     let ours = widen(&h);
     assert_eq!(ours, widen(&big.to_dtype(DType::F16).unwrap()));
     assert!(ours.iter().any(|v| v.is_infinite()) && ours.iter().any(|v| v.is_finite()));
+}
+
+/// On 4x4 outputs Winograd runs with float32 products (at 128+ tiles in the batch) but not
+/// with bfloat16 ones, whose GEMM gains less from its fewer products than its transforms
+/// cost: a bf16 forward and input gradient there are im2col's, bit for bit.
+#[test]
+fn bf16_products_keep_im2col_on_4x4_outputs() {
+    let p = Conv2dParams {
+        padding: [1, 1],
+        ..Default::default()
+    };
+    let (xs, ws): (&[usize], &[usize]) = (&[32, 32, 4, 4], &[32, 32, 3, 3]);
+    let (x, w) = (randn(xs, 73), bf16(&randn(ws, 74)));
+    let gy = randn(&[32, 32, 4, 4], 75);
+    let both = |algo: ConvAlgorithm| {
+        algo.scope(|| {
+            let y = conv::conv2d(&x, &w, None, &p).unwrap();
+            (y, conv::conv2d_backward_data(&gy, &w, xs, &p).unwrap())
+        })
+    };
+    let values = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let ((y, dx), (yi, dxi)) = (both(ConvAlgorithm::Auto), both(ConvAlgorithm::Im2col));
+    assert_eq!(values(&y), values(&yi), "forward");
+    assert_eq!(values(&dx), values(&dxi), "input gradient");
 }
 
 /// Winograd's F(2x2, 3x3) runs 3x3 stride-1 layers with enough channels and tiles: its

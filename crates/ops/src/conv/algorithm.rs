@@ -5,8 +5,9 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ConvAlgorithm {
     /// Winograd's F(2x2, 3x3) for 3x3 stride-1 convolutions with at least 16 channels in
-    /// and out where it pays (forward and input gradient on 7x7+ outputs, weight gradient
-    /// on 8x8 to 32x32 outputs), im2col + GEMM otherwise.
+    /// and out where it pays (forward and input gradient on batches of 128+ output tiles
+    /// of 4x4+ outputs, 7x7+ with bfloat16 products; weight gradient on 8x8 to 32x32
+    /// outputs), im2col + GEMM otherwise.
     #[default]
     Auto,
     /// im2col + GEMM (or a plain GEMM for 1x1 stride-1 convolutions) always.

@@ -29,9 +29,23 @@ pub(super) const MIN_CHANNELS: usize = 16;
 /// done once per call, pays.
 pub(super) const MIN_TILES: usize = 128;
 
-/// Fewest tiles per image (7x7 outputs and up): on smaller images the transforms'
-/// short rows cost more than the GEMMs save (CIFAR's 4x4 layers measured 0.75-0.95x).
-pub(super) const MIN_TILES_PER_IMAGE: usize = 16;
+/// Fewest tiles per image with bfloat16 products (7x7 outputs and up). The bf16 GEMM
+/// runs twice the float32 one's multiply-adds per instruction, so on smaller images the
+/// transforms' short rows cost more than the saved products: CIFAR ResNet-18's 4x4
+/// layers (batch 32, 64 to 512 channels) measured 1.04-1.2x im2col's time.
+pub(super) const MIN_TILES_PER_IMAGE_BF16: usize = 16;
+
+/// Fewest tiles per image with float32 (or float64) products (4x4 outputs and up): the
+/// same 4x4 layers measured 0.75-0.97x im2col's time, 512 channels 0.66-0.75x at batch 64.
+pub(super) const MIN_TILES_PER_IMAGE: usize = 4;
+
+/// The fewest tiles per image for which Winograd runs with `products`.
+pub(super) fn min_tiles_per_image(products: crate::bf16::Products) -> usize {
+    match products {
+        crate::bf16::Products::Native => MIN_TILES_PER_IMAGE,
+        _ => MIN_TILES_PER_IMAGE_BF16,
+    }
+}
 
 /// The shape of one Winograd convolution: a 3x3, stride-1, undilated, ungrouped
 /// convolution of `n` images of `c_in x h x w` into `c_out x oh x ow`.

@@ -12,8 +12,9 @@ use wick_ops::conv::{
 use wick_ops::{max_rel_diff, Conv2dParams};
 
 /// (n, c_in, h, w, c_out, padding): whole-batch and per-image chunks, odd sizes, pads 0-2.
-const SHAPES: [[usize; 6]; 6] = [
+const SHAPES: [[usize; 6]; 7] = [
     [2, 16, 16, 16, 16, 1],
+    [32, 64, 4, 4, 64, 1],
     [8, 32, 9, 7, 24, 1],
     [32, 64, 8, 8, 64, 1],
     [1, 16, 33, 31, 16, 0],
@@ -79,10 +80,12 @@ fn winograd_matches_im2col_and_float64_as_closely_as_im2col_does() {
 
 #[test]
 fn small_images_and_few_channels_keep_im2col() {
-    // 4x4 outputs (4 tiles per image), 8 channels, or one 14x14 image (49 tiles): the
-    // transforms would cost more than they save, so both choices give the same bits.
+    // 2x2 outputs (1 tile per image), 4x4 outputs in a batch of 16 (64 tiles), 8
+    // channels, or one 14x14 image (49 tiles): the transforms would cost more than they
+    // save, so both choices give the same bits.
     for shape in [
-        [32, 64, 4, 4, 64, 1],
+        [128, 64, 2, 2, 64, 1],
+        [16, 64, 4, 4, 64, 1],
         [8, 8, 16, 16, 8, 1],
         [1, 64, 14, 14, 64, 1],
     ] {
