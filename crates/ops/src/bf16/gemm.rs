@@ -130,6 +130,66 @@ pub(crate) unsafe fn gemm_native(
     })
 }
 
+/// A left operand packed once for the products that share it: a convolution's weights,
+/// which every image (or Winograd chunk) of the batch multiplies, are then packed once
+/// per call instead of once per image.
+pub(crate) struct PackedLeft {
+    panels: Vec<u32>,
+    m: usize,
+    k: usize,
+}
+
+impl PackedLeft {
+    /// `a` (`m × k`) packed for the native path.
+    pub(crate) fn new(a: &Matrix<'_>, (m, k): (usize, usize), parallel: bool) -> Self {
+        let mut panels = Vec::new();
+        pack_operand(a, Side::Left, (m, k), &mut panels, parallel);
+        PackedLeft { panels, m, k }
+    }
+
+    /// Its rows and depth.
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        (self.m, self.k)
+    }
+}
+
+/// The native path with a left operand packed ahead: `dst = [dst +] a · b` for `b`
+/// `k × n` and a destination whose row `i` starts at `dst + i * row_stride`, contiguous.
+///
+/// # Safety
+/// As [`gemm_native`] (the CPU must have AVX512-BF16), for a row-major destination.
+pub(crate) unsafe fn gemm_native_packed_left(
+    a: &PackedLeft,
+    n: usize,
+    (dst, row_stride): (*mut f32, usize),
+    accumulate: bool,
+    b: &Matrix<'_>,
+    parallel: bool,
+) {
+    let (m, k) = (a.m, a.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // SAFETY: passed on; no operand is read.
+        return unsafe { gemm_native((m, n, 0), (dst, (row_stride, 1)), accumulate, b, b, false) };
+    }
+    with_buffers(|_, pb| {
+        pack_operand(b, Side::Right, (n, k), pb, parallel);
+        // SAFETY: as this function's contract, passed on; `a` holds the panels of an
+        // `m × k` operand, as `pack_operand` lays them out.
+        unsafe {
+            multiply(
+                (m, n, k),
+                (&a.panels, pb),
+                (dst, (row_stride, 1)),
+                accumulate,
+                parallel,
+            )
+        }
+    })
+}
+
 thread_local! {
     /// Each thread's packing buffers, reused from product to product.
     static BUFFERS: std::cell::RefCell<(Vec<u32>, Vec<u32>)> = Default::default();

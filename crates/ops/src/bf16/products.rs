@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use candle_core::DType;
 use half::slice::HalfFloatSliceExt;
 
-use super::gemm::{gemm_native, widened};
+use super::gemm::{gemm_native, gemm_native_packed_left, widened, PackedLeft};
 use super::microkernel::has_avx512_bf16;
 use super::operand::{Matrix, Values};
 use crate::cpu::{self, Float};
@@ -193,5 +193,177 @@ pub(crate) fn gemm_strided_with<T: Float>(
             (&b.0, b.1),
             parallel,
         );
+    }
+}
+
+/// A left operand (`m × k`) packed once for the bfloat16 products that share it
+/// ([`PackedLeft`]), where they run on the native path with float32 values; `None`
+/// elsewhere (each product then packs its own, as [`gemm_uninit_with`] does).
+pub(crate) fn pack_left_once<T: Float>(
+    products: Products,
+    (m, k): (usize, usize),
+    (lhs, strides): Operand<'_, T>,
+) -> Option<PackedLeft> {
+    if products != Products::Bf16 || !has_avx512_bf16() || m == 0 || k == 0 {
+        return None;
+    }
+    let values = as_f32(lhs)?;
+    assert!(
+        values.len() > (m - 1) * strides.0 + (k - 1) * strides.1,
+        "gemm lhs too small"
+    );
+    let a = Matrix {
+        values: Values::F32(values),
+        strides,
+    };
+    Some(PackedLeft::new(&a, (m, k), true))
+}
+
+/// [`gemm_uninit_with`] whose left operand, when `packed` is given, is that one (`lhs`
+/// packed by [`pack_left_once`]): the same values and bits, one packing fewer.
+pub(crate) fn gemm_uninit_packed<T: Float>(
+    products: Products,
+    packed: Option<&PackedLeft>,
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [MaybeUninit<T>],
+    lhs: Operand<'_, T>,
+    rhs: Operand<'_, T>,
+    parallel: bool,
+) {
+    match (packed, as_f32(rhs.0)) {
+        (Some(a), Some(b)) if n > 0 => {
+            assert_eq!(a.shape(), (m, k), "packed left operand of another shape");
+            assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
+            check_operands((m, n, k), lhs, rhs);
+            let b = Matrix {
+                values: Values::F32(b),
+                strides: rhs.1,
+            };
+            let dst = (dst.as_mut_ptr().cast::<f32>(), n);
+            // SAFETY: T is f32 (as_f32 succeeded); an exclusive borrow of m * n slots,
+            // row-major, each written before it is read; a PackedLeft exists only where the
+            // CPU has the feature.
+            unsafe { gemm_native_packed_left(a, n, dst, false, &b, parallel) }
+        }
+        _ => gemm_uninit_with(products, (m, n, k), dst, lhs, rhs, parallel),
+    }
+}
+
+/// [`gemm_strided_with`] whose left operand, when `packed` is given, is that one (as
+/// [`gemm_uninit_packed`]), for a destination with contiguous rows.
+pub(crate) fn gemm_strided_packed<T: Float>(
+    products: Products,
+    packed: Option<&PackedLeft>,
+    (m, n, k): (usize, usize, usize),
+    (dst, dst_strides): (&mut [T], (usize, usize)),
+    accumulate: bool,
+    (lhs, rhs): (Operand<'_, T>, Operand<'_, T>),
+    parallel: bool,
+) {
+    match (packed, as_f32(rhs.0)) {
+        (Some(a), Some(b)) if n > 0 && dst_strides.1 == 1 => {
+            assert_eq!(a.shape(), (m, k), "packed left operand of another shape");
+            assert!(
+                dst.len() > (m - 1) * dst_strides.0 + (n - 1),
+                "gemm destination too small"
+            );
+            check_operands((m, n, k), lhs, rhs);
+            let b = Matrix {
+                values: Values::F32(b),
+                strides: rhs.1,
+            };
+            let dst = (dst.as_mut_ptr().cast::<f32>(), dst_strides.0);
+            // SAFETY: T is f32 (as_f32 succeeded); an exclusive borrow whose addressed
+            // slots are in bounds (asserted); a PackedLeft exists only where the CPU has
+            // the feature.
+            unsafe { gemm_native_packed_left(a, n, dst, accumulate, &b, parallel) }
+        }
+        _ => gemm_strided_with(
+            products,
+            (m, n, k),
+            (dst, dst_strides),
+            accumulate,
+            (lhs, rhs),
+            parallel,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| ((i * seed % 101) as f32 - 50.0) / 7.0)
+            .collect()
+    }
+
+    #[test]
+    fn a_left_operand_packed_once_gives_the_products_bits() {
+        if !has_avx512_bf16() {
+            eprintln!("skipped: no avx512_bf16 here (a packed left operand is the native path's)");
+            return;
+        }
+        // Edges everywhere: 13 rows (panels of 6), 70 columns (of 64), odd depth past one
+        // block of pairs.
+        let (m, n, k) = (13, 70, 301);
+        let (lhs, rhs) = (values(m * k, 37), values(k * n, 53));
+        let (a, b) = ((&lhs[..], (k, 1)), (&rhs[..], (n, 1)));
+        let packed = pack_left_once(Products::Bf16, (m, k), a).expect("the native path");
+        let bits = |d: Vec<MaybeUninit<f32>>| -> Vec<u32> {
+            // SAFETY: every slot was written by the product.
+            d.into_iter()
+                .map(|v| unsafe { v.assume_init() }.to_bits())
+                .collect()
+        };
+        let mut want = vec![MaybeUninit::uninit(); m * n];
+        gemm_uninit_with(Products::Bf16, (m, n, k), &mut want, a, b, false);
+        let mut got = vec![MaybeUninit::uninit(); m * n];
+        gemm_uninit_packed(
+            Products::Bf16,
+            Some(&packed),
+            (m, n, k),
+            &mut got,
+            a,
+            b,
+            true,
+        );
+        assert_eq!(bits(got), bits(want));
+
+        // A transposed left operand, added into rows of n + 3 slots.
+        let at = (&lhs[..], (1, m));
+        let packed = pack_left_once(Products::Bf16, (m, k), at).expect("the native path");
+        let start = values(m * (n + 3), 11);
+        let (mut want, mut got) = (start.clone(), start);
+        let strides = (n + 3, 1);
+        let shape = (m, n, k);
+        gemm_strided_with(
+            Products::Bf16,
+            shape,
+            (&mut want, strides),
+            true,
+            (at, b),
+            false,
+        );
+        let packed = Some(&packed);
+        gemm_strided_packed(
+            Products::Bf16,
+            packed,
+            shape,
+            (&mut got, strides),
+            true,
+            (at, b),
+            true,
+        );
+        assert_eq!(got, want);
+        assert_ne!(got, values(m * (n + 3), 11), "the product was added");
+    }
+
+    #[test]
+    fn nothing_is_packed_ahead_for_float32_products() {
+        let lhs = values(12, 3);
+        assert!(pack_left_once(Products::Native, (3, 4), (&lhs[..], (4, 1))).is_none());
+        assert!(pack_left_once(Products::F16, (3, 4), (&lhs[..], (4, 1))).is_none());
     }
 }

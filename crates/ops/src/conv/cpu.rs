@@ -213,6 +213,13 @@ fn forward_with<T: Float>(
     let in_group = g.cin_g() * g.h * g.w;
     let out = cpu::with_slice::<T, _>(OP, x, |xs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
+            // Each group's weights, packed once for every image where bf16 products run.
+            let packed: Vec<_> = (0..g.groups)
+                .map(|grp| {
+                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                    bf16::pack_left_once(g.products, (cout_g, k), (w_g, (k, 1)))
+                })
+                .collect();
             Ok(fill_images(g, g.c_out * p, |col, n, out_n, parallel| {
                 for grp in 0..g.groups {
                     let x_ng = group_of(xs, n, grp, g, in_group);
@@ -225,7 +232,9 @@ fn forward_with<T: Float>(
                     let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                     let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
                     let (lhs, rhs) = ((w_g, (k, 1)), (rhs, (p, 1)));
-                    bf16::gemm_uninit_with(g.products, (cout_g, p, k), dst, lhs, rhs, parallel);
+                    let packed = packed[grp].as_ref();
+                    let shape = (cout_g, p, k);
+                    bf16::gemm_uninit_packed(g.products, packed, shape, dst, lhs, rhs, parallel);
                     if !epi.is_empty() {
                         epi.apply_columns(g, n, grp * cout_g, dst, (0, p), parallel);
                     }
@@ -275,6 +284,14 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
     let in_group = g.cin_g() * g.h * g.w;
     let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
+            // Each group's transposed weights, packed once for every image where bf16
+            // products run.
+            let packed: Vec<_> = (0..g.groups)
+                .map(|grp| {
+                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                    bf16::pack_left_once(g.products, (k, cout_g), (w_g, (1, k)))
+                })
+                .collect();
             Ok(fill_images(
                 g,
                 g.c_in * g.h * g.w,
@@ -283,11 +300,13 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
                         let g_ng = group_of(gs, n, grp, g, cout_g * p);
                         let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                         let dx_ng = &mut dx_n[grp * in_group..][..in_group];
+                        let packed = packed[grp].as_ref();
                         // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
                         if g.is_pointwise() {
                             let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
-                            bf16::gemm_uninit_with(
+                            bf16::gemm_uninit_packed(
                                 g.products,
+                                packed,
                                 (k, p, cout_g),
                                 dx_ng,
                                 lhs,
@@ -297,8 +316,9 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
                         } else {
                             col.resize(k * p, T::ZERO);
                             let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
-                            bf16::gemm_strided_with(
+                            bf16::gemm_strided_packed(
                                 g.products,
+                                packed,
                                 (k, p, cout_g),
                                 (col, (p, 1)),
                                 false,

@@ -15,6 +15,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
+use crate::bf16::{pack_left_once, PackedLeft};
 use crate::cpu::{self, Float};
 
 /// Transformed-plane columns (tiles) per GEMM when the images allow it, and the budget of
@@ -152,11 +153,26 @@ pub(super) fn transform_weights<T: Float>(
 pub(super) fn convolve<T: Float>(s: &Shape, x: &[T], u: &[T], out: &mut [MaybeUninit<T>]) {
     let (images, chunks) = chunking(s);
     let out_image = s.c_out * s.oh() * s.ow();
+    // The 16 weight planes, packed once for every chunk's products where bf16 ones run.
+    let plane = s.c_out * s.c_in;
+    let packed: Option<Vec<PackedLeft>> = (0..16)
+        .map(|xi| {
+            pack_left_once(
+                s.products,
+                (s.c_out, s.c_in),
+                (&u[xi * plane..][..plane], (s.c_in, 1)),
+            )
+        })
+        .collect();
+    let weights = Weights {
+        u,
+        packed: packed.as_deref(),
+    };
     let run =
         |buffers: &mut Buffers<T>, (chunk, out): (usize, &mut [MaybeUninit<T>]), parallel: bool| {
             let first = chunk * images;
             let count = images.min(s.n - first);
-            chunk_convolve(s, x, u, first, count, out, buffers, parallel);
+            chunk_convolve(s, x, &weights, first, count, out, buffers, parallel);
         };
     if chunks >= cpu::threads() && cpu::threads() > 1 {
         out.par_chunks_mut(images * out_image)
@@ -197,12 +213,19 @@ impl<T> Default for Buffers<T> {
     }
 }
 
+/// The transformed weights `U`, and their 16 planes packed for the bf16 GEMM when
+/// [`pack_left_once`] packs them.
+struct Weights<'a, T> {
+    u: &'a [T],
+    packed: Option<&'a [PackedLeft]>,
+}
+
 /// Images `first..first + count` into `out` (their outputs).
 #[allow(clippy::too_many_arguments)]
 fn chunk_convolve<T: Float>(
     s: &Shape,
     x: &[T],
-    u: &[T],
+    Weights { u, packed }: &Weights<'_, T>,
     first: usize,
     count: usize,
     out: &mut [MaybeUninit<T>],
@@ -225,8 +248,9 @@ fn chunk_convolve<T: Float>(
         let gemm = |(xi, dst): (usize, &mut [MaybeUninit<T>])| {
             let lhs = (&u[xi * s.c_out * s.c_in..][..s.c_out * s.c_in], (s.c_in, 1));
             let rhs = (&v[xi * tiles..], (16 * tiles, 1));
-            crate::bf16::gemm_uninit_with(
+            crate::bf16::gemm_uninit_packed(
                 s.products,
+                packed.map(|p| &p[xi]),
                 (s.c_out, tiles, s.c_in),
                 dst,
                 lhs,
