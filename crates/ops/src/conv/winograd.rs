@@ -336,16 +336,19 @@ pub(super) fn input_transform<T: Float>(
     let [ph, pw] = s.pad;
     let width = 2 * tw + 2;
     let half = tw + 1;
-    // One zero-padded input row; four rows split into their even and odd columns
+    // Four zero-padded input rows split into their even and odd columns
     // (`[even | odd]`, `half` values each), then their four combinations (Bᵀ d), in the
     // same split layout: the tiles' columns 2 tx .. 2 tx + 3 are then the contiguous
     // slices even[tx], odd[tx], even[tx + 1], odd[tx + 1], so `(Bᵀ d) B` runs as vector
     // operations over the tiles (the same arithmetic, in the same order, as on columns
     // read at a stride of two).
-    let mut scratch = vec![T::ZERO; 9 * width];
-    let (padded, rest) = scratch.split_at_mut(width);
-    let (rows, comb) = rest.split_at_mut(4 * width);
-    let (x_lo, x_hi) = (pw, (pw + s.w).min(width));
+    let mut scratch = vec![T::ZERO; 8 * width];
+    let (rows, comb) = scratch.split_at_mut(4 * width);
+    // Padded column `x` is line[x - pw] inside the line, zero outside. Columns 2i and
+    // 2i + 1 both lie inside for i in `inside`: those pairs are read straight from the
+    // input (copying the line into a padded buffer first, and reading it back at once,
+    // stalled on store forwarding).
+    let inside = pw.div_ceil(2)..((s.w + pw) / 2).clamp(pw.div_ceil(2), half);
     let mut t = 0;
     for image in first..first + count {
         let src = &x[(image * s.c_in + c) * s.h * s.w..][..s.h * s.w];
@@ -357,11 +360,19 @@ pub(super) fn input_transform<T: Float>(
                     continue;
                 }
                 let line = &src[y as usize * s.w..][..s.w];
-                padded[x_lo..x_hi].copy_from_slice(&line[..x_hi - x_lo]);
+                let padded = |x: usize| match x.checked_sub(pw) {
+                    Some(i) if i < s.w => line[i],
+                    _ => T::ZERO,
+                };
                 let (even, odd) = row.split_at_mut(half);
-                for (i, pair) in padded.chunks_exact(2).enumerate() {
-                    even[i] = pair[0];
-                    odd[i] = pair[1];
+                for i in (0..inside.start).chain(inside.end..half) {
+                    (even[i], odd[i]) = (padded(2 * i), padded(2 * i + 1));
+                }
+                let pairs = line[2 * inside.start - pw..].chunks_exact(2);
+                let (even, odd) = (&mut even[inside.clone()], &mut odd[inside.clone()]);
+                for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+                    *e = pair[0];
+                    *o = pair[1];
                 }
             }
             {
@@ -380,12 +391,17 @@ pub(super) fn input_transform<T: Float>(
             }
             for (r, b) in comb.chunks_exact(width).enumerate() {
                 let (even, odd) = b.split_at(half);
-                let (e0, e1, o0, o1) = (&even[..tw], &even[1..], &odd[..tw], &odd[1..]);
+                // Every slice exactly `tw` long, so the loop runs without bounds checks
+                // (and vectorises).
+                let (e0, e1) = (&even[..tw], &even[1..=tw]);
+                let (o0, o1) = (&odd[..tw], &odd[1..=tw]);
                 let plane = |q: usize| (r * 4 + q) * tiles + t;
                 let [p0, p1, p2, p3] = [0, 1, 2, 3].map(plane);
                 let (v0, rest) = planes[p0..p3 + tw].split_at_mut(p1 - p0);
                 let (v1, rest) = rest.split_at_mut(p2 - p1);
                 let (v2, v3) = rest.split_at_mut(p3 - p2);
+                let (v0, v1, v2) = (&mut v0[..tw], &mut v1[..tw], &mut v2[..tw]);
+                let v3 = &mut v3[..tw];
                 for tx in 0..tw {
                     v0[tx].write(e0[tx] - e1[tx]);
                     v1[tx].write(o0[tx] + e1[tx]);
@@ -439,9 +455,10 @@ fn output_transform<T: Float>(
                 &row[3 * tw..],
             );
             let out = &mut dst[y * ow..][..ow];
-            for i in 0..ow / 2 {
-                out[2 * i].write(q0[i] + q1[i] + q2[i]);
-                out[2 * i + 1].write(q1[i] - q2[i] - q3[i]);
+            let columns = q0.iter().zip(q1).zip(q2).zip(q3);
+            for (pair, (((q0, q1), q2), q3)) in out.chunks_exact_mut(2).zip(columns) {
+                pair[0].write(*q0 + *q1 + *q2);
+                pair[1].write(*q1 - *q2 - *q3);
             }
             if ow % 2 == 1 {
                 let i = ow / 2;
