@@ -149,11 +149,11 @@ pub fn args<'a, const N: usize>(
 /// A new value a recorded node creates: its name stem, shape and dtype.
 pub type NewValue = (&'static str, Vec<usize>, DType);
 
-/// Where backward rules record their nodes: the graph builder, seen only through what a
-/// rule needs, so that this file does not depend on it.
 /// A new node's outputs: name, shape and dtype of each.
 pub(crate) type NewValues = Vec<(String, Vec<usize>, DType)>;
 
+/// Where backward rules record their nodes: the graph builder, seen only through what a
+/// rule needs, so that this file does not depend on it.
 pub(crate) trait NodeRecorder {
     /// The value `v`.
     fn value_info(&self, v: ValueId) -> &ValueInfo;

@@ -213,13 +213,7 @@ fn forward_with<T: Float>(
     let in_group = g.cin_g() * g.h * g.w;
     let out = cpu::with_slice::<T, _>(OP, x, |xs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
-            // Each group's weights, packed once for every image where bf16 products run.
-            let packed: Vec<_> = (0..g.groups)
-                .map(|grp| {
-                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                    bf16::pack_left_once(g.products, (cout_g, k), (w_g, (k, 1)))
-                })
-                .collect();
+            let packed = packed_weights(g, ws, false);
             Ok(fill_images(g, g.c_out * p, |col, n, out_n, parallel| {
                 for grp in 0..g.groups {
                     let x_ng = group_of(xs, n, grp, g, in_group);
@@ -253,29 +247,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
         return cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w));
     }
     if let Some(s) = winograd_shape(g) {
-        // The input gradient of a 3x3 stride-1 convolution: the output gradient convolved
-        // with the flipped, transposed weights, padded by 2 - padding.
-        let s = winograd::Shape {
-            n: g.n,
-            c_in: g.c_out,
-            h: g.oh,
-            w: g.ow,
-            c_out: g.c_in,
-            pad: [2 - s.pad[0], 2 - s.pad[1]],
-            products: g.products,
-        };
-        let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-            cpu::with_slice::<T, _>(OP, w, |ws| {
-                let u = winograd::transform_weights(ws, g.c_out, g.c_in, true);
-                let len = g.n * g.c_in * g.h * g.w;
-                let mut dx: Vec<T> = Vec::with_capacity(len);
-                winograd::convolve(&s, gs, &u, &mut dx.spare_capacity_mut()[..len]);
-                // SAFETY: `convolve` writes every slot of the n x c_in x h x w gradient.
-                unsafe { dx.set_len(len) };
-                Ok(dx)
-            })
-        })?;
-        return cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w));
+        return winograd_backward_data::<T>(g, &s, grad_out, w);
     }
     if spread(g) == Spread::WholeBatch {
         return backward_data_whole_batch::<T>(g, grad_out, w);
@@ -284,14 +256,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
     let in_group = g.cin_g() * g.h * g.w;
     let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
-            // Each group's transposed weights, packed once for every image where bf16
-            // products run.
-            let packed: Vec<_> = (0..g.groups)
-                .map(|grp| {
-                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                    bf16::pack_left_once(g.products, (k, cout_g), (w_g, (1, k)))
-                })
-                .collect();
+            let packed = packed_weights(g, ws, true);
             Ok(fill_images(
                 g,
                 g.c_in * g.h * g.w,
@@ -332,6 +297,53 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
                     }
                 },
             ))
+        })
+    })?;
+    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+}
+
+/// Each group's weights (`cout_g × k`, or transposed for the input gradient), packed once
+/// for the products of every image where bf16 products run ([`bf16::pack_left_once`]).
+fn packed_weights<T: Float>(g: &Geom, ws: &[T], transposed: bool) -> Vec<Option<bf16::PackedLeft>> {
+    let (k, cout_g) = (g.k(), g.cout_g());
+    (0..g.groups)
+        .map(|grp| {
+            let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+            match transposed {
+                false => bf16::pack_left_once(g.products, (cout_g, k), (w_g, (k, 1))),
+                true => bf16::pack_left_once(g.products, (k, cout_g), (w_g, (1, k))),
+            }
+        })
+        .collect()
+}
+
+/// The input gradient of a 3x3 stride-1 convolution that Winograd runs (`s`, its forward
+/// shape): the output gradient convolved with the flipped, transposed weights, padded by
+/// 2 - padding.
+fn winograd_backward_data<T: Float>(
+    g: &Geom,
+    s: &winograd::Shape,
+    grad_out: &Tensor,
+    w: &Tensor,
+) -> Result<Tensor> {
+    let s = winograd::Shape {
+        n: g.n,
+        c_in: g.c_out,
+        h: g.oh,
+        w: g.ow,
+        c_out: g.c_in,
+        pad: [2 - s.pad[0], 2 - s.pad[1]],
+        products: g.products,
+    };
+    let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
+        cpu::with_slice::<T, _>(OP, w, |ws| {
+            let u = winograd::transform_weights(ws, g.c_out, g.c_in, true);
+            let len = g.n * g.c_in * g.h * g.w;
+            let mut dx: Vec<T> = Vec::with_capacity(len);
+            winograd::convolve(&s, gs, &u, &mut dx.spare_capacity_mut()[..len]);
+            // SAFETY: `convolve` writes every slot of the n x c_in x h x w gradient.
+            unsafe { dx.set_len(len) };
+            Ok(dx)
         })
     })?;
     cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))

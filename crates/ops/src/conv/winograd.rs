@@ -360,20 +360,7 @@ pub(super) fn input_transform<T: Float>(
                     continue;
                 }
                 let line = &src[y as usize * s.w..][..s.w];
-                let padded = |x: usize| match x.checked_sub(pw) {
-                    Some(i) if i < s.w => line[i],
-                    _ => T::ZERO,
-                };
-                let (even, odd) = row.split_at_mut(half);
-                for i in (0..inside.start).chain(inside.end..half) {
-                    (even[i], odd[i]) = (padded(2 * i), padded(2 * i + 1));
-                }
-                let pairs = line[2 * inside.start - pw..].chunks_exact(2);
-                let (even, odd) = (&mut even[inside.clone()], &mut odd[inside.clone()]);
-                for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
-                    *e = pair[0];
-                    *o = pair[1];
-                }
+                split_padded_row(line, pw, inside.clone(), row.split_at_mut(half));
             }
             {
                 let (d0, rest) = rows.split_at(width);
@@ -411,6 +398,30 @@ pub(super) fn input_transform<T: Float>(
             }
             t += tw;
         }
+    }
+}
+
+/// Writes the zero-padded row `line` (padded by `pw` on the left) split into its even and
+/// odd columns: `even[i]` is padded column `2i`, `odd[i]` column `2i + 1`. The pairs in
+/// `inside` lie wholly inside the line and are copied from it directly.
+fn split_padded_row<T: Float>(
+    line: &[T],
+    pw: usize,
+    inside: std::ops::Range<usize>,
+    (even, odd): (&mut [T], &mut [T]),
+) {
+    let padded = |x: usize| match x.checked_sub(pw) {
+        Some(i) if i < line.len() => line[i],
+        _ => T::ZERO,
+    };
+    for i in (0..inside.start).chain(inside.end..even.len()) {
+        (even[i], odd[i]) = (padded(2 * i), padded(2 * i + 1));
+    }
+    let pairs = line[2 * inside.start - pw..].chunks_exact(2);
+    let (even, odd) = (&mut even[inside.clone()], &mut odd[inside]);
+    for ((e, o), pair) in even.iter_mut().zip(odd.iter_mut()).zip(pairs) {
+        *e = pair[0];
+        *o = pair[1];
     }
 }
 
