@@ -274,10 +274,7 @@ fn casts_round_trip_and_keep_the_shape() {
 /// cost: a bf16 forward and input gradient there are im2col's, bit for bit.
 #[test]
 fn bf16_products_keep_im2col_on_4x4_outputs() {
-    let p = Conv2dParams {
-        padding: [1, 1],
-        ..Default::default()
-    };
+    let p = Conv2dParams::new(1, 1);
     let (xs, ws): (&[usize], &[usize]) = (&[32, 32, 4, 4], &[32, 32, 3, 3]);
     let (x, w) = (randn(xs, 73), bf16(&randn(ws, 74)));
     let gy = randn(&[32, 32, 4, 4], 75);

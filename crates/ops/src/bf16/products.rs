@@ -94,22 +94,20 @@ fn check_operands<T>(
     }
 }
 
+/// An operand as a bfloat16 GEMM operand, when `T` is f32.
+fn f32_matrix<'a, T: 'static>((values, strides): Operand<'a, T>) -> Option<Matrix<'a>> {
+    Some(Matrix {
+        values: Values::F32(as_f32(values)?),
+        strides,
+    })
+}
+
 /// The two operands as bfloat16 GEMM operands, when `T` is f32.
 fn f32_operands<'a, T: 'static>(
-    (lhs, ls): Operand<'a, T>,
-    (rhs, rs): Operand<'a, T>,
+    lhs: Operand<'a, T>,
+    rhs: Operand<'a, T>,
 ) -> Option<(Matrix<'a>, Matrix<'a>)> {
-    let (a, b) = (as_f32(lhs)?, as_f32(rhs)?);
-    Some((
-        Matrix {
-            values: Values::F32(a),
-            strides: ls,
-        },
-        Matrix {
-            values: Values::F32(b),
-            strides: rs,
-        },
-    ))
+    Some((f32_matrix(lhs)?, f32_matrix(rhs)?))
 }
 
 /// [`cpu::gemm_uninit`] with the given products.
@@ -207,15 +205,11 @@ pub(crate) fn pack_left_once<T: Float>(
     if products != Products::Bf16 || !has_avx512_bf16() || m == 0 || k == 0 {
         return None;
     }
-    let values = as_f32(lhs)?;
+    let a = f32_matrix((lhs, strides))?;
     assert!(
-        values.len() > (m - 1) * strides.0 + (k - 1) * strides.1,
+        lhs.len() > (m - 1) * strides.0 + (k - 1) * strides.1,
         "gemm lhs too small"
     );
-    let a = Matrix {
-        values: Values::F32(values),
-        strides,
-    };
     Some(PackedLeft::new(&a, (m, k), true))
 }
 
@@ -230,17 +224,13 @@ pub(crate) fn gemm_uninit_packed<T: Float>(
     rhs: Operand<'_, T>,
     parallel: bool,
 ) {
-    match (packed, as_f32(rhs.0)) {
+    match (packed, f32_matrix(rhs)) {
         (Some(a), Some(b)) if n > 0 => {
             assert_eq!(a.shape(), (m, k), "packed left operand of another shape");
             assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
             check_operands((m, n, k), lhs, rhs);
-            let b = Matrix {
-                values: Values::F32(b),
-                strides: rhs.1,
-            };
             let dst = (dst.as_mut_ptr().cast::<f32>(), n);
-            // SAFETY: T is f32 (as_f32 succeeded); an exclusive borrow of m * n slots,
+            // SAFETY: T is f32 (f32_matrix succeeded); an exclusive borrow of m * n slots,
             // row-major, each written before it is read; a PackedLeft exists only where the
             // CPU has the feature.
             unsafe { gemm_native_packed_left(a, n, dst, false, &b, parallel) }
@@ -260,7 +250,7 @@ pub(crate) fn gemm_strided_packed<T: Float>(
     (lhs, rhs): (Operand<'_, T>, Operand<'_, T>),
     parallel: bool,
 ) {
-    match (packed, as_f32(rhs.0)) {
+    match (packed, f32_matrix(rhs)) {
         (Some(a), Some(b)) if n > 0 && dst_strides.1 == 1 => {
             assert_eq!(a.shape(), (m, k), "packed left operand of another shape");
             assert!(
@@ -268,12 +258,8 @@ pub(crate) fn gemm_strided_packed<T: Float>(
                 "gemm destination too small"
             );
             check_operands((m, n, k), lhs, rhs);
-            let b = Matrix {
-                values: Values::F32(b),
-                strides: rhs.1,
-            };
             let dst = (dst.as_mut_ptr().cast::<f32>(), dst_strides.0);
-            // SAFETY: T is f32 (as_f32 succeeded); an exclusive borrow whose addressed
+            // SAFETY: T is f32 (f32_matrix succeeded); an exclusive borrow whose addressed
             // slots are in bounds (asserted); a PackedLeft exists only where the CPU has
             // the feature.
             unsafe { gemm_native_packed_left(a, n, dst, accumulate, &b, parallel) }
