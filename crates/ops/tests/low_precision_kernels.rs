@@ -384,13 +384,39 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
                 .unwrap()
         )) > 0.0
     );
-    // Batched right operands are refused by name, not run wrongly.
+    // A bf16 operand with batch dimensions on the right takes the batched bf16 product,
+    // forward and both gradients, as autocast's product of two activations does.
     let batched = MatMulShape::new(&[2, 5, 24], &[2, 24, 7]).unwrap();
+    let b3 = randn(&[2, 24, 7], 83);
+    let b3_64 = rounded64(&b3);
+    let y = batched.forward(&a, &bf16(&b3)).unwrap();
+    assert_eq!((y.dims(), y.dtype()), ([2, 5, 7].as_slice(), DType::F32));
+    against(
+        "batched matmul forward",
+        &y,
+        |m| batched.forward(&m(&a64), &m(&b3_64)).unwrap(),
+        24,
+    );
+    let ga = batched.backward_a(&gy, &bf16(&b3)).unwrap();
+    let want = batched.backward_a_with(&gy, &b3, Products::Bf16).unwrap();
+    assert_eq!(
+        max_of(&abs_diff(&ga, &want.to_dtype(DType::F64).unwrap())),
+        0.0
+    );
+    let gb = batched.backward_b(&gy, &bf16(&a)).unwrap();
+    against(
+        "batched matmul gradient of b",
+        &gb,
+        |m| batched.backward_b(&m(&gy64), &m(&a64)).unwrap(),
+        5,
+    );
+    // A bf16 operand beside a float64 one is refused by name, not run wrongly.
+    let a64_operand = a.to_dtype(DType::F64).unwrap();
     let err = batched
-        .forward(&a, &bf16(&randn(&[2, 24, 7], 83)))
+        .forward(&a64_operand, &bf16(&b3))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("matmul") && err.contains("bf16"), "{err}");
+    assert!(err.contains("matmul") && err.contains("F64"), "{err}");
 }
 
 /// The fused attention with `products` against float64 on the operands as the products

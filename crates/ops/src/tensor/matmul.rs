@@ -36,6 +36,16 @@ fn f16_operands(x: &Tensor, y: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
     Ok(Some((f16_values(x)?, f16_values(y)?)))
 }
 
+/// How a product with a bf16 operand runs ([`MatMulShape::bf16_operands`]).
+enum Bf16Operands {
+    /// Neither operand is bf16.
+    None,
+    /// The flat CPU product on wick's bf16 GEMM: (rows, inner size, columns).
+    Flat((usize, usize, usize)),
+    /// Both operands as bf16 values in f32.
+    Widened(Tensor, Tensor),
+}
+
 /// The shapes of one `matmul(a, b)`: both sides promoted to at least 2-D, the broadcast
 /// batch, and the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,29 +151,35 @@ impl MatMulShape {
         (self.flat() && cpu && rows * k * n > 0).then_some((rows, k, n))
     }
 
-    /// The flat product's `(rows, k, n)` when one operand is bf16 (autocast's products):
-    /// `b` without batch dimensions on the CPU; an error for other bf16 products.
-    fn bf16_products(&self, x: &Tensor, y: &Tensor) -> Result<Option<(usize, usize, usize)>> {
+    /// How a product with a bf16 operand runs (an operand of another dtype must be f32):
+    /// the flat CPU product on wick's bf16 GEMM (autocast's weight), or, for batched right
+    /// operands and off the CPU, both operands as bf16 values in f32 (exact) for
+    /// [`forward_with`](Self::forward_with) and its gradients with bf16 products.
+    fn bf16_operands(&self, x: &Tensor, y: &Tensor) -> Result<Bf16Operands> {
         use candle_core::DType;
         if x.dtype() != DType::BF16 && y.dtype() != DType::BF16 {
-            return Ok(None);
+            return Ok(Bf16Operands::None);
         }
-        let (_, k, n) = self.mkn;
-        let rows = self.a.iter().product::<usize>() / k.max(1);
-        let cpu = crate::route::route(x.device()) == crate::route::Route::Cpu;
         let floats = [x, y]
             .iter()
             .all(|t| matches!(t.dtype(), DType::F32 | DType::BF16));
-        if self.flat() && cpu && floats {
-            return Ok(Some((rows, k, n)));
+        if !floats {
+            return Err(OpError::invalid(
+                OP,
+                format!(
+                    "bf16 products of {:?} @ {:?} ({:?} and {:?}): the other operand must be f32 or bf16",
+                    self.a, self.b, x.dtype(), y.dtype()
+                ),
+            ));
         }
-        Err(crate::error::OpError::Unsupported {
-            op: OP,
-            what: format!(
-                "bf16 products of {:?} @ {:?} ({:?} and {:?}): wick's bf16 matmul takes a 2-D right operand on the CPU (autocast's weights)",
-                self.a, self.b, x.dtype(), y.dtype()
-            ),
-        })
+        let cpu = crate::route::route(x.device()) == crate::route::Route::Cpu;
+        if self.flat() && cpu {
+            let (_, k, n) = self.mkn;
+            let rows = self.a.iter().product::<usize>() / k.max(1);
+            return Ok(Bf16Operands::Flat((rows, k, n)));
+        }
+        let bf16_values = |t: &Tensor| crate::bf16::rounded_f32(OP, t, DType::BF16);
+        Ok(Bf16Operands::Widened(bf16_values(x)?, bf16_values(y)?))
     }
 
     /// `a @ b`. With a bf16 or f16 operand (autocast's weight), the products are of
@@ -173,9 +189,13 @@ impl MatMulShape {
         if let Some((a, b)) = f16_operands(a, b)? {
             return self.forward(&a, &b);
         }
-        if let Some(mkn) = self.bf16_products(a, b)? {
-            let y = crate::bf16::matmul_forward(a, b, mkn)?;
-            return self.finish(Ok(y), &self.out);
+        match self.bf16_operands(a, b)? {
+            Bf16Operands::Flat(mkn) => {
+                let y = crate::bf16::matmul_forward(a, b, mkn)?;
+                return self.finish(Ok(y), &self.out);
+            }
+            Bf16Operands::Widened(a, b) => return self.forward_with(&a, &b, Products::Bf16),
+            Bf16Operands::None => {}
         }
         let (_, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(a, b) {
@@ -203,9 +223,13 @@ impl MatMulShape {
         if let Some((gy, b)) = f16_operands(gy, b)? {
             return self.backward_a(&gy, &b);
         }
-        if let Some(mkn) = self.bf16_products(gy, b)? {
-            let ga = crate::bf16::matmul_backward_a(gy, b, mkn)?;
-            return self.finish(Ok(ga), &self.a);
+        match self.bf16_operands(gy, b)? {
+            Bf16Operands::Flat(mkn) => {
+                let ga = crate::bf16::matmul_backward_a(gy, b, mkn)?;
+                return self.finish(Ok(ga), &self.a);
+            }
+            Bf16Operands::Widened(gy, b) => return self.backward_a_with(&gy, &b, Products::Bf16),
+            Bf16Operands::None => {}
         }
         let (m, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(gy, b) {
@@ -318,9 +342,13 @@ impl MatMulShape {
         if let Some((gy, a)) = f16_operands(gy, a)? {
             return self.backward_b(&gy, &a);
         }
-        if let Some(mkn) = self.bf16_products(a, gy)? {
-            let gb = crate::bf16::matmul_backward_b(a, gy, mkn)?;
-            return self.finish(Ok(gb), &self.b);
+        match self.bf16_operands(a, gy)? {
+            Bf16Operands::Flat(mkn) => {
+                let gb = crate::bf16::matmul_backward_b(a, gy, mkn)?;
+                return self.finish(Ok(gb), &self.b);
+            }
+            Bf16Operands::Widened(a, gy) => return self.backward_b_with(&gy, &a, Products::Bf16),
+            Bf16Operands::None => {}
         }
         let (_, k, n) = self.mkn;
         if let Some(mkn) = self.on_cpu(a, gy) {
