@@ -277,6 +277,21 @@ impl BackwardCtx<'_> {
         Ok(())
     }
 
+    /// Records `op` as a node that makes a gradient of `v`: one output `name`, `v`'s
+    /// shape in the gradients' dtype, contributed to `v`.
+    pub fn record_grad_of(
+        &mut self,
+        v: ValueId,
+        op: impl NodeOp,
+        inputs: Vec<ValueId>,
+        name: &str,
+        flops: u64,
+    ) {
+        let shape = self.shape(v);
+        let g = self.record(op, inputs, vec![(name, shape, self.dtype())], flops);
+        self.contribute(v, g[0]);
+    }
+
     /// Adds `grad` to the gradient of `v` (summed with the value's other contributions).
     pub fn contribute(&mut self, v: ValueId, grad: ValueId) {
         if self.contributions.len() <= v.0 {

@@ -111,15 +111,13 @@ impl NodeOp for Binary {
                 operand,
                 shape: ctx.shape(v),
             };
-            let new = vec![("grad.binary", ctx.shape(v), ctx.dtype())];
             let flops = broadcast::backward_flops(self.op, &out);
             let inputs = if self.op.backward_reads_operands() {
                 vec![gy, ctx.input(0), ctx.input(1)]
             } else {
                 vec![gy]
             };
-            let g = ctx.record(op, inputs, new, flops);
-            ctx.contribute(v, g[0]);
+            ctx.record_grad_of(v, op, inputs, "grad.binary", flops);
         }
         Ok(())
     }

@@ -124,6 +124,14 @@ fn record_backward(
     Ok(())
 }
 
+/// The CUDA workspace of a training batch norm node, forward or backward, whose input 0
+/// has the input's NCHW shape (x, or the output gradient).
+pub(crate) fn workspace_bytes(inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
+    inputs.first().map_or(0, |x| {
+        wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
+    })
+}
+
 /// A training-mode forward's outputs in node order: y, mean, inv_std, running stats.
 pub(crate) fn train_outputs(o: batchnorm::BatchNormOutput) -> Outputs {
     vec![
@@ -146,10 +154,7 @@ impl NodeOp for BatchNormTrain {
     }
 
     fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
-        // Input 0 has the input's NCHW shape (x, or the output gradient).
-        inputs.first().map_or(0, |x| {
-            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
-        })
+        workspace_bytes(inputs, device)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
@@ -198,10 +203,7 @@ impl NodeOp for BatchNormTrainBackward {
     }
 
     fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
-        // Input 0 has the input's NCHW shape (x, or the output gradient).
-        inputs.first().map_or(0, |x| {
-            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
-        })
+        workspace_bytes(inputs, device)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

@@ -107,13 +107,8 @@ impl NodeOp for Dropout {
         let gy = ctx.grad_y()?;
         let xs = ctx.shape(ctx.input(0));
         let flops = wick_ops::shape::flop_count(1, &xs);
-        let g = ctx.record(
-            DropoutBackward,
-            vec![gy, ctx.output(1)],
-            vec![("grad.dropout", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute(ctx.input(0), g[0]);
+        let inputs = vec![gy, ctx.output(1)];
+        ctx.record_grad_of(ctx.input(0), DropoutBackward, inputs, "grad.dropout", flops);
         Ok(())
     }
 }

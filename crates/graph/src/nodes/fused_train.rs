@@ -9,7 +9,7 @@ use wick_ops::bias_activation::{bias_activation, bias_activation_backward};
 use wick_ops::{elementwise, DeviceKind, Kernel};
 
 use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp, ValueInfo};
-use crate::nodes::batchnorm::{grads, train_outputs};
+use crate::nodes::batchnorm::{grads, train_outputs, workspace_bytes};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
 /// running_mean, running_var; out: z = relu(bn(x)), mean, inv_std, and the running
@@ -75,10 +75,7 @@ impl NodeOp for BatchNormReluTrain {
     }
 
     fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
-        // Input 0 has the input's NCHW shape (x, or the output gradient).
-        inputs.first().map_or(0, |x| {
-            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
-        })
+        workspace_bytes(inputs, device)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
@@ -94,10 +91,7 @@ impl NodeOp for BatchNormReluTrainBackward {
     }
 
     fn workspace_bytes(&self, inputs: &[&ValueInfo], device: DeviceKind) -> u64 {
-        // Input 0 has the input's NCHW shape (x, or the output gradient).
-        inputs.first().map_or(0, |x| {
-            wick_ops::gpu::batch_norm_workspace_bytes(device, &x.shape, x.dtype)
-        })
+        workspace_bytes(inputs, device)
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {

@@ -132,13 +132,8 @@ impl NodeOp for Reshape {
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
         let xs = ctx.shape(ctx.input(0));
         let op = Reshape { shape: xs.clone() };
-        let g = ctx.record(
-            op,
-            vec![ctx.grad_y()?],
-            vec![("grad.reshape", xs, ctx.dtype())],
-            0,
-        );
-        ctx.contribute(ctx.input(0), g[0]);
+        let gy = ctx.grad_y()?;
+        ctx.record_grad_of(ctx.input(0), op, vec![gy], "grad.reshape", 0);
         Ok(())
     }
 }

@@ -65,11 +65,9 @@ impl NodeOp for CrossEntropy {
         let (logits, labels) = (ctx.input(0), ctx.input(1));
         let s = ctx.shape(logits);
         let flops = loss::cross_entropy_backward_flops(&s);
-        let out = vec![("grad.logits", s, ctx.dtype())];
         let mut inputs = vec![logits, labels];
         inputs.extend(ctx.grad_y_if_any());
-        let g = ctx.record(CrossEntropyBackward, inputs, out, flops);
-        ctx.contribute(logits, g[0]);
+        ctx.record_grad_of(logits, CrossEntropyBackward, inputs, "grad.logits", flops);
         Ok(())
     }
 }

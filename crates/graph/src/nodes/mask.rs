@@ -272,13 +272,7 @@ impl NodeOp for Where {
                 to_a,
                 shape: ctx.shape(v),
             };
-            let g = ctx.record(
-                op,
-                vec![gy, cond],
-                vec![("grad.where", ctx.shape(v), ctx.dtype())],
-                flops,
-            );
-            ctx.contribute(v, g[0]);
+            ctx.record_grad_of(v, op, vec![gy, cond], "grad.where", flops);
         }
         Ok(())
     }

@@ -114,9 +114,7 @@ impl NodeOp for MatMul {
                     low => low,
                 },
             };
-            let new = vec![("grad.matmul", ctx.shape(v), ctx.dtype())];
-            let g = ctx.record(op, vec![gy, other], new, self.shape.flops());
-            ctx.contribute(v, g[0]);
+            ctx.record_grad_of(v, op, vec![gy, other], "grad.matmul", self.shape.flops());
         }
         Ok(())
     }

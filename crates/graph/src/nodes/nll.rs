@@ -186,13 +186,7 @@ impl NodeOp for NllLossOp {
         let ls = ctx.shape(logp);
         let flops = ls.iter().product::<usize>() as u64;
         let op = NllLossBackward { loss: self.loss };
-        let g = ctx.record(
-            op,
-            vec![gy, logp, target],
-            vec![("grad.nll_loss", ls, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute(logp, g[0]);
+        ctx.record_grad_of(logp, op, vec![gy, logp, target], "grad.nll_loss", flops);
         Ok(())
     }
 }

@@ -96,9 +96,7 @@ fn record_backward(
     name: &'static str,
     flops: u64,
 ) -> Result<()> {
-    let xs = ctx.shape(ctx.input(0));
-    let g = ctx.record(op, inputs, vec![(name, xs, ctx.dtype())], flops);
-    ctx.contribute(ctx.input(0), g[0]);
+    ctx.record_grad_of(ctx.input(0), op, inputs, name, flops);
     Ok(())
 }
 

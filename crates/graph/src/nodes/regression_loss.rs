@@ -115,13 +115,7 @@ impl NodeOp for LossOp {
                 kind: self.kind,
                 operand,
             };
-            let g = ctx.record(
-                op,
-                vec![gy, x, t],
-                vec![("grad.loss", s, ctx.dtype())],
-                flops,
-            );
-            ctx.contribute(v, g[0]);
+            ctx.record_grad_of(v, op, vec![gy, x, t], "grad.loss", flops);
         }
         Ok(())
     }

@@ -40,13 +40,7 @@ impl NodeOp for Relu {
         let (gy, y) = (ctx.grad_y()?, ctx.output(0));
         let xs = ctx.shape(ctx.input(0));
         let flops = relu::relu_backward_flops(&xs);
-        let g = ctx.record(
-            ReluBackward,
-            vec![gy, y],
-            vec![("grad.relu", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute(ctx.input(0), g[0]);
+        ctx.record_grad_of(ctx.input(0), ReluBackward, vec![gy, y], "grad.relu", flops);
         Ok(())
     }
 }

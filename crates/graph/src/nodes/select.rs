@@ -423,13 +423,7 @@ impl NodeOp for Select {
             kind: self.kind,
             shape: xs.clone(),
         };
-        let g = ctx.record(
-            op,
-            vec![gy, index],
-            vec![("grad.select", xs, ctx.dtype())],
-            flops,
-        );
-        ctx.contribute(x, g[0]);
+        ctx.record_grad_of(x, op, vec![gy, index], "grad.select", flops);
         Ok(())
     }
 }
