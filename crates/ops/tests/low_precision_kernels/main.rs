@@ -10,6 +10,8 @@ use wick_ops::bf16::{cast, has_avx512_bf16};
 use wick_ops::conv::ConvAlgorithm;
 use wick_ops::{conv, linear, Conv2dParams, Products};
 
+mod matmul;
+
 fn randn(dims: &[usize], seed: u64) -> Tensor {
     let n: usize = dims.iter().product();
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -337,88 +339,6 @@ fn bf16_winograd_layers_stay_within_bf16_rounding_of_float64() {
     bound(&dw_bf16_input, &want, &scale, "weight gradient");
 }
 
-#[test]
-fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
-    use wick_ops::tensor::matmul::MatMulShape;
-    let (a, b) = (randn(&[2, 5, 24], 80), randn(&[24, 7], 81));
-    let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
-    let (a64, b64) = (rounded64(&a), rounded64(&b));
-    let y = shape.forward(&a, &bf16(&b)).unwrap();
-    assert_eq!(y.dims(), [2, 5, 7]);
-    against(
-        "matmul forward",
-        &y,
-        |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
-        24,
-    );
-    let gy = randn(&[2, 5, 7], 82);
-    let gy64 = rounded64(&gy);
-    let ga = shape.backward_a(&gy, &bf16(&b)).unwrap();
-    against(
-        "matmul input gradient",
-        &ga,
-        |m| shape.backward_a(&m(&gy64), &m(&b64)).unwrap(),
-        7,
-    );
-    let gb = shape.backward_b(&gy, &bf16(&a)).unwrap();
-    against(
-        "matmul weight gradient",
-        &gb,
-        |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
-        10,
-    );
-    // The weight gradient with bf16 products forced (autocast's, reading f32 values) is
-    // the one of a bf16 operand: the same rounding, as the product reads it.
-    let forced = shape.backward_b_with(&gy, &a, Products::Bf16).unwrap();
-    assert_eq!(
-        max_of(&abs_diff(&forced, &gb.to_dtype(DType::F64).unwrap())),
-        0.0
-    );
-    assert!(
-        max_of(&abs_diff(
-            &forced,
-            &shape
-                .backward_b(&gy, &a)
-                .unwrap()
-                .to_dtype(DType::F64)
-                .unwrap()
-        )) > 0.0
-    );
-    // A bf16 operand with batch dimensions on the right takes the batched bf16 product,
-    // forward and both gradients, as autocast's product of two activations does.
-    let batched = MatMulShape::new(&[2, 5, 24], &[2, 24, 7]).unwrap();
-    let b3 = randn(&[2, 24, 7], 83);
-    let b3_64 = rounded64(&b3);
-    let y = batched.forward(&a, &bf16(&b3)).unwrap();
-    assert_eq!((y.dims(), y.dtype()), ([2, 5, 7].as_slice(), DType::F32));
-    against(
-        "batched matmul forward",
-        &y,
-        |m| batched.forward(&m(&a64), &m(&b3_64)).unwrap(),
-        24,
-    );
-    let ga = batched.backward_a(&gy, &bf16(&b3)).unwrap();
-    let want = batched.backward_a_with(&gy, &b3, Products::Bf16).unwrap();
-    assert_eq!(
-        max_of(&abs_diff(&ga, &want.to_dtype(DType::F64).unwrap())),
-        0.0
-    );
-    let gb = batched.backward_b(&gy, &bf16(&a)).unwrap();
-    against(
-        "batched matmul gradient of b",
-        &gb,
-        |m| batched.backward_b(&m(&gy64), &m(&a64)).unwrap(),
-        5,
-    );
-    // A bf16 operand beside a float64 one is refused by name, not run wrongly.
-    let a64_operand = a.to_dtype(DType::F64).unwrap();
-    let err = batched
-        .forward(&a64_operand, &bf16(&b3))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("matmul") && err.contains("F64"), "{err}");
-}
-
 /// The fused attention with `products` against float64 on the operands as the products
 /// read them (`low` rounds them), causal and not: every output within `bound` of the
 /// largest value, and at least 16x float32's own error (the products were 16-bit).
@@ -478,51 +398,6 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
     // The weights and the logits' gradients are rounded to bf16 (2^-9 relative) before
     // their products: a few of those roundings, never float32's 1e-7.
     check_attention(Products::Bf16, rounded64, 2f64.powi(-6));
-}
-
-#[test]
-fn bf16_batched_matmul_of_two_activations_matches_float64() {
-    use wick_ops::tensor::matmul::MatMulShape;
-    // Batched with broadcasting (b is shared by a's first batch dimension), and flat.
-    for (ad, bd, seed) in [
-        (&[2usize, 3, 5, 24][..], &[3usize, 24, 7][..], 100u64),
-        (&[6, 24][..], &[24, 9][..], 110),
-    ] {
-        let (a, b) = (randn(ad, seed), randn(bd, seed + 1));
-        let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
-        let (a64, b64) = (rounded64(&a), rounded64(&b));
-        let y = shape.forward_with(&a, &b, Products::Bf16).unwrap();
-        against(
-            "batched matmul forward",
-            &y,
-            |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
-            24,
-        );
-        assert!(
-            max_of(&abs_diff(
-                &y,
-                &shape.forward(&a, &b).unwrap().to_dtype(DType::F64).unwrap()
-            )) > 0.0
-        );
-        let gy = randn(y.dims(), seed + 2);
-        let gy64 = rounded64(&gy);
-        let ga = shape.backward_a_with(&gy, &b, Products::Bf16).unwrap();
-        against(
-            "batched matmul gradient of a",
-            &ga,
-            |m| shape.backward_a(&m(&gy64), &m(&b64)).unwrap(),
-            9,
-        );
-        let gb = shape.backward_b_with(&gy, &a, Products::Bf16).unwrap();
-        assert_eq!(gb.dims(), bd);
-        // Summed over the batch b was broadcast along: 2 x 5 rows.
-        against(
-            "batched matmul gradient of b",
-            &gb,
-            |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
-            10,
-        );
-    }
 }
 
 /// `t` rounded to float16 values, in float64.
