@@ -11,46 +11,18 @@
 //! `cargo bench --bench conv_layers` (`-- 'resnet18'`, `-- 'b32 512->512'` or `-- '@8 '` to
 //! filter).
 
-use candle_core::{DType, Device, Tensor};
+mod resnet_convs;
+
+use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use resnet_convs::resnet_convs;
 use std::time::Duration;
-use wick::graph::nodes::conv::Conv2d;
-use wick::graph::{GraphBuilder, Mode};
-use wick::models::{Depth, ResNetConfig, Stem};
-use wick::ops::{conv, Conv2dParams};
+use wick::models::{Depth, Stem};
+use wick::ops::conv;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
 static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
-
-/// (input shape, weight shape, settings) of every distinct conv of a ResNet, in order.
-fn resnet_convs(
-    depth: Depth,
-    stem: Stem,
-    batch: usize,
-    image: usize,
-) -> Vec<([usize; 4], [usize; 4], Conv2dParams)> {
-    let config = ResNetConfig::new(depth, stem, 10).expect("valid config");
-    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    let images = b
-        .input("images", &[batch, 3, image, image], DType::F32)
-        .expect("input");
-    config.forward(&mut b, images).expect("resnet records");
-    let g = b.finish();
-    let mut out: Vec<([usize; 4], [usize; 4], Conv2dParams)> = Vec::new();
-    for n in g.nodes() {
-        if let Some(Conv2d { params, .. }) = n.op_as::<Conv2d>() {
-            let shape = |i: usize| -> [usize; 4] {
-                g.value(n.inputs[i]).shape.clone().try_into().expect("4-D")
-            };
-            let entry = (shape(0), shape(1), *params);
-            if !out.contains(&entry) {
-                out.push(entry);
-            }
-        }
-    }
-    out
-}
 
 fn bench(c: &mut Criterion) {
     wick::allocator::keep_freed_memory();
@@ -65,12 +37,13 @@ fn bench(c: &mut Criterion) {
         .flat_map(|(model, depth, stem, batch, image)| {
             resnet_convs(depth, stem, batch, image)
                 .into_iter()
-                .map(move |s| (model, s))
+                .map(move |layer| (model, layer))
         });
-    for (model, (x_shape, w_shape, p)) in shapes {
-        let [n, cin, h, _] = x_shape;
+    for (model, layer) in shapes {
+        let (x_shape, w_shape, p) = (layer.input, layer.weight, layer.params);
+        let [n, cin, _, _] = x_shape;
         let [cout, _, k, _] = w_shape;
-        let name = format!("{model} {cin}->{cout} {k}x{k} s{} @{h} ", p.stride[0]);
+        let name = format!("{model} {} ", layer.name());
         let x = Tensor::randn(0f32, 1.0, x_shape.as_slice(), &dev).expect("x");
         let w = Tensor::randn(0f32, 0.05, w_shape.as_slice(), &dev).expect("w");
         let out = p.output_shape(&x_shape, &w_shape).expect("shape");
