@@ -132,7 +132,6 @@ pub(crate) fn wrap<T: CudaDType>(slice: CudaSlice<T>, dev: &CudaDevice, shape: &
     )
 }
 
-/// `len` uninitialised elements on `dev`'s stream, for an output the kernel writes whole.
 /// A zeroed device buffer of `len` elements (at least one), for kernels that scatter.
 pub(crate) fn zeros<T>(op: &'static str, dev: &CudaDevice, len: usize) -> Result<CudaSlice<T>>
 where
@@ -144,6 +143,7 @@ where
         .map_err(cuda_err(op, "allocating a zeroed buffer"))
 }
 
+/// `len` uninitialised elements on `dev`'s stream, for an output the kernel writes whole.
 pub(crate) fn output<T: CudaDType + candle_core::cuda::cudarc::driver::DeviceRepr>(
     op: &'static str,
     dev: &CudaDevice,
@@ -178,7 +178,8 @@ impl From<Launch> for LaunchConfig {
     }
 }
 
-/// The dtypes of the kernels with 16-bit variants (`elementwise.cu`, `global_pool.cu`):
+/// The dtypes of the kernels with 16-bit variants (`elementwise.cu`, `global_pool.cu`,
+/// `pool/kernels.cu`):
 /// f32 and f64, and bf16 and f16, which compute in float.
 pub(crate) fn has_kernel_with_16_bit(dtype: DType) -> bool {
     matches!(dtype, DType::F32 | DType::F64 | DType::BF16 | DType::F16)

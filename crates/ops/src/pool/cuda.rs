@@ -1,48 +1,25 @@
-//! wick's own CUDA kernels, for the ops candle has no (correct) CUDA kernel for: padded
-//! max and average pooling and their backward. The source (`kernels.cu`) travels with
-//! the crate and is compiled at run time with NVRTC, once per device, by
-//! [`crate::gpu::cuda::module`].
+//! wick's own CUDA kernels for the pools candle has no (correct) CUDA kernel for: padded
+//! max and average pooling and their backward, in f32, f64, and bf16 and f16 (compared
+//! and summed in float, rounded once). The source (`kernels.cu`) travels with the crate
+//! and is compiled at run time with NVRTC, once per device, by [`crate::gpu::cuda::module`].
 
-use std::sync::Arc;
+use candle_core::Tensor;
 
-use candle_core::cuda::cudarc::driver::{CudaModule, CudaView, LaunchConfig, PushKernelArg};
-use candle_core::{CudaDevice, Storage, Tensor};
+use crate::error::Result;
+use crate::gpu::cuda::{
+    contiguous, device_of, dispatch_with_16_bit, launch, output, suffix_with_16_bit, view, wrap,
+    Source,
+};
+use crate::gpu::launch::kernel_int;
+use crate::gpu::Launch;
 
-use crate::error::{CandleContext, OpError, Result};
-use crate::gpu::cuda::{cuda_err, device_of, module, suffix, wrap, zeros, Source};
-
-/// The CUDA device of `t` and the pooling module compiled for it.
-fn device_and_module(op: &'static str, t: &Tensor) -> Result<(CudaDevice, Arc<CudaModule>)> {
-    let dev = device_of(op, t)?;
-    let module = module(op, &dev, Source::Pool)?;
-    Ok((dev, module))
-}
-
-/// Runs `f` with a view of the contiguous data of a CUDA tensor.
-fn with_view<T: candle_core::cuda::CudaDType, R>(
-    op: &'static str,
-    t: &Tensor,
-    f: impl FnOnce(CudaView<'_, T>) -> Result<R>,
-) -> Result<R> {
-    let t = t.contiguous().ctx(op)?;
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cuda(cs) = &*storage else {
-        return Err(OpError::Unsupported {
-            op,
-            what: "a CUDA kernel asked for a non-CUDA tensor".into(),
-        });
-    };
-    let slice = cs.as_cuda_slice::<T>().ctx(op)?;
-    let start = layout.start_offset();
-    f(slice.slice(start..start + layout.shape().elem_count()))
-}
-
-/// Sizes passed to every pooling kernel: H, W, OH, OW, kh, kw, sh, sw, ph, pw.
+/// The sizes every pooling kernel takes, in its order: H, W, OH, OW, kh, kw, sh, sw, ph, pw.
 pub(crate) struct PoolDims(pub [i32; 10]);
 
 impl super::params::Geom {
-    /// The sizes wick's CUDA pooling kernels take.
-    pub(super) fn cuda_dims(&self) -> PoolDims {
+    /// The sizes wick's CUDA pooling kernels take, or an error naming the op when one is
+    /// past what they index.
+    pub(super) fn cuda_dims(&self, op: &'static str) -> Result<PoolDims> {
         let p = &self.p;
         let v = [
             self.h,
@@ -56,19 +33,36 @@ impl super::params::Geom {
             p.padding[0],
             p.padding[1],
         ];
-        PoolDims(v.map(|x| x as i32))
+        let mut dims = [0i32; 10];
+        for (d, x) in dims.iter_mut().zip(v) {
+            *d = kernel_int(op, "a pooling size", x)?;
+        }
+        let plane = self.h.max(self.oh) * self.w.max(self.ow);
+        kernel_int(op, "a plane's size", plane)?;
+        Ok(PoolDims(dims))
     }
 }
 
-macro_rules! launch {
-    ($op:expr, $module:expr, $dev:expr, $name:expr, $total:expr, [$($arg:expr),* $(,)?]) => {{
-        let func = $module.load_function($name).map_err(cuda_err($op, "loading a pooling kernel"))?;
-        let stream = $dev.cuda_stream();
-        let mut b = stream.launch_builder(&func);
-        $( b.arg($arg); )*
-        // SAFETY: the argument list matches the kernel's signature in kernels.cu, and
-        // every buffer holds `total` (or the plane-derived) elements the kernel indexes.
-        unsafe { b.launch(LaunchConfig::for_num_elems($total as u32)) }.map_err(cuda_err($op, "launching a pooling kernel"))?;
+/// The kernel `{stem}_{dtype}` of `kernels.cu`, launched with one thread per element of
+/// `total` over `input` (whose dtype names the variant) into a new tensor of `out_shape`:
+/// the closure-like tail names the input's view, the output and the element count, and
+/// lists the kernel's arguments before the sizes.
+macro_rules! run_pool {
+    ($op:expr, $stem:expr, $input:expr, $total:expr, $dims:expr, $out_shape:expr, |$xv:ident, $out:ident, $len:ident| [$($arg:expr),*]) => {{
+        let (op, input): (&'static str, &Tensor) = ($op, $input);
+        let dev = device_of(op, input)?;
+        let x = contiguous(op, input)?;
+        let name = format!("{}_{}", $stem, suffix_with_16_bit(op, x.dtype())?);
+        let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = $dims.0;
+        let $len = $total as i64;
+        dispatch_with_16_bit!(op, x.dtype(), T, _S => {
+            let (xs, xl) = x.storage_and_layout();
+            let $xv = view::<T>(op, &xs, xl)?;
+            let mut $out = output::<T>(op, &dev, $total)?;
+            let sizes = [&h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw];
+            launch!(op, dev, Source::Pool, name, Launch::elementwise($total), [$($arg),*, sizes[0], sizes[1], sizes[2], sizes[3], sizes[4], sizes[5], sizes[6], sizes[7], sizes[8], sizes[9]]);
+            Ok(wrap($out, &dev, $out_shape))
+        })
     }};
 }
 
@@ -79,38 +73,17 @@ pub(crate) fn max_pool_forward(
     d: &PoolDims,
 ) -> Result<(Tensor, Tensor)> {
     const OP: &str = "max_pool2d";
-    let (dev, module) = device_and_module(OP, x)?;
     let total = out_shape.iter().product::<usize>();
-    let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
-    let total_i = total as i32;
-    let mut idx = zeros::<u32>(OP, &dev, total)?;
-    macro_rules! run {
-        ($t:ty, $name:expr) => {{
-            let mut y = zeros::<$t>(OP, &dev, total)?;
-            with_view::<$t, _>(OP, x, |xv| {
-                launch!(
-                    OP,
-                    module,
-                    dev,
-                    $name,
-                    total,
-                    [
-                        &xv, &mut y, &mut idx, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph,
-                        &pw
-                    ]
-                );
-                Ok(())
-            })?;
-            Ok((wrap(y, &dev, out_shape), wrap(idx, &dev, out_shape)))
-        }};
-    }
-    match suffix(OP, x.dtype())? {
-        "f32" => run!(f32, "max_pool_fwd_f32"),
-        _ => run!(f64, "max_pool_fwd_f64"),
-    }
+    let dev = device_of(OP, x)?;
+    let mut idx = output::<u32>(OP, &dev, total)?;
+    let y = run_pool!(OP, "max_pool_fwd", x, total, d, out_shape, |xv, y, len| [
+        &xv, &mut y, &mut idx, &len
+    ])?;
+    Ok((y, wrap(idx, &dev, out_shape)))
 }
 
-/// Max-pool backward on CUDA: scatters `grad_y` to the chosen elements (atomic adds).
+/// Max-pool backward on CUDA: each input element gathers the output gradients whose
+/// index names it.
 pub(crate) fn max_pool_backward(
     grad_y: &Tensor,
     indices: &Tensor,
@@ -118,34 +91,19 @@ pub(crate) fn max_pool_backward(
     d: &PoolDims,
 ) -> Result<Tensor> {
     const OP: &str = "max_pool2d";
-    let (dev, module) = device_and_module(OP, grad_y)?;
-    let total = grad_y.elem_count();
-    let n_in: usize = input_shape.iter().product();
-    let [h, w, oh, ow, ..] = d.0;
-    let (total_i, hw, ohw) = (total as i32, h * w, oh * ow);
-    macro_rules! run {
-        ($t:ty, $name:expr) => {{
-            let mut dx = zeros::<$t>(OP, &dev, n_in)?;
-            with_view::<$t, _>(OP, grad_y, |gv| {
-                with_view::<u32, _>(OP, indices, |iv| {
-                    launch!(
-                        OP,
-                        module,
-                        dev,
-                        $name,
-                        total,
-                        [&gv, &iv, &mut dx, &total_i, &hw, &ohw]
-                    );
-                    Ok(())
-                })
-            })?;
-            Ok(wrap(dx, &dev, input_shape))
-        }};
-    }
-    match suffix(OP, grad_y.dtype())? {
-        "f32" => run!(f32, "max_pool_bwd_f32"),
-        _ => run!(f64, "max_pool_bwd_f64"),
-    }
+    let total: usize = input_shape.iter().product();
+    let idx = contiguous(OP, indices)?;
+    let (is, il) = idx.storage_and_layout();
+    let iv = view::<u32>(OP, &is, il)?;
+    run_pool!(
+        OP,
+        "max_pool_bwd",
+        grad_y,
+        total,
+        d,
+        input_shape,
+        |gv, dx, len| [&gv, &iv, &mut dx, &len]
+    )
 }
 
 /// Average-pool forward (`backward == false`, from `x` to `out_shape`) or backward (from the
@@ -157,30 +115,13 @@ pub(crate) fn avg_pool(
     backward: bool,
 ) -> Result<Tensor> {
     const OP: &str = "avg_pool2d";
-    let (dev, module) = device_and_module(OP, x)?;
     let total = out_shape.iter().product::<usize>();
-    let [h, w, oh, ow, kh, kw, sh, sw, ph, pw] = d.0;
-    let total_i = total as i32;
-    macro_rules! run {
-        ($t:ty, $fwd:expr, $bwd:expr) => {{
-            let mut out = zeros::<$t>(OP, &dev, total)?;
-            with_view::<$t, _>(OP, x, |xv| {
-                let name = if backward { $bwd } else { $fwd };
-                launch!(
-                    OP,
-                    module,
-                    dev,
-                    name,
-                    total,
-                    [&xv, &mut out, &total_i, &h, &w, &oh, &ow, &kh, &kw, &sh, &sw, &ph, &pw]
-                );
-                Ok(())
-            })?;
-            Ok(wrap(out, &dev, out_shape))
-        }};
-    }
-    match suffix(OP, x.dtype())? {
-        "f32" => run!(f32, "avg_pool_fwd_f32", "avg_pool_bwd_f32"),
-        _ => run!(f64, "avg_pool_fwd_f64", "avg_pool_bwd_f64"),
-    }
+    let stem = if backward {
+        "avg_pool_bwd"
+    } else {
+        "avg_pool_fwd"
+    };
+    run_pool!(OP, stem, x, total, d, out_shape, |xv, out, len| [
+        &xv, &mut out, &len
+    ])
 }

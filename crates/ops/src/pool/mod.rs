@@ -59,7 +59,8 @@ pub fn max_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<MaxPoolOutput> {
     match route(x.device()) {
         Route::Cpu => dispatch_float!(kind.op_name(), x.dtype(), cpu::max_forward(&g, x)),
         Route::Cuda => on_cuda!(kind.op_name(), x, {
-            let (y, indices) = cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims())?;
+            let (y, indices) =
+                cuda::max_pool_forward(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims(kind.op_name())?)?;
             Ok(MaxPoolOutput { y, indices })
         }),
         Route::Generic => Err(no_kernel(kind.op_name(), x)),
@@ -109,7 +110,7 @@ pub fn max_pool2d_backward(
         Route::Cuda => on_cuda!(
             kind.op_name(),
             grad_y,
-            cuda::max_pool_backward(grad_y, indices, input_shape, &g.cuda_dims())
+            cuda::max_pool_backward(grad_y, indices, input_shape, &g.cuda_dims(kind.op_name())?)
         ),
         Route::Generic => Err(no_kernel(kind.op_name(), grad_y)),
     }
@@ -124,7 +125,12 @@ pub fn avg_pool2d(x: &Tensor, p: &Pool2dParams) -> Result<Tensor> {
         Route::Cuda => on_cuda!(
             kind.op_name(),
             x,
-            cuda::avg_pool(x, &[g.n, g.c, g.oh, g.ow], &g.cuda_dims(), false)
+            cuda::avg_pool(
+                x,
+                &[g.n, g.c, g.oh, g.ow],
+                &g.cuda_dims(kind.op_name())?,
+                false
+            )
         ),
         Route::Generic => avg_forward_generic(x, p),
     }
@@ -162,7 +168,7 @@ pub fn avg_pool2d_backward(
         Route::Cuda => on_cuda!(
             kind.op_name(),
             grad_y,
-            cuda::avg_pool(grad_y, input_shape, &g.cuda_dims(), true)
+            cuda::avg_pool(grad_y, input_shape, &g.cuda_dims(kind.op_name())?, true)
         ),
         Route::Generic => Err(no_kernel(kind.op_name(), grad_y)),
     }

@@ -59,20 +59,20 @@ type Binary16 = unsafe extern "C" fn(
 
 /// One of the two 16-bit types: its conversions and its kernels.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Half {
+pub(super) enum Half {
     Bf16,
     F16,
 }
 
 impl Half {
-    fn round(self, x: f32) -> u16 {
+    pub(super) fn round(self, x: f32) -> u16 {
         match self {
             Half::Bf16 => round_to_bf16(x),
             Half::F16 => half::f16::from_f32(x).to_bits(),
         }
     }
 
-    fn value(self, bits: u16) -> f32 {
+    pub(super) fn value(self, bits: u16) -> f32 {
         match self {
             Half::Bf16 => bf16_to_f32(bits),
             Half::F16 => half::f16::from_bits(bits).to_f32(),
@@ -89,7 +89,7 @@ impl Half {
 
     /// The spacing of the type's values at `x` (its unit in the last place), at least the
     /// smallest subnormal's.
-    fn ulp(self, x: f32) -> f32 {
+    pub(super) fn ulp(self, x: f32) -> f32 {
         let (mantissa_bits, smallest) = match self {
             Half::Bf16 => (7, f32::from_bits(1 << 16)),
             Half::F16 => (10, 2f32.powi(-24)),
@@ -412,7 +412,7 @@ type Pool16 = unsafe extern "C" fn(
 type Pool16Backward = Pool16;
 
 /// Runs `call` with `launch`; the emulator's error fails the test.
-fn launch_with(
+pub(super) fn launch_with(
     launch: Launch,
     call: impl FnOnce(&Launch, *mut std::ffi::c_char, std::ffi::c_ulong) -> i32,
 ) {

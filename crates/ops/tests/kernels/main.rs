@@ -18,6 +18,7 @@ mod emulated_emulator;
 mod emulated_fixtures;
 mod emulated_low_precision;
 mod emulated_optim;
+mod emulated_pool;
 mod fused_train;
 mod layer_norm;
 mod linear;
