@@ -196,6 +196,8 @@ mod emulation {
             // The 16-bit storage types of common.cuh, passed as their bits.
             "const wick_bf16*" | "const wick_f16*" => "*const u16",
             "wick_bf16*" | "wick_f16*" => "*mut u16",
+            "wick_bf16* const*" | "wick_f16* const*" => "*const *mut u16",
+            "const wick_bf16* const*" | "const wick_f16* const*" => "*const *const u16",
             "const double* const*" => "*const *const f64",
             other => panic!("kernel {kernel}: no Rust type for the C parameter type `{other}`"),
         }

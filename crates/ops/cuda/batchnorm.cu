@@ -9,7 +9,9 @@
 // cut into `splits` contiguous ranges, one per block, so small-channel layers still fill
 // the GPU (`wick_ops::gpu::Launch::batch_norm`).
 //
-// A: the accumulation type (float for f32 tensors, double for f64).
+// A: the accumulation type (float for f32, bf16 and f16 tensors, double for f64). The
+// 16-bit variants read into float, keep the partial moments and sums in float and round
+// each output once (the saved mean and inverse deviation too, in the tensor's dtype).
 #ifndef WICK_RUNTIME_SOURCE
 #include "common.cuh"
 #endif
@@ -190,3 +192,5 @@ __device__ void eval_forward(const T* x, T* y, const T* weight, const T* bias,
 
 WICK_BATCH_NORM(float, float, f32)
 WICK_BATCH_NORM(double, double, f64)
+WICK_BATCH_NORM(wick_bf16, float, bf16)
+WICK_BATCH_NORM(wick_f16, float, f16)

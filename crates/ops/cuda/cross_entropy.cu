@@ -3,7 +3,9 @@
 // two reads of the row), then one block for the batch mean, so no value travels to the
 // host. The backward recomputes softmax from the saved log-sum-exp: one read of the logits,
 // one write of the gradient. A label outside 0..K makes its row's loss NaN on the forward
-// (never an out-of-bounds read) and gives a zero one-hot row on the backward.
+// (never an out-of-bounds read) and gives a zero one-hot row on the backward. The bf16 and
+// f16 variants read their logits into float, keep the per-row values in float and round
+// the loss and each gradient once.
 #ifndef WICK_RUNTIME_SOURCE
 #include "common.cuh"
 #endif
@@ -69,3 +71,5 @@ __device__ void cross_entropy_bwd(const T* logits, const unsigned int* labels, c
 
 WICK_CROSS_ENTROPY(float, float, f32)
 WICK_CROSS_ENTROPY(double, double, f64)
+WICK_CROSS_ENTROPY(wick_bf16, float, bf16)
+WICK_CROSS_ENTROPY(wick_f16, float, f16)

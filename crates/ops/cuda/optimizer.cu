@@ -5,17 +5,22 @@
 // is read and written once. A parameter that becomes NaN or infinite sets its flag in
 // `non_finite` (one per tensor, zeroed before the launch), so the step's finiteness check
 // costs no extra pass and names the parameter.
+//
+// T is the tensors' type, A the type the update computes in (and its scalars' type): the
+// same for f32 and f64; float for bf16 and f16, whose parameters and state are read into
+// float and each rounded once when stored (PyTorch's fused optimizers' rule). A parameter
+// is finite when its stored value is (an f16 update past 65504 is infinite).
 #ifndef WICK_RUNTIME_SOURCE
 #include "common.cuh"
 #endif
 
 // PyTorch's SGD: d = g + wd * p; with momentum, buf = momentum * buf + (1 - dampening) * d
 // (buf = d on the first step), d = nesterov ? d + momentum * buf : buf; p -= lr * d.
-template <typename T>
+template <typename T, typename A>
 __device__ void sgd_multi(T* const* params, const T* const* grads, T* const* bufs,
                           const long long* sizes, const int* chunk_tensor,
-                          const long long* chunk_start, int chunks, int chunk_len, T lr,
-                          T momentum, T dampening, T weight_decay, int nesterov, int first_step,
+                          const long long* chunk_start, int chunks, int chunk_len, A lr,
+                          A momentum, A dampening, A weight_decay, int nesterov, int first_step,
                           unsigned int* non_finite) {
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
         int t = chunk_tensor[chunk];
@@ -25,17 +30,17 @@ __device__ void sgd_multi(T* const* params, const T* const* grads, T* const* buf
         const T* g = grads[t];
         bool finite = true;
         for (long long j = start + threadIdx.x; j < end; j += blockDim.x) {
-            T d = g[j];
-            if (weight_decay != (T)0) d = d + p[j] * weight_decay;
-            if (momentum != (T)0) {
+            A d = (A)g[j], w = (A)p[j];
+            if (weight_decay != (A)0) d = d + w * weight_decay;
+            if (momentum != (A)0) {
                 T* b = bufs[t];
-                T buf = first_step ? d : b[j] * momentum + d * ((T)1 - dampening);
-                b[j] = buf;
+                A buf = first_step ? d : (A)b[j] * momentum + d * ((A)1 - dampening);
+                b[j] = (T)buf;
                 d = nesterov ? d + buf * momentum : buf;
             }
-            T next = p[j] - d * lr;
+            T next = (T)(w - d * lr);
             p[j] = next;
-            finite = finite && isfinite(next);
+            finite = finite && isfinite((A)next);
         }
         if (!finite) atomicOr(non_finite + t, 1u);
     }
@@ -47,12 +52,12 @@ __device__ void sgd_multi(T* const* params, const T* const* grads, T* const* buf
 // gradient); `one_minus_beta1` and `one_minus_beta2` are 1 - beta (1 - 0.999 taken in
 // float would be 1.3e-5 off); `step_size` = lr / (1 - beta1^t) and `bias2_sqrt` =
 // sqrt(1 - beta2^t) for the step t.
-template <typename T>
+template <typename T, typename A>
 __device__ void adam_multi(T* const* params, const T* const* grads, T* const* exp_avgs,
                            T* const* exp_avg_sqs, const long long* sizes, const int* chunk_tensor,
-                           const long long* chunk_start, int chunks, int chunk_len, T decay,
-                           int decoupled, T beta2, T one_minus_beta1, T one_minus_beta2, T eps,
-                           T step_size, T bias2_sqrt, unsigned int* non_finite) {
+                           const long long* chunk_start, int chunks, int chunk_len, A decay,
+                           int decoupled, A beta2, A one_minus_beta1, A one_minus_beta2, A eps,
+                           A step_size, A bias2_sqrt, unsigned int* non_finite) {
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
         int t = chunk_tensor[chunk];
         long long start = chunk_start[chunk];
@@ -61,41 +66,43 @@ __device__ void adam_multi(T* const* params, const T* const* grads, T* const* ex
         const T* g = grads[t];
         bool finite = true;
         for (long long j = start + threadIdx.x; j < end; j += blockDim.x) {
-            T w = p[j], d = g[j];
+            A w = (A)p[j], d = (A)g[j], m0 = (A)m[j];
             if (decoupled)
                 w = w * decay;
             else
                 d = d + w * decay;
-            T mj = m[j] + (d - m[j]) * one_minus_beta1;
-            T vj = v[j] * beta2 + one_minus_beta2 * d * d;
-            m[j] = mj;
-            v[j] = vj;
-            T next = w - mj / (sqrt(vj) / bias2_sqrt + eps) * step_size;
+            A mj = m0 + (d - m0) * one_minus_beta1;
+            A vj = (A)v[j] * beta2 + one_minus_beta2 * d * d;
+            m[j] = (T)mj;
+            v[j] = (T)vj;
+            T next = (T)(w - mj / (sqrt(vj) / bias2_sqrt + eps) * step_size);
             p[j] = next;
-            finite = finite && isfinite(next);
+            finite = finite && isfinite((A)next);
         }
         if (!finite) atomicOr(non_finite + t, 1u);
     }
 }
 
-#define WICK_OPTIMIZERS(T, S)                                                                      \
+#define WICK_OPTIMIZERS(T, A, S)                                                                   \
     extern "C" __global__ void sgd_multi_tensor_##S(                                               \
         T* const* params, const T* const* grads, T* const* bufs, const long long* sizes,           \
-        const int* chunk_tensor, const long long* chunk_start, int chunks, int chunk_len, T lr,    \
-        T momentum, T dampening, T weight_decay, int nesterov, int first_step,                     \
+        const int* chunk_tensor, const long long* chunk_start, int chunks, int chunk_len, A lr,    \
+        A momentum, A dampening, A weight_decay, int nesterov, int first_step,                     \
         unsigned int* non_finite) {                                                                \
-        sgd_multi<T>(params, grads, bufs, sizes, chunk_tensor, chunk_start, chunks, chunk_len, lr, \
+        sgd_multi<T, A>(params, grads, bufs, sizes, chunk_tensor, chunk_start, chunks, chunk_len, lr, \
                      momentum, dampening, weight_decay, nesterov, first_step, non_finite);         \
     }                                                                                              \
     extern "C" __global__ void adam_multi_tensor_##S(                                              \
         T* const* params, const T* const* grads, T* const* exp_avgs, T* const* exp_avg_sqs,        \
         const long long* sizes, const int* chunk_tensor, const long long* chunk_start, int chunks,  \
-        int chunk_len, T decay, int decoupled, T beta2, T one_minus_beta1, T one_minus_beta2,      \
-        T eps, T step_size, T bias2_sqrt, unsigned int* non_finite) {                              \
-        adam_multi<T>(params, grads, exp_avgs, exp_avg_sqs, sizes, chunk_tensor, chunk_start,      \
+        int chunk_len, A decay, int decoupled, A beta2, A one_minus_beta1, A one_minus_beta2,      \
+        A eps, A step_size, A bias2_sqrt, unsigned int* non_finite) {                              \
+        adam_multi<T, A>(params, grads, exp_avgs, exp_avg_sqs, sizes, chunk_tensor, chunk_start,      \
                       chunks, chunk_len, decay, decoupled, beta2, one_minus_beta1,                 \
                       one_minus_beta2, eps, step_size, bias2_sqrt, non_finite);                    \
     }
 
-WICK_OPTIMIZERS(float, f32)
-WICK_OPTIMIZERS(double, f64)
+WICK_OPTIMIZERS(float, float, f32)
+WICK_OPTIMIZERS(double, double, f64)
+WICK_OPTIMIZERS(wick_bf16, float, bf16)
+WICK_OPTIMIZERS(wick_f16, float, f16)

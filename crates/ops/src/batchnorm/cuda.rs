@@ -1,5 +1,6 @@
-//! Batch norm on CUDA (`crates/ops/cuda/batch_norm.cu`): training forward (with the fused
-//! ReLU), backward (with the ReLU mask) and inference forward.
+//! Batch norm on CUDA (`crates/ops/cuda/batchnorm.cu`): training forward (with the fused
+//! ReLU), backward (with the ReLU mask) and inference forward, in f32, f64, and bf16 and
+//! f16 (partial moments and sums in float, each output rounded once).
 
 use candle_core::cuda::cudarc::driver::CudaViewMut;
 use candle_core::Tensor;
@@ -7,7 +8,8 @@ use candle_core::Tensor;
 use super::params::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 use crate::error::{CandleContext, OpError, Result};
 use crate::gpu::cuda::{
-    contiguous, device_of, dispatch, empty_like, launch, output, suffix, view, wrap, Source,
+    contiguous, device_of, dispatch_with_16_bit, empty_like, launch, output, suffix_with_16_bit,
+    view, wrap, Source,
 };
 use crate::gpu::workspace::with_scratch;
 use crate::gpu::{Launch, WorkspaceLayout};
@@ -26,13 +28,13 @@ pub(crate) fn batch_norm_train(
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
     let [wt, bt, rmt, rvt] = per_channel(op, &x, [weight, bias, running_mean, running_var])?;
     let (ni, ci, hwi, relu_i) = (n as i32, c as i32, (h * w) as i32, relu as i32);
-    let sfx = suffix(op, x.dtype())?;
-    dispatch!(op, x.dtype(), T => {
+    let sfx = suffix_with_16_bit(op, x.dtype())?;
+    dispatch_with_16_bit!(op, x.dtype(), T, A => {
         let (xs, xl) = x.storage_and_layout();
         let xv = view::<T>(op, &xs, xl)?;
-        let layout = WorkspaceLayout::batch_norm(&launch, std::mem::size_of::<T>());
+        let layout = WorkspaceLayout::batch_norm(&launch, std::mem::size_of::<A>());
         with_scratch(op, &dev, layout.bytes(), |mut scratch| {
-        let mut partial = partial_moments::<T>(op, &mut scratch, &launch)?;
+        let mut partial = partial_moments::<A>(op, &mut scratch, &launch)?;
         launch!(op, dev, Source::BatchNorm, format!("batch_norm_moments_{sfx}"), launch,
             [&xv, &mut partial, &ni, &ci, &hwi]);
         let ((ws, wl), (bs, bl)) = (wt.storage_and_layout(), bt.storage_and_layout());
@@ -81,8 +83,8 @@ pub(crate) fn batch_norm_train_backward(
     );
     let z = z.map(cont).transpose()?;
     let (ni, ci, hwi) = (n as i32, c as i32, (h * w) as i32);
-    let sfx = suffix(op, dt)?;
-    dispatch!(op, dt, T => {
+    let sfx = suffix_with_16_bit(op, dt)?;
+    dispatch_with_16_bit!(op, dt, T, A => {
         let ((gs, gl), (xs, xl)) = (g.storage_and_layout(), x.storage_and_layout());
         let ((ws, wl), (ms, ml)) = (wt.storage_and_layout(), mt.storage_and_layout());
         let (is, il) = it.storage_and_layout();
@@ -93,9 +95,9 @@ pub(crate) fn batch_norm_train_backward(
             Some((s, l)) => Some(view::<T>(op, s, l)?),
             None => None,
         };
-        let layout = WorkspaceLayout::batch_norm(&launch, std::mem::size_of::<T>());
+        let layout = WorkspaceLayout::batch_norm(&launch, std::mem::size_of::<A>());
         with_scratch(op, &dev, layout.bytes(), |mut scratch| {
-        let mut partial = partial_moments::<T>(op, &mut scratch, &launch)?;
+        let mut partial = partial_moments::<A>(op, &mut scratch, &launch)?;
         let mut dx = output::<T>(op, &dev, x.elem_count())?;
         let (mut dw, mut db) = (output::<T>(op, &dev, c)?, output::<T>(op, &dev, c)?);
         let null = 0u64;
@@ -151,8 +153,11 @@ pub(crate) fn batch_norm_eval(
     let (dev, x) = (device_of(op, x)?, contiguous(op, x)?);
     let [wt, bt, rmt, rvt] = per_channel(op, &x, [weight, bias, running_mean, running_var])?;
     let (len, ci, hwi) = (total as i64, c as i32, (h * w) as i32);
-    let name = format!("batch_norm_eval_forward_{}", suffix(op, x.dtype())?);
-    dispatch!(op, x.dtype(), T => {
+    let name = format!(
+        "batch_norm_eval_forward_{}",
+        suffix_with_16_bit(op, x.dtype())?
+    );
+    dispatch_with_16_bit!(op, x.dtype(), T, _A => {
         let (xs, xl) = x.storage_and_layout();
         let ((ws, wl), (bs, bl)) = (wt.storage_and_layout(), bt.storage_and_layout());
         let ((ms, ml), (vs, vl)) = (rmt.storage_and_layout(), rvt.storage_and_layout());

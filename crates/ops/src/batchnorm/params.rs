@@ -2,8 +2,6 @@
 //! one layer's checked tensors ([`Layer`]) with the statistics a backward pass reads
 //! ([`Stats`]).
 
-#[cfg(feature = "cuda")]
-use candle_core::DType;
 use candle_core::Tensor;
 
 use crate::error::{OpError, Result};
@@ -102,10 +100,11 @@ impl BatchNorm2dParams {
     }
 }
 
-/// Whether wick's CUDA kernels take `x`'s dtype (f32, f64).
+/// Whether wick's CUDA kernels take `x`'s dtype (f32, f64, and bf16 and f16 computed in
+/// float).
 #[cfg(feature = "cuda")]
 pub(crate) fn float_dtype(x: &Tensor) -> bool {
-    matches!(x.dtype(), DType::F32 | DType::F64)
+    crate::gpu::cuda::has_kernel_with_16_bit(x.dtype())
 }
 
 /// Checks that `input` is NCHW and each named per-channel shape is `[C]`.

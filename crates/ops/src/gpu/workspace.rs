@@ -79,10 +79,19 @@ pub fn batch_norm_workspace_bytes(device: DeviceKind, dims: &[usize], dtype: DTy
     match (device, dims) {
         (DeviceKind::Cuda | DeviceKind::Cudnn, &[n, c, h, w]) => {
             Launch::batch_norm("batch_norm", n, c, h * w).map_or(0, |l| {
-                WorkspaceLayout::batch_norm(&l, dtype.size_in_bytes()).bytes() as u64
+                WorkspaceLayout::batch_norm(&l, accumulator_bytes(dtype)).bytes() as u64
             })
         }
         _ => 0,
+    }
+}
+
+/// Bytes of one value of the accumulator wick's CUDA kernels sum `dtype` in: the dtype's
+/// own, or float's for bf16 and f16.
+fn accumulator_bytes(dtype: DType) -> usize {
+    match dtype {
+        DType::BF16 | DType::F16 => 4,
+        other => other.size_in_bytes(),
     }
 }
 
@@ -253,11 +262,18 @@ mod tests {
     }
 
     #[test]
-    fn batch_norm_scratch_is_three_values_per_block_on_cuda_only() {
+    fn batch_norm_scratch_is_three_accumulator_values_per_block_on_cuda_only() {
         let dims = [32, 64, 56, 56];
         let launch = Launch::batch_norm("t", 32, 64, 56 * 56).unwrap();
         let blocks = launch.grid[0] as u64 * launch.grid[1] as u64;
-        for (dtype, size) in [(DType::F32, 4), (DType::F64, 8)] {
+        // The 16-bit kernels keep their partial moments in float.
+        let sizes = [
+            (DType::F32, 4),
+            (DType::F64, 8),
+            (DType::BF16, 4),
+            (DType::F16, 4),
+        ];
+        for (dtype, size) in sizes {
             let bytes = batch_norm_workspace_bytes(DeviceKind::Cudnn, &dims, dtype);
             assert_eq!(bytes, blocks * 3 * size);
             assert_eq!(batch_norm_workspace_bytes(DeviceKind::Cpu, &dims, dtype), 0);

@@ -117,7 +117,7 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor) -> Result<Tensor> {
     }
     #[cfg(feature = "cuda")]
     if crate::route::route(logits.device()) == crate::route::Route::Cuda
-        && matches!(logits.dtype(), DType::F32 | DType::F64)
+        && crate::gpu::cuda::has_kernel_with_16_bit(logits.dtype())
     {
         return cuda::cross_entropy(OP, logits, labels);
     }
@@ -148,7 +148,7 @@ pub fn cross_entropy_backward(
     }
     #[cfg(feature = "cuda")]
     if crate::route::route(logits.device()) == crate::route::Route::Cuda
-        && matches!(logits.dtype(), DType::F32 | DType::F64)
+        && crate::gpu::cuda::has_kernel_with_16_bit(logits.dtype())
     {
         return cuda::cross_entropy_backward(OP, grad_loss, logits, labels);
     }

@@ -88,7 +88,7 @@ pub type AdamMember<'a> = (
 );
 
 /// [`adam_step`] on many parameters with the same settings and step number. On CUDA, when
-/// every parameter is an f32 or f64 tensor of one dtype, it is **one launch for all of
+/// every parameter is a tensor of one dtype (f32, f64, bf16 or f16), it is **one launch for all of
 /// them**; elsewhere one update after another.
 pub fn adam_step_multi_tensor(
     members: &[AdamMember<'_>],
@@ -119,7 +119,7 @@ fn adam_cuda(
     let qualifies = members.iter().all(|&(w, ..)| {
         crate::route::route(w.device()) == crate::route::Route::Cuda
             && w.dtype() == first.dtype()
-            && matches!(w.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+            && crate::gpu::cuda::has_kernel_with_16_bit(w.dtype())
     });
     if !qualifies {
         return Ok(None);

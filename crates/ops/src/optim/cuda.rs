@@ -2,7 +2,8 @@
 //! place, through tables of device pointers and the [`ChunkTable`], uploaded into the
 //! lent [`Workspace`](crate::gpu::Workspace) (laid out by [`WorkspaceLayout::multi_tensor`]). The flags of
 //! parameters that became non-finite stay on the device (a `u32` tensor, one per
-//! parameter) until the caller reads them where it synchronises anyway.
+//! parameter) until the caller reads them where it synchronises anyway. Parameters of
+//! f32, f64, bf16 or f16 (the 16-bit ones updated in float, each value rounded once).
 
 use std::sync::Arc;
 
@@ -14,7 +15,8 @@ use candle_core::{Storage, Tensor};
 use super::params::{AdamParams, SgdParams};
 use crate::error::{CandleContext, OpError, Result};
 use crate::gpu::cuda::{
-    cuda_err, device_of, dispatch, launch, region, suffix, wrap, zeros, Source,
+    cuda_err, device_of, dispatch_with_16_bit, launch, region, suffix_with_16_bit, wrap, zeros,
+    Source,
 };
 use crate::gpu::workspace::with_scratch;
 use crate::gpu::{ChunkTable, Launch, WorkspaceLayout, CHUNK_LEN};
@@ -183,8 +185,8 @@ pub(crate) fn sgd_multi_tensor(
 ) -> Result<Tensor> {
     let (dev, dtype, grads) = prologue(op, params, grads)?;
     let grads: Vec<&Tensor> = grads.iter().collect();
-    let sfx = suffix(op, dtype)?;
-    dispatch!(op, dtype, T => {
+    let sfx = suffix_with_16_bit(op, dtype)?;
+    dispatch_with_16_bit!(op, dtype, T, S => {
         let mut roles: Vec<&[&Tensor]> = vec![params, &grads];
         if let Some(b) = bufs {
             roles.push(b);
@@ -192,7 +194,7 @@ pub(crate) fn sgd_multi_tensor(
         let host = HostTables::new::<T>(op, &roles)?;
         let mut flags = flags(op, &dev, params.len())?;
         let (chunks, chunk_len) = (host.table.chunks(), host.table.chunk_len);
-        let (lr, momentum, dampening, wd) = (p.lr as T, p.momentum as T, p.dampening as T, p.weight_decay as T);
+        let (lr, momentum, dampening, wd) = (p.lr as S, p.momentum as S, p.dampening as S, p.weight_decay as S);
         let (nesterov, first_i) = (p.nesterov as i32, first_step as i32);
         let launch_config = Launch::multi_tensor(&host.table);
         with_scratch(op, &dev, host.layout().bytes(), |mut scratch| {
@@ -227,15 +229,15 @@ pub(crate) fn adam_multi_tensor(
     }
     let (dev, dtype, grads) = prologue(op, params, grads)?;
     let grads: Vec<&Tensor> = grads.iter().collect();
-    let sfx = suffix(op, dtype)?;
+    let sfx = suffix_with_16_bit(op, dtype)?;
     let k = p.step_constants(step);
-    dispatch!(op, dtype, T => {
+    dispatch_with_16_bit!(op, dtype, T, S => {
         let host = HostTables::new::<T>(op, &[params, &grads, exp_avg, exp_avg_sq])?;
         let mut flags = flags(op, &dev, params.len())?;
         let (chunks, chunk_len) = (host.table.chunks(), host.table.chunk_len);
-        let (decay, decoupled, b2) = (k.decay as T, k.decoupled as i32, k.beta2 as T);
-        let (omb1, omb2, eps) = (k.one_minus_beta1 as T, k.one_minus_beta2 as T, k.eps as T);
-        let (ss, b2s) = (k.step_size as T, k.bias2_sqrt as T);
+        let (decay, decoupled, b2) = (k.decay as S, k.decoupled as i32, k.beta2 as S);
+        let (omb1, omb2, eps) = (k.one_minus_beta1 as S, k.one_minus_beta2 as S, k.eps as S);
+        let (ss, b2s) = (k.step_size as S, k.bias2_sqrt as S);
         let launch_config = Launch::multi_tensor(&host.table);
         with_scratch(op, &dev, host.layout().bytes(), |mut scratch| {
             let t = upload(op, &dev, &mut scratch, &host)?;

@@ -101,7 +101,7 @@ pub type SgdMember<'a> = (&'a Tensor, &'a Tensor, Option<&'a Tensor>);
 pub type SgdUpdated = (Tensor, Option<Tensor>, FiniteCheck);
 
 /// [`sgd_step_in_place_checked`] on many parameters with the same settings. On CUDA, when
-/// every parameter is a contiguous f32 or f64 tensor of one dtype and every buffer is
+/// every parameter is a contiguous tensor of one dtype (f32, f64, bf16 or f16) and every buffer is
 /// present or none is, it is **one launch for all of them** (the non-finite flags stay on
 /// the device: [`FiniteCheck::Unchecked`]); elsewhere one checked update after another.
 pub fn sgd_step_multi_tensor_in_place(
@@ -127,7 +127,7 @@ fn sgd_cuda(members: &[SgdMember<'_>], p: &SgdParams) -> Result<Option<Vec<SgdUp
     let qualifies = members.iter().all(|&(w, _, b)| {
         route(w.device()) == Route::Cuda
             && w.dtype() == first.dtype()
-            && matches!(w.dtype(), candle_core::DType::F32 | candle_core::DType::F64)
+            && crate::gpu::cuda::has_kernel_with_16_bit(w.dtype())
             && w.is_contiguous()
             && b.is_none_or(|b| b.is_contiguous())
             && b.is_some() == first_buf.is_some()

@@ -10,27 +10,30 @@ use wick_ops::gpu::{batch_norm_workspace_bytes, Launch};
 use wick_ops::DeviceKind;
 
 /// What the emulated training forward and backward give.
-struct Emulated<T> {
-    y: Vec<T>,
-    mean: Vec<T>,
-    inv_std: Vec<T>,
-    running_mean: Vec<T>,
-    running_var: Vec<T>,
-    grad_x: Vec<T>,
-    grad_weight: Vec<T>,
-    grad_bias: Vec<T>,
+pub(crate) struct Emulated<T> {
+    pub y: Vec<T>,
+    pub mean: Vec<T>,
+    pub inv_std: Vec<T>,
+    pub running_mean: Vec<T>,
+    pub running_var: Vec<T>,
+    pub grad_x: Vec<T>,
+    pub grad_weight: Vec<T>,
+    pub grad_bias: Vec<T>,
 }
 
 /// Per-channel inputs: weight, bias, running mean, running variance.
-struct Channels<T> {
-    w: Vec<T>,
-    b: Vec<T>,
-    rm: Vec<T>,
-    rv: Vec<T>,
+pub(crate) struct Channels<T> {
+    pub w: Vec<T>,
+    pub b: Vec<T>,
+    pub rm: Vec<T>,
+    pub rv: Vec<T>,
 }
 
+/// The training kernels of one dtype through the emulator: `$t` the tensors' element type
+/// (u16 for bf16 and f16 bits), `$a` the accumulator the partial moments are kept in,
+/// `$dtype` the tensors' dtype (which sizes the workspace).
 macro_rules! train_emulated {
-    ($t:ty, $moments:ident, $forward:ident, $sums:ident, $backward:ident) => {
+    ($t:ty, $a:ty, $dtype:expr, $moments:ident, $forward:ident, $sums:ident, $backward:ident) => {
         |shape: [usize; 4],
          x: &[$t],
          ch: &Channels<$t>,
@@ -46,10 +49,9 @@ macro_rules! train_emulated {
             // The scratch as the executor lends it: sized by the memory plan's figure, one
             // buffer for the forward and then the backward. Its guard zones catch a
             // figure smaller than what the kernels write.
-            let dtype = <$t as candle_core::WithDType>::DTYPE;
-            let bytes = batch_norm_workspace_bytes(DeviceKind::Cuda, &shape, dtype) as usize;
+            let bytes = batch_norm_workspace_bytes(DeviceKind::Cuda, &shape, $dtype) as usize;
             let mut scratch =
-                Buf::filled("workspace", bytes / std::mem::size_of::<$t>(), 0.0 as $t);
+                Buf::filled("workspace", bytes / std::mem::size_of::<$a>(), 0.0 as $a);
             emulate!($moments(launch, xb.ptr(), scratch.mut_ptr(), ni, ci, hwi)).unwrap();
             let (wb, bb, rmb, rvb) = (
                 Buf::new("w", &ch.w),
@@ -135,11 +137,15 @@ macro_rules! train_emulated {
     };
 }
 
+pub(crate) use train_emulated;
+
 /// The f32 training kernels through the emulator.
 macro_rules! train_emulated_f32 {
     () => {
         train_emulated!(
             f32,
+            f32,
+            candle_core::DType::F32,
             wick_emu_batch_norm_moments_f32,
             wick_emu_batch_norm_train_forward_f32,
             wick_emu_batch_norm_backward_sums_f32,
@@ -256,6 +262,8 @@ fn emulated_batch_norm_training_matches_the_cpu_kernels() {
 fn emulated_batch_norm_f64_matches_the_pytorch_fixture() {
     let run = train_emulated!(
         f64,
+        f64,
+        candle_core::DType::F64,
         wick_emu_batch_norm_moments_f64,
         wick_emu_batch_norm_train_forward_f64,
         wick_emu_batch_norm_backward_sums_f64,
