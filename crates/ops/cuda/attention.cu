@@ -7,6 +7,10 @@
 // bias[bias_offsets[h] + i * bias_row + j * bias_col], so a mask shared by every head is
 // read in place. Dropout keeps weight (h, i, j) when wick's counter hash of its index
 // (h * L + i) * S + j clears the threshold: the bits the CPU kernel draws.
+//
+// T is the tensors' type, A the type the kernels compute in: the same for f32 and f64,
+// float for bf16 and f16 (read into float, each output rounded once). The log-sum-exp the
+// forward saves and the backward's row deltas are kept in A.
 #ifndef WICK_RUNTIME_SOURCE
 #include "common.cuh"
 #endif
@@ -104,7 +108,7 @@ __device__ void attn_store(T* row, int n, const A* reg, A factor) {
          row += (long long)gridDim.x * blockDim.x / 32)
 
 template <typename T, typename A>
-__device__ void attn_forward(const T* q, const T* k, const T* v, AttnShape<T, A> s, T* out, T* lse) {
+__device__ void attn_forward(const T* q, const T* k, const T* v, AttnShape<T, A> s, T* out, A* lse) {
     WICK_ATTN_WARP_ROWS(row, (long long)s.heads * s.L) {
         int h = (int)(row / s.L), i = (int)(row % s.L);
         A qr[WICK_ATTN_PER_LANE], acc[WICK_ATTN_PER_LANE];
@@ -125,18 +129,18 @@ __device__ void attn_forward(const T* q, const T* k, const T* v, AttnShape<T, A>
         }
         // A row that sees no key: output 0, log-sum-exp -inf.
         attn_store<T, A>(out + row * s.Ev, s.Ev, acc, sum == (A)0 ? (A)0 : (A)1 / sum);
-        if (threadIdx.x % 32 == 0) lse[row] = (T)(sum == (A)0 ? -wick_infinity<A>() : m + log(sum));
+        if (threadIdx.x % 32 == 0) lse[row] = sum == (A)0 ? -wick_infinity<A>() : m + log(sum);
     }
 }
 
 // delta_i = dO_i . O_i, one warp per query row.
 template <typename T, typename A>
-__device__ void attn_delta(const T* dout, const T* out, T* delta, long long rows, int Ev) {
+__device__ void attn_delta(const T* dout, const T* out, A* delta, long long rows, int Ev) {
     WICK_ATTN_WARP_ROWS(row, rows) {
         A o[WICK_ATTN_PER_LANE];
         attn_load<T, A>(out + row * Ev, Ev, o);
         A d = attn_dot<T, A>(o, dout + row * Ev, Ev);
-        if (threadIdx.x % 32 == 0) delta[row] = (T)d;
+        if (threadIdx.x % 32 == 0) delta[row] = d;
     }
 }
 
@@ -148,15 +152,15 @@ __device__ A attn_prob(A x, A lse) {
 
 // dQ_i = scale * sum_j P_ij (dP_ij f_ij - delta_i) k_j, one warp per query row.
 template <typename T, typename A>
-__device__ void attn_grad_q(const T* q, const T* k, const T* v, const T* dout, const T* lse,
-                            const T* delta, AttnShape<T, A> s, T* dq) {
+__device__ void attn_grad_q(const T* q, const T* k, const T* v, const T* dout, const A* lse,
+                            const A* delta, AttnShape<T, A> s, T* dq) {
     WICK_ATTN_WARP_ROWS(row, (long long)s.heads * s.L) {
         int h = (int)(row / s.L), i = (int)(row % s.L);
         A qr[WICK_ATTN_PER_LANE], dor[WICK_ATTN_PER_LANE], acc[WICK_ATTN_PER_LANE];
         attn_load<T, A>(q + row * s.E, s.E, qr);
         attn_load<T, A>(dout + row * s.Ev, s.Ev, dor);
         for (int c = 0; c < WICK_ATTN_PER_LANE; c++) acc[c] = 0;
-        A l = (A)lse[row], di = (A)delta[row];
+        A l = lse[row], di = delta[row];
         const T* kh = k + (long long)h * s.S * s.E;
         const T* vh = v + (long long)h * s.S * s.Ev;
         for (int j = 0; j < s.key_end(i); j++) {
@@ -171,8 +175,8 @@ __device__ void attn_grad_q(const T* q, const T* k, const T* v, const T* dout, c
 
 // dK_j and dV_j over the queries that see key j, one warp per key row.
 template <typename T, typename A>
-__device__ void attn_grad_kv(const T* q, const T* k, const T* v, const T* dout, const T* lse,
-                             const T* delta, AttnShape<T, A> s, T* dk, T* dv) {
+__device__ void attn_grad_kv(const T* q, const T* k, const T* v, const T* dout, const A* lse,
+                             const A* delta, AttnShape<T, A> s, T* dk, T* dv) {
     WICK_ATTN_WARP_ROWS(row, (long long)s.heads * s.S) {
         int h = (int)(row / s.S), j = (int)(row % s.S);
         A kr[WICK_ATTN_PER_LANE], vr[WICK_ATTN_PER_LANE], gk[WICK_ATTN_PER_LANE], gv[WICK_ATTN_PER_LANE];
@@ -183,12 +187,12 @@ __device__ void attn_grad_kv(const T* q, const T* k, const T* v, const T* dout, 
         const T* doh = dout + (long long)h * s.L * s.Ev;
         for (int i = s.causal ? j : 0; i < s.L; i++) {
             long long qrow = (long long)h * s.L + i;
-            A p = attn_prob(s.logit(h, i, j, attn_dot<T, A>(kr, qh + (long long)i * s.E, s.E)), (A)lse[qrow]);
+            A p = attn_prob(s.logit(h, i, j, attn_dot<T, A>(kr, qh + (long long)i * s.E, s.E)), lse[qrow]);
             if (p == (A)0) continue;
             A f = s.factor(h, i, j);
             attn_axpy<T, A>(gv, p * f, doh + (long long)i * s.Ev, s.Ev);
             A dp = attn_dot<T, A>(vr, doh + (long long)i * s.Ev, s.Ev) * f;
-            attn_axpy<T, A>(gk, p * (dp - (A)delta[qrow]) * s.scale, qh + (long long)i * s.E, s.E);
+            attn_axpy<T, A>(gk, p * (dp - delta[qrow]) * s.scale, qh + (long long)i * s.E, s.E);
         }
         attn_store<T, A>(dk + row * s.E, s.E, gk, (A)1);
         attn_store<T, A>(dv + row * s.Ev, s.Ev, gv, (A)1);
@@ -205,22 +209,22 @@ __device__ void attn_grad_kv(const T* q, const T* k, const T* v, const T* dout, 
 
 #define WICK_ATTENTION(T, A, SUFFIX)                                                               \
     extern "C" __global__ void attention_forward_##SUFFIX(const T* q, const T* k, const T* v, T* out, \
-                                                          T* lse, WICK_ATTN_PARAMS(T, A)) {         \
+                                                          A* lse, WICK_ATTN_PARAMS(T, A)) {         \
         AttnShape<T, A> s = WICK_ATTN_SHAPE;                                                        \
         attn_forward<T, A>(q, k, v, s, out, lse);                                                   \
     }                                                                                               \
-    extern "C" __global__ void attention_delta_##SUFFIX(const T* dout, const T* out, T* delta,      \
+    extern "C" __global__ void attention_delta_##SUFFIX(const T* dout, const T* out, A* delta,      \
                                                         long long rows, int Ev) {                   \
         attn_delta<T, A>(dout, out, delta, rows, Ev);                                               \
     }                                                                                               \
     extern "C" __global__ void attention_backward_q_##SUFFIX(                                       \
-        const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dq,     \
+        const T* q, const T* k, const T* v, const T* dout, const A* lse, const A* delta, T* dq,     \
         WICK_ATTN_PARAMS(T, A)) {                                                                   \
         AttnShape<T, A> s = WICK_ATTN_SHAPE;                                                        \
         attn_grad_q<T, A>(q, k, v, dout, lse, delta, s, dq);                                        \
     }                                                                                               \
     extern "C" __global__ void attention_backward_kv_##SUFFIX(                                      \
-        const T* q, const T* k, const T* v, const T* dout, const T* lse, const T* delta, T* dk,     \
+        const T* q, const T* k, const T* v, const T* dout, const A* lse, const A* delta, T* dk,     \
         T* dv, WICK_ATTN_PARAMS(T, A)) {                                                            \
         AttnShape<T, A> s = WICK_ATTN_SHAPE;                                                        \
         attn_grad_kv<T, A>(q, k, v, dout, lse, delta, s, dk, dv);                                   \
@@ -228,3 +232,5 @@ __device__ void attn_grad_kv(const T* q, const T* k, const T* v, const T* dout, 
 
 WICK_ATTENTION(float, float, f32)
 WICK_ATTENTION(double, double, f64)
+WICK_ATTENTION(wick_bf16, float, bf16)
+WICK_ATTENTION(wick_f16, float, f16)

@@ -135,7 +135,11 @@ impl GraphBuilder {
         }
         let new = vec![
             ("attention", shape.out(), dtype),
-            ("attention.lse", shape.lse(), dtype),
+            (
+                "attention.lse",
+                shape.lse(),
+                wick_ops::attention::lse_dtype(dtype),
+            ),
         ];
         let flops = shape.forward_flops(is_causal);
         let op = ScaledDotProductAttention {

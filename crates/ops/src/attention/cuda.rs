@@ -1,15 +1,19 @@
 //! Attention on CUDA (`crates/ops/cuda/attention.cu`): one warp per query row for the
 //! output and `dQ`, one per key row for `dK` and `dV`, the rows' vectors in the lanes'
-//! registers (at most [`MAX_DIM`] wide; wider ones take candle's ops).
+//! registers (at most [`MAX_DIM`] wide; wider ones take candle's ops). f32, f64, and bf16
+//! and f16 computed in float, whose saved log-sum-exp is f32 ([`super::lse_dtype`]).
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
 use super::generic;
 use super::mask::{additive, Addressing};
 use super::params::{AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
 use crate::dropout::Draws;
 use crate::error::{CandleContext, Result};
-use crate::gpu::cuda::{contiguous, device_of, dispatch, launch, output, view, wrap, Source};
+use crate::gpu::cuda::{
+    contiguous, device_of, dispatch_with_16_bit, launch, output, suffix_with_16_bit, view, wrap,
+    Source,
+};
 use crate::gpu::launch::kernel_int;
 use crate::gpu::Launch;
 
@@ -66,22 +70,23 @@ fn fits(shape: &AttentionShape) -> bool {
         && ints.iter().product::<usize>() > 0
 }
 
-/// The launch arguments after the buffers, in the kernels' order.
+/// The launch arguments after the buffers, in the kernels' order: `$t` the tensors' element
+/// type (the mask's), `$s` the scalars' (the type the kernels compute in).
 macro_rules! settings {
-    ($shape:expr, $a:expr, $step:expr, $m:expr, $t:ty, |$args:ident| $body:expr) => {{
+    ($shape:expr, $a:expr, $step:expr, $m:expr, $t:ty, $s:ty, |$args:ident| $body:expr) => {{
         let (h, l, s) = (
             $shape.heads() as i32,
             $shape.queries as i32,
             $shape.keys as i32,
         );
         let (e, ev) = ($shape.qk_dim as i32, $shape.v_dim as i32);
-        let scale = $a.scale as $t;
+        let scale = $a.scale as $s;
         let causal = i32::from($a.causal);
         let (base, threshold) = Draws::new($a.dropout_p, $a.seed, $step).parts();
         let keep = if $a.dropout_p > 0.0 {
-            (1.0 / (1.0 - $a.dropout_p)) as $t
+            (1.0 / (1.0 - $a.dropout_p)) as $s
         } else {
-            0.0 as $t
+            0.0 as $s
         };
         let (bs, bl) = $m.bias.storage_and_layout();
         let (os, ol) = $m.offsets.storage_and_layout();
@@ -103,15 +108,15 @@ pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
     let (q, k, v) = (contiguous(OP, q)?, contiguous(OP, k)?, contiguous(OP, v)?);
     let m = DeviceMask::new(shape, &q, mask)?;
     let rows = shape.heads() * shape.queries;
-    dispatch!(OP, q.dtype(), T => {
-        let name = format!("attention_forward_{}", if q.dtype() == DType::F32 { "f32" } else { "f64" });
+    let name = format!("attention_forward_{}", suffix_with_16_bit(OP, q.dtype())?);
+    dispatch_with_16_bit!(OP, q.dtype(), T, S => {
         let (qs, ql) = q.storage_and_layout();
         let (ks, kl) = k.storage_and_layout();
         let (vs, vl) = v.storage_and_layout();
         let (qv, kv, vv) = (view::<T>(OP, &qs, ql)?, view::<T>(OP, &ks, kl)?, view::<T>(OP, &vs, vl)?);
         let mut out = output::<T>(OP, &dev, rows * shape.v_dim)?;
-        let mut lse = output::<T>(OP, &dev, rows)?;
-        settings!(shape, a, step, m, T, |x| {
+        let mut lse = output::<S>(OP, &dev, rows)?;
+        settings!(shape, a, step, m, T, S, |x| {
             launch!(OP, dev, Source::Attention, name, Launch::warp_per_row(rows),
                 [&qv, &kv, &vv, &mut out, &mut lse, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13]);
         });
@@ -129,12 +134,8 @@ pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result
     let (q, k, v, dout, out, lse) = (c(q)?, c(k)?, c(v)?, c(dy)?, c(&y.out)?, c(&y.lse)?);
     let m = DeviceMask::new(shape, &q, mask)?;
     let (queries, keys) = (shape.heads() * shape.queries, shape.heads() * shape.keys);
-    let sfx = if q.dtype() == DType::F32 {
-        "f32"
-    } else {
-        "f64"
-    };
-    dispatch!(OP, q.dtype(), T => {
+    let sfx = suffix_with_16_bit(OP, q.dtype())?;
+    dispatch_with_16_bit!(OP, q.dtype(), T, S => {
         let (qs, ql) = q.storage_and_layout();
         let (ks, kl) = k.storage_and_layout();
         let (vs, vl) = v.storage_and_layout();
@@ -142,15 +143,15 @@ pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result
         let (os, ol) = out.storage_and_layout();
         let (ls, ll) = lse.storage_and_layout();
         let (qv, kv, vv) = (view::<T>(OP, &qs, ql)?, view::<T>(OP, &ks, kl)?, view::<T>(OP, &vs, vl)?);
-        let (dov, ov, lv) = (view::<T>(OP, &ds, dl)?, view::<T>(OP, &os, ol)?, view::<T>(OP, &ls, ll)?);
-        let mut delta = output::<T>(OP, &dev, queries)?;
+        let (dov, ov, lv) = (view::<T>(OP, &ds, dl)?, view::<T>(OP, &os, ol)?, view::<S>(OP, &ls, ll)?);
+        let mut delta = output::<S>(OP, &dev, queries)?;
         let (rows, ev) = (queries as i64, shape.v_dim as i32);
         launch!(OP, dev, Source::Attention, format!("attention_delta_{sfx}"), Launch::warp_per_row(queries),
             [&dov, &ov, &mut delta, &rows, &ev]);
         let mut dq = output::<T>(OP, &dev, queries * shape.qk_dim)?;
         let mut dk = output::<T>(OP, &dev, keys * shape.qk_dim)?;
         let mut dv = output::<T>(OP, &dev, keys * shape.v_dim)?;
-        settings!(shape, a, step, m, T, |x| {
+        settings!(shape, a, step, m, T, S, |x| {
             launch!(OP, dev, Source::Attention, format!("attention_backward_q_{sfx}"), Launch::warp_per_row(queries),
                 [&qv, &kv, &vv, &dov, &lv, &delta, &mut dq, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13]);
             launch!(OP, dev, Source::Attention, format!("attention_backward_kv_{sfx}"), Launch::warp_per_row(keys),

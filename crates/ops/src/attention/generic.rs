@@ -113,7 +113,11 @@ pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
     let out = w.matmul(&flat(v, s, ev, h)?).ctx(OP)?;
     Ok(AttentionOutput {
         out: out.reshape(shape.out()).ctx(OP)?,
-        lse: lse.reshape(shape.lse()).ctx(OP)?,
+        lse: lse
+            .reshape(shape.lse())
+            .ctx(OP)?
+            .to_dtype(super::lse_dtype(q.dtype()))
+            .ctx(OP)?,
     })
 }
 
@@ -121,7 +125,8 @@ pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result
     let (shape, [q, k, v], mask, a, step) = c.parts();
     let (h, l, s, e, ev) = shape.dims();
     let logits = logits(shape, q, k, mask, a)?;
-    let lse = replace_neg_inf(&flat(&y.lse, l, 1, h)?, f64::INFINITY)?;
+    let lse = y.lse.to_dtype(q.dtype()).ctx(OP)?;
+    let lse = replace_neg_inf(&flat(&lse, l, 1, h)?, f64::INFINITY)?;
     let p = logits.broadcast_sub(&lse).ctx(OP)?.exp().ctx(OP)?;
     let dout = flat(dy, l, ev, h)?;
     let drop = dropout_mask(shape, a, step, &p)?;

@@ -20,7 +20,7 @@ use candle_core::{DType, Tensor};
 use crate::cpu::dispatch_float;
 use crate::error::{OpError, Result};
 use crate::route::{route, Route};
-pub use params::{Attention, AttentionGrads, AttentionOutput, AttentionShape};
+pub use params::{lse_dtype, Attention, AttentionGrads, AttentionOutput, AttentionShape};
 use params::{Call, OP};
 
 /// Checks the operands' dtypes and the mask, and gives the shape.
@@ -114,12 +114,9 @@ pub fn scaled_dot_product_attention_backward(
     crate::cpu::same_dtype(
         OP,
         q.dtype(),
-        &[
-            ("output", &saved.out),
-            ("log-sum-exp", &saved.lse),
-            ("output gradient", grad_out),
-        ],
+        &[("output", &saved.out), ("output gradient", grad_out)],
     )?;
+    crate::cpu::same_dtype(OP, lse_dtype(q.dtype()), &[("log-sum-exp", &saved.lse)])?;
     let c = Call {
         shape: &shape,
         q,

@@ -206,8 +206,19 @@ pub struct AttentionOutput {
     /// `[.., L, Ev]`.
     pub out: Tensor,
     /// The log-sum-exp of each query row's scaled scores, `[.., L]` (−∞ for a row that
-    /// sees no key; its output is 0, as PyTorch's), kept for the backward.
+    /// sees no key; its output is 0, as PyTorch's), kept for the backward, in
+    /// [`lse_dtype`] of the query's dtype.
     pub lse: Tensor,
+}
+
+/// The dtype of attention's saved log-sum-exp for queries of `dtype`: float32 for bf16
+/// and f16 (as PyTorch's fused attention keeps it: a bf16 log-sum-exp of 8 would be off by
+/// up to 1/32, and every probability the backward draws again by 3%), else `dtype`.
+pub fn lse_dtype(dtype: DType) -> DType {
+    match dtype {
+        DType::BF16 | DType::F16 => DType::F32,
+        other => other,
+    }
 }
 
 /// The gradients of `q`, `k` and `v`.

@@ -9,13 +9,70 @@ use wick_ops::dropout::Draws;
 use wick_ops::emulate;
 use wick_ops::gpu::Launch;
 
-struct Case {
-    heads: usize,
-    dims: (usize, usize, usize, usize),
-    causal: bool,
-    dropout_p: f64,
+pub(super) struct Case {
+    pub heads: usize,
+    /// L, S, E, Ev.
+    pub dims: (usize, usize, usize, usize),
+    pub causal: bool,
+    pub dropout_p: f64,
     /// A `[L, S]` boolean mask shared by every head.
-    mask: Option<Vec<u8>>,
+    pub mask: Option<Vec<u8>>,
+}
+
+impl Case {
+    /// q, k, v and the output gradient, drawn from `seed` on by `draw(seed, len)`.
+    pub fn operands<T>(&self, seed: u64, draw: impl Fn(u64, usize) -> Vec<T>) -> [Vec<T>; 4] {
+        let (l, s, e, ev) = self.dims;
+        let h = self.heads;
+        [
+            draw(seed, h * l * e),
+            draw(seed + 1, h * s * e),
+            draw(seed + 2, h * s * ev),
+            draw(seed + 3, h * l * ev),
+        ]
+    }
+
+    /// The attention settings of this case (scale 0.4, dropout seed 11).
+    pub fn attention(&self) -> Attention {
+        Attention {
+            scale: 0.4,
+            causal: self.causal,
+            dropout_p: self.dropout_p,
+            seed: 11,
+            products: Default::default(),
+        }
+    }
+
+    /// The mask as a `[L, S]` tensor.
+    pub fn mask_tensor(&self) -> Option<Tensor> {
+        let (l, s, ..) = self.dims;
+        let m = self.mask.as_ref()?;
+        Some(Tensor::from_vec(m.clone(), (l, s), &Device::Cpu).unwrap())
+    }
+}
+
+/// Plain with vectors wider than a warp, causal, a shared boolean mask with a row that
+/// sees no key, and dropout.
+pub(super) fn cases() -> Vec<Case> {
+    let mut keep = vec![1u8; 9 * 13];
+    for (i, x) in keep.iter_mut().enumerate() {
+        if i % 5 == 0 || i / 13 == 3 {
+            *x = 0; // row 3 sees no key
+        }
+    }
+    let case = |heads, dims, causal, dropout_p, mask| Case {
+        heads,
+        dims,
+        causal,
+        dropout_p,
+        mask,
+    };
+    vec![
+        case(3, (9, 13, 40, 33), false, 0.0, None),
+        case(2, (12, 12, 8, 8), true, 0.0, None),
+        case(2, (9, 13, 8, 5), false, 0.0, Some(keep)),
+        case(2, (10, 10, 8, 8), true, 0.3, None),
+    ]
 }
 
 fn values(seed: u64, n: usize) -> Vec<f64> {
@@ -136,66 +193,15 @@ fn max_rel(a: &[f64], b: &[f64]) -> f64 {
 
 #[test]
 fn emulated_attention_matches_the_cpu_kernel() {
-    let mut keep = vec![1u8; 9 * 13];
-    for (i, x) in keep.iter_mut().enumerate() {
-        if i % 5 == 0 || i / 13 == 3 {
-            *x = 0; // row 3 sees no key
-        }
-    }
-    let cases = [
-        Case {
-            heads: 3,
-            dims: (9, 13, 40, 33),
-            causal: false,
-            dropout_p: 0.0,
-            mask: None,
-        },
-        Case {
-            heads: 2,
-            dims: (12, 12, 8, 8),
-            causal: true,
-            dropout_p: 0.0,
-            mask: None,
-        },
-        Case {
-            heads: 2,
-            dims: (9, 13, 8, 5),
-            causal: false,
-            dropout_p: 0.0,
-            mask: Some(keep),
-        },
-        Case {
-            heads: 2,
-            dims: (10, 10, 8, 8),
-            causal: true,
-            dropout_p: 0.3,
-            mask: None,
-        },
-    ];
-    for (n, c) in cases.iter().enumerate() {
+    for (n, c) in cases().iter().enumerate() {
         let (l, s, e, ev) = c.dims;
-        let seed = 100 * n as u64;
-        let (q, k, v, g) = (
-            values(seed, c.heads * l * e),
-            values(seed + 1, c.heads * s * e),
-            values(seed + 2, c.heads * s * ev),
-            values(seed + 3, c.heads * l * ev),
-        );
-        let a = Attention {
-            scale: 0.4,
-            causal: c.causal,
-            dropout_p: c.dropout_p,
-            seed: 11,
-            products: Default::default(),
-        };
+        let [q, k, v, g] = c.operands(100 * n as u64, values);
+        let a = c.attention();
         let got = emulated(c, &q, &k, &v, &g, &a);
         let t = |x: &[f64], rows, cols| {
             Tensor::from_vec(x.to_vec(), (c.heads, rows, cols), &Device::Cpu).unwrap()
         };
-        let mask = c
-            .mask
-            .as_ref()
-            .map(|m| Tensor::from_vec(m.clone(), (l, s), &Device::Cpu).unwrap());
+        let mask = c.mask_tensor();
         let (qt, kt, vt, gt) = (t(&q, l, e), t(&k, s, e), t(&v, s, ev), t(&g, l, ev));
         let y = scaled_dot_product_attention(&qt, &kt, &vt, mask.as_ref(), &a, 0).unwrap();
         let grads =

@@ -17,6 +17,7 @@ mod emulated_batchnorm;
 mod emulated_emulator;
 mod emulated_fixtures;
 mod emulated_low_precision;
+mod emulated_low_precision_attention;
 mod emulated_low_precision_optim;
 mod emulated_low_precision_training;
 mod emulated_optim;
