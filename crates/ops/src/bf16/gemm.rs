@@ -12,7 +12,7 @@
 use rayon::prelude::*;
 
 use super::microkernel::{has_avx512_bf16, tile, tile_into, Bf16Path, TileOut};
-use super::pack::{pack_operand, Side, KC, MR, NR};
+use super::pack::{pack_operand, pack_right_from_pairs, Side, KC, MR, NR};
 use crate::cpu::{threads, SendPtr};
 
 use super::operand::{Matrix, Values};
@@ -187,6 +187,34 @@ pub(crate) unsafe fn gemm_native_packed_left(
                 parallel,
             )
         }
+    })
+}
+
+/// The native path for a right operand made as depth pairs: `dst = a · b` (`m × n`),
+/// `a` (`m × k`) packed as usual, `b` (`k × n`) packed from `pair_row(q, row)`, which
+/// writes pair `q` (rows 2q and 2q + 1) of every column: column j's bfloat16 bits of row
+/// 2q low, of row 2q + 1 high ([`pack_right_from_pairs`]). Row `i` of the destination
+/// is at `dst + i * row_stride`, contiguous; every slot is written.
+///
+/// # Safety
+/// As [`gemm_native`] (the CPU must have AVX512-BF16), for a row-major destination.
+pub(crate) unsafe fn gemm_native_right_pairs(
+    (m, n, k): (usize, usize, usize),
+    (dst, row_stride): (*mut f32, usize),
+    a: &Matrix<'_>,
+    pair_row: &(dyn Fn(usize, &mut [u32]) + Sync),
+    parallel: bool,
+) {
+    if m == 0 || n == 0 || k == 0 {
+        // SAFETY: passed on; no operand is read.
+        return unsafe { gemm_native((m, n, 0), (dst, (row_stride, 1)), false, a, a, false) };
+    }
+    with_buffers(|pa, pb| {
+        pack_operand(a, Side::Left, (m, k), pa, parallel);
+        pack_right_from_pairs((n, k), pair_row, pb, parallel);
+        // SAFETY: as this function's contract, passed on; the panels are laid out for
+        // these shapes.
+        unsafe { multiply((m, n, k), (pa, pb), (dst, (row_stride, 1)), false, parallel) }
     })
 }
 

@@ -14,13 +14,16 @@ mod tensor;
 
 pub use convert::{bf16_to_f32, round_slice, round_to_bf16, widen_slice};
 pub use gemm::gemm;
-pub(crate) use gemm::PackedLeft;
+pub(crate) use gemm::{gemm_native_right_pairs, PackedLeft};
 pub(crate) use matmul::{matmul_backward_a, matmul_backward_b, matmul_forward};
 pub use microkernel::{has_avx512_bf16, Bf16Path};
 pub use operand::{Matrix, Values};
+#[cfg(test)]
+pub(crate) use pack::{pack_operand, pack_right_from_pairs, Side};
 pub use products::Products;
 pub(crate) use products::{
-    gemm_strided_packed, gemm_strided_with, gemm_uninit_packed, gemm_uninit_with, pack_left_once,
+    as_f32, gemm_strided_packed, gemm_strided_with, gemm_uninit_packed, gemm_uninit_with,
+    pack_left_once,
 };
 pub use tensor::cast;
 pub(crate) use tensor::{rounded_f32, with_values};

@@ -85,6 +85,47 @@ pub(crate) fn pack_operand(
     }
 }
 
+/// Packs a right operand (`depth × lanes`) from its depth pairs, laid out as
+/// [`pack_operand`] lays it out: `pair_row(q, row)` writes pair `q`'s `lanes` elements
+/// (lane j: the even depth's bfloat16 bits low, the odd depth's high) into `row`. For a
+/// producer that makes pairs directly (an im2col whose rows it rounds and zips in
+/// registers), so no float32 matrix is written first. Depth blocks are filled in
+/// parallel when `parallel`.
+pub(crate) fn pack_right_from_pairs(
+    (lanes, depth): (usize, usize),
+    pair_row: &(dyn Fn(usize, &mut [u32]) + Sync),
+    out: &mut Vec<u32>,
+    parallel: bool,
+) {
+    let pairs = depth.div_ceil(2);
+    let padded = lanes.div_ceil(NR) * NR;
+    if out.len() < pairs * padded {
+        out.resize(pairs * padded, 0);
+    }
+    if pairs == 0 || lanes == 0 {
+        return;
+    }
+    // Block b (depth pairs b * KC..) is one contiguous run: its panel of lanes r0.. starts
+    // at r0 * len, and holds pair q's NR lanes at q * NR.
+    let fill = |(b, block): (usize, &mut [u32])| {
+        let len = block.len() / padded;
+        // Lanes past `lanes` stay zero: `pair_row` sees only the real ones.
+        let mut row = vec![0u32; padded];
+        for q in 0..len {
+            pair_row(b * KC + q, &mut row[..lanes]);
+            for r0 in (0..padded).step_by(NR) {
+                block[r0 * len + q * NR..][..NR].copy_from_slice(&row[r0..r0 + NR]);
+            }
+        }
+    };
+    let blocks = out[..pairs * padded].chunks_mut(KC * padded).enumerate();
+    if parallel {
+        blocks.collect::<Vec<_>>().into_par_iter().for_each(fill);
+    } else {
+        blocks.for_each(fill);
+    }
+}
+
 /// Packs the `rows × cols` matrix `v` of `data` into panels of `lanes` rows, depth (the
 /// columns) in pairs, blocked by [`KC`] pairs: block `b`'s panel `p` starts at
 /// `b * KC * padded_rows + p * block_pairs * lanes`. Panels are packed in parallel when

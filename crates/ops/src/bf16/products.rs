@@ -70,7 +70,7 @@ fn f16_operands<T: 'static>(lhs: &[T], rhs: &[T]) -> Option<(Vec<f32>, Vec<f32>)
 }
 
 /// `s` as float32 values, when `T` is f32.
-fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
+pub(crate) fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
     (std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>())
         // SAFETY: T is f32 (checked): the same type, length and layout.
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })

@@ -26,7 +26,7 @@ use super::im2col::{
     scatter_outputs, transpose,
 };
 use super::params::{Geom, OP};
-use super::{depthwise, winograd, winograd_filter};
+use super::{depthwise, packed_columns, winograd, winograd_filter};
 use crate::bf16;
 use crate::cpu::{self, Float};
 use crate::error::Result;
@@ -438,12 +438,14 @@ fn forward_whole_batch<T: Float>(
     cpu::with_slice::<T, _>(OP, x, |xs| {
         cpu::with_slice::<T, _>(OP, w, |ws| {
             for grp in 0..g.groups {
-                let col = batch_columns(g, xs, grp);
                 let w_g = &ws[grp * cout_g * k..][..cout_g * k];
                 let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
                 let dst = &mut tmp.spare_capacity_mut()[..cout_g * np];
-                let (lhs, rhs) = ((w_g, (k, 1)), (&col[..], (np, 1)));
-                bf16::gemm_uninit_with(g.products, (cout_g, np, k), dst, lhs, rhs, true);
+                if !packed_columns::forward(g, xs, w_g, dst) {
+                    let col = batch_columns(g, xs, grp);
+                    let (lhs, rhs) = ((w_g, (k, 1)), (&col[..], (np, 1)));
+                    bf16::gemm_uninit_with(g.products, (cout_g, np, k), dst, lhs, rhs, true);
+                }
                 // SAFETY: gemm_uninit wrote all cout_g * np slots.
                 unsafe { tmp.set_len(cout_g * np) };
                 scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);

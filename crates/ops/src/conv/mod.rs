@@ -14,6 +14,7 @@ mod epilogue;
 mod generic;
 mod im2col;
 mod low_precision;
+mod packed_columns;
 mod params;
 pub mod transpose;
 mod winograd;

@@ -157,6 +157,10 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
     for (i, case) in cases.into_iter().enumerate() {
         check_conv(i, case, (bf16, rounded64), Products::Bf16, true);
     }
+    // Autocast's operands on 4x4 planes, one GEMM over the batch: an f32 input rounded
+    // as its im2col matrix is packed (conv/packed_columns.rs on AVX512-BF16).
+    let small: Case = (&[6, 20, 4, 4], &[24, 20, 3, 3], 1, 1, 1);
+    check_conv(4, small, (bf16, rounded64), Products::Bf16, false);
 }
 
 #[test]
