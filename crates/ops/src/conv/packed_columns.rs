@@ -1,9 +1,9 @@
 //! The im2col matrix of a whole-batch convolution with bfloat16 products, packed straight
-//! into the bfloat16 GEMM's right panels, for input planes of at most 16 values and
-//! outputs of at most 16 pixels (CIFAR ResNet's 4x4 layers). One image's row of the
-//! matrix (one input channel and kernel tap, every output pixel) is one AVX-512 permute
-//! of the channel's plane, held in a register; two rows are rounded to bfloat16 and
-//! zipped into the GEMM's depth pairs there. The float32 matrix (9.4 MB for a 512-channel
+//! into the bfloat16 GEMM's right panels, for input planes of at most 64 values and
+//! outputs of at most 16 pixels (CIFAR ResNet's 4x4 layers and its 8x8 -> 4x4 stride-2
+//! one). One image's row of the matrix (one input channel and kernel tap, every output
+//! pixel) is two AVX-512 permutes of the channel's plane, held in four registers; two
+//! rows are rounded to bfloat16 and zipped into the GEMM's depth pairs there. The float32 matrix (9.4 MB for a 512-channel
 //! layer at batch 32), its write and the packer's read of it are gone; the values, and so
 //! the product, are the same bits.
 
@@ -12,15 +12,18 @@ use std::mem::MaybeUninit;
 use super::params::Geom;
 use crate::bf16::{as_f32, has_avx512_bf16, Matrix, Products, Values};
 
-/// Values a plane (and output pixels an image) may hold: one AVX-512 register of f32.
+/// Output pixels an image may have: one AVX-512 register of f32.
 const LANES: usize = 16;
+/// Values an input plane may hold: four registers.
+const PLANE_VALUES: usize = 4 * LANES;
 
 /// Whether `g` runs here: one group, bfloat16 products on a CPU with AVX512-BF16 (and
-/// AVX512-BW, which every such CPU has), planes and outputs of at most [`LANES`] values.
+/// AVX512-BW, which every such CPU has), planes of at most [`PLANE_VALUES`] values and
+/// outputs of at most [`LANES`] pixels.
 pub(super) fn fits(g: &Geom) -> bool {
     g.products == Products::Bf16
         && g.groups == 1
-        && g.h * g.w <= LANES
+        && g.h * g.w <= PLANE_VALUES
         && (1..=LANES).contains(&g.pixels())
         && has_avx512_bw_bf16()
 }
@@ -116,7 +119,6 @@ fn taps(g: &Geom) -> Vec<Tap> {
 unsafe fn pair_row(g: &Geom, taps: &[Tap], xs: &[f32], q: usize, row: &mut [u32]) {
     use std::arch::x86_64::*;
     let (kk, hw, p) = (g.kh * g.kw, g.h * g.w, g.pixels());
-    let plane_mask = ((1u32 << hw) - 1) as __mmask16;
     let out_mask = ((1u32 << p) - 1) as __mmask16;
     let row_of = |k: usize| (k < g.k()).then(|| (k / kk, &taps[k % kk]));
     let (even, odd) = (row_of(2 * q), row_of(2 * q + 1));
@@ -128,30 +130,50 @@ unsafe fn pair_row(g: &Geom, taps: &[Tap], xs: &[f32], q: usize, row: &mut [u32]
         // SAFETY (the loads and the store): plane c of image n is hw values at
         // plane(n, c), inside `xs`, and only its hw lanes are read; image n's p pixels
         // are row[n * p..], inside `row`, and only p lanes are stored.
-        let v0 = unsafe { _mm512_maskz_loadu_ps(plane_mask, xs.as_ptr().add(plane(n, c0))) };
-        let mut pairs = gathered(t0, v0);
+        let v0 = unsafe { load_plane(xs.as_ptr().add(plane(n, c0)), hw) };
+        let mut pairs = gathered(t0, &v0);
         if let Some((c1, t1)) = odd {
             let v1 = match c1 == c0 {
                 true => v0,
-                false => unsafe {
-                    _mm512_maskz_loadu_ps(plane_mask, xs.as_ptr().add(plane(n, c1)))
-                },
+                false => unsafe { load_plane(xs.as_ptr().add(plane(n, c1)), hw) },
             };
-            pairs = _mm512_or_si512(pairs, _mm512_slli_epi32::<16>(gathered(t1, v1)));
+            pairs = _mm512_or_si512(pairs, _mm512_slli_epi32::<16>(gathered(t1, &v1)));
         }
         unsafe { _mm512_mask_storeu_epi32(row.as_mut_ptr().add(n * p).cast(), out_mask, pairs) };
     }
 }
 
-/// Tap `t` of the plane `v`: each output pixel's value, rounded to bfloat16, in the low
-/// half of its lane.
+/// A plane of `hw` values (at most [`PLANE_VALUES`]) in four registers, zeros past it.
+///
+/// # Safety
+/// `at` must be valid for reading `hw` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-fn gathered(t: &Tap, v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i {
+unsafe fn load_plane(at: *const f32, hw: usize) -> [std::arch::x86_64::__m512; 4] {
+    use std::arch::x86_64::*;
+    std::array::from_fn(|r| {
+        let lanes = hw.saturating_sub(LANES * r).min(LANES);
+        let mask = ((1u32 << lanes) - 1) as __mmask16;
+        // SAFETY: only the `lanes` values of this register that lie in the plane are read
+        // (masked lanes do not fault).
+        unsafe { _mm512_maskz_loadu_ps(mask, at.wrapping_add(LANES * r)) }
+    })
+}
+
+/// Tap `t` of the plane `v`: each output pixel's value, rounded to bfloat16, in the low
+/// half of its lane. Elements 0-31 come from the first two registers, 32-63 from the
+/// last two (bit 5 of the index chooses).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn gathered(t: &Tap, v: &[std::arch::x86_64::__m512; 4]) -> std::arch::x86_64::__m512i {
     use std::arch::x86_64::*;
     // SAFETY: `idx` is 16 i32s, one register.
     let idx = unsafe { _mm512_loadu_si512(t.idx.as_ptr().cast()) };
-    round_to_bf16(_mm512_maskz_permutexvar_ps(t.mask, idx, v))
+    let low = _mm512_permutex2var_ps(v[0], idx, v[1]);
+    let high = _mm512_permutex2var_ps(v[2], idx, v[3]);
+    let upper = _mm512_test_epi32_mask(idx, _mm512_set1_epi32(32));
+    let value = _mm512_mask_blend_ps(upper, low, high);
+    round_to_bf16(_mm512_maskz_mov_ps(t.mask, value))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -205,7 +227,8 @@ mod tests {
     /// The panels are the bits the packer gives the f32 im2col matrix: CIFAR's 4x4
     /// layer, a 3x3 plane (9 pixels: images straddle panels), a strided 4x4, a 2x2 plane
     /// with a 1x1 kernel, an odd depth (3 channels, 3x3), a batch that is not a multiple
-    /// of a panel's images, and values that round up, to even, to infinity and NaN.
+    /// of a panel's images, planes of 64 and 49 values (all four registers), and values
+    /// that round up, to even, to infinity and NaN.
     #[test]
     fn packed_columns_are_the_packers_bits_of_the_f32_matrix() {
         if !has_avx512_bw_bf16() {
@@ -220,6 +243,9 @@ mod tests {
             geom(9, 5, [2, 2], [1, 1], Conv2dParams::new(1, 0)),
             geom(6, 3, [4, 4], [3, 3], pad1),
             geom(2, 2, [4, 3], [2, 3], Conv2dParams::new(1, 1)),
+            // 8x8 planes, stride 2 (ResNet's 256 -> 512 layer), and 7x7 (49 values).
+            geom(5, 6, [8, 8], [3, 3], Conv2dParams::new(2, 1)),
+            geom(3, 2, [7, 7], [3, 3], Conv2dParams::new(2, 0)),
         ];
         for g in cases {
             assert!(fits(&g), "{g:?}");
