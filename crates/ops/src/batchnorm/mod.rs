@@ -15,7 +15,7 @@ mod params;
 pub mod sync;
 
 #[cfg(feature = "cuda")]
-use params::float_dtype;
+use params::has_cuda_kernel;
 use params::{check_per_channel, Layer, OutputGrad, Stats, OP};
 pub use params::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 
@@ -69,7 +69,7 @@ fn train(
     match route(x.device()) {
         Route::Cpu => cpu::train(x, &layer, relu),
         #[cfg(feature = "cuda")]
-        Route::Cuda if float_dtype(x) => cuda::batch_norm_train(
+        Route::Cuda if has_cuda_kernel(x) => cuda::batch_norm_train(
             OP,
             x,
             [
@@ -152,7 +152,7 @@ pub fn batch_norm_eval(
     match route(x.device()) {
         Route::Cpu => cpu::eval(x, &layer),
         #[cfg(feature = "cuda")]
-        Route::Cuda if float_dtype(x) => cuda::batch_norm_eval(
+        Route::Cuda if has_cuda_kernel(x) => cuda::batch_norm_eval(
             OP,
             x,
             [
@@ -245,7 +245,7 @@ fn backward(
     match route(x.device()) {
         Route::Cpu => cpu::backward(gy, x, weight, stats),
         #[cfg(feature = "cuda")]
-        Route::Cuda if float_dtype(x) && matches!(stats, Stats::Batch { .. }) => {
+        Route::Cuda if has_cuda_kernel(x) && matches!(stats, Stats::Batch { .. }) => {
             let Stats::Batch { mean, inv_std } = stats else {
                 unreachable!("matched above")
             };

@@ -103,7 +103,7 @@ impl BatchNorm2dParams {
 /// Whether wick's CUDA kernels take `x`'s dtype (f32, f64, and bf16 and f16 computed in
 /// float).
 #[cfg(feature = "cuda")]
-pub(crate) fn float_dtype(x: &Tensor) -> bool {
+pub(crate) fn has_cuda_kernel(x: &Tensor) -> bool {
     crate::gpu::cuda::has_kernel_with_16_bit(x.dtype())
 }
 

@@ -118,11 +118,14 @@ pub(crate) fn pack_right_from_pairs(
             }
         }
     };
-    let blocks = out[..pairs * padded].chunks_mut(KC * padded).enumerate();
+    let blocks = &mut out[..pairs * padded];
     if parallel {
-        blocks.collect::<Vec<_>>().into_par_iter().for_each(fill);
+        blocks
+            .par_chunks_mut(KC * padded)
+            .enumerate()
+            .for_each(fill);
     } else {
-        blocks.for_each(fill);
+        blocks.chunks_mut(KC * padded).enumerate().for_each(fill);
     }
 }
 

@@ -410,23 +410,24 @@ fn emulated_global_avg_pool_matches_the_cpu_kernel() {
 
 /// Defines `$name(logits, labels, classes, grad_loss) -> (loss, grad_logits)`: the
 /// forward (row losses, their mean) and backward by the emulated kernels of one dtype, with
-/// the launches wick computes.
-macro_rules! cross_entropy_emulated {
+/// the launches wick computes. `$t` is the tensors' element type (u16 for bf16 and f16
+/// bits); the row losses and log-sum-exps take the kernels' accumulator type.
+macro_rules! cross_entropy_kernels {
     ($name:ident, $t:ty, $rows:ident, $mean:ident, $backward:ident) => {
         pub fn $name(logits: &[$t], labels: &[u32], classes: usize, grad: $t) -> ($t, Vec<$t>) {
             let rows = labels.len();
             let (lb, yb) = (Buf::new("logits", logits), Buf::new("labels", labels));
-            let mut row_loss = Buf::filled("row_loss", rows, 0.0);
-            let mut lse = Buf::filled("lse", rows, 0.0);
+            let mut row_loss = Buf::filled("row_loss", rows, Default::default());
+            let mut lse = Buf::filled("lse", rows, Default::default());
             let (n, k) = (rows as i32, classes as i32);
             let launch = Launch::cross_entropy_rows(rows, classes);
             let (l, y) = (lb.ptr(), yb.ptr());
             emulate!($rows(launch, l, y, row_loss.mut_ptr(), lse.mut_ptr(), n, k)).unwrap();
-            let mut loss = Buf::filled("loss", 1, 0.0);
+            let mut loss = Buf::filled("loss", 1, <$t>::default());
             let one = Launch::single_block();
             emulate!($mean(one, row_loss.ptr(), loss.mut_ptr(), n)).unwrap();
             let gb = Buf::new("grad_loss", &[grad]);
-            let mut dx = Buf::filled("dx", logits.len(), 0.0);
+            let mut dx = Buf::filled("dx", logits.len(), <$t>::default());
             let (each, g, d) = (Launch::elementwise(logits.len()), gb.ptr(), dx.mut_ptr());
             emulate!($backward(each, l, y, lse.ptr(), g, d, n, k)).unwrap();
             row_loss.values();
@@ -434,14 +435,15 @@ macro_rules! cross_entropy_emulated {
         }
     };
 }
-cross_entropy_emulated!(
+pub(crate) use cross_entropy_kernels;
+cross_entropy_kernels!(
     cross_entropy_emulated,
     f32,
     wick_emu_cross_entropy_rows_f32,
     wick_emu_cross_entropy_mean_f32,
     wick_emu_cross_entropy_backward_f32
 );
-cross_entropy_emulated!(
+cross_entropy_kernels!(
     cross_entropy_emulated_f64,
     f64,
     wick_emu_cross_entropy_rows_f64,

@@ -11,7 +11,7 @@ use wick_ops::emulate;
 use wick_ops::gpu::{batch_norm_workspace_bytes, Launch};
 use wick_ops::DeviceKind;
 
-use super::emulated::{host, tensor, uniform, Buf};
+use super::emulated::{cross_entropy_kernels, host, tensor, uniform, Buf};
 use super::emulated_batchnorm::{train_emulated, Channels, Emulated};
 use super::emulated_low_precision::Half;
 
@@ -28,38 +28,16 @@ fn within_one_unit(kind: Half, what: &str, actual: &[u16], expected: &[f32], sla
 
 // ---- cross-entropy ----
 
-/// Defines `$name(logits, labels, classes, grad_loss) -> (loss, grad_logits)` for one
-/// 16-bit type: the row kernel (float log-sum-exps and losses), the mean, the backward.
-macro_rules! cross_entropy_16 {
-    ($name:ident, $rows:ident, $mean:ident, $backward:ident) => {
-        fn $name(logits: &[u16], labels: &[u32], classes: usize, grad: u16) -> (u16, Vec<u16>) {
-            let rows = labels.len();
-            let (lb, yb) = (Buf::new("logits", logits), Buf::new("labels", labels));
-            let mut row_loss = Buf::filled("row_loss", rows, 0f32);
-            let mut lse = Buf::filled("lse", rows, 0f32);
-            let (n, k) = (rows as i32, classes as i32);
-            let launch = Launch::cross_entropy_rows(rows, classes);
-            let (l, y) = (lb.ptr(), yb.ptr());
-            emulate!($rows(launch, l, y, row_loss.mut_ptr(), lse.mut_ptr(), n, k)).unwrap();
-            let mut loss = Buf::filled("loss", 1, 0u16);
-            let one = Launch::single_block();
-            emulate!($mean(one, row_loss.ptr(), loss.mut_ptr(), n)).unwrap();
-            let gb = Buf::new("grad_loss", &[grad]);
-            let mut dx = Buf::filled("dx", logits.len(), 0u16);
-            let (each, g, d) = (Launch::elementwise(logits.len()), gb.ptr(), dx.mut_ptr());
-            emulate!($backward(each, l, y, lse.ptr(), g, d, n, k)).unwrap();
-            (loss.values()[0], dx.values())
-        }
-    };
-}
-cross_entropy_16!(
+cross_entropy_kernels!(
     cross_entropy_bf16,
+    u16,
     wick_emu_cross_entropy_rows_bf16,
     wick_emu_cross_entropy_mean_bf16,
     wick_emu_cross_entropy_backward_bf16
 );
-cross_entropy_16!(
+cross_entropy_kernels!(
     cross_entropy_f16,
+    u16,
     wick_emu_cross_entropy_rows_f16,
     wick_emu_cross_entropy_mean_f16,
     wick_emu_cross_entropy_backward_f16
