@@ -12,6 +12,7 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod generic;
+mod low_precision;
 mod mask;
 mod params;
 
@@ -77,7 +78,11 @@ pub fn scaled_dot_product_attention(
         a,
         step,
     };
-    match route(q.device()) {
+    let route = route(q.device());
+    if let Some(low) = low_precision::dtype(q, a).filter(|_| route != Route::Cpu) {
+        return low_precision::forward(low, [q, k, v], mask, a, step);
+    }
+    match route {
         Route::Cpu if is_float(q.dtype()) => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
         #[cfg(feature = "cuda")]
         Route::Cuda => cuda::forward(&c),
@@ -126,7 +131,11 @@ pub fn scaled_dot_product_attention_backward(
         a,
         step,
     };
-    match route(q.device()) {
+    let route = route(q.device());
+    if let Some(low) = low_precision::dtype(q, a).filter(|_| route != Route::Cpu) {
+        return low_precision::backward(low, [q, k, v], saved, grad_out, mask, a, step);
+    }
+    match route {
         Route::Cpu if is_float(q.dtype()) => {
             dispatch_float!(OP, q.dtype(), cpu::backward(&c, saved, grad_out))
         }

@@ -167,10 +167,11 @@ pub struct Attention {
     pub dropout_p: f64,
     /// The dropout draws' seed (the graph node's).
     pub seed: u64,
-    /// (CPU, float32) The tiles' products: [`Products::Bf16`] or [`Products::F16`] round
-    /// every tile's `q`, `k`, `v`, weights and gradients to that 16-bit float as its
+    /// (float32 operands) The products: [`Products::Bf16`] or [`Products::F16`] round
+    /// every CPU tile's `q`, `k`, `v`, weights and gradients to that 16-bit float as its
     /// GEMMs read them, with float32 sums, as autocast's attention computes; the softmax
-    /// and the outputs stay float32.
+    /// and the outputs stay float32. On CUDA and the generic path, `q`, `k`, `v` and the
+    /// output gradient are rounded to the 16-bit values before the float32 kernels run.
     pub products: Products,
 }
 

@@ -404,6 +404,62 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
     check_attention(Products::Bf16, rounded64, 2f64.powi(-6));
 }
 
+/// Off the CPU kernel (CUDA, and the generic path this test forces), autocast's attention
+/// multiplies float32 `q`, `k`, `v` and output gradient rounded to the 16-bit values
+/// autocast casts them to: within float32's error of float64 on those values, for bf16
+/// and f16, with a mask; the unrounded operands would be 2^-9 (2^-12) off.
+#[test]
+fn generic_path_attention_multiplies_the_16_bit_values_of_its_operands() {
+    use wick_ops::attention::{
+        scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
+        Attention,
+    };
+    use wick_ops::route::KernelPath;
+    let (q, k, v) = (
+        randn(&[2, 40, 16], 94),
+        randn(&[2, 50, 16], 95),
+        randn(&[2, 50, 8], 96),
+    );
+    let gy = randn(&[2, 40, 8], 97);
+    let keep: Vec<u8> = (0..40 * 50).map(|i| u8::from(i % 7 != 3)).collect();
+    let mask = Tensor::from_vec(keep, (40, 50), &Device::Cpu).unwrap();
+    let low: [(Products, Rounding); 2] = [(Products::Bf16, rounded64), (Products::F16, f16_64)];
+    for (products, low) in low {
+        let a = Attention {
+            scale: 0.25,
+            causal: false,
+            dropout_p: 0.0,
+            seed: 0,
+            products,
+        };
+        let exact = Attention {
+            products: Products::Native,
+            ..a.clone()
+        };
+        let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(low);
+        let want = sdpa(&q64, &k64, &v64, Some(&mask), &exact, 0).unwrap();
+        let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, Some(&mask), &exact, 0).unwrap();
+        let (y, grads) = KernelPath::Generic.scope(|| {
+            let y = sdpa(&q, &k, &v, Some(&mask), &a, 0).unwrap();
+            let grads = sdpa_bwd(&q, &k, &v, &y, &gy, Some(&mask), &a, 0).unwrap();
+            (y, grads)
+        });
+        for (what, got, want) in [
+            ("output", &y.out, &want.out),
+            ("query gradient", &grads.q, &want_grads.q),
+            ("key gradient", &grads.k, &want_grads.k),
+            ("value gradient", &grads.v, &want_grads.v),
+        ] {
+            assert_eq!(got.dtype(), DType::F32, "{products:?} {what}: float32 out");
+            let err = max_of(&abs_diff(got, want)) / max_of(&abs64(want));
+            assert!(
+                err < 1e-5,
+                "{products:?}: {what}: error {err:e} of the largest value"
+            );
+        }
+    }
+}
+
 /// `t` rounded to float16 values, in float64.
 fn f16_64(t: &Tensor) -> Tensor {
     t.to_dtype(DType::F16)
