@@ -10,7 +10,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::params::{Attention, AttentionGrads, AttentionOutput, OP};
+use super::params::{Attention, AttentionGrads, AttentionOutput, Call, OP};
 use crate::error::Result;
 
 /// The 16-bit dtype whose values a float32 attention multiplies under `a.products`.
@@ -32,39 +32,27 @@ fn rounded(t: &Tensor, low: DType) -> Result<Tensor> {
     crate::bf16::rounded_f32(OP, t, low)
 }
 
-/// The forward with `q`, `k` and `v` rounded to `low`'s values.
-pub(super) fn forward(
-    low: DType,
-    [q, k, v]: [&Tensor; 3],
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
-) -> Result<AttentionOutput> {
+/// The forward of `c` with `q`, `k` and `v` rounded to `low`'s values.
+pub(super) fn forward(low: DType, c: &Call<'_>) -> Result<AttentionOutput> {
+    let (_, [q, k, v], mask, a, step) = c.parts();
     let (q, k, v) = (rounded(q, low)?, rounded(k, low)?, rounded(v, low)?);
     super::scaled_dot_product_attention(&q, &k, &v, mask, &native(a), step)
 }
 
-/// The backward with `q`, `k`, `v` and the output gradient rounded to `low`'s values.
-#[allow(clippy::too_many_arguments)]
+/// The backward of `c` with `q`, `k`, `v` and the output gradient `dy` rounded to `low`'s
+/// values.
 pub(super) fn backward(
     low: DType,
-    [q, k, v]: [&Tensor; 3],
-    saved: &AttentionOutput,
-    grad_out: &Tensor,
-    mask: Option<&Tensor>,
-    a: &Attention,
-    step: u64,
+    c: &Call<'_>,
+    y: &AttentionOutput,
+    dy: &Tensor,
 ) -> Result<AttentionGrads> {
-    let (q, k, v) = (rounded(q, low)?, rounded(k, low)?, rounded(v, low)?);
-    let grad_out = rounded(grad_out, low)?;
-    super::scaled_dot_product_attention_backward(
-        &q,
-        &k,
-        &v,
-        saved,
-        &grad_out,
-        mask,
-        &native(a),
-        step,
-    )
+    let (_, [q, k, v], mask, a, step) = c.parts();
+    let (q, k, v, dy) = (
+        rounded(q, low)?,
+        rounded(k, low)?,
+        rounded(v, low)?,
+        rounded(dy, low)?,
+    );
+    super::scaled_dot_product_attention_backward(&q, &k, &v, y, &dy, mask, &native(a), step)
 }

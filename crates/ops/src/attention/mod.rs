@@ -80,7 +80,7 @@ pub fn scaled_dot_product_attention(
     };
     let route = route(q.device());
     if let Some(low) = low_precision::dtype(q, a).filter(|_| route != Route::Cpu) {
-        return low_precision::forward(low, [q, k, v], mask, a, step);
+        return low_precision::forward(low, &c);
     }
     match route {
         Route::Cpu if is_float(q.dtype()) => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
@@ -133,7 +133,7 @@ pub fn scaled_dot_product_attention_backward(
     };
     let route = route(q.device());
     if let Some(low) = low_precision::dtype(q, a).filter(|_| route != Route::Cpu) {
-        return low_precision::backward(low, [q, k, v], saved, grad_out, mask, a, step);
+        return low_precision::backward(low, &c, saved, grad_out);
     }
     match route {
         Route::Cpu if is_float(q.dtype()) => {

@@ -343,52 +343,62 @@ fn bf16_winograd_layers_stay_within_bf16_rounding_of_float64() {
     bound(&dw_bf16_input, &want, &scale, "weight gradient");
 }
 
+use wick_ops::attention::{
+    scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
+    Attention,
+};
+
+/// What the attention checks compare: the output and the three gradients.
+const ATTENTION_PARTS: [&str; 4] = ["output", "query gradient", "key gradient", "value gradient"];
+
+/// Attention settings with `products`, and the same with float32 products.
+fn attention_settings(products: Products, causal: bool, scale: f64) -> (Attention, Attention) {
+    let a = Attention {
+        scale,
+        causal,
+        dropout_p: 0.0,
+        seed: 0,
+        products,
+    };
+    let exact = Attention {
+        products: Products::Native,
+        ..a.clone()
+    };
+    (a, exact)
+}
+
+/// Attention's output and gradients ([`ATTENTION_PARTS`]) of `[q, k, v, output gradient]`.
+fn attention_run([q, k, v, gy]: [&Tensor; 4], mask: Option<&Tensor>, a: &Attention) -> [Tensor; 4] {
+    let y = sdpa(q, k, v, mask, a, 0).unwrap();
+    let g = sdpa_bwd(q, k, v, &y, gy, mask, a, 0).unwrap();
+    [y.out, g.q, g.k, g.v]
+}
+
 /// The fused attention with `products` against float64 on the operands as the products
 /// read them (`low` rounds them), causal and not: every output within `bound` of the
 /// largest value, and at least 16x float32's own error (the products were 16-bit).
 fn check_attention(products: Products, low: Rounding, bound: f64) {
-    use wick_ops::attention::{
-        scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
-        Attention,
-    };
     for causal in [false, true] {
         // Two key tiles, a partial query tile, a key width that is not a multiple of 8.
-        let (q, k, v) = (
+        let operands = [
             randn(&[2, 3, 70, 12], 90),
             randn(&[2, 3, 150, 12], 91),
             randn(&[2, 3, 150, 10], 92),
-        );
-        let gy = randn(&[2, 3, 70, 10], 93);
-        let a = Attention {
-            scale: 0.3,
-            causal,
-            dropout_p: 0.0,
-            seed: 0,
-            products,
-        };
-        let exact = Attention {
-            products: Products::Native,
-            ..a.clone()
-        };
+            randn(&[2, 3, 70, 10], 93),
+        ];
+        let (a, exact) = attention_settings(products, causal, 0.3);
         // float64 on the operands as the products read them, and float32's own path.
-        let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(low);
-        let want = sdpa(&q64, &k64, &v64, None, &exact, 0).unwrap();
-        let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, None, &exact, 0).unwrap();
-        let [qr, kr, vr, gyr] = [&q, &k, &v, &gy].map(|t| low(t).to_dtype(DType::F32).unwrap());
-        let f32_path = sdpa(&qr, &kr, &vr, None, &exact, 0).unwrap();
-        let y = sdpa(&q, &k, &v, None, &a, 0).unwrap();
-        let grads = sdpa_bwd(&q, &k, &v, &y, &gy, None, &a, 0).unwrap();
-        let f32_grads = sdpa_bwd(&qr, &kr, &vr, &f32_path, &gyr, None, &exact, 0).unwrap();
-        for (what, got, f32_got, want) in [
-            ("output", &y.out, &f32_path.out, &want.out),
-            ("query gradient", &grads.q, &f32_grads.q, &want_grads.q),
-            ("key gradient", &grads.k, &f32_grads.k, &want_grads.k),
-            ("value gradient", &grads.v, &f32_grads.v, &want_grads.v),
-        ] {
-            assert_eq!(got.dtype(), DType::F32, "{what}: float32 out");
-            let scale = max_of(&abs64(want));
-            let err = max_of(&abs_diff(got, want)) / scale;
-            let f32_err = max_of(&abs_diff(f32_got, want)) / scale;
+        let want = attention_run(operands.each_ref().map(low).each_ref(), None, &exact);
+        let rounded = operands
+            .each_ref()
+            .map(|t| low(t).to_dtype(DType::F32).unwrap());
+        let f32_path = attention_run(rounded.each_ref(), None, &exact);
+        let got = attention_run(operands.each_ref(), None, &a);
+        for (i, what) in ATTENTION_PARTS.iter().enumerate() {
+            assert_eq!(got[i].dtype(), DType::F32, "{what}: float32 out");
+            let scale = max_of(&abs64(&want[i]));
+            let err = max_of(&abs_diff(&got[i], &want[i])) / scale;
+            let f32_err = max_of(&abs_diff(&f32_path[i], &want[i])) / scale;
             assert!(
                 err < bound && err > 16.0 * f32_err,
                 "{products:?}, causal {causal}: {what}: error {err:e}, float32 {f32_err:e} of the largest value"
@@ -410,48 +420,27 @@ fn bf16_attention_stays_within_bf16_rounding_of_float64() {
 /// and f16, with a mask; the unrounded operands would be 2^-9 (2^-12) off.
 #[test]
 fn generic_path_attention_multiplies_the_16_bit_values_of_its_operands() {
-    use wick_ops::attention::{
-        scaled_dot_product_attention as sdpa, scaled_dot_product_attention_backward as sdpa_bwd,
-        Attention,
-    };
     use wick_ops::route::KernelPath;
-    let (q, k, v) = (
+    let operands = [
         randn(&[2, 40, 16], 94),
         randn(&[2, 50, 16], 95),
         randn(&[2, 50, 8], 96),
-    );
-    let gy = randn(&[2, 40, 8], 97);
+        randn(&[2, 40, 8], 97),
+    ];
     let keep: Vec<u8> = (0..40 * 50).map(|i| u8::from(i % 7 != 3)).collect();
     let mask = Tensor::from_vec(keep, (40, 50), &Device::Cpu).unwrap();
     let low: [(Products, Rounding); 2] = [(Products::Bf16, rounded64), (Products::F16, f16_64)];
     for (products, low) in low {
-        let a = Attention {
-            scale: 0.25,
-            causal: false,
-            dropout_p: 0.0,
-            seed: 0,
-            products,
-        };
-        let exact = Attention {
-            products: Products::Native,
-            ..a.clone()
-        };
-        let [q64, k64, v64, gy64] = [&q, &k, &v, &gy].map(low);
-        let want = sdpa(&q64, &k64, &v64, Some(&mask), &exact, 0).unwrap();
-        let want_grads = sdpa_bwd(&q64, &k64, &v64, &want, &gy64, Some(&mask), &exact, 0).unwrap();
-        let (y, grads) = KernelPath::Generic.scope(|| {
-            let y = sdpa(&q, &k, &v, Some(&mask), &a, 0).unwrap();
-            let grads = sdpa_bwd(&q, &k, &v, &y, &gy, Some(&mask), &a, 0).unwrap();
-            (y, grads)
-        });
-        for (what, got, want) in [
-            ("output", &y.out, &want.out),
-            ("query gradient", &grads.q, &want_grads.q),
-            ("key gradient", &grads.k, &want_grads.k),
-            ("value gradient", &grads.v, &want_grads.v),
-        ] {
-            assert_eq!(got.dtype(), DType::F32, "{products:?} {what}: float32 out");
-            let err = max_of(&abs_diff(got, want)) / max_of(&abs64(want));
+        let (a, exact) = attention_settings(products, false, 0.25);
+        let want = attention_run(operands.each_ref().map(low).each_ref(), Some(&mask), &exact);
+        let got = KernelPath::Generic.scope(|| attention_run(operands.each_ref(), Some(&mask), &a));
+        for (i, what) in ATTENTION_PARTS.iter().enumerate() {
+            assert_eq!(
+                got[i].dtype(),
+                DType::F32,
+                "{products:?} {what}: float32 out"
+            );
+            let err = max_of(&abs_diff(&got[i], &want[i])) / max_of(&abs64(&want[i]));
             assert!(
                 err < 1e-5,
                 "{products:?}: {what}: error {err:e} of the largest value"
