@@ -69,24 +69,13 @@ pub fn scaled_dot_product_attention(
     step: u64,
 ) -> Result<AttentionOutput> {
     let shape = check(q, k, v, mask, a)?;
-    let c = Call {
-        shape: &shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    };
-    let route = route(q.device());
-    if let Some(low) = low_precision::dtype(q, a).filter(|_| route != Route::Cpu) {
-        return low_precision::forward(low, &c);
-    }
-    match route {
-        Route::Cpu if is_float(q.dtype()) => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
+    let c = Call::new(&shape, [q, k, v], mask, a, step);
+    match Path::of(q, a) {
+        Path::Cpu => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
         #[cfg(feature = "cuda")]
-        Route::Cuda => cuda::forward(&c),
-        _ => generic::forward(&c),
+        Path::Cuda => cuda::forward(&c),
+        Path::Rounded(low) => low_precision::forward(low, &c),
+        Path::Generic => generic::forward(&c),
     }
 }
 
@@ -122,29 +111,40 @@ pub fn scaled_dot_product_attention_backward(
         &[("output", &saved.out), ("output gradient", grad_out)],
     )?;
     crate::cpu::same_dtype(OP, lse_dtype(q.dtype()), &[("log-sum-exp", &saved.lse)])?;
-    let c = Call {
-        shape: &shape,
-        q,
-        k,
-        v,
-        mask,
-        a,
-        step,
-    };
-    let route = route(q.device());
-    if let Some(low) = low_precision::dtype(q, a).filter(|_| route != Route::Cpu) {
-        return low_precision::backward(low, &c, saved, grad_out);
-    }
-    match route {
-        Route::Cpu if is_float(q.dtype()) => {
-            dispatch_float!(OP, q.dtype(), cpu::backward(&c, saved, grad_out))
-        }
+    let c = Call::new(&shape, [q, k, v], mask, a, step);
+    match Path::of(q, a) {
+        Path::Cpu => dispatch_float!(OP, q.dtype(), cpu::backward(&c, saved, grad_out)),
         #[cfg(feature = "cuda")]
-        Route::Cuda => cuda::backward(&c, saved, grad_out),
-        _ => generic::backward(&c, saved, grad_out),
+        Path::Cuda => cuda::backward(&c, saved, grad_out),
+        Path::Rounded(low) => low_precision::backward(low, &c, saved, grad_out),
+        Path::Generic => generic::backward(&c, saved, grad_out),
     }
 }
 
-fn is_float(dtype: DType) -> bool {
-    matches!(dtype, DType::F32 | DType::F64)
+/// Which implementation a call runs.
+enum Path {
+    /// The tiled CPU kernel (f32 and f64).
+    Cpu,
+    /// wick's CUDA kernels.
+    #[cfg(feature = "cuda")]
+    Cuda,
+    /// Off the CPU kernel with 16-bit products: the operands rounded to this dtype's
+    /// values, then the float32 path ([`low_precision`]).
+    Rounded(DType),
+    /// candle's ops.
+    Generic,
+}
+
+impl Path {
+    fn of(q: &Tensor, a: &Attention) -> Path {
+        let route = route(q.device());
+        let float = matches!(q.dtype(), DType::F32 | DType::F64);
+        match low_precision::dtype(q, a) {
+            _ if route == Route::Cpu && float => Path::Cpu,
+            Some(low) => Path::Rounded(low),
+            #[cfg(feature = "cuda")]
+            None if route == Route::Cuda => Path::Cuda,
+            None => Path::Generic,
+        }
+    }
 }

@@ -238,15 +238,30 @@ pub struct AttentionGrads {
 #[derive(Clone, Copy)]
 pub(super) struct Call<'a> {
     pub(super) shape: &'a AttentionShape,
-    pub(super) q: &'a Tensor,
-    pub(super) k: &'a Tensor,
-    pub(super) v: &'a Tensor,
+    /// `[q, k, v]`.
+    pub(super) operands: [&'a Tensor; 3],
     pub(super) mask: Option<&'a Tensor>,
     pub(super) a: &'a Attention,
     pub(super) step: u64,
 }
 
 impl<'a> Call<'a> {
+    pub(super) fn new(
+        shape: &'a AttentionShape,
+        operands: [&'a Tensor; 3],
+        mask: Option<&'a Tensor>,
+        a: &'a Attention,
+        step: u64,
+    ) -> Self {
+        Call {
+            shape,
+            operands,
+            mask,
+            a,
+            step,
+        }
+    }
+
     /// The call's parts: shape, `[q, k, v]`, mask, settings, step.
     #[allow(clippy::type_complexity)]
     pub(super) fn parts(
@@ -259,6 +274,6 @@ impl<'a> Call<'a> {
         u64,
     ) {
         let c = *self;
-        (c.shape, [c.q, c.k, c.v], c.mask, c.a, c.step)
+        (c.shape, c.operands, c.mask, c.a, c.step)
     }
 }
