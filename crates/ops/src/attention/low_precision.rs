@@ -10,7 +10,7 @@
 
 use candle_core::{DType, Tensor};
 
-use super::params::{Attention, AttentionGrads, AttentionOutput, Call, OP};
+use super::params::{Attention, OP};
 use crate::error::Result;
 
 /// The 16-bit dtype whose values a float32 attention multiplies under `a.products`.
@@ -20,39 +20,19 @@ pub(super) fn dtype(q: &Tensor, a: &Attention) -> Option<DType> {
         .flatten()
 }
 
-/// The float32 call on the operands rounded: float32 products of 16-bit values.
-fn native(a: &Attention) -> Attention {
+/// `a` with float32 products: the call the rounded operands take.
+pub(super) fn native(a: &Attention) -> Attention {
     Attention {
         products: Default::default(),
         ..a.clone()
     }
 }
 
-fn rounded(t: &Tensor, low: DType) -> Result<Tensor> {
-    crate::bf16::rounded_f32(OP, t, low)
-}
-
-/// The forward of `c` with `q`, `k` and `v` rounded to `low`'s values.
-pub(super) fn forward(low: DType, c: &Call<'_>) -> Result<AttentionOutput> {
-    let (_, [q, k, v], mask, a, step) = c.parts();
-    let (q, k, v) = (rounded(q, low)?, rounded(k, low)?, rounded(v, low)?);
-    super::scaled_dot_product_attention(&q, &k, &v, mask, &native(a), step)
-}
-
-/// The backward of `c` with `q`, `k`, `v` and the output gradient `dy` rounded to `low`'s
-/// values.
-pub(super) fn backward(
-    low: DType,
-    c: &Call<'_>,
-    y: &AttentionOutput,
-    dy: &Tensor,
-) -> Result<AttentionGrads> {
-    let (_, [q, k, v], mask, a, step) = c.parts();
-    let (q, k, v, dy) = (
-        rounded(q, low)?,
-        rounded(k, low)?,
-        rounded(v, low)?,
-        rounded(dy, low)?,
-    );
-    super::scaled_dot_product_attention_backward(&q, &k, &v, y, &dy, mask, &native(a), step)
+/// `tensors` rounded to `low`'s values, kept as float32 (exact).
+pub(super) fn rounded<const N: usize>(tensors: [&Tensor; N], low: DType) -> Result<[Tensor; N]> {
+    let rounded = tensors
+        .iter()
+        .map(|t| crate::bf16::rounded_f32(OP, t, low))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(rounded.try_into().expect("one rounded tensor per operand"))
 }

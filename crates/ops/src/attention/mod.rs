@@ -74,7 +74,11 @@ pub fn scaled_dot_product_attention(
         Path::Cpu => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
         #[cfg(feature = "cuda")]
         Path::Cuda => cuda::forward(&c),
-        Path::Rounded(low) => low_precision::forward(low, &c),
+        Path::Rounded(low) => {
+            let [q, k, v] = low_precision::rounded([q, k, v], low)?;
+            let a = low_precision::native(a);
+            scaled_dot_product_attention(&q, &k, &v, mask, &a, step)
+        }
         Path::Generic => generic::forward(&c),
     }
 }
@@ -116,7 +120,11 @@ pub fn scaled_dot_product_attention_backward(
         Path::Cpu => dispatch_float!(OP, q.dtype(), cpu::backward(&c, saved, grad_out)),
         #[cfg(feature = "cuda")]
         Path::Cuda => cuda::backward(&c, saved, grad_out),
-        Path::Rounded(low) => low_precision::backward(low, &c, saved, grad_out),
+        Path::Rounded(low) => {
+            let [q, k, v, dy] = low_precision::rounded([q, k, v, grad_out], low)?;
+            let a = low_precision::native(a);
+            scaled_dot_product_attention_backward(&q, &k, &v, saved, &dy, mask, &a, step)
+        }
         Path::Generic => generic::backward(&c, saved, grad_out),
     }
 }
