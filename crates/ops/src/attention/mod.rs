@@ -146,13 +146,16 @@ enum Path {
 impl Path {
     fn of(q: &Tensor, a: &Attention) -> Path {
         let route = route(q.device());
-        let float = matches!(q.dtype(), DType::F32 | DType::F64);
-        match low_precision::dtype(q, a) {
-            _ if route == Route::Cpu && float => Path::Cpu,
-            Some(low) => Path::Rounded(low),
-            #[cfg(feature = "cuda")]
-            None if route == Route::Cuda => Path::Cuda,
-            None => Path::Generic,
+        if route == Route::Cpu && matches!(q.dtype(), DType::F32 | DType::F64) {
+            return Path::Cpu;
         }
+        if let Some(low) = low_precision::dtype(q, a) {
+            return Path::Rounded(low);
+        }
+        #[cfg(feature = "cuda")]
+        if route == Route::Cuda {
+            return Path::Cuda;
+        }
+        Path::Generic
     }
 }
