@@ -19,6 +19,8 @@ MUTATIONS=(
   'attention.cu|for (int i = s.causal ? j : 0; i < s.L; i++)|for (int i = s.causal ? j + 1 : 0; i < s.L; i++)'
   # A max-pool input's last covering window runs one past the output plane.
   'kernels.cu|oy1 = min(d.OH - 1, (iy + d.ph) / d.sh)|oy1 = min(d.OH, (iy + d.ph) / d.sh)'
+  # Autocast's attention weights (probabilities, scores' gradient) multiply unrounded.
+  'attention.cu|    w = wick_attn_operand(w, products);|    w = w + 0;'
   # An activation's gradient reads the wrong element.
   'elementwise.cu|grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i], slope);|grad_x[i] = NAME##_gradient<T>(grad_y[i], saved[i > 0 ? i - 1 : 0], slope);'
 )

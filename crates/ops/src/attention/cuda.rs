@@ -1,13 +1,15 @@
 //! Attention on CUDA (`crates/ops/cuda/attention.cu`): one warp per query row for the
 //! output and `dQ`, one per key row for `dK` and `dV`, the rows' vectors in the lanes'
-//! registers (at most [`MAX_DIM`] wide; wider ones take candle's ops). f32, f64, and bf16
+//! registers (at most [`MAX_DIM`] wide; [`fits`] says which shapes). f32, f64, and bf16
 //! and f16 computed in float, whose saved log-sum-exp is f32 ([`super::lse_dtype`]).
+//! A float32 attention with 16-bit products (autocast's) multiplies the bf16 (f16) values
+//! of its operands and weights, rounded as the kernels read them.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
-use super::generic;
 use super::mask::{additive, Addressing};
-use super::params::{AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
+use super::params::{Attention, AttentionGrads, AttentionOutput, AttentionShape, Call, OP};
+use crate::bf16::Products;
 use crate::dropout::Draws;
 use crate::error::{CandleContext, Result};
 use crate::gpu::cuda::{
@@ -56,7 +58,7 @@ impl DeviceMask {
 }
 
 /// Whether the kernels take this shape (vectors in registers, sizes in `int`).
-fn fits(shape: &AttentionShape) -> bool {
+pub(super) fn fits(shape: &AttentionShape) -> bool {
     let ints = [
         shape.heads(),
         shape.queries,
@@ -70,10 +72,20 @@ fn fits(shape: &AttentionShape) -> bool {
         && ints.iter().product::<usize>() > 0
 }
 
+/// The kernels' `products`: 1 (2) where a float32 attention multiplies bf16 (f16) values,
+/// else 0.
+fn products(dtype: DType, a: &Attention) -> i32 {
+    match (dtype, a.products) {
+        (DType::F32, Products::Bf16) => 1,
+        (DType::F32, Products::F16) => 2,
+        _ => 0,
+    }
+}
+
 /// The launch arguments after the buffers, in the kernels' order: `$t` the tensors' element
 /// type (the mask's), `$s` the scalars' (the type the kernels compute in).
 macro_rules! settings {
-    ($shape:expr, $a:expr, $step:expr, $m:expr, $t:ty, $s:ty, |$args:ident| $body:expr) => {{
+    ($shape:expr, $a:expr, $step:expr, $m:expr, $t:ty, $s:ty, $dtype:expr, |$args:ident| $body:expr) => {{
         let (h, l, s) = (
             $shape.heads() as i32,
             $shape.queries as i32,
@@ -92,8 +104,10 @@ macro_rules! settings {
         let (os, ol) = $m.offsets.storage_and_layout();
         let bias = view::<$t>(OP, &bs, bl)?;
         let offsets = view::<i64>(OP, &os, ol)?;
+        let products = products($dtype, $a);
         let $args = (
             h, l, s, e, ev, scale, causal, bias, offsets, $m.row, $m.col, base, threshold, keep,
+            products,
         );
         $body
     }};
@@ -101,9 +115,6 @@ macro_rules! settings {
 
 pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
     let (shape, [q, k, v], mask, a, step) = c.parts();
-    if !fits(shape) {
-        return generic::forward(c);
-    }
     let dev = device_of(OP, q)?;
     let (q, k, v) = (contiguous(OP, q)?, contiguous(OP, k)?, contiguous(OP, v)?);
     let m = DeviceMask::new(shape, &q, mask)?;
@@ -116,9 +127,9 @@ pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
         let (qv, kv, vv) = (view::<T>(OP, &qs, ql)?, view::<T>(OP, &ks, kl)?, view::<T>(OP, &vs, vl)?);
         let mut out = output::<T>(OP, &dev, rows * shape.v_dim)?;
         let mut lse = output::<S>(OP, &dev, rows)?;
-        settings!(shape, a, step, m, T, S, |x| {
+        settings!(shape, a, step, m, T, S, q.dtype(), |x| {
             launch!(OP, dev, Source::Attention, name, Launch::warp_per_row(rows),
-                [&qv, &kv, &vv, &mut out, &mut lse, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13]);
+                [&qv, &kv, &vv, &mut out, &mut lse, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13, &x.14]);
         });
         Ok(AttentionOutput { out: wrap(out, &dev, &shape.out()), lse: wrap(lse, &dev, &shape.lse()) })
     })
@@ -126,9 +137,6 @@ pub(super) fn forward(c: &Call<'_>) -> Result<AttentionOutput> {
 
 pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result<AttentionGrads> {
     let (shape, [q, k, v], mask, a, step) = c.parts();
-    if !fits(shape) {
-        return generic::backward(c, y, dy);
-    }
     let dev = device_of(OP, q)?;
     let c = |t: &Tensor| contiguous(OP, t);
     let (q, k, v, dout, out, lse) = (c(q)?, c(k)?, c(v)?, c(dy)?, c(&y.out)?, c(&y.lse)?);
@@ -151,11 +159,11 @@ pub(super) fn backward(c: &Call<'_>, y: &AttentionOutput, dy: &Tensor) -> Result
         let mut dq = output::<T>(OP, &dev, queries * shape.qk_dim)?;
         let mut dk = output::<T>(OP, &dev, keys * shape.qk_dim)?;
         let mut dv = output::<T>(OP, &dev, keys * shape.v_dim)?;
-        settings!(shape, a, step, m, T, S, |x| {
+        settings!(shape, a, step, m, T, S, q.dtype(), |x| {
             launch!(OP, dev, Source::Attention, format!("attention_backward_q_{sfx}"), Launch::warp_per_row(queries),
-                [&qv, &kv, &vv, &dov, &lv, &delta, &mut dq, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13]);
+                [&qv, &kv, &vv, &dov, &lv, &delta, &mut dq, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13, &x.14]);
             launch!(OP, dev, Source::Attention, format!("attention_backward_kv_{sfx}"), Launch::warp_per_row(keys),
-                [&qv, &kv, &vv, &dov, &lv, &delta, &mut dk, &mut dv, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13]);
+                [&qv, &kv, &vv, &dov, &lv, &delta, &mut dk, &mut dv, &x.0, &x.1, &x.2, &x.3, &x.4, &x.5, &x.6, &x.7, &x.8, &x.9, &x.10, &x.11, &x.12, &x.13, &x.14]);
         });
         Ok(AttentionGrads {
             q: wrap(dq, &dev, q.dims()),

@@ -1,12 +1,14 @@
-//! Autocast's attention off the CPU (CUDA and the generic path), as those paths run
-//! autocast's convolutions and linear layers: float32 `q`, `k`, `v` (and, in the
-//! backward, the output gradient) with 16-bit products are rounded to that 16-bit
-//! dtype's values and kept in float32, and the float32 path runs on them. So `q·kᵀ`,
-//! `p·v`'s `v`, and the backward's `dO` are the 16-bit values autocast would cast them
-//! to, and everything else (the softmax, its log-sum-exp, the outputs) stays float32.
+//! Autocast's attention on candle's ops (the generic path: devices and shapes wick's
+//! kernels do not take), as that path runs autocast's convolutions and linear layers:
+//! float32 `q`, `k`, `v` (and, in the backward, the output gradient) with 16-bit
+//! products are rounded to that 16-bit dtype's values and kept in float32, and the
+//! float32 path runs on them. So `q·kᵀ`, `p·v`'s `v`, and the backward's `dO` are the
+//! 16-bit values autocast would cast them to; the probabilities and the scores' gradient,
+//! which candle's ops multiply as they are, and everything else (the softmax, its
+//! log-sum-exp, the outputs) stay float32.
 //!
-//! The CPU kernel does not take this path: it rounds each tile's operands as its GEMMs
-//! read them, the probabilities and the scores' gradient included.
+//! wick's CPU and CUDA kernels do not take this path: they round each operand as their
+//! products read it, the probabilities and the scores' gradient included.
 
 use candle_core::{DType, Tensor};
 

@@ -70,7 +70,7 @@ pub fn scaled_dot_product_attention(
 ) -> Result<AttentionOutput> {
     let shape = check(q, k, v, mask, a)?;
     let c = Call::new(&shape, [q, k, v], mask, a, step);
-    match Path::of(q, a) {
+    match Path::of(&shape, q, a) {
         Path::Cpu => dispatch_float!(OP, q.dtype(), cpu::forward(&c)),
         #[cfg(feature = "cuda")]
         Path::Cuda => cuda::forward(&c),
@@ -116,7 +116,7 @@ pub fn scaled_dot_product_attention_backward(
     )?;
     crate::cpu::same_dtype(OP, lse_dtype(q.dtype()), &[("log-sum-exp", &saved.lse)])?;
     let c = Call::new(&shape, [q, k, v], mask, a, step);
-    match Path::of(q, a) {
+    match Path::of(&shape, q, a) {
         Path::Cpu => dispatch_float!(OP, q.dtype(), cpu::backward(&c, saved, grad_out)),
         #[cfg(feature = "cuda")]
         Path::Cuda => cuda::backward(&c, saved, grad_out),
@@ -133,28 +133,30 @@ pub fn scaled_dot_product_attention_backward(
 enum Path {
     /// The tiled CPU kernel (f32 and f64).
     Cpu,
-    /// wick's CUDA kernels.
+    /// wick's CUDA kernels, for the shapes they take (16-bit products included).
     #[cfg(feature = "cuda")]
     Cuda,
-    /// Off the CPU kernel with 16-bit products: the operands rounded to this dtype's
-    /// values, then the float32 path ([`low_precision`]).
+    /// candle's ops with 16-bit products: the operands rounded to this dtype's values,
+    /// then the float32 path ([`low_precision`]).
     Rounded(DType),
     /// candle's ops.
     Generic,
 }
 
 impl Path {
-    fn of(q: &Tensor, a: &Attention) -> Path {
+    fn of(shape: &AttentionShape, q: &Tensor, a: &Attention) -> Path {
         let route = route(q.device());
         if route == Route::Cpu && matches!(q.dtype(), DType::F32 | DType::F64) {
             return Path::Cpu;
         }
+        #[cfg(feature = "cuda")]
+        if route == Route::Cuda && cuda::fits(shape) {
+            return Path::Cuda;
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = shape;
         if let Some(low) = low_precision::dtype(q, a) {
             return Path::Rounded(low);
-        }
-        #[cfg(feature = "cuda")]
-        if route == Route::Cuda {
-            return Path::Cuda;
         }
         Path::Generic
     }

@@ -79,105 +79,100 @@ fn values(seed: u64, n: usize) -> Vec<f64> {
     crate::emulated::uniform(seed, n, 2.0)
 }
 
-/// Runs the four kernels; returns out, lse, dq, dk, dv.
-fn emulated(c: &Case, q: &[f64], k: &[f64], v: &[f64], g: &[f64], a: &Attention) -> [Vec<f64>; 5] {
-    let (l, s, e, ev) = c.dims;
-    let (queries, keys) = (c.heads * l, c.heads * s);
-    let (bias, offsets, row, col) = match &c.mask {
-        Some(m) => {
-            let add: Vec<f64> = m
-                .iter()
-                .map(|&x| if x != 0 { 0.0 } else { f64::NEG_INFINITY })
-                .collect();
-            (add, vec![0i64; c.heads], s as i64, 1i64)
-        }
-        None => (vec![0.0], vec![0i64; c.heads], 0, 0),
-    };
-    let (qb, kb, vb, gb) = (
-        Buf::new("q", q),
-        Buf::new("k", k),
-        Buf::new("v", v),
-        Buf::new("g", g),
-    );
-    let (bb, ob) = (Buf::new("bias", &bias), Buf::new("offsets", &offsets));
-    let (base, threshold) = Draws::new(a.dropout_p, a.seed, 0).parts();
-    let keep = if a.dropout_p > 0.0 {
-        1.0 / (1.0 - a.dropout_p)
-    } else {
-        0.0
-    };
-    let (h, li, si, ei, evi) = (c.heads as i32, l as i32, s as i32, e as i32, ev as i32);
-    let causal = i32::from(a.causal);
-    // Every kernel but the delta takes the same settings after its buffers.
-    macro_rules! run {
-        ($kernel:ident, $rows:expr, $($buf:expr),*) => {
-            emulate!($kernel(
-                Launch::warp_per_row($rows), $($buf,)* h, li, si, ei, evi, a.scale, causal,
-                bb.ptr(), ob.ptr(), row, col, base, threshold, keep
+/// Runs the four kernels of one float type with the kernels' `products` (0: as they are;
+/// 1, 2: bf16, f16 values); returns out, lse, dq, dk, dv.
+macro_rules! emulated_float {
+    ($name:ident, $t:ty, $forward:ident, $delta:ident, $grad_q:ident, $grad_kv:ident) => {
+        pub(super) fn $name(
+            c: &Case,
+            [q, k, v, g]: [&[$t]; 4],
+            a: &Attention,
+            products: i32,
+        ) -> [Vec<$t>; 5] {
+            let (l, s, e, ev) = c.dims;
+            let (queries, keys) = (c.heads * l, c.heads * s);
+            let (bias, offsets, row, col) = match &c.mask {
+                Some(m) => {
+                    let add: Vec<$t> = m
+                        .iter()
+                        .map(|&x| if x != 0 { 0.0 } else { <$t>::NEG_INFINITY })
+                        .collect();
+                    (add, vec![0i64; c.heads], s as i64, 1i64)
+                }
+                None => (vec![0.0], vec![0i64; c.heads], 0, 0),
+            };
+            let (qb, kb, vb, gb) = (
+                Buf::new("q", q),
+                Buf::new("k", k),
+                Buf::new("v", v),
+                Buf::new("g", g),
+            );
+            let (bb, ob) = (Buf::new("bias", &bias), Buf::new("offsets", &offsets));
+            let (base, threshold) = Draws::new(a.dropout_p, a.seed, 0).parts();
+            let keep = if a.dropout_p > 0.0 {
+                1.0 / (1.0 - a.dropout_p)
+            } else {
+                0.0
+            } as $t;
+            let (h, li, si, ei, evi) = (c.heads as i32, l as i32, s as i32, e as i32, ev as i32);
+            let (scale, causal) = (a.scale as $t, i32::from(a.causal));
+            let mut out = Buf::filled("out", queries * ev, 0 as $t);
+            let mut lse = Buf::filled("lse", queries, 0 as $t);
+            let (q, k, v) = (qb.ptr(), kb.ptr(), vb.ptr());
+            // Every kernel but the delta takes the same settings after its buffers.
+            let (bp, op) = (bb.ptr(), ob.ptr());
+            let (wq, wk) = (Launch::warp_per_row(queries), Launch::warp_per_row(keys));
+            let (o, lo) = (out.mut_ptr(), lse.mut_ptr());
+            emulate!($forward(
+                wq, q, k, v, o, lo, h, li, si, ei, evi, scale, causal, bp, op, row, col, base,
+                threshold, keep, products
             ))
-            .unwrap()
-        };
-    }
-    let mut out = Buf::filled("out", queries * ev, 0f64);
-    let mut lse = Buf::filled("lse", queries, 0f64);
-    let (q, k, v) = (qb.ptr(), kb.ptr(), vb.ptr());
-    run!(
-        wick_emu_attention_forward_f64,
-        queries,
-        q,
-        k,
-        v,
-        out.mut_ptr(),
-        lse.mut_ptr()
-    );
-    let mut delta = Buf::filled("delta", queries, 0f64);
-    let (rows, g) = (queries as i64, gb.ptr());
-    let d = Launch::warp_per_row(queries);
-    emulate!(wick_emu_attention_delta_f64(
-        d,
-        g,
-        out.ptr(),
-        delta.mut_ptr(),
-        rows,
-        evi
-    ))
-    .unwrap();
-    let mut dq = Buf::filled("dq", queries * e, 0f64);
-    let (lse_p, delta_p) = (lse.ptr(), delta.ptr());
-    run!(
-        wick_emu_attention_backward_q_f64,
-        queries,
-        q,
-        k,
-        v,
-        g,
-        lse_p,
-        delta_p,
-        dq.mut_ptr()
-    );
-    let mut dk = Buf::filled("dk", keys * e, 0f64);
-    let mut dv = Buf::filled("dv", keys * ev, 0f64);
-    let (dk_p, dv_p) = (dk.mut_ptr(), dv.mut_ptr());
-    run!(
-        wick_emu_attention_backward_kv_f64,
-        keys,
-        q,
-        k,
-        v,
-        g,
-        lse_p,
-        delta_p,
-        dk_p,
-        dv_p
-    );
-    [
-        out.values(),
-        lse.values(),
-        dq.values(),
-        dk.values(),
-        dv.values(),
-    ]
+            .unwrap();
+            let mut delta = Buf::filled("delta", queries, 0 as $t);
+            let (rows, g) = (queries as i64, gb.ptr());
+            emulate!($delta(wq, g, out.ptr(), delta.mut_ptr(), rows, evi)).unwrap();
+            let mut dq = Buf::filled("dq", queries * e, 0 as $t);
+            let (lse_p, delta_p) = (lse.ptr(), delta.ptr());
+            let dqp = dq.mut_ptr();
+            emulate!($grad_q(
+                wq, q, k, v, g, lse_p, delta_p, dqp, h, li, si, ei, evi, scale, causal, bp, op,
+                row, col, base, threshold, keep, products
+            ))
+            .unwrap();
+            let mut dk = Buf::filled("dk", keys * e, 0 as $t);
+            let mut dv = Buf::filled("dv", keys * ev, 0 as $t);
+            let (dk_p, dv_p) = (dk.mut_ptr(), dv.mut_ptr());
+            emulate!($grad_kv(
+                wk, q, k, v, g, lse_p, delta_p, dk_p, dv_p, h, li, si, ei, evi, scale, causal, bp,
+                op, row, col, base, threshold, keep, products
+            ))
+            .unwrap();
+            [
+                out.values(),
+                lse.values(),
+                dq.values(),
+                dk.values(),
+                dv.values(),
+            ]
+        }
+    };
 }
+emulated_float!(
+    emulated_f64,
+    f64,
+    wick_emu_attention_forward_f64,
+    wick_emu_attention_delta_f64,
+    wick_emu_attention_backward_q_f64,
+    wick_emu_attention_backward_kv_f64
+);
+emulated_float!(
+    emulated_f32,
+    f32,
+    wick_emu_attention_forward_f32,
+    wick_emu_attention_delta_f32,
+    wick_emu_attention_backward_q_f32,
+    wick_emu_attention_backward_kv_f32
+);
 
 fn max_rel(a: &[f64], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
@@ -197,7 +192,7 @@ fn emulated_attention_matches_the_cpu_kernel() {
         let (l, s, e, ev) = c.dims;
         let [q, k, v, g] = c.operands(100 * n as u64, values);
         let a = c.attention();
-        let got = emulated(c, &q, &k, &v, &g, &a);
+        let got = emulated_f64(c, [&q, &k, &v, &g], &a, 0);
         let t = |x: &[f64], rows, cols| {
             Tensor::from_vec(x.to_vec(), (c.heads, rows, cols), &Device::Cpu).unwrap()
         };

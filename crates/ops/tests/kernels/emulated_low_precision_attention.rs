@@ -65,7 +65,7 @@ macro_rules! emulated_16 {
             let (o, lo) = (out.mut_ptr(), lse.mut_ptr());
             emulate!($forward(
                 wq, qp, kp, vp, o, lo, h, li, si, ei, evi, scale, causal, bp, op, row, col, base,
-                threshold, keep
+                threshold, keep, 0i32
             ))
             .unwrap();
             let mut delta = Buf::filled("delta", queries, 0f32);
@@ -82,7 +82,7 @@ macro_rules! emulated_16 {
             let (lp, dp, dqp) = (lse.ptr(), delta.ptr(), dq.mut_ptr());
             emulate!($grad_q(
                 wq, qp, kp, vp, gp, lp, dp, dqp, h, li, si, ei, evi, scale, causal, bp, op, row,
-                col, base, threshold, keep
+                col, base, threshold, keep, 0i32
             ))
             .unwrap();
             let mut dk = Buf::filled("dk", keys * e, 0u16);
@@ -90,7 +90,7 @@ macro_rules! emulated_16 {
             let (dkp, dvp) = (dk.mut_ptr(), dv.mut_ptr());
             emulate!($grad_kv(
                 wk, qp, kp, vp, gp, lp, dp, dkp, dvp, h, li, si, ei, evi, scale, causal, bp, op,
-                row, col, base, threshold, keep
+                row, col, base, threshold, keep, 0i32
             ))
             .unwrap();
             delta.values();

@@ -13,6 +13,7 @@ mod depthwise;
 mod elementwise;
 mod emulated;
 mod emulated_attention;
+mod emulated_autocast_attention;
 mod emulated_batchnorm;
 mod emulated_emulator;
 mod emulated_fixtures;
