@@ -43,6 +43,31 @@ impl Case {
         }
     }
 
+    /// wick's f32 CPU kernel on `[q, k, v, g]`: its forward, and its gradients from the
+    /// output and log-sum-exp the kernels saved (the output's rounding moves each row's
+    /// dO . O, which the gradients subtract).
+    pub fn cpu_f32(
+        &self,
+        [q, k, v, g]: [&[f32]; 4],
+        (out, lse): (&[f32], &[f32]),
+        a: &Attention,
+    ) -> (AttentionOutput, AttentionGrads) {
+        let (l, s, e, ev) = self.dims;
+        let t = |x: &[f32], dims: &[usize]| Tensor::from_slice(x, dims, &Device::Cpu).unwrap();
+        let (qt, kt) = (t(q, &[self.heads, l, e]), t(k, &[self.heads, s, e]));
+        let (vt, gt) = (t(v, &[self.heads, s, ev]), t(g, &[self.heads, l, ev]));
+        let mask = self.mask_tensor();
+        let y = scaled_dot_product_attention(&qt, &kt, &vt, mask.as_ref(), a, 0).unwrap();
+        let saved = AttentionOutput {
+            out: t(out, &[self.heads, l, ev]),
+            lse: t(lse, &[self.heads, l]),
+        };
+        let grads =
+            scaled_dot_product_attention_backward(&qt, &kt, &vt, &saved, &gt, mask.as_ref(), a, 0)
+                .unwrap();
+        (y, grads)
+    }
+
     /// The mask as a `[L, S]` tensor.
     pub fn mask_tensor(&self) -> Option<Tensor> {
         let (l, s, ..) = self.dims;

@@ -9,7 +9,6 @@
 //! Within 1e-5 of each tensor's largest value: float32's rounding, where the products'
 //! 16-bit rounding would move them by about 1e-3.
 
-use candle_core::{Device, Tensor};
 use wick_ops::attention::*;
 use wick_ops::bf16::Products;
 use wick_ops::dropout::Draws;
@@ -89,7 +88,6 @@ fn float32_cuda_attention_with_16_bit_products_multiplies_16_bit_values() {
         (Half::F16, Products::F16, 2),
     ] {
         for (n, c) in cases().iter().enumerate() {
-            let (l, s, e, ev) = c.dims;
             let draw = |seed, len| -> Vec<f32> {
                 uniform(seed, len, 2.0).iter().map(|&x| x as f32).collect()
             };
@@ -104,33 +102,13 @@ fn float32_cuda_attention_with_16_bit_products_multiplies_16_bit_values() {
             let err = error(&what("out"), &out, &model);
             assert!(err < 1e-5, "{}: error {err:.2e}", what("out"));
 
-            let t = |x: &[f32], dims: &[usize]| Tensor::from_slice(x, dims, &Device::Cpu).unwrap();
-            let (qt, kt) = (t(&q, &[c.heads, l, e]), t(&k, &[c.heads, s, e]));
-            let (vt, gt) = (t(&v, &[c.heads, s, ev]), t(&g, &[c.heads, l, ev]));
-            let mask = c.mask_tensor();
-            let y = scaled_dot_product_attention(&qt, &kt, &vt, mask.as_ref(), &a, 0).unwrap();
+            let (y, grads) = c.cpu_f32([&q, &k, &v, &g], (&out, &lse), &a);
             let wide = |x: Vec<f32>| x.into_iter().map(f64::from).collect::<Vec<_>>();
             let lse_want = wide(host::<f32>(&y.lse));
             for (i, (&x, &w)) in lse.iter().zip(&lse_want).enumerate() {
                 let ok = x as f64 == w || (x as f64 - w).abs() <= 1e-5 * w.abs().max(1.0);
                 assert!(ok, "{} row {i}: {x:e}, CPU {w:e}", what("lse"));
             }
-            // The backward reads the output and log-sum-exp the kernels saved.
-            let saved = AttentionOutput {
-                out: t(&out, &[c.heads, l, ev]),
-                lse: t(&lse, &[c.heads, l]),
-            };
-            let grads = scaled_dot_product_attention_backward(
-                &qt,
-                &kt,
-                &vt,
-                &saved,
-                &gt,
-                mask.as_ref(),
-                &a,
-                0,
-            )
-            .unwrap();
             for (part, got, want) in [
                 ("dq", &dq, &grads.q),
                 ("dk", &dk, &grads.k),

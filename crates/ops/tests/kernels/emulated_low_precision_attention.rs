@@ -5,7 +5,7 @@
 //! rounding. Plain with vectors wider than a warp, causal, a shared mask with a row that
 //! sees no key, and dropout.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::DType;
 use wick_ops::attention::*;
 use wick_ops::dropout::Draws;
 use wick_ops::emulate;
@@ -139,7 +139,6 @@ fn sixteen_bit_attention_computes_in_float_and_keeps_its_log_sum_exp_in_f32() {
     assert_eq!(lse_dtype(DType::BF16), DType::F32);
     for kind in [Half::Bf16, Half::F16] {
         for (n, c) in cases().iter().enumerate() {
-            let (l, s, e, ev) = c.dims;
             let draw = |seed, len| -> Vec<u16> {
                 let v = uniform(seed, len, 2.0);
                 v.iter().map(|&x| kind.round(x as f32)).collect()
@@ -151,30 +150,9 @@ fn sixteen_bit_attention_computes_in_float_and_keeps_its_log_sum_exp_in_f32() {
                 Half::F16 => emulated_f16,
             };
             let got = run(kind, c, [&q, &k, &v, &g], &a);
-            let t = |x: &[u16], rows, cols| {
-                let wide: Vec<f32> = x.iter().map(|&b| kind.value(b)).collect();
-                Tensor::from_vec(wide, (c.heads, rows, cols), &Device::Cpu).unwrap()
-            };
-            let mask = c.mask_tensor();
-            let (qt, kt, vt, gt) = (t(&q, l, e), t(&k, s, e), t(&v, s, ev), t(&g, l, ev));
-            let y = scaled_dot_product_attention(&qt, &kt, &vt, mask.as_ref(), &a, 0).unwrap();
-            // The backward reads the output and log-sum-exp as the kernels saved them (the
-            // output's rounding moves each row's dO . O, which the gradients subtract).
-            let saved = AttentionOutput {
-                out: t(&got.out, l, ev),
-                lse: Tensor::from_vec(got.lse.clone(), (c.heads, l), &Device::Cpu).unwrap(),
-            };
-            let grads = scaled_dot_product_attention_backward(
-                &qt,
-                &kt,
-                &vt,
-                &saved,
-                &gt,
-                mask.as_ref(),
-                &a,
-                0,
-            )
-            .unwrap();
+            let wide = |x: &[u16]| -> Vec<f32> { x.iter().map(|&b| kind.value(b)).collect() };
+            let [q, k, v, g, out] = [&q, &k, &v, &g, &got.out].map(|x| wide(x));
+            let (y, grads) = c.cpu_f32([&q, &k, &v, &g], (&out, &got.lse), &a);
             let what = |part: &str| format!("case {n} {part}");
             close(kind, &what("out"), &got.out, &host::<f32>(&y.out), 1e-5);
             for (i, (&x, &w)) in got.lse.iter().zip(&host::<f32>(&y.lse)).enumerate() {
