@@ -7,8 +7,10 @@
 //!   products (the backward's probabilities are `exp(logit - lse)` on both sides).
 //!
 //! Within 1e-5 of each tensor's largest value: float32's rounding, where the products'
-//! 16-bit rounding would move them by about 1e-3.
+//! 16-bit rounding would move them by about 1e-3. The same checks run on a GPU through
+//! wick's dispatcher with `WICK_TEST_DEVICE=cuda` (scripts/gpu-check.sh).
 
+use candle_core::Tensor;
 use wick_ops::attention::*;
 use wick_ops::bf16::Products;
 use wick_ops::dropout::Draws;
@@ -81,8 +83,41 @@ fn error(what: &str, got: &[f32], want: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-#[test]
-fn float32_cuda_attention_with_16_bit_products_multiplies_16_bit_values() {
+/// What the kernels gave (out, lse, dq, dk, dv) for case `c` on `[q, k, v, g]`, checked:
+/// the output against [`forward_model`], the rest against the CPU kernel.
+fn check(
+    kind: Half,
+    (n, c): (usize, &Case),
+    inputs: [&[f32]; 4],
+    a: &Attention,
+    got: [Vec<f32>; 5],
+) {
+    let [q, k, v, _] = inputs;
+    let [out, lse, dq, dk, dv] = got;
+    let what = |part: &str| format!("{kind:?} case {n} {part}");
+    let model = forward_model(kind, c, [q, k, v], a);
+    let err = error(&what("out"), &out, &model);
+    assert!(err < 1e-5, "{}: error {err:.2e}", what("out"));
+
+    let (y, grads) = c.cpu_f32(inputs, (&out, &lse), a);
+    let wide = |x: Vec<f32>| x.into_iter().map(f64::from).collect::<Vec<_>>();
+    let lse_want = wide(host::<f32>(&y.lse));
+    for (i, (&x, &w)) in lse.iter().zip(&lse_want).enumerate() {
+        let ok = x as f64 == w || (x as f64 - w).abs() <= 1e-5 * w.abs().max(1.0);
+        assert!(ok, "{} row {i}: {x:e}, CPU {w:e}", what("lse"));
+    }
+    for (part, got, want) in [
+        ("dq", &dq, &grads.q),
+        ("dk", &dk, &grads.k),
+        ("dv", &dv, &grads.v),
+    ] {
+        let err = error(&what(part), got, &wide(host::<f32>(want)));
+        assert!(err < 1e-5, "{}: error {err:.2e}", what(part));
+    }
+}
+
+/// Every case in bf16 and f16 products, run by `run(case, [q, k, v, g], settings, code)`.
+fn each_case(run: impl Fn(&Case, [&[f32]; 4], &Attention, i32) -> [Vec<f32>; 5]) {
     for (kind, products, code) in [
         (Half::Bf16, Products::Bf16, 1),
         (Half::F16, Products::F16, 2),
@@ -96,27 +131,36 @@ fn float32_cuda_attention_with_16_bit_products_multiplies_16_bit_values() {
                 products,
                 ..c.attention()
             };
-            let [out, lse, dq, dk, dv] = emulated_f32(c, [&q, &k, &v, &g], &a, code);
-            let what = |part: &str| format!("{kind:?} case {n} {part}");
-            let model = forward_model(kind, c, [&q, &k, &v], &a);
-            let err = error(&what("out"), &out, &model);
-            assert!(err < 1e-5, "{}: error {err:.2e}", what("out"));
-
-            let (y, grads) = c.cpu_f32([&q, &k, &v, &g], (&out, &lse), &a);
-            let wide = |x: Vec<f32>| x.into_iter().map(f64::from).collect::<Vec<_>>();
-            let lse_want = wide(host::<f32>(&y.lse));
-            for (i, (&x, &w)) in lse.iter().zip(&lse_want).enumerate() {
-                let ok = x as f64 == w || (x as f64 - w).abs() <= 1e-5 * w.abs().max(1.0);
-                assert!(ok, "{} row {i}: {x:e}, CPU {w:e}", what("lse"));
-            }
-            for (part, got, want) in [
-                ("dq", &dq, &grads.q),
-                ("dk", &dk, &grads.k),
-                ("dv", &dv, &grads.v),
-            ] {
-                let err = error(&what(part), got, &wide(host::<f32>(want)));
-                assert!(err < 1e-5, "{}: error {err:.2e}", what(part));
-            }
+            let inputs = [&q[..], &k, &v, &g];
+            check(kind, (n, c), inputs, &a, run(c, inputs, &a, code));
         }
     }
+}
+
+#[test]
+fn float32_cuda_attention_with_16_bit_products_multiplies_16_bit_values() {
+    each_case(|c, inputs, a, code| emulated_f32(c, inputs, a, code));
+}
+
+/// The same on a GPU (`WICK_TEST_DEVICE=cuda`, scripts/gpu-check.sh): wick's attention
+/// dispatcher on the device, so the settings it passes the kernels are checked too.
+#[test]
+fn float32_attention_with_16_bit_products_on_the_test_device() {
+    let device = crate::common::device();
+    if device.is_cpu() {
+        eprintln!("skipped: needs WICK_TEST_DEVICE=cuda (the CPU kernel is checked above)");
+        return;
+    }
+    each_case(|c, [q, k, v, g], a, _| {
+        let (l, s, e, ev) = c.dims;
+        let t = |x: &[f32], dims: &[usize]| Tensor::from_slice(x, dims, &device).unwrap();
+        let (qt, kt) = (t(q, &[c.heads, l, e]), t(k, &[c.heads, s, e]));
+        let (vt, gt) = (t(v, &[c.heads, s, ev]), t(g, &[c.heads, l, ev]));
+        let mask = c.mask_tensor().map(|m| m.to_device(&device).unwrap());
+        let y = scaled_dot_product_attention(&qt, &kt, &vt, mask.as_ref(), a, 0).unwrap();
+        let grads =
+            scaled_dot_product_attention_backward(&qt, &kt, &vt, &y, &gt, mask.as_ref(), a, 0)
+                .unwrap();
+        [&y.out, &y.lse, &grads.q, &grads.k, &grads.v].map(host::<f32>)
+    });
 }
