@@ -139,7 +139,7 @@ fn each_case(run: impl Fn(&Case, [&[f32]; 4], &Attention, i32) -> [Vec<f32>; 5])
 
 #[test]
 fn float32_cuda_attention_with_16_bit_products_multiplies_16_bit_values() {
-    each_case(|c, inputs, a, code| emulated_f32(c, inputs, a, code));
+    each_case(emulated_f32);
 }
 
 /// The same on a GPU (`WICK_TEST_DEVICE=cuda`, scripts/gpu-check.sh): wick's attention
