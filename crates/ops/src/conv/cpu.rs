@@ -143,7 +143,8 @@ pub(super) fn forward<T: Float>(
 
 /// The Winograd shape of `g` when Winograd's F(2x2, 3x3) runs it: 3x3, stride 1, no
 /// dilation, one group, padding up to 2, at least [`winograd::MIN_CHANNELS`] channels in
-/// and out, enough output tiles to pay for the weight transform (and per image, to pay for
+/// and out, enough output tiles to pay for the weight transform
+/// ([`winograd::enough_tiles`]; and per image, to pay for
 /// the transforms' short rows: [`winograd::min_tiles_per_image`]), not float16 products,
 /// and [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in force. float16
 /// products run on float32 arithmetic here, so Winograd's fewer products would save time
@@ -160,7 +161,7 @@ fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
         && g.p.padding[0] <= 2
         && g.p.padding[1] <= 2
         && g.c_in.min(g.c_out) >= winograd::MIN_CHANNELS
-        && tiles >= winograd::MIN_TILES
+        && winograd::enough_tiles(tiles, g.n * g.pixels(), g.products)
         && per_image >= winograd::min_tiles_per_image(g.products)
         && super::algorithm::ConvAlgorithm::current() == super::algorithm::ConvAlgorithm::Auto;
     fits.then_some(winograd::Shape {

@@ -15,7 +15,7 @@ use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use crate::bf16::{pack_left_once, PackedLeft};
+use crate::bf16::{pack_left_once, PackedLeft, Products};
 use crate::cpu::{self, Float};
 
 /// Transformed-plane columns (tiles) per GEMM when the images allow it, and the budget of
@@ -30,6 +30,23 @@ pub(super) const MIN_CHANNELS: usize = 16;
 /// done once per call, pays.
 pub(super) const MIN_TILES: usize = 128;
 
+/// Whether a call of `tiles` 2x2 output tiles holding `pixels` output pixels (over the
+/// batch) pays for its weight transform: [`MIN_TILES`] tiles, and with 16-bit products
+/// as many whole tiles' worth of pixels. The bf16 GEMM saves half as much per product,
+/// and the part of a ragged tile past the image is transformed and multiplied for
+/// nothing: ResNet-50's 7x7 layers at batch 8 (512 channels, 128 tiles holding 98 tiles'
+/// pixels) took 8.6-9.1 ms forward and 8.9-9.5 ms input gradient in Winograd against
+/// im2col's 7.3-8.5 and 5.9-6.6 (bf16, Zen 4, 3 alternating runs of
+/// `WICK_CONV_ALGORITHM=auto` and `im2col` with `conv_passes`), while 128 whole tiles
+/// (8x8 outputs at batch 8) tie. With float32 products Winograd wins that 7x7 layer
+/// (8.0-8.3 against 9.6-10.7 ms forward).
+pub(super) fn enough_tiles(tiles: usize, pixels: usize, products: Products) -> bool {
+    match products {
+        Products::Native => tiles >= MIN_TILES,
+        _ => tiles >= MIN_TILES && pixels / 4 >= MIN_TILES,
+    }
+}
+
 /// Fewest tiles per image with bfloat16 products (7x7 outputs and up). The bf16 GEMM
 /// runs twice the float32 one's multiply-adds per instruction, so on smaller images the
 /// transforms' short rows cost more than the saved products: CIFAR ResNet-18's 4x4
@@ -41,9 +58,9 @@ pub(super) const MIN_TILES_PER_IMAGE_BF16: usize = 16;
 pub(super) const MIN_TILES_PER_IMAGE: usize = 4;
 
 /// The fewest tiles per image for which Winograd runs with `products`.
-pub(super) fn min_tiles_per_image(products: crate::bf16::Products) -> usize {
+pub(super) fn min_tiles_per_image(products: Products) -> usize {
     match products {
-        crate::bf16::Products::Native => MIN_TILES_PER_IMAGE,
+        Products::Native => MIN_TILES_PER_IMAGE,
         _ => MIN_TILES_PER_IMAGE_BF16,
     }
 }
@@ -59,7 +76,7 @@ pub(super) struct Shape {
     pub c_out: usize,
     pub pad: [usize; 2],
     /// How its GEMMs multiply (bfloat16 products under autocast).
-    pub products: crate::bf16::Products,
+    pub products: Products,
 }
 
 impl Shape {

@@ -16,16 +16,18 @@ use crate::cpu::{self, Float};
 const CHANNEL_BLOCK: usize = 16;
 
 /// Whether the Winograd weight gradient runs the convolution `s` (already a Winograd
-/// shape, see `cpu::winograd_shape`) faster than im2col + GEMM: small images (16 to 256
-/// tiles each: 8x8 to 32x32 outputs) and at least [`MIN_BATCH_TILES`] tiles in the
-/// batch. Measured on Zen 5 (2 threads), alternating call by call against im2col:
-/// 0.86-0.97x at 64 and 128 channels on 16x16 and 32x32 images at batches 8 and 32,
-/// 0.87-0.90x at 256 channels on 8x8 at batch 32; 1.1-1.3x on ResNet-50's 56x56 and
-/// 28x28 layers (each chunk's operands outgrow the L2 cache).
+/// shape, see `cpu::winograd_shape`) faster than im2col + GEMM: images of 16 to 1024
+/// tiles (8x8 to 64x64 outputs) and at least [`MIN_BATCH_TILES`] tiles in the batch.
+/// Measured on Zen 5 (2 threads), alternating call by call against im2col: 0.86-0.97x
+/// at 64 and 128 channels on 16x16 and 32x32 images at batches 8 and 32, 0.87-0.90x at
+/// 256 channels on 8x8 at batch 32. On Zen 4, ResNet-50's 56x56 layer (64 channels,
+/// 784 tiles an image) took 6.7-8.9 ms against im2col's 9.7-11.7 with bf16 products
+/// and 6.8-7.3 against 9.9-10.5 in float32 at batch 8, 1.65-1.68 against 2.59-2.75 in
+/// float32 at batch 2 (`conv_passes`, 3 alternating runs each).
 pub(super) fn pays(s: &Shape) -> bool {
     let (th, tw) = s.tiles();
     let per_image = th * tw;
-    (16..=256).contains(&per_image) && s.n * per_image >= MIN_BATCH_TILES
+    (16..=1024).contains(&per_image) && s.n * per_image >= MIN_BATCH_TILES
 }
 
 /// Fewest tiles in the batch for the Winograd weight gradient (a batch of 8 16x16 images).

@@ -111,12 +111,13 @@ fn weight_gradient(
 
 #[test]
 fn winograd_weight_gradient_runs_where_it_pays_and_matches_float64() {
-    // Where the Winograd weight gradient runs (true: 8x8 to 32x32 outputs, 512+ tiles in
+    // Where the Winograd weight gradient runs (true: 8x8 to 64x64 outputs, 512+ tiles in
     // the batch): whole and partial tiles (odd sizes), paddings 0 to 2, channel counts
     // that are not multiples of the 16-channel blocks, several images per chunk, chunks
-    // split across threads (a dU per thread) and, past 128 x 128 channels, one shared dU.
-    // Where it does not pay (false: 4x4 outputs, 4 tiles per image; 56x56 outputs, 784;
-    // batches of 128 and 256 tiles), the same bits as im2col + GEMM.
+    // split across threads (a dU per thread), past 128 x 128 channels one shared dU, and
+    // images larger than a chunk (56x56 outputs, 784 tiles). Where it does not pay
+    // (false: 4x4 outputs, 4 tiles per image; 66x66 outputs, 1089; batches of 128 and
+    // 256 tiles), the same bits as im2col + GEMM.
     for (shape, winograd) in [
         ([8, 16, 16, 16, 24, 1], true),
         ([2, 32, 32, 31, 16, 1], true),
@@ -126,7 +127,8 @@ fn winograd_weight_gradient_runs_where_it_pays_and_matches_float64() {
         ([32, 16, 8, 8, 24, 1], true),
         ([8, 160, 16, 16, 128, 1], true),
         ([32, 32, 4, 4, 32, 1], false),
-        ([1, 16, 56, 56, 16, 1], false),
+        ([1, 16, 56, 56, 16, 1], true),
+        ([1, 16, 66, 66, 16, 1], false),
         ([8, 32, 8, 8, 32, 1], false),
         ([4, 256, 16, 16, 128, 1], false),
     ] {

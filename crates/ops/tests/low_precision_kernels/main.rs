@@ -275,25 +275,35 @@ fn casts_round_trip_and_keep_the_shape() {
     assert!(ours.iter().any(|v| v.is_infinite()) && ours.iter().any(|v| v.is_finite()));
 }
 
-/// On 4x4 outputs Winograd runs with float32 products (at 128+ tiles in the batch) but not
-/// with bfloat16 ones, whose GEMM gains less from its fewer products than its transforms
-/// cost: a bf16 forward and input gradient there are im2col's, bit for bit.
+/// Where Winograd runs with float32 products but not with bfloat16 ones, whose GEMM gains
+/// less from its fewer products than the transforms cost: 4x4 outputs (4 tiles an image,
+/// 128 in the batch), and 7x7 outputs at batch 8 (128 tiles, but 98 tiles' worth of
+/// pixels). There a bf16 forward and input gradient are im2col's, bit for bit; with 8x8
+/// outputs at batch 8 (128 whole tiles) Winograd runs.
 #[test]
-fn bf16_products_keep_im2col_on_4x4_outputs() {
+fn bf16_products_keep_im2col_where_winograd_does_not_pay() {
     let p = Conv2dParams::new(1, 1);
-    let (xs, ws): (&[usize], &[usize]) = (&[32, 32, 4, 4], &[32, 32, 3, 3]);
-    let (x, w) = (randn(xs, 73), bf16(&randn(ws, 74)));
-    let gy = randn(&[32, 32, 4, 4], 75);
-    let both = |algo: ConvAlgorithm| {
-        algo.scope(|| {
-            let y = conv::conv2d(&x, &w, None, &p).unwrap();
-            (y, conv::conv2d_backward_data(&gy, &w, xs, &p).unwrap())
-        })
-    };
-    let values = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let ((y, dx), (yi, dxi)) = (both(ConvAlgorithm::Auto), both(ConvAlgorithm::Im2col));
-    assert_eq!(values(&y), values(&yi), "forward");
-    assert_eq!(values(&dx), values(&dxi), "input gradient");
+    for (n, side, winograd) in [(32, 4, false), (8, 7, false), (8, 8, true)] {
+        let xs = [n, 32, side, side];
+        let ws = [32, 32, 3, 3];
+        let (x, w) = (randn(&xs, 73), bf16(&randn(&ws, 74)));
+        let gy = randn(&xs, 75);
+        let both = |algo: ConvAlgorithm| {
+            algo.scope(|| {
+                let y = conv::conv2d(&x, &w, None, &p).unwrap();
+                (y, conv::conv2d_backward_data(&gy, &w, &xs, &p).unwrap())
+            })
+        };
+        let values = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let ((y, dx), (yi, dxi)) = (both(ConvAlgorithm::Auto), both(ConvAlgorithm::Im2col));
+        let what = format!("{side}x{side} outputs at batch {n}");
+        assert_eq!(values(&y) != values(&yi), winograd, "{what}: forward");
+        assert_eq!(
+            values(&dx) != values(&dxi),
+            winograd,
+            "{what}: input gradient"
+        );
+    }
 }
 
 /// Winograd's F(2x2, 3x3) runs 3x3 stride-1 layers with enough channels and tiles: its
