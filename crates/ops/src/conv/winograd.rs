@@ -43,7 +43,8 @@ pub(super) const MIN_TILES: usize = 128;
 pub(super) fn enough_tiles(tiles: usize, pixels: usize, products: Products) -> bool {
     match products {
         Products::Native => tiles >= MIN_TILES,
-        _ => tiles >= MIN_TILES && pixels / 4 >= MIN_TILES,
+        // A call's tiles cover its pixels: `pixels / 4 <= tiles`.
+        _ => pixels / 4 >= MIN_TILES,
     }
 }
 

@@ -50,12 +50,10 @@ fn forward_model(kind: Half, c: &Case, [q, k, v]: [&[f32]; 3], a: &Attention) ->
                 sum = sum * alpha + p;
                 m = new_m;
                 let index = ((h * l + i) * s + j) as u64;
-                let f = if a.dropout_p == 0.0 || draws.kept(index) {
-                    if a.dropout_p == 0.0 {
-                        1.0
-                    } else {
-                        keep
-                    }
+                let f = if a.dropout_p == 0.0 {
+                    1.0
+                } else if draws.kept(index) {
+                    keep
                 } else {
                     0.0
                 };
