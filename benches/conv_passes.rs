@@ -7,7 +7,7 @@
 //! `conv 64->64 3x3 s1 @32 count 4 forward 6.1 input_grad 6.3 weight_grad 10.2` (ms)
 //!
 //! `cargo bench --bench conv_passes -- [--precision f32|bf16] [--model resnet18-cifar|resnet50]
-//! [--batch N] [--reps N]`
+//! [--batch N] [--reps N] [--only TEXT]` (`--only 7x7`: the convolutions whose name holds it)
 
 mod resnet_convs;
 
@@ -95,7 +95,11 @@ fn main() {
     };
     let batch = arg(&args, "--batch", 32);
     let reps = arg(&args, "--reps", 9);
+    let only = arg(&args, "--only", String::new());
     for c in resnet_convs(depth, stem, batch, image) {
+        if !c.name().contains(&only) {
+            continue;
+        }
         let [f, d, w] = passes(&c, products, reps);
         println!(
             "conv {} count {} forward {f:.3} input_grad {d:.3} weight_grad {w:.3}",
