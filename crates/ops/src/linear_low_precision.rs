@@ -71,7 +71,7 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
                     },
                 );
                 gemm(
-                    Bf16Path::best(),
+                    Bf16Path::current(),
                     (m, n, k),
                     (&mut y, (n, 1)),
                     false,
@@ -131,7 +131,7 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
                     },
                 );
                 gemm(
-                    Bf16Path::best(),
+                    Bf16Path::current(),
                     (m, k, n),
                     (&mut dx, (k, 1)),
                     false,
@@ -151,7 +151,7 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
                     },
                 );
                 gemm(
-                    Bf16Path::best(),
+                    Bf16Path::current(),
                     (n, k, m),
                     (&mut dw, (k, 1)),
                     false,

@@ -55,6 +55,21 @@ pub fn widen_slice(src: &[u16], dst: &mut [f32]) {
         });
 }
 
+/// `dst[i]` = `src[i]` rounded to the nearest bfloat16 (ties to even), as float32: one
+/// pass, in parallel chunks compiled for the widest vectors.
+pub fn round_as_f32(src: &[f32], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len(), "bf16 rounding: lengths differ");
+    dst.par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(d, s)| {
+            vectorized(|| {
+                for (d, s) in d.iter_mut().zip(s) {
+                    *d = bf16_to_f32(round_to_bf16(*s));
+                }
+            })
+        });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +113,12 @@ mod tests {
         round_slice(&src, &mut half_bits);
         let mut back = vec![0f32; src.len()];
         widen_slice(&half_bits, &mut back);
+        let mut direct = vec![0f32; src.len()];
+        round_as_f32(&src, &mut direct);
+        assert_eq!(
+            direct, back,
+            "rounding as float32 gives the widened bfloat16s"
+        );
         for (i, (x, y)) in src.iter().zip(&back).enumerate() {
             assert_eq!(
                 half_bits[i],

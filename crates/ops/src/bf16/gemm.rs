@@ -377,15 +377,17 @@ unsafe fn tile_product(
 /// An operand's values as float32 bfloat16 values (f32 rounded, bf16 widened), with its
 /// strides: the widening path's input to the float32 GEMM.
 pub(crate) fn widened(a: &Matrix<'_>) -> (Vec<f32>, (usize, usize)) {
-    let values = match a.values {
+    let out = match a.values {
         Values::F32(d) => {
-            let mut bits = vec![0u16; d.len()];
-            super::convert::round_slice(d, &mut bits);
-            bits
+            let mut out = vec![0f32; d.len()];
+            super::convert::round_as_f32(d, &mut out);
+            out
         }
-        Values::Bf16(d) => d.to_vec(),
+        Values::Bf16(d) => {
+            let mut out = vec![0f32; d.len()];
+            super::convert::widen_slice(d, &mut out);
+            out
+        }
     };
-    let mut out = vec![0f32; values.len()];
-    super::convert::widen_slice(&values, &mut out);
     (out, a.strides)
 }

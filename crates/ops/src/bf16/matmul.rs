@@ -33,7 +33,7 @@ fn product(
                 },
             );
             gemm(
-                Bf16Path::best(),
+                Bf16Path::current(),
                 (rows, cols, depth),
                 (&mut out, (cols, 1)),
                 false,

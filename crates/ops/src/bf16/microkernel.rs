@@ -20,6 +20,10 @@ pub enum Bf16Path {
     Widening,
 }
 
+thread_local! {
+    static CHOSEN: std::cell::Cell<Option<Bf16Path>> = const { std::cell::Cell::new(None) };
+}
+
 impl Bf16Path {
     /// The fastest path this CPU has.
     pub fn best() -> Self {
@@ -28,6 +32,41 @@ impl Bf16Path {
         } else {
             Bf16Path::Widening
         }
+    }
+
+    /// The path bfloat16 products take when a kernel starts on this thread: the one a
+    /// [`scope`](Bf16Path::scope) put in force, else [`Widening`](Bf16Path::Widening)
+    /// under `WICK_BF16_PATH=widening` (for side-by-side runs of one binary), else
+    /// [`best`](Bf16Path::best). Never [`Native`](Bf16Path::Native) on a CPU without
+    /// AVX512-BF16.
+    pub fn current() -> Self {
+        static FROM_ENV: std::sync::OnceLock<Option<Bf16Path>> = std::sync::OnceLock::new();
+        let env = || match std::env::var("WICK_BF16_PATH").as_deref() {
+            Ok("widening") => Some(Bf16Path::Widening),
+            _ => None,
+        };
+        let chosen = CHOSEN
+            .with(|c| c.get())
+            .or_else(|| *FROM_ENV.get_or_init(env));
+        match chosen {
+            Some(Bf16Path::Widening) => Bf16Path::Widening,
+            _ => Bf16Path::best(),
+        }
+    }
+
+    /// Runs `f` with `self` in force on this thread (as far as the CPU allows: see
+    /// [`current`](Bf16Path::current)), then restores the previous choice (also when `f`
+    /// panics). Kernels read it once, on the thread that calls them: a switch for tests
+    /// and measurements of the path a CPU without AVX512-BF16 takes.
+    pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Bf16Path>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                CHOSEN.with(|c| c.set(self.0));
+            }
+        }
+        let _restore = Restore(CHOSEN.with(|c| c.replace(Some(self))));
+        f()
     }
 }
 

@@ -12,7 +12,7 @@ mod pack;
 mod products;
 mod tensor;
 
-pub use convert::{bf16_to_f32, round_slice, round_to_bf16, widen_slice};
+pub use convert::{bf16_to_f32, round_as_f32, round_slice, round_to_bf16, widen_slice};
 pub use gemm::gemm;
 pub(crate) use gemm::{gemm_native_right_pairs, PackedLeft};
 pub(crate) use matmul::{matmul_backward_a, matmul_backward_b, matmul_forward};
@@ -26,4 +26,4 @@ pub(crate) use products::{
     pack_left_once,
 };
 pub use tensor::cast;
-pub(crate) use tensor::{rounded_f32, with_values};
+pub(crate) use tensor::{bf16_values, rounded_f32, with_values};

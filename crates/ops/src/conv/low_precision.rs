@@ -1,17 +1,18 @@
 //! Convolutions with 16-bit products, as autocast runs them: any operand may be bfloat16
 //! or float16 (autocast casts the weight), the products are those of 16-bit values and
 //! the sums float32, and the output and both gradients are float32. 16-bit values are
-//! exact in float32, so the 16-bit operands are widened and the float32 kernels run
-//! (every algorithm: Winograd, im2col per image or over the batch, the fused epilogue)
-//! with their GEMMs in that product mode ([`Products`]): each GEMM rounds its operands
-//! as it reads them (a no-op for values already 16-bit; the float32 activations and
-//! Winograd's transformed tiles are rounded there), bfloat16 on `vdpbf16ps` where the
-//! CPU has it.
+//! exact in float32, so the operands are made float32 and the float32 kernels run
+//! (every algorithm: Winograd, im2col per image or over the batch, the fused epilogue),
+//! in one of two forms ([`CpuForm`]): with their GEMMs in the product mode ([`Products`]),
+//! each GEMM rounding its operands as it reads them (a no-op for values already 16-bit;
+//! the float32 activations and Winograd's transformed tiles are rounded there), bfloat16
+//! on `vdpbf16ps` where the CPU has it; or, for bfloat16 on a CPU without it, every
+//! operand rounded once and float32 products, which multiply bfloat16 values exactly.
 
 use candle_core::{DType, Tensor};
 
 use super::params::{Epilogue, Geom, OP};
-use crate::bf16::Products;
+use crate::bf16::{Bf16Path, Products};
 use crate::error::{OpError, Result};
 
 /// The products a convolution with these operands runs: those of its 16-bit operands'
@@ -71,14 +72,50 @@ pub(super) fn check(
     Ok(())
 }
 
-/// `t` as float32 (exact for 16-bit floats).
-pub(super) fn widened(t: &Tensor) -> Result<Tensor> {
-    crate::bf16::cast(t, DType::F32)
+/// How the CPU kernels run 16-bit products: both forms give float32 sums of the exact
+/// products of the operands' 16-bit values.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum CpuForm {
+    /// The operands widened to float32 (16-bit ones exactly) and each GEMM in the
+    /// products' mode, rounding its float32 operands as it reads them: bfloat16 on the
+    /// bfloat16 GEMM ([`Bf16Path::Native`]), and float16 (whose rounded Winograd tiles
+    /// are kept out: see `cpu::winograd_shape`).
+    PerGemm(Products),
+    /// bfloat16 products on a CPU without AVX512-BF16 ([`Bf16Path::Widening`]): each
+    /// operand rounded once to bfloat16 values, kept as float32, and the float32 kernels
+    /// run, with their own algorithm choices. A product of two bfloat16 values is exact in
+    /// float32, so the float32 GEMMs give the bfloat16 products' float32 sums without
+    /// rounding an operand again for every image. Winograd's transformed tiles stay
+    /// float32 here: closer to the exact convolution of the bfloat16 values than the
+    /// bfloat16 GEMM's rounded tiles.
+    RoundedOnce,
 }
 
-/// `g` with its GEMMs in `products` mode.
-pub(super) fn with_products(g: &Geom, products: Products) -> Geom {
-    Geom { products, ..*g }
+impl CpuForm {
+    /// The form of `products` (16-bit) on this thread's [`Bf16Path::current`].
+    pub(super) fn of(products: Products) -> CpuForm {
+        match products {
+            Products::Bf16 if Bf16Path::current() == Bf16Path::Widening => CpuForm::RoundedOnce,
+            _ => CpuForm::PerGemm(products),
+        }
+    }
+
+    /// An operand as the CPU kernels take it: float32.
+    pub(super) fn operand(self, t: &Tensor) -> Result<Tensor> {
+        match self {
+            CpuForm::PerGemm(_) => crate::bf16::cast(t, DType::F32),
+            CpuForm::RoundedOnce => crate::bf16::bf16_values(OP, t),
+        }
+    }
+
+    /// `g` with the products its GEMMs run.
+    pub(super) fn geom(self, g: &Geom) -> Geom {
+        let products = match self {
+            CpuForm::PerGemm(products) => products,
+            CpuForm::RoundedOnce => Products::Native,
+        };
+        Geom { products, ..*g }
+    }
 }
 
 /// The generic path's operands: a float32 operand rounded to the products' 16-bit

@@ -81,9 +81,9 @@ pub fn conv2d_fused(
     }
     match route(x.device()) {
         Route::Cpu if low_precision => {
-            let (x, w) = (low_precision::widened(x)?, low_precision::widened(weight)?);
-            let g = low_precision::with_products(&g, products);
-            cpu::forward::<f32>(&g, &x, &w, epilogue)
+            let form = low_precision::CpuForm::of(products);
+            let (x, w) = (form.operand(x)?, form.operand(weight)?);
+            cpu::forward::<f32>(&form.geom(&g), &x, &w, epilogue)
         }
         Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::forward(&g, x, weight, epilogue)),
         Route::Cuda | Route::Generic => {
@@ -133,12 +133,9 @@ pub fn conv2d_backward_data(
         low_precision::check(products, &operands, &Default::default())?;
         return match route(grad_out.device()) {
             Route::Cpu => {
-                let (gy, w) = (
-                    low_precision::widened(grad_out)?,
-                    low_precision::widened(weight)?,
-                );
-                let g = low_precision::with_products(&g, products);
-                cpu::backward_data::<f32>(&g, &gy, &w)
+                let form = low_precision::CpuForm::of(products);
+                let (gy, w) = (form.operand(grad_out)?, form.operand(weight)?);
+                cpu::backward_data::<f32>(&form.geom(&g), &gy, &w)
             }
             Route::Cuda | Route::Generic => {
                 let rounded = |t| low_precision::rounded_f32(t, products);
@@ -189,12 +186,9 @@ pub fn conv2d_backward_filter_with(
         low_precision::check(products, &operands, &Default::default())?;
         return match route(x.device()) {
             Route::Cpu => {
-                let (gy, x) = (
-                    low_precision::widened(grad_out)?,
-                    low_precision::widened(x)?,
-                );
-                let g = low_precision::with_products(&g, products);
-                cpu::backward_filter::<f32>(&g, &gy, &x)
+                let form = low_precision::CpuForm::of(products);
+                let (gy, x) = (form.operand(grad_out)?, form.operand(x)?);
+                cpu::backward_filter::<f32>(&form.geom(&g), &gy, &x)
             }
             Route::Cuda | Route::Generic => {
                 let rounded = |t| low_precision::rounded_f32(t, products);

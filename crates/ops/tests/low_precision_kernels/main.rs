@@ -6,11 +6,12 @@
 //! wrong element, a wrong stride or a missing rounding fails it by orders of magnitude.
 
 use candle_core::{DType, Device, Tensor};
-use wick_ops::bf16::{cast, has_avx512_bf16};
+use wick_ops::bf16::{cast, has_avx512_bf16, Bf16Path};
 use wick_ops::conv::ConvAlgorithm;
 use wick_ops::{conv, linear, Conv2dParams, Products};
 
 mod matmul;
+mod widening;
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
     let n: usize = dims.iter().product();
@@ -145,7 +146,7 @@ fn check_conv(
 #[test]
 fn bf16_convolution_matches_float64_forward_and_gradients() {
     if !has_avx512_bf16() {
-        eprintln!("note: no avx512_bf16 here: the widening path runs these convolutions");
+        eprintln!("note: no avx512_bf16 here: the widening path runs both rounds");
     }
     // (input, weight, stride, padding, groups): a 3x3, a strided 1x1, a 7x7 stem, a grouped 3x3.
     let cases: [Case; 4] = [
@@ -154,13 +155,17 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
         (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),
         (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
     ];
-    for (i, case) in cases.into_iter().enumerate() {
-        check_conv(i, case, (bf16, rounded64), Products::Bf16, true);
+    for path in [Bf16Path::Native, Bf16Path::Widening] {
+        path.scope(|| {
+            for (i, case) in cases.into_iter().enumerate() {
+                check_conv(i, case, (bf16, rounded64), Products::Bf16, true);
+            }
+            // Autocast's operands on 4x4 planes, one GEMM over the batch: an f32 input
+            // rounded as its im2col matrix is packed (conv/packed_columns.rs, native).
+            let small: Case = (&[6, 20, 4, 4], &[24, 20, 3, 3], 1, 1, 1);
+            check_conv(4, small, (bf16, rounded64), Products::Bf16, false);
+        });
     }
-    // Autocast's operands on 4x4 planes, one GEMM over the batch: an f32 input rounded
-    // as its im2col matrix is packed (conv/packed_columns.rs on AVX512-BF16).
-    let small: Case = (&[6, 20, 4, 4], &[24, 20, 3, 3], 1, 1, 1);
-    check_conv(4, small, (bf16, rounded64), Products::Bf16, false);
 }
 
 #[test]
@@ -282,6 +287,12 @@ fn casts_round_trip_and_keep_the_shape() {
 /// outputs at batch 8 (128 whole tiles) Winograd runs.
 #[test]
 fn bf16_products_keep_im2col_where_winograd_does_not_pay() {
+    if !has_avx512_bf16() {
+        // Without it, bfloat16 convolutions run the float32 kernels and their tile rules
+        // (widening::widening_convolutions_are_float32_convolutions_of_the_rounded_operands).
+        eprintln!("skipped: no avx512_bf16 here (these tile rules are the bf16 GEMM's)");
+        return;
+    }
     let p = Conv2dParams::new(1, 1);
     for (n, side, winograd) in [(32, 4, false), (8, 7, false), (8, 8, true)] {
         let xs = [n, 32, side, side];
