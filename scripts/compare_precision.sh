@@ -6,6 +6,8 @@
 #
 #   PYTHON=/path/to/venv/bin/python bash scripts/compare_precision.sh [ROUNDS]
 #   CASES="vit_b_16_b2_224" ... (a subset)
+#   TORCH_BF16_ROUNDS=1: PyTorch's bf16 in the first round only (on a CPU without bf16
+#   instructions its steps take 20-90 s; its medians are then over the rounds it ran)
 #
 # Needs a release build of the examples (cargo build --release --examples) and a Python
 # with torch and torchvision. Both sides use THREADS threads (default: every core).
@@ -16,6 +18,7 @@ cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 PYTHON=${PYTHON:-python3}
 THREADS=${THREADS:-$(nproc)}
+TORCH_BF16_ROUNDS=${TORCH_BF16_ROUNDS:-$ROUNDS}
 CASES=${CASES:-"resnet18_cifar_b32 resnet50_b8_224 vit_b_16_b2_224"}
 EX=target/release/examples
 OUT=$(mktemp)
@@ -50,6 +53,9 @@ for round in $(seq "$ROUNDS"); do
     for case in $CASES; do
         for side in wick torch; do
             for precision in f32 bf16; do
+                if [ "$side/$precision" = torch/bf16 ] && [ "$round" -gt "$TORCH_BF16_ROUNDS" ]; then
+                    continue
+                fi
                 ms=$("${side}_ms" "$case" "$precision")
                 echo "round $round $case $side $precision $ms ms" | tee -a "$OUT"
             done
