@@ -29,42 +29,38 @@ pub fn bf16_to_f32(h: u16) -> f32 {
 
 /// `dst[i] = round_to_bf16(src[i])`, in parallel chunks compiled for the widest vectors.
 pub fn round_slice(src: &[f32], dst: &mut [u16]) {
-    assert_eq!(src.len(), dst.len(), "bf16 rounding: lengths differ");
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| {
-            vectorized(|| {
-                for (d, s) in d.iter_mut().zip(s) {
-                    *d = round_to_bf16(*s);
-                }
-            })
-        });
+    map_slice("bf16 rounding", src, dst, round_to_bf16)
 }
 
 /// `dst[i] = bf16_to_f32(src[i])`, in parallel chunks compiled for the widest vectors.
 pub fn widen_slice(src: &[u16], dst: &mut [f32]) {
-    assert_eq!(src.len(), dst.len(), "bf16 widening: lengths differ");
-    dst.par_chunks_mut(CHUNK)
-        .zip(src.par_chunks(CHUNK))
-        .for_each(|(d, s)| {
-            vectorized(|| {
-                for (d, s) in d.iter_mut().zip(s) {
-                    *d = bf16_to_f32(*s);
-                }
-            })
-        });
+    map_slice("bf16 widening", src, dst, bf16_to_f32)
 }
 
 /// `dst[i]` = `src[i]` rounded to the nearest bfloat16 (ties to even), as float32: one
 /// pass, in parallel chunks compiled for the widest vectors.
 pub fn round_as_f32(src: &[f32], dst: &mut [f32]) {
-    assert_eq!(src.len(), dst.len(), "bf16 rounding: lengths differ");
+    map_slice("bf16 rounding", src, dst, |x| bf16_to_f32(round_to_bf16(x)))
+}
+
+/// `dst[i] = f(src[i])`, in parallel chunks compiled for the widest vectors.
+///
+/// # Panics
+/// If the lengths differ (`what` names the conversion).
+#[inline(always)]
+fn map_slice<S: Copy + Sync, D: Send>(
+    what: &str,
+    src: &[S],
+    dst: &mut [D],
+    f: impl Fn(S) -> D + Sync,
+) {
+    assert_eq!(src.len(), dst.len(), "{what}: lengths differ");
     dst.par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(d, s)| {
             vectorized(|| {
                 for (d, s) in d.iter_mut().zip(s) {
-                    *d = bf16_to_f32(round_to_bf16(*s));
+                    *d = f(*s);
                 }
             })
         });
