@@ -85,6 +85,25 @@ pub(crate) fn route(device: &Device) -> Route {
     }
 }
 
+/// Runs `f` with `value` in the per-thread setting `key`, then restores the previous value
+/// (also when `f` panics): the `scope` of the per-thread switches without a guard of
+/// their own ([`ConvAlgorithm`](crate::conv::ConvAlgorithm),
+/// [`Bf16Path`](crate::bf16::Bf16Path)).
+pub(crate) fn with_setting<T: Copy + 'static, R>(
+    key: &'static std::thread::LocalKey<std::cell::Cell<T>>,
+    value: T,
+    f: impl FnOnce() -> R,
+) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<std::cell::Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
+        fn drop(&mut self) {
+            self.0.with(|c| c.set(self.1));
+        }
+    }
+    let _restore = Restore(key, key.with(|c| c.replace(value)));
+    f()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

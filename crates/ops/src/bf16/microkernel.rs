@@ -59,14 +59,7 @@ impl Bf16Path {
     /// panics). Kernels read it once, on the thread that calls them: a switch for tests
     /// and measurements of the path a CPU without AVX512-BF16 takes.
     pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
-        struct Restore(Option<Bf16Path>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                CHOSEN.with(|c| c.set(self.0));
-            }
-        }
-        let _restore = Restore(CHOSEN.with(|c| c.replace(Some(self))));
-        f()
+        crate::route::with_setting(&CHOSEN, Some(self), f)
     }
 }
 

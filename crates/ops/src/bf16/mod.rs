@@ -26,4 +26,4 @@ pub(crate) use products::{
     pack_left_once,
 };
 pub use tensor::cast;
-pub(crate) use tensor::{bf16_values, rounded_f32, with_values};
+pub(crate) use tensor::{rounded_f32, with_values};

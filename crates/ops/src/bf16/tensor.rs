@@ -96,21 +96,20 @@ pub(crate) fn bits_tensor(
 }
 
 /// `t` rounded to `low`'s values (a 16-bit float), kept as float32 (exact): the operands
-/// of a 16-bit product on the paths that multiply in float32.
+/// of a 16-bit product on the paths that multiply in float32. bfloat16 on the CPU takes
+/// one vectorised pass (float32 rounded to nearest, ties to even; bfloat16 widened);
+/// anything else goes through candle's conversions.
 pub(crate) fn rounded_f32(op: &'static str, t: &Tensor, low: DType) -> Result<Tensor> {
-    t.to_dtype(low).and_then(|t| t.to_dtype(DType::F32)).ctx(op)
-}
-
-/// A float32 or bfloat16 CPU tensor's values rounded to bfloat16, as a float32 tensor:
-/// float32 rounded to nearest (ties to even) in one pass, bfloat16 widened (exact).
-pub(crate) fn bf16_values(op: &'static str, t: &Tensor) -> Result<Tensor> {
-    if t.dtype() == DType::BF16 {
-        return cast(t, DType::F32);
+    match (low, t.dtype()) {
+        (DType::BF16, DType::BF16) => cast(t, DType::F32),
+        (DType::BF16, DType::F32) if route(t.device()) == Route::Cpu => {
+            let out = crate::cpu::with_slice::<f32, _>(op, t, |xs| {
+                let mut out = vec![0f32; xs.len()];
+                super::convert::round_as_f32(xs, &mut out);
+                Ok(out)
+            })?;
+            crate::cpu::tensor(op, out, t.dims())
+        }
+        _ => t.to_dtype(low).and_then(|t| t.to_dtype(DType::F32)).ctx(op),
     }
-    let out = crate::cpu::with_slice::<f32, _>(op, t, |xs| {
-        let mut out = vec![0f32; xs.len()];
-        super::convert::round_as_f32(xs, &mut out);
-        Ok(out)
-    })?;
-    crate::cpu::tensor(op, out, t.dims())
 }

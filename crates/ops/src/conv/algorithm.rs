@@ -38,13 +38,6 @@ impl ConvAlgorithm {
     /// Runs `f` with `self` in force on this thread, then restores the previous choice
     /// (also when `f` panics).
     pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
-        struct Restore(ConvAlgorithm);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                ALGORITHM.with(|a| a.set(self.0));
-            }
-        }
-        let _restore = Restore(ALGORITHM.with(|a| a.replace(self)));
-        f()
+        crate::route::with_setting(&ALGORITHM, self, f)
     }
 }

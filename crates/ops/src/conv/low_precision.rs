@@ -104,7 +104,7 @@ impl CpuForm {
     pub(super) fn operand(self, t: &Tensor) -> Result<Tensor> {
         match self {
             CpuForm::PerGemm(_) => crate::bf16::cast(t, DType::F32),
-            CpuForm::RoundedOnce => crate::bf16::bf16_values(OP, t),
+            CpuForm::RoundedOnce => crate::bf16::rounded_f32(OP, t, DType::BF16),
         }
     }
 
