@@ -8,11 +8,13 @@
 use std::time::Duration;
 
 use candle_core::{Device, Tensor};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion};
 use wick::ops::tensor::reduce::{Reduce, Reduction};
 use wick::ops::tensor::unary::Unary;
 use wick::ops::tensor::{mask, select};
-use wick::ops::{broadcast, BinaryOp, KernelPath};
+use wick::ops::{broadcast, BinaryOp};
+
+mod kernel_paths;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
@@ -65,15 +67,7 @@ fn bench(c: &mut Criterion) {
     ];
     let elements = SHAPE.iter().product::<usize>() as u64;
     for (name, op) in &ops {
-        let mut group = c.benchmark_group(format!("tensor {name}"));
-        group.throughput(Throughput::Elements(elements));
-        group.bench_function(BenchmarkId::from_parameter("wick"), |b| {
-            b.iter(|| op().expect("runs"))
-        });
-        group.bench_function(BenchmarkId::from_parameter("candle"), |b| {
-            b.iter(|| KernelPath::Generic.scope(|| op().expect("runs")))
-        });
-        group.finish();
+        kernel_paths::wick_and_candle(c, format!("tensor {name}"), elements, op);
     }
 }
 

@@ -11,9 +11,11 @@
 use std::time::Duration;
 
 use candle_core::{Device, Tensor};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion};
 use wick::ops::tensor::matmul::MatMulShape;
-use wick::ops::{conv, linear, Conv2dParams, KernelPath};
+use wick::ops::{conv, linear, Conv2dParams};
+
+mod kernel_paths;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
 #[global_allocator]
@@ -27,15 +29,7 @@ fn randn(dims: &[usize]) -> Tensor {
 
 /// Runs `op` on wick's kernel and on candle's generic path, in one group.
 fn both(c: &mut Criterion, name: String, flops: u64, op: Op) {
-    let mut group = c.benchmark_group(name);
-    group.throughput(Throughput::Elements(flops));
-    group.bench_function(BenchmarkId::from_parameter("wick"), |b| {
-        b.iter(|| op().expect("runs"))
-    });
-    group.bench_function(BenchmarkId::from_parameter("candle"), |b| {
-        b.iter(|| KernelPath::Generic.scope(|| op().expect("runs")))
-    });
-    group.finish();
+    kernel_paths::wick_and_candle(c, name, flops, &op);
 }
 
 fn linear_layers(c: &mut Criterion) {

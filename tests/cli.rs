@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::run;
+use common::{run, run_ok, succeeded};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -138,12 +138,7 @@ fn a_diverging_run_stops_and_leaves_the_old_checkpoint_untouched() {
     let d = dir();
     let mut args: Vec<&str> = SMALL.to_vec();
     args.extend(["--steps", "2", "--save", "good.safetensors"]);
-    let out = run(d.path(), "train_resnet", &args, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(d.path(), "train_resnet", &args);
     let good = std::fs::read(d.path().join("good.safetensors")).unwrap();
     std::fs::write(d.path().join("start.safetensors"), &good).unwrap();
     // Saved through a symlink: the link stays, its target is replaced.
@@ -242,11 +237,7 @@ fn a_diverged_model_is_never_written() {
     let mut allowed = infer.to_vec();
     allowed.push("--allow-non-finite");
     let out = run(p, "infer_resnet", &allowed, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out, "infer_resnet");
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning: the logits hold"));
     assert!(p.join("logits.safetensors").exists());
     println!("diverged models: 3 cases, nothing written unless asked");
@@ -283,24 +274,14 @@ fn read_only_outputs_need_a_flag_and_long_names_work() {
         b"the user's read-only file"
     );
     args.push("--replace-read-only");
-    let out = run(p, "profile_resnet", &args, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(p, "profile_resnet", &args);
     assert!(std::fs::read_to_string(p.join("ro.json"))
         .unwrap()
         .contains("wick-profile"));
     let long = format!("{}.json", "n".repeat(240));
     let mut args = base.to_vec();
     args.extend(["--json", &long]);
-    let out = run(p, "profile_resnet", &args, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(p, "profile_resnet", &args);
     assert!(p.join(&long).exists());
     println!("read-only and long-named outputs: 3 cases");
 }

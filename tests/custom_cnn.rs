@@ -6,18 +6,8 @@ mod common;
 #[test]
 fn the_custom_cnn_example_trains_and_profiles_its_custom_op() {
     let dir = common::scratch("wick-custom-cnn-");
-    let out = common::run(
-        dir.path(),
-        "custom_cnn",
-        &["--steps", "16", "--batch-size", "8"],
-        &[],
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let args = ["--steps", "16", "--batch-size", "8"];
+    let stdout = common::run_ok(dir.path(), "custom_cnn", &args);
     let losses: Vec<f64> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("step "))

@@ -9,6 +9,7 @@
 
 mod common;
 
+use common::run_ok;
 use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor};
@@ -64,16 +65,6 @@ fn with_model(weights: &Path, batch_flag: &str, rest: &[&str]) -> Vec<String> {
 
 fn as_strs(args: &[String]) -> Vec<&str> {
     args.iter().map(String::as_str).collect()
-}
-
-fn run_ok(dir: &Path, name: &str, args: &[&str]) -> String {
-    let out = common::run(dir, name, args, &[]);
-    assert!(
-        out.status.success(),
-        "{name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 const MODEL: [&str; 6] = [

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::run;
+use common::{run, run_ok};
 
 /// `stdout_of` example `name` on ResNet-18 at 32x32 with `rest` of the flags.
 fn resnet18_at_32(rest: &[&str], name: &str) -> String {
@@ -13,13 +13,7 @@ fn resnet18_at_32(rest: &[&str], name: &str) -> String {
 
 fn stdout_of(args: &[&str], name: &str) -> String {
     let d = tempfile::tempdir().unwrap();
-    let out = run(d.path(), name, args, &[]);
-    assert!(
-        out.status.success(),
-        "{name} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    run_ok(d.path(), name, args)
 }
 
 #[test]

@@ -105,12 +105,7 @@ fn import_torch_reads_a_trace_that_diff_compares_layer_by_layer() {
         "/crates/profiler/tests/fixtures/torch_tiny_trace.json"
     );
     let out = wick_prof(p, &["import-torch", trace, "-o", "torch.json"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::succeeded(&out, "wick-prof import-torch");
     assert!(text.contains("24 ops of 17 types over 3 steps"), "{text}");
     let out = wick_prof(p, &["diff", "torch.json", "torch.json", "--layers"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::run;
+use common::run_ok;
 
 /// `profile_resnet`'s output, and the folded stacks it wrote (`--folded stacks.folded`).
 fn profile(args: &[&str]) -> (String, String) {
@@ -15,14 +15,9 @@ fn profile(args: &[&str]) -> (String, String) {
         .copied()
         .chain(["--folded", "stacks.folded"])
         .collect();
-    let out = run(d.path(), "profile_resnet", &args, &[]);
-    assert!(
-        out.status.success(),
-        "profile_resnet {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = run_ok(d.path(), "profile_resnet", &args);
     let folded = std::fs::read_to_string(d.path().join("stacks.folded")).unwrap();
-    (String::from_utf8_lossy(&out.stdout).into_owned(), folded)
+    (stdout, folded)
 }
 
 /// The per-op-type table's rows: its first column, up to the blank line after it.

@@ -134,25 +134,12 @@ fn run_case(dir: &Path, case: &Case, index: usize) -> (Outcome, String) {
 /// The scratch folder's inputs: a checkpoint, a data batch, a profile, a read-only file,
 /// a regular file, garbage, an empty file, an empty folder and a FIFO.
 fn prepare(dir: &Path) {
-    let ok = |out: std::process::Output, what: &str| {
-        assert!(
-            out.status.success(),
-            "{what}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
     let mut train: Vec<&str> = TRAIN.to_vec();
     train.extend(["--save", "good.safetensors"]);
-    ok(
-        common::run(dir, "train_resnet", &train, &[]),
-        "making the checkpoint",
-    );
+    common::run_ok(dir, "train_resnet", &train);
     let mut profile: Vec<&str> = PROFILE.to_vec();
     profile.extend(["--json", "prof.json"]);
-    ok(
-        common::run(dir, "profile_resnet", &profile, &[]),
-        "making the profile",
-    );
+    common::run_ok(dir, "profile_resnet", &profile);
     use candle_core::{DType, Device, Tensor};
     let images = Tensor::rand(0f32, 1f32, (2, 3, 8, 8), &Device::Cpu).unwrap();
     let labels = Tensor::new(&[1i64, 3], &Device::Cpu)
@@ -215,7 +202,7 @@ type Breakage<'a> = (&'a str, &'a dyn Fn(&Path));
 /// 4 + 2 JPEGs), its training part alone (`img_flat`), copies each broken one way, and a
 /// text that is not UTF-8.
 fn prepare_datasets(dir: &Path) {
-    let made = common::run(
+    common::run_ok(
         dir,
         "make_image_folder",
         &[
@@ -231,12 +218,6 @@ fn prepare_datasets(dir: &Path) {
             "20x16",
             "--jpeg-only",
         ],
-        &[],
-    );
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
     );
     copy_tree(&dir.join("img_good/train"), &dir.join("img_flat"));
     let broken: [Breakage; 9] = [

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{run, spawn};
+use common::{run, run_ok, spawn, succeeded};
 
 /// ResNet-18 (CIFAR stem) on 8x8 synthetic images, batch 4, 12 steps, seed 3.
 #[rustfmt::skip]
@@ -29,11 +29,7 @@ fn checkpointed(every: &'static str) -> [&'static str; 6] {
 fn train(dir: &Path, extra: &[&str]) -> std::process::Output {
     let args: Vec<&str> = RUN.iter().copied().chain(extra.iter().copied()).collect();
     let out = run(dir, "train_resnet", &args, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out, "train_resnet");
     out
 }
 
@@ -102,16 +98,10 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
         args.extend_from_slice(extra);
         args
     };
-    let out = run(
+    run_ok(
         d.path(),
         "train_resnet",
         &long(&["--save", "reference.safetensors"]),
-        &[],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     let expected = std::fs::read(d.path().join("reference.safetensors")).unwrap();
     let dir = d.path().join("run");
@@ -156,12 +146,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
     );
     let mut resume = long(&checkpointed("5"));
     resume.extend(["--resume", "ck"]);
-    let out = run(&dir, "train_resnet", &resume, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&dir, "train_resnet", &resume);
     assert_eq!(
         std::fs::read(dir.join("final.safetensors")).unwrap(),
         expected
@@ -189,12 +174,7 @@ fn loader_threads_and_resume_with_them_give_the_same_weights() {
     let mut args: Vec<&str> = RUN.to_vec();
     args[7] = "7";
     args.extend(["--checkpoint-dir", "ck", "--checkpoint-every", "3"]);
-    let out = run(&dir, "train_resnet", &args, &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(&dir, "train_resnet", &args);
     train(
         &dir,
         &[

@@ -136,12 +136,7 @@ fn a_batch_file_trains_and_bad_settings_are_one_line() {
         ],
         &[],
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = common::succeeded(&out, "train_gpt");
     assert!(stdout.contains("batch 2 x 16 tokens"), "{stdout}");
     let losses = train_losses(&stdout);
     assert!(losses[2] < losses[0], "one batch is learnt: {losses:?}");

@@ -42,10 +42,15 @@ pub fn run(dir: &Path, name: &str, args: &[&str], env: &[(&str, &str)]) -> Outpu
 
 /// [`run`] without extra environment, asserting that it succeeded; returns its stdout.
 pub fn run_ok(dir: &Path, name: &str, args: &[&str]) -> String {
-    let out = run(dir, name, args, &[]);
+    succeeded(&run(dir, name, args, &[]), &format!("{name} {args:?}"))
+}
+
+/// Asserts that the command `what` succeeded, its stdout and stderr in the message;
+/// returns its stdout.
+pub fn succeeded(out: &Output, what: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{name} {args:?}: {stdout}{stderr}");
+    assert!(out.status.success(), "{what}: {stdout}{stderr}");
     stdout
 }
 

@@ -15,7 +15,7 @@ use wick_ops::{elementwise, Kernel, OpError};
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
 use crate::ir::{
-    arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind,
+    arg, binary, one, BackwardCtx, Inputs, KernelResult, NodeOp, Origin, Phase, ValueId, ValueKind,
 };
 use crate::param_selector::ParamSelector;
 
@@ -35,8 +35,7 @@ impl NodeOp for AccumulateGrad {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let [a, b] = args(inputs, "accumulate_grad")?;
-        one(elementwise::add(a, b)?)
+        binary(inputs, "accumulate_grad", elementwise::add)
     }
 }
 

@@ -146,6 +146,19 @@ pub fn args<'a, const N: usize>(
     Ok(out.map(|t| t.expect("every slot was filled above")))
 }
 
+/// The one output of a node that computes `f` of its two inputs.
+pub fn binary<E>(
+    inputs: &Inputs<'_>,
+    op: &'static str,
+    f: impl FnOnce(&Tensor, &Tensor) -> std::result::Result<Tensor, E>,
+) -> KernelResult
+where
+    OpError: From<E>,
+{
+    let [a, b] = args(inputs, op)?;
+    one(f(a, b)?)
+}
+
 /// A new value a recorded node creates: its name stem, shape and dtype.
 pub type NewValue = (&'static str, Vec<usize>, DType);
 

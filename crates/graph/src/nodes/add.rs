@@ -7,7 +7,7 @@ use wick_ops::{elementwise, Kernel};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
-use crate::ir::{args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+use crate::ir::{binary, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
 
 /// Element-wise addition. in: a, b; out: a + b.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,8 +31,7 @@ impl NodeOp for Add {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let [a, b] = args(inputs, "add")?;
-        one(elementwise::add(a, b)?)
+        binary(inputs, "add", elementwise::add)
     }
 
     /// Both inputs receive the output gradient itself: no node is recorded.

@@ -8,7 +8,7 @@ use wick_ops::batchnorm::{self, BatchNorm2dParams};
 use wick_ops::bias_activation::{bias_activation, bias_activation_backward};
 use wick_ops::{elementwise, DeviceKind, Kernel};
 
-use crate::ir::{arg, args, one, Inputs, KernelResult, NodeOp, ValueInfo};
+use crate::ir::{arg, args, binary, one, Inputs, KernelResult, NodeOp, ValueInfo};
 use crate::nodes::batchnorm::{grads, train_outputs, workspace_bytes};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
@@ -107,7 +107,6 @@ impl NodeOp for AddRelu {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let [a, b] = args(inputs, "add_relu")?;
-        one(elementwise::add_relu(a, b)?)
+        binary(inputs, "add_relu", elementwise::add_relu)
     }
 }

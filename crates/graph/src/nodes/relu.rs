@@ -6,7 +6,7 @@ use wick_ops::{relu, Kernel};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
-use crate::ir::{arg, args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+use crate::ir::{arg, binary, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
 
 /// ReLU forward. in: x; out: y.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,7 +51,6 @@ impl NodeOp for ReluBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let [gy, y] = args(inputs, "relu")?;
-        one(relu::relu_backward(gy, y)?)
+        binary(inputs, "relu", relu::relu_backward)
     }
 }

@@ -29,6 +29,18 @@ fn check_max_fixture(case: &str) {
     assert_close("grad_x", &dx, f.t("grad_x"), 1e-12);
 }
 
+/// The input gradient of a 2x2 max pool over the one 2x2 plane `x`, its output's
+/// gradient `g`.
+fn max_pool_2x2_gradient(x: [f64; 4], g: f64) -> Vec<f64> {
+    let cpu = &candle_core::Device::Cpu;
+    let x = Tensor::from_vec(x.to_vec(), (1, 1, 2, 2), cpu).unwrap();
+    let p = Pool2dParams::new(2, 2, 0);
+    let out = max_pool2d(&x, &p).unwrap();
+    let g = Tensor::from_vec(vec![g], (1, 1, 1, 1), cpu).unwrap();
+    let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
+    dx.flatten_all().unwrap().to_vec1().unwrap()
+}
+
 #[test]
 fn max_pool_3x3_s2_p1_matches_pytorch_fixture() {
     check_max_fixture("maxpool_3x3_s2_p1");
@@ -38,19 +50,9 @@ fn max_pool_3x3_s2_p1_matches_pytorch_fixture() {
 fn max_pool_ties_route_to_the_first_maximum_as_pytorch() {
     check_max_fixture("maxpool_2x2_ties");
     // The same rule checked directly: a window of equal values sends everything to its first element.
-    let x = Tensor::from_vec(
-        vec![5f64, 5., 5., 5.],
-        (1, 1, 2, 2),
-        &candle_core::Device::Cpu,
-    )
-    .unwrap();
-    let p = Pool2dParams::new(2, 2, 0);
-    let out = max_pool2d(&x, &p).unwrap();
-    let g = Tensor::from_vec(vec![3f64], (1, 1, 1, 1), &candle_core::Device::Cpu).unwrap();
-    let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
     assert_eq!(
-        dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
-        vec![3., 0., 0., 0.]
+        max_pool_2x2_gradient([5., 5., 5., 5.], 3.),
+        [3., 0., 0., 0.]
     );
 }
 
@@ -77,19 +79,9 @@ fn global_avg_pool_matches_pytorch_fixture() {
 #[test]
 fn max_pool_unique_maximum_gets_gradient_one() {
     // candle's autograd scales this by (#maxima)/(k*k); the right answer is 1.
-    let x = Tensor::from_vec(
-        vec![1f64, 2., 3., 9.],
-        (1, 1, 2, 2),
-        &candle_core::Device::Cpu,
-    )
-    .unwrap();
-    let p = Pool2dParams::new(2, 2, 0);
-    let out = max_pool2d(&x, &p).unwrap();
-    let g = Tensor::ones((1, 1, 1, 1), DType::F64, &candle_core::Device::Cpu).unwrap();
-    let dx = max_pool2d_backward(&g, &out.indices, x.dims(), &p).unwrap();
     assert_eq!(
-        dx.flatten_all().unwrap().to_vec1::<f64>().unwrap(),
-        vec![0., 0., 0., 1.]
+        max_pool_2x2_gradient([1., 2., 3., 9.], 1.),
+        [0., 0., 0., 1.]
     );
 }
 

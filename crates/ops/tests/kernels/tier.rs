@@ -174,19 +174,7 @@ fn softmax_and_norms_match_pytorch() {
         let y = norm::layer_norm(x, Some(w), Some(b), eps).unwrap();
         assert_close("layer_norm", &y, f.t("out"), 1e-12);
         let g = norm::layer_norm_backward(f.t("grad_out"), x, Some(w), true, eps).unwrap();
-        assert_close("layer_norm grad x", &g.input, f.t("grad_x"), 1e-11);
-        assert_close(
-            "layer_norm grad w",
-            &g.weight.unwrap(),
-            f.t("grad_weight"),
-            1e-12,
-        );
-        assert_close(
-            "layer_norm grad b",
-            &g.bias.unwrap(),
-            f.t("grad_bias"),
-            1e-12,
-        );
+        assert_norm_grads("layer_norm", g, &f);
 
         let f = tier("group_norm");
         let (x, w, b, eps) = (f.t("x"), f.t("weight"), f.t("bias"), f.f64("eps"));
@@ -194,20 +182,22 @@ fn softmax_and_norms_match_pytorch() {
         let y = norm::group_norm(x, groups, Some(w), Some(b), eps).unwrap();
         assert_close("group_norm", &y, f.t("out"), 1e-12);
         let g = norm::group_norm_backward(f.t("grad_out"), x, groups, Some(w), true, eps).unwrap();
-        assert_close("group_norm grad x", &g.input, f.t("grad_x"), 1e-11);
-        assert_close(
-            "group_norm grad w",
-            &g.weight.unwrap(),
-            f.t("grad_weight"),
-            1e-12,
-        );
-        assert_close(
-            "group_norm grad b",
-            &g.bias.unwrap(),
-            f.t("grad_bias"),
-            1e-12,
-        );
+        assert_norm_grads("group_norm", g, &f);
     }
+}
+
+/// A norm's input, weight and bias gradients against the fixture's.
+fn assert_norm_grads(name: &str, g: norm::NormGrads, f: &Fixture) {
+    assert_close(&format!("{name} grad x"), &g.input, f.t("grad_x"), 1e-11);
+    let weight = g.weight.expect("a weight gradient");
+    assert_close(
+        &format!("{name} grad w"),
+        &weight,
+        f.t("grad_weight"),
+        1e-12,
+    );
+    let bias = g.bias.expect("a bias gradient");
+    assert_close(&format!("{name} grad b"), &bias, f.t("grad_bias"), 1e-12);
 }
 
 #[test]

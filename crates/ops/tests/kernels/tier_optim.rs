@@ -36,27 +36,13 @@ fn adam_and_adamw_with_clipping_match_pytorch_over_three_steps() {
                 broadcast::scale(gp, coef).unwrap(),
                 broadcast::scale(gq, coef).unwrap(),
             );
-            let moments = |s: &Option<(candle_core::Tensor, candle_core::Tensor)>| s.clone();
-            let sp = moments(&state_p);
-            let (np, mp, vp) = adam::adam_step(
-                &param,
-                &gp,
-                sp.as_ref().map(|s| &s.0),
-                sp.as_ref().map(|s| &s.1),
-                step + 1,
-                &p,
-            )
-            .unwrap();
-            let sq = moments(&state_q);
-            let (nq, mq, vq) = adam::adam_step(
-                &q,
-                &gq,
-                sq.as_ref().map(|s| &s.0),
-                sq.as_ref().map(|s| &s.1),
-                step + 1,
-                &p,
-            )
-            .unwrap();
+            type Moments = Option<(candle_core::Tensor, candle_core::Tensor)>;
+            let adam = |param: &candle_core::Tensor, grad, state: &Moments| {
+                let (m, v) = (state.as_ref().map(|s| &s.0), state.as_ref().map(|s| &s.1));
+                adam::adam_step(param, grad, m, v, step + 1, &p).unwrap()
+            };
+            let (np, mp, vp) = adam(&param, &gp, &state_p);
+            let (nq, mq, vq) = adam(&q, &gq, &state_q);
             let after = step + 1;
             assert_close(
                 &format!("{case} p step {after}"),
