@@ -9,4 +9,6 @@ if ! command -v chromium >/dev/null; then
     apt-get install -y chromium
 fi
 chromium --version
-cargo test --release --test report_browser -- --ignored --nocapture
+# --workspace: the same features as the README's test command, so that the test binary it
+# built is run again, not rebuilt with the root package's features alone.
+cargo test --release --workspace --test report_browser -- --ignored --nocapture

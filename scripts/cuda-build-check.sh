@@ -24,6 +24,14 @@ export RUSTFLAGS="${RUSTFLAGS:-} -L native=$STUBS"
 # runs: the library, `wick-prof` and the examples. Test and bench binaries are checked,
 # not linked.
 export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+# candle-kernels' build script compiles candle's CUDA kernels with nvcc (PTX, and the
+# quantized matmuls to SASS), about 6 minutes on 2 cores and the longest step of this
+# check. These binaries never run, so nvcc optimises their device code the least it can
+# (nvcc reads NVCC_APPEND_FLAGS; cicc's -O0 rejects candle's `__dp4a`, -O1 does not):
+# quantized.cu's PTX in 5 s instead of 32, the same compile errors. wick's own kernels
+# below are compiled as NVRTC compiles them at run time, optimised.
+SAVED_NVCC_APPEND_FLAGS=${NVCC_APPEND_FLAGS:-}
+export NVCC_APPEND_FLAGS="$SAVED_NVCC_APPEND_FLAGS -Xcicc -O1 -Xptxas -O0"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target/cuda} WORK=${WORK:-$PWD/target/cuda-ci}
 start=$(date +%s)
 FEATURES="cudnn nccl" CARGO_CMD=clippy \
@@ -35,6 +43,8 @@ FEATURES="cudnn nccl" CARGO_CMD=build \
   CARGO_ARGS="${CARGO_LINK_ARGS:---workspace --lib --bins --examples --profile cuda-check}" \
   bash "$SHARED/tools/cuda-build-check.sh"
 echo "cuda-build-check: linking the library, wick-prof and the examples took $(( $(date +%s) - start )) s"
+
+export NVCC_APPEND_FLAGS=$SAVED_NVCC_APPEND_FLAGS
 
 # wick's own kernels, compiled to PTX by nvcc for the H100/H200 (sm_90) and the A100
 # (sm_80), in the form NVRTC compiles at run time: the shared header in front, no
