@@ -13,8 +13,10 @@ use crate::error::Result;
 
 const OP: &str = "matmul";
 
-/// `out [rows, cols] = lhs · rhs`, each given with its strides.
-fn product(
+/// `out [rows, cols] = lhs · rhs`, each given with its strides: `a · b` with strides
+/// `(k, 1)` and `(n, 1)`, `gy · bᵀ` with `(n, 1)` and `(1, n)`, `aᵀ · gy` with `(1, k)`
+/// and `(n, 1)`.
+pub(crate) fn product(
     (rows, cols, depth): (usize, usize, usize),
     (lhs, ls): (&Tensor, (usize, usize)),
     (rhs, rs): (&Tensor, (usize, usize)),
@@ -44,31 +46,4 @@ fn product(
         })
     })?;
     crate::cpu::tensor(OP, out, (rows, cols))
-}
-
-/// `y [m, n] = a [m, k] · b [k, n]`.
-pub(crate) fn matmul_forward(
-    a: &Tensor,
-    b: &Tensor,
-    (m, k, n): (usize, usize, usize),
-) -> Result<Tensor> {
-    product((m, n, k), (a, (k, 1)), (b, (n, 1)))
-}
-
-/// `ga [m, k] = gy [m, n] · bᵀ`.
-pub(crate) fn matmul_backward_a(
-    gy: &Tensor,
-    b: &Tensor,
-    (m, k, n): (usize, usize, usize),
-) -> Result<Tensor> {
-    product((m, k, n), (gy, (n, 1)), (b, (1, n)))
-}
-
-/// `gb [k, n] = aᵀ · gy`.
-pub(crate) fn matmul_backward_b(
-    a: &Tensor,
-    gy: &Tensor,
-    (m, k, n): (usize, usize, usize),
-) -> Result<Tensor> {
-    product((k, n, m), (a, (1, k)), (gy, (n, 1)))
 }

@@ -15,7 +15,7 @@ mod tensor;
 pub use convert::{bf16_to_f32, round_as_f32, round_slice, round_to_bf16, widen_slice};
 pub use gemm::gemm;
 pub(crate) use gemm::{gemm_native_right_pairs, PackedLeft};
-pub(crate) use matmul::{matmul_backward_a, matmul_backward_b, matmul_forward};
+pub(crate) use matmul::product as matmul_product;
 pub use microkernel::{has_avx512_bf16, Bf16Path};
 pub use operand::{Matrix, Values};
 #[cfg(test)]

@@ -46,6 +46,73 @@ enum Bf16Operands {
     Widened(Tensor, Tensor),
 }
 
+/// An operand of a product.
+#[derive(Debug, Clone, Copy)]
+enum Operand {
+    /// The left side `a`.
+    A,
+    /// The right side `b`.
+    B,
+    /// The output gradient.
+    Gy,
+}
+
+/// The three products of one matmul, each `x · y` of two of `a`, `b` and `gy`.
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// `y = a · b`.
+    Forward,
+    /// `ga = gy · bᵀ`.
+    GradA,
+    /// `gb = aᵀ · gy`.
+    GradB,
+}
+
+impl Pass {
+    /// `x` and `y`, and whether the product reads each transposed.
+    fn operands(self) -> [(Operand, bool); 2] {
+        match self {
+            Pass::Forward => [(Operand::A, false), (Operand::B, false)],
+            Pass::GradA => [(Operand::Gy, false), (Operand::B, true)],
+            Pass::GradB => [(Operand::A, true), (Operand::Gy, false)],
+        }
+    }
+
+    /// The product's (rows, columns, inner size) for a matmul's `(m, k, n)`.
+    fn dims(self, (m, k, n): (usize, usize, usize)) -> (usize, usize, usize) {
+        match self {
+            Pass::Forward => (m, n, k),
+            Pass::GradA => (m, k, n),
+            Pass::GradB => (k, n, m),
+        }
+    }
+
+    /// The (row, column) strides at which the product reads `x` and `y`, each stored
+    /// row-major.
+    fn strides(self, (_, k, n): (usize, usize, usize)) -> ((usize, usize), (usize, usize)) {
+        match self {
+            Pass::Forward => ((k, 1), (n, 1)),
+            Pass::GradA => ((n, 1), (1, n)),
+            Pass::GradB => ((1, k), (n, 1)),
+        }
+    }
+}
+
+/// A flat pass on wick's CPU GEMM; `aᵀ · gy` on its column-major kernel.
+fn cpu_gemm<T: cpu::Float>(
+    pass: Pass,
+    products: Products,
+    x: &Tensor,
+    y: &Tensor,
+    mkn: (usize, usize, usize),
+) -> Result<Tensor> {
+    if let Pass::GradB = pass {
+        return matmul_cpu::backward_b::<T>(products, x, y, mkn);
+    }
+    let (xs, ys) = pass.strides(mkn);
+    matmul_cpu::product::<T>(products, pass.dims(mkn), (x, xs), (y, ys))
+}
+
 /// The shapes of one `matmul(a, b)`: both sides promoted to at least 2-D, the broadcast
 /// batch, and the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,68 +253,76 @@ impl MatMulShape {
     /// that dtype and the sums f32: the other operand is rounded as the product reads it,
     /// the output is f32.
     pub fn forward(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if let Some((a, b)) = f16_operands(a, b)? {
-            return self.forward(&a, &b);
-        }
-        match self.bf16_operands(a, b)? {
-            Bf16Operands::Flat(mkn) => {
-                let y = crate::bf16::matmul_forward(a, b, mkn)?;
-                return self.finish(Ok(y), &self.out);
-            }
-            Bf16Operands::Widened(a, b) => return self.forward_with(&a, &b, Products::Bf16),
-            Bf16Operands::None => {}
-        }
-        let (_, k, n) = self.mkn;
-        if let Some(mkn) = self.on_cpu(a, b) {
-            let y = dispatch_float!(
-                OP,
-                a.dtype(),
-                matmul_cpu::forward(Products::Native, a, b, mkn)
-            )?;
-            return self.finish(Ok(y), &self.out);
-        }
-        let y = if self.flat() {
-            let rows = a.reshape(((), k)).and_then(|a| a.contiguous());
-            rows.and_then(|r| r.matmul(&b.reshape((k, n))?.contiguous()?))
-        } else {
-            let (ab, bb) = (self.batched(a, &self.a_nd), self.batched(b, &self.b_nd));
-            ab.and_then(|ab| ab.matmul(&bb?))
-        };
-        y.and_then(|y| y.reshape(self.out.as_slice()))
-            .map_err(candle(OP))
+        self.product(Pass::Forward, a, b)
     }
 
     /// The gradient of `a` for output gradient `gy`: `gy @ bᵀ`, summed over the batch
     /// dimensions `a` was broadcast along.
     pub fn backward_a(&self, gy: &Tensor, b: &Tensor) -> Result<Tensor> {
-        if let Some((gy, b)) = f16_operands(gy, b)? {
-            return self.backward_a(&gy, &b);
+        self.product(Pass::GradA, gy, b)
+    }
+
+    /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
+    /// dimensions `b` was broadcast along.
+    pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
+        self.product(Pass::GradB, a, gy)
+    }
+
+    /// [`forward`](Self::forward) with the given products and f32 sums whatever the
+    /// operands' dtypes (autocast's product of two activations: both are rounded as the
+    /// GEMM reads them). bf16 products off the CPU are f32 ones.
+    pub fn forward_with(&self, a: &Tensor, b: &Tensor, products: Products) -> Result<Tensor> {
+        self.product_with(Pass::Forward, a, b, products)
+    }
+
+    /// [`backward_a`](Self::backward_a) with the given products, as
+    /// [`forward_with`](Self::forward_with).
+    pub fn backward_a_with(&self, gy: &Tensor, b: &Tensor, products: Products) -> Result<Tensor> {
+        self.product_with(Pass::GradA, gy, b, products)
+    }
+
+    /// [`backward_b`](Self::backward_b) with the given products whatever the operands'
+    /// dtypes: the gradient of a weight autocast cast to a 16-bit float, or of an operand
+    /// of [`forward_with`](Self::forward_with) (`a` and `gy` are rounded as the product
+    /// reads them).
+    pub fn backward_b_with(&self, gy: &Tensor, a: &Tensor, products: Products) -> Result<Tensor> {
+        self.product_with(Pass::GradB, a, gy, products)
+    }
+
+    /// One pass's product `x · y` in its operands' precision: the 16-bit operands'
+    /// products first, then wick's CPU GEMM where it runs the product, else candle's.
+    fn product(&self, pass: Pass, x: &Tensor, y: &Tensor) -> Result<Tensor> {
+        if let Some((x, y)) = f16_operands(x, y)? {
+            return self.product(pass, &x, &y);
         }
-        match self.bf16_operands(gy, b)? {
+        match self.bf16_operands(x, y)? {
             Bf16Operands::Flat(mkn) => {
-                let ga = crate::bf16::matmul_backward_a(gy, b, mkn)?;
-                return self.finish(Ok(ga), &self.a);
+                let (xs, ys) = pass.strides(mkn);
+                let p = crate::bf16::matmul_product(pass.dims(mkn), (x, xs), (y, ys))?;
+                return self.finish(Ok(p), self.result_shape(pass));
             }
-            Bf16Operands::Widened(gy, b) => return self.backward_a_with(&gy, &b, Products::Bf16),
+            Bf16Operands::Widened(x, y) => return self.product_with(pass, &x, &y, Products::Bf16),
             Bf16Operands::None => {}
         }
-        let (m, k, n) = self.mkn;
-        if let Some(mkn) = self.on_cpu(gy, b) {
-            let ga = dispatch_float!(
-                OP,
-                gy.dtype(),
-                matmul_cpu::backward_a(Products::Native, gy, b, mkn)
-            )?;
-            return self.finish(Ok(ga), &self.a);
+        if let Some(mkn) = self.on_cpu(x, y) {
+            let p = dispatch_float!(OP, x.dtype(), cpu_gemm(pass, Products::Native, x, y, mkn))?;
+            return self.finish(Ok(p), self.result_shape(pass));
         }
-        if self.flat() {
-            let rows = gy.reshape(((), n)).and_then(|g| g.contiguous());
-            let bt = b.reshape((k, n)).and_then(|b| b.t());
-            return self.finish(rows.and_then(|g| g.matmul(&bt?)), &self.a);
-        }
-        let g = self.batched_grad(gy);
-        let bt = self.batched(b, &self.b_nd).and_then(|b| b.t());
-        self.sum_back(g.and_then(|g| g.matmul(&bt?)), [m, k], &self.a_nd, &self.a)
+        let [(ox, tx), (oy, ty)] = pass.operands();
+        let read = |o, t: &Tensor, transposed: bool| {
+            let m = if self.flat() {
+                t.reshape(((), self.cols(o)))?.contiguous()?
+            } else {
+                self.batched_operand(o, t)?
+            };
+            if transposed {
+                m.t()
+            } else {
+                Ok(m)
+            }
+        };
+        let p = read(ox, x, tx).and_then(|x| x.matmul(&read(oy, y, ty)?));
+        self.pass_result(pass, p)
     }
 
     /// Whether the forced-bf16 products below run on wick's CPU kernels: two float32 CPU
@@ -258,120 +333,79 @@ impl MatMulShape {
         cpu::on_cpu_kernel(x) && cpu::on_cpu_kernel(y) && f32s && m * k * n > 0
     }
 
-    /// `[B, rows, cols]` products of `x [B, ..]` and `y [B, ..]` (each entry's matrix with
-    /// the given strides) in bf16 products, f32 sums.
-    fn bf16_batched(
+    /// [`product`](Self::product) with the given products and f32 sums.
+    fn product_with(
         &self,
-        dims: (usize, usize, usize),
-        x: (&Tensor, (usize, usize)),
-        y: (&Tensor, (usize, usize)),
+        pass: Pass,
+        x: &Tensor,
+        y: &Tensor,
+        products: Products,
     ) -> Result<Tensor> {
-        let bsz: usize = self.batch.iter().product();
-        matmul_cpu::batched::<f32>(Products::Bf16, bsz, dims, x, y)
-    }
-
-    /// [`forward`](Self::forward) with the given products and f32 sums whatever the
-    /// operands' dtypes (autocast's product of two activations: both are rounded as the
-    /// GEMM reads them). bf16 products off the CPU are f32 ones.
-    pub fn forward_with(&self, a: &Tensor, b: &Tensor, products: Products) -> Result<Tensor> {
         match products {
-            Products::Native => return self.forward(a, b),
-            Products::F16 => return self.forward(&f16_values(a)?, &f16_values(b)?),
-            Products::Bf16 if !self.bf16_on_cpu(a, b) => return self.forward(a, b),
+            Products::Native => return self.product(pass, x, y),
+            Products::F16 => return self.product(pass, &f16_values(x)?, &f16_values(y)?),
+            Products::Bf16 if !self.bf16_on_cpu(x, y) => return self.product(pass, x, y),
             Products::Bf16 => {}
-        }
-        let (m, k, n) = self.mkn;
-        let y = if self.flat() {
-            let rows = self.a.iter().product::<usize>() / k;
-            matmul_cpu::forward::<f32>(Products::Bf16, a, b, (rows, k, n))?
-        } else {
-            let ab = self.batched(a, &self.a_nd).map_err(candle(OP))?;
-            let bb = self.batched(b, &self.b_nd).map_err(candle(OP))?;
-            self.bf16_batched((m, n, k), (&ab, (k, 1)), (&bb, (n, 1)))?
-        };
-        self.finish(Ok(y), &self.out)
-    }
-
-    /// [`backward_a`](Self::backward_a) with the given products, as
-    /// [`forward_with`](Self::forward_with).
-    pub fn backward_a_with(&self, gy: &Tensor, b: &Tensor, products: Products) -> Result<Tensor> {
-        match products {
-            Products::Native => return self.backward_a(gy, b),
-            Products::F16 => return self.backward_a(&f16_values(gy)?, &f16_values(b)?),
-            Products::Bf16 if !self.bf16_on_cpu(gy, b) => return self.backward_a(gy, b),
-            Products::Bf16 => {}
-        }
-        let (m, k, n) = self.mkn;
-        if self.flat() {
-            let rows = self.a.iter().product::<usize>() / k;
-            let ga = matmul_cpu::backward_a::<f32>(Products::Bf16, gy, b, (rows, k, n))?;
-            return self.finish(Ok(ga), &self.a);
-        }
-        let g = self.batched_grad(gy).map_err(candle(OP))?;
-        let bb = self.batched(b, &self.b_nd).map_err(candle(OP))?;
-        let ga = self.bf16_batched((m, k, n), (&g, (n, 1)), (&bb, (1, n)))?;
-        self.sum_back(Ok(ga), [m, k], &self.a_nd, &self.a)
-    }
-
-    /// [`backward_b`](Self::backward_b) with the given products whatever the operands'
-    /// dtypes: the gradient of a weight autocast cast to a 16-bit float, or of an operand
-    /// of [`forward_with`](Self::forward_with) (`a` and `gy` are rounded as the product
-    /// reads them).
-    pub fn backward_b_with(&self, gy: &Tensor, a: &Tensor, products: Products) -> Result<Tensor> {
-        match products {
-            Products::Native => return self.backward_b(gy, a),
-            Products::F16 => return self.backward_b(&f16_values(gy)?, &f16_values(a)?),
-            Products::Bf16 if !self.bf16_on_cpu(a, gy) => return self.backward_b(gy, a),
-            Products::Bf16 => {}
-        }
-        let (m, k, n) = self.mkn;
-        if self.flat() {
-            let rows = self.a.iter().product::<usize>() / k;
-            let gb = crate::bf16::matmul_backward_b(a, gy, (rows, k, n))?;
-            return self.finish(Ok(gb), &self.b);
-        }
-        let ab = self.batched(a, &self.a_nd).map_err(candle(OP))?;
-        let g = self.batched_grad(gy).map_err(candle(OP))?;
-        let gb = self.bf16_batched((k, n, m), (&ab, (1, k)), (&g, (n, 1)))?;
-        self.sum_back(Ok(gb), [k, n], &self.b_nd, &self.b)
-    }
-
-    /// The gradient of `b` for output gradient `gy`: `aᵀ @ gy`, summed over the batch
-    /// dimensions `b` was broadcast along.
-    pub fn backward_b(&self, gy: &Tensor, a: &Tensor) -> Result<Tensor> {
-        if let Some((gy, a)) = f16_operands(gy, a)? {
-            return self.backward_b(&gy, &a);
-        }
-        match self.bf16_operands(a, gy)? {
-            Bf16Operands::Flat(mkn) => {
-                let gb = crate::bf16::matmul_backward_b(a, gy, mkn)?;
-                return self.finish(Ok(gb), &self.b);
-            }
-            Bf16Operands::Widened(a, gy) => return self.backward_b_with(&gy, &a, Products::Bf16),
-            Bf16Operands::None => {}
         }
         let (_, k, n) = self.mkn;
-        if let Some(mkn) = self.on_cpu(a, gy) {
-            let gb = dispatch_float!(
-                OP,
-                a.dtype(),
-                matmul_cpu::backward_b(Products::Native, a, gy, mkn)
-            )?;
-            return self.finish(Ok(gb), &self.b);
-        }
         if self.flat() {
-            let rows = gy.reshape(((), n)).and_then(|g| g.contiguous());
-            let at = a.reshape(((), k)).and_then(|a| a.contiguous()?.t());
-            return self.finish(at.and_then(|at| at.matmul(&rows?)), &self.b);
+            let rows = self.a.iter().product::<usize>() / k;
+            let p = match pass {
+                Pass::GradB => {
+                    let (xs, ys) = pass.strides((rows, k, n));
+                    crate::bf16::matmul_product(pass.dims((rows, k, n)), (x, xs), (y, ys))?
+                }
+                _ => cpu_gemm::<f32>(pass, Products::Bf16, x, y, (rows, k, n))?,
+            };
+            return self.finish(Ok(p), self.result_shape(pass));
         }
-        let g = self.batched_grad(gy);
-        let at = self.batched(a, &self.a_nd).and_then(|a| a.t());
-        self.sum_back(
-            at.and_then(|at| at.matmul(&g?)),
-            [k, n],
-            &self.b_nd,
-            &self.b,
-        )
+        let [(ox, _), (oy, _)] = pass.operands();
+        let xb = self.batched_operand(ox, x).map_err(candle(OP))?;
+        let yb = self.batched_operand(oy, y).map_err(candle(OP))?;
+        let (xs, ys) = pass.strides(self.mkn);
+        let bsz: usize = self.batch.iter().product();
+        let dims = pass.dims(self.mkn);
+        let p = matmul_cpu::batched::<f32>(Products::Bf16, bsz, dims, (&xb, xs), (&yb, ys))?;
+        self.pass_result(pass, Ok(p))
+    }
+
+    /// The columns of an operand's matrix, row-major: `a [m, k]`, `b [k, n]`, `gy [m, n]`.
+    fn cols(&self, o: Operand) -> usize {
+        let (_, k, n) = self.mkn;
+        match o {
+            Operand::A => k,
+            Operand::B | Operand::Gy => n,
+        }
+    }
+
+    /// An operand as `[B, rows, cols]`, broadcast to the batch.
+    fn batched_operand(&self, o: Operand, t: &Tensor) -> candle_core::Result<Tensor> {
+        match o {
+            Operand::A => self.batched(t, &self.a_nd),
+            Operand::B => self.batched(t, &self.b_nd),
+            Operand::Gy => self.batched_grad(t),
+        }
+    }
+
+    /// The shape of a pass's result: the output's, `a`'s or `b`'s.
+    fn result_shape(&self, pass: Pass) -> &[usize] {
+        match pass {
+            Pass::Forward => &self.out,
+            Pass::GradA => &self.a,
+            Pass::GradB => &self.b,
+        }
+    }
+
+    /// A pass's product reshaped to its result, a gradient summed over the batch
+    /// dimensions its operand was broadcast along.
+    fn pass_result(&self, pass: Pass, p: candle_core::Result<Tensor>) -> Result<Tensor> {
+        let (m, k, n) = self.mkn;
+        match pass {
+            _ if self.flat() => self.finish(p, self.result_shape(pass)),
+            Pass::Forward => self.finish(p, &self.out),
+            Pass::GradA => self.sum_back(p, [m, k], &self.a_nd, &self.a),
+            Pass::GradB => self.sum_back(p, [k, n], &self.b_nd, &self.b),
+        }
     }
 
     /// `gy` as `[B, m, n]`.

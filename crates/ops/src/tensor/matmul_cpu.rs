@@ -16,57 +16,32 @@ use crate::error::Result;
 
 const OP: &str = "matmul";
 
-/// `y [m, n] = a [m, k] · b [k, n]`.
-pub(crate) fn forward<T: Float>(
+/// `out [rows, cols] = x · y` (`x` `rows × depth`, `y` `depth × cols`, each read through
+/// its strides, so a transposed operand needs no copy): the forward product `a · b` and
+/// the input gradient `gy · bᵀ`.
+pub(crate) fn product<T: Float>(
     products: Products,
-    a: &Tensor,
-    b: &Tensor,
-    (m, k, n): (usize, usize, usize),
+    (rows, cols, depth): (usize, usize, usize),
+    (x, xs): (&Tensor, (usize, usize)),
+    (y, ys): (&Tensor, (usize, usize)),
 ) -> Result<Tensor> {
-    let y = cpu::with_slice::<T, _>(OP, a, |ad| {
-        cpu::with_slice::<T, _>(OP, b, |bd| {
-            let mut y = Vec::with_capacity(m * n);
+    let out = cpu::with_slice::<T, _>(OP, x, |xd| {
+        cpu::with_slice::<T, _>(OP, y, |yd| {
+            let mut out = Vec::with_capacity(rows * cols);
             gemm_uninit_with(
                 products,
-                (m, n, k),
-                y.spare_capacity_mut(),
-                (ad, (k, 1)),
-                (bd, (n, 1)),
+                (rows, cols, depth),
+                out.spare_capacity_mut(),
+                (xd, xs),
+                (yd, ys),
                 true,
             );
-            // SAFETY: gemm_uninit wrote all m * n slots.
-            unsafe { y.set_len(m * n) };
-            Ok(y)
+            // SAFETY: gemm_uninit wrote all rows * cols slots.
+            unsafe { out.set_len(rows * cols) };
+            Ok(out)
         })
     })?;
-    cpu::tensor(OP, y, (m, n))
-}
-
-/// `ga [m, k] = gy [m, n] · bᵀ`, `b` `[k, n]`.
-pub(crate) fn backward_a<T: Float>(
-    products: Products,
-    gy: &Tensor,
-    b: &Tensor,
-    (m, k, n): (usize, usize, usize),
-) -> Result<Tensor> {
-    let ga = cpu::with_slice::<T, _>(OP, gy, |gd| {
-        cpu::with_slice::<T, _>(OP, b, |bd| {
-            let mut ga = Vec::with_capacity(m * k);
-            // bᵀ's element (j, c) is b[c][j]: strides (1, n).
-            gemm_uninit_with(
-                products,
-                (m, k, n),
-                ga.spare_capacity_mut(),
-                (gd, (n, 1)),
-                (bd, (1, n)),
-                true,
-            );
-            // SAFETY: gemm_uninit wrote all m * k slots.
-            unsafe { ga.set_len(m * k) };
-            Ok(ga)
-        })
-    })?;
-    cpu::tensor(OP, ga, (m, k))
+    cpu::tensor(OP, out, (rows, cols))
 }
 
 /// `gb [k, n] = aᵀ · gy`, `a` `[m, k]`, `gy` `[m, n]`: computed as `gbᵀ [n, k] = gyᵀ · a`
