@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use wick::ops::bf16::{self, Bf16Path, Matrix, Values};
+use wick::ops::bf16::{self, Bf16Path, Matrix};
 use wick::ops::tensor::matmul::MatMulShape;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -65,14 +65,8 @@ fn products(c: &mut Criterion) {
                         (m, n, k),
                         (&mut dst, (n, 1)),
                         false,
-                        &Matrix {
-                            values: Values::Bf16(&a16),
-                            strides: (k, 1),
-                        },
-                        &Matrix {
-                            values: Values::Bf16(&b16),
-                            strides: (n, 1),
-                        },
+                        &Matrix::new(&a16, (k, 1)),
+                        &Matrix::new(&b16, (n, 1)),
                     )
                 })
             });

@@ -7,8 +7,7 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::bf16::{gemm, with_values, Bf16Path, Matrix, Values};
-use crate::cpu;
+use crate::bf16::tensor_product;
 use crate::error::{CandleContext, OpError, Result};
 use crate::route::{route, Route};
 
@@ -57,31 +56,7 @@ pub(crate) fn forward(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>) -> Res
     }
     let (m, k, n) = (x.dims()[0], x.dims()[1], weight.dims()[0]);
     let y = if on_cpu {
-        let y = with_values(OP, x, |xv| {
-            with_values(OP, weight, |wv| {
-                let mut y = vec![0f32; m * n];
-                let (lhs, rhs) = (
-                    Matrix {
-                        values: xv,
-                        strides: (k, 1),
-                    },
-                    Matrix {
-                        values: wv,
-                        strides: (1, k),
-                    },
-                );
-                gemm(
-                    Bf16Path::current(),
-                    (m, n, k),
-                    (&mut y, (n, 1)),
-                    false,
-                    &lhs,
-                    &rhs,
-                );
-                Ok(y)
-            })
-        })?;
-        cpu::tensor(OP, y, (m, n))?
+        tensor_product(OP, (m, n, k), (x, (k, 1)), (weight, (1, k)))?
     } else {
         let (x, w) = (rounded(x, low)?, rounded(weight, low)?);
         x.matmul(&w.t().ctx(OP)?).ctx(OP)?
@@ -115,52 +90,9 @@ pub(crate) fn backward(grad_y: &Tensor, x: &Tensor, weight: &Tensor) -> Result<(
         let dx = gy.matmul(&w).ctx(OP)?;
         return Ok((dx, gy.t().ctx(OP)?.matmul(&x).ctx(OP)?));
     }
-    let (dx, dw) = cpu::with_slice::<f32, _>(OP, grad_y, |gd| {
-        with_values(OP, x, |xv| {
-            with_values(OP, weight, |wv| {
-                let gy = Values::F32(gd);
-                let mut dx = vec![0f32; m * k];
-                let (lhs, rhs) = (
-                    Matrix {
-                        values: gy,
-                        strides: (n, 1),
-                    },
-                    Matrix {
-                        values: wv,
-                        strides: (k, 1),
-                    },
-                );
-                gemm(
-                    Bf16Path::current(),
-                    (m, k, n),
-                    (&mut dx, (k, 1)),
-                    false,
-                    &lhs,
-                    &rhs,
-                );
-                // grad_weight [n, k] = grad_yᵀ [n, m] · x [m, k].
-                let mut dw = vec![0f32; n * k];
-                let (lhs, rhs) = (
-                    Matrix {
-                        values: gy,
-                        strides: (1, n),
-                    },
-                    Matrix {
-                        values: xv,
-                        strides: (k, 1),
-                    },
-                );
-                gemm(
-                    Bf16Path::current(),
-                    (n, k, m),
-                    (&mut dw, (k, 1)),
-                    false,
-                    &lhs,
-                    &rhs,
-                );
-                Ok((dx, dw))
-            })
-        })
-    })?;
-    Ok((cpu::tensor(OP, dx, (m, k))?, cpu::tensor(OP, dw, (n, k))?))
+    // grad_x [m, k] = grad_y [m, n] · weight [n, k].
+    let dx = tensor_product(OP, (m, k, n), (grad_y, (n, 1)), (weight, (k, 1)))?;
+    // grad_weight [n, k] = grad_yᵀ [n, m] · x [m, k].
+    let dw = tensor_product(OP, (n, k, m), (grad_y, (1, n)), (x, (k, 1)))?;
+    Ok((dx, dw))
 }

@@ -76,14 +76,8 @@ fn check(path: Bf16Path, (m, n, k): (usize, usize, usize), layout: usize, rng: &
             (m, n, k),
             (&mut dst, ds),
             accumulate,
-            &Matrix {
-                values: left,
-                strides: sa,
-            },
-            &Matrix {
-                values: Values::F32(&b),
-                strides: sb,
-            },
+            &Matrix::new(left, sa),
+            &Matrix::new(&b, sb),
         );
         for i in 0..m {
             for j in 0..n {
@@ -144,14 +138,8 @@ fn native_and_widening_paths_agree_to_float32_summation() {
             (m, n, k),
             (&mut d, (n, 1)),
             false,
-            &Matrix {
-                values: Values::F32(&a),
-                strides: (k, 1),
-            },
-            &Matrix {
-                values: Values::F32(&b),
-                strides: (n, 1),
-            },
+            &Matrix::new(&a, (k, 1)),
+            &Matrix::new(&b, (n, 1)),
         );
         d
     };
@@ -169,10 +157,7 @@ fn native_and_widening_paths_agree_to_float32_summation() {
 #[test]
 fn an_empty_depth_writes_zeros_or_keeps_the_destination() {
     let mut d = vec![5f32; 6];
-    let empty = Matrix {
-        values: Values::F32(&[]),
-        strides: (0, 1),
-    };
+    let empty = Matrix::new(&[0f32; 0][..], (0, 1));
     gemm(
         Bf16Path::Widening,
         (2, 3, 0),

@@ -97,10 +97,7 @@ pub(crate) unsafe fn gemm_native(
         // A column-major destination: the transposed product `dstᵀ = bᵀ · aᵀ` is
         // row-major, which the micro-kernel stores directly.
         fn t<'a>(x: &Matrix<'a>) -> Matrix<'a> {
-            Matrix {
-                values: x.values,
-                strides: (x.strides.1, x.strides.0),
-            }
+            Matrix::new(x.values, (x.strides.1, x.strides.0))
         }
         // SAFETY: the same slots, addressed as the transpose (the caller's contract).
         return unsafe {

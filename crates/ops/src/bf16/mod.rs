@@ -5,17 +5,16 @@
 
 mod convert;
 mod gemm;
-mod matmul;
 mod microkernel;
 mod operand;
 mod pack;
 mod products;
 mod tensor;
+mod tensor_product;
 
 pub use convert::{bf16_to_f32, round_as_f32, round_slice, round_to_bf16, widen_slice};
 pub use gemm::gemm;
 pub(crate) use gemm::{gemm_native_right_pairs, PackedLeft};
-pub(crate) use matmul::product as matmul_product;
 pub use microkernel::{has_avx512_bf16, Bf16Path};
 pub use operand::{Matrix, Values};
 #[cfg(test)]
@@ -26,4 +25,5 @@ pub(crate) use products::{
     pack_left_once,
 };
 pub use tensor::cast;
-pub(crate) use tensor::{rounded_f32, with_values};
+pub(crate) use tensor::rounded_f32;
+pub(crate) use tensor_product::tensor_product;

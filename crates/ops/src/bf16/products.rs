@@ -13,7 +13,7 @@ use half::slice::HalfFloatSliceExt;
 
 use super::gemm::{gemm_native, gemm_native_packed_left, widened, PackedLeft};
 use super::microkernel::has_avx512_bf16;
-use super::operand::{Matrix, Values};
+use super::operand::Matrix;
 use crate::cpu::{self, Float};
 
 /// A GEMM operand of the CPU GEMM: values and their (row, column) strides.
@@ -96,10 +96,7 @@ fn check_operands<T>(
 
 /// An operand as a bfloat16 GEMM operand, when `T` is f32.
 fn f32_matrix<'a, T: 'static>((values, strides): Operand<'a, T>) -> Option<Matrix<'a>> {
-    Some(Matrix {
-        values: Values::F32(as_f32(values)?),
-        strides,
-    })
+    Some(Matrix::new(as_f32(values)?, strides))
 }
 
 /// The two operands as bfloat16 GEMM operands, when `T` is f32.

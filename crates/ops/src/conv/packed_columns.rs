@@ -10,7 +10,7 @@
 use std::mem::MaybeUninit;
 
 use super::params::Geom;
-use crate::bf16::{as_f32, has_avx512_bf16, Matrix, Products, Values};
+use crate::bf16::{as_f32, has_avx512_bf16, Matrix, Products};
 
 /// Output pixels an image may have: one AVX-512 register of f32.
 const LANES: usize = 16;
@@ -59,10 +59,7 @@ pub(super) fn forward<T: 'static>(
         g.n * g.c_in * g.h * g.w,
         "packed_columns: input size"
     );
-    let w = Matrix {
-        values: Values::F32(ws),
-        strides: (g.k(), 1),
-    };
+    let w = Matrix::new(ws, (g.k(), 1));
     let taps = taps(g);
     let pair_row = |q: usize, row: &mut [u32]| {
         assert_eq!(row.len(), n, "packed_columns: a pair row's length");
@@ -260,10 +257,7 @@ mod tests {
             xs[3] = f32::NAN;
             let col = batch_columns(&g, &xs, 0);
             let np = g.n * g.pixels();
-            let matrix = Matrix {
-                values: Values::F32(&col),
-                strides: (np, 1),
-            };
+            let matrix = Matrix::new(&col, (np, 1));
             let mut want = Vec::new();
             pack_operand(&matrix, Side::Right, (np, g.k()), &mut want, false);
             let taps = taps(&g);

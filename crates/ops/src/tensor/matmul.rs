@@ -298,7 +298,7 @@ impl MatMulShape {
         match self.bf16_operands(x, y)? {
             Bf16Operands::Flat(mkn) => {
                 let (xs, ys) = pass.strides(mkn);
-                let p = crate::bf16::matmul_product(pass.dims(mkn), (x, xs), (y, ys))?;
+                let p = crate::bf16::tensor_product(OP, pass.dims(mkn), (x, xs), (y, ys))?;
                 return self.finish(Ok(p), self.result_shape(pass));
             }
             Bf16Operands::Widened(x, y) => return self.product_with(pass, &x, &y, Products::Bf16),
@@ -353,7 +353,7 @@ impl MatMulShape {
             let p = match pass {
                 Pass::GradB => {
                     let (xs, ys) = pass.strides((rows, k, n));
-                    crate::bf16::matmul_product(pass.dims((rows, k, n)), (x, xs), (y, ys))?
+                    crate::bf16::tensor_product(OP, pass.dims((rows, k, n)), (x, xs), (y, ys))?
                 }
                 _ => cpu_gemm::<f32>(pass, Products::Bf16, x, y, (rows, k, n))?,
             };

@@ -87,12 +87,9 @@ impl PeakProbes {
 /// The fastest of five runs of wick's bf16 GEMM (native `vdpbf16ps` path) at the f32
 /// probe's size, on bf16 operands.
 fn bf16_gemm_seconds() -> Result<f64> {
-    use wick_ops::bf16::{gemm, Bf16Path, Matrix, Values};
+    use wick_ops::bf16::{gemm, Bf16Path, Matrix};
     let ones = vec![wick_ops::bf16::round_to_bf16(1.0); GEMM_N * GEMM_N];
-    let operand = Matrix {
-        values: Values::Bf16(&ones),
-        strides: (GEMM_N, 1),
-    };
+    let operand = Matrix::new(&ones, (GEMM_N, 1));
     let mut out = vec![0f32; GEMM_N * GEMM_N];
     let times = timed_runs(5, &Device::Cpu, || {
         let dims = (GEMM_N, GEMM_N, GEMM_N);
