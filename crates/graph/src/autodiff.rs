@@ -254,15 +254,12 @@ impl GraphBuilder {
             return self.scaled_seed(loss);
         }
         let info = self.graph.values[loss.0].clone();
-        Some(
-            self.push(
-                Arc::new(LossGradSeed),
-                vec![loss],
-                vec![("grad.loss", info.shape, info.dtype)],
-                vec![],
-                0,
-            )[0],
-        )
+        Some(self.push_one(
+            Arc::new(LossGradSeed),
+            vec![loss],
+            ("grad.loss", info.shape, info.dtype),
+            0,
+        ))
     }
 
     /// Each parameter's gradient: the sum of its contributions, recorded in its layer
@@ -327,13 +324,12 @@ impl GraphBuilder {
         for g in iter {
             // The gradients' own dtype: a low-precision value's gradients are f32.
             let dtype = self.graph.values[total.0].dtype;
-            total = self.push(
+            total = self.push_one(
                 Arc::new(AccumulateGrad),
                 vec![total, g],
-                vec![("grad.sum", info.shape.clone(), dtype)],
-                vec![],
+                ("grad.sum", info.shape.clone(), dtype),
                 flops,
-            )[0];
+            );
         }
         Some(total)
     }

@@ -232,6 +232,18 @@ impl GraphBuilder {
         }
     }
 
+    /// [`push`](Self::push) for a node with one new output and nothing updated: that
+    /// output's value.
+    pub(crate) fn push_one(
+        &mut self,
+        op: Op,
+        inputs: Vec<ValueId>,
+        output: (impl AsRef<str>, Vec<usize>, DType),
+        flops: u64,
+    ) -> ValueId {
+        self.push(op, inputs, vec![output], vec![], flops)[0]
+    }
+
     /// Appends a node in the current phase and creates its new outputs (intermediates
     /// named `<stem>#<OP_ID>`), followed by the state values it updates in place.
     pub(crate) fn push<N: AsRef<str>>(

@@ -120,21 +120,19 @@ fn rows<T: Float, F: Fn(T, T) -> T + Sync + Send + Copy>(
     let mut out = vec![T::ZERO; h.elem_count()];
     if c > 0 && !out.is_empty() {
         let per = (cpu::CHUNK / c).max(1) * c;
-        cpu::with_slice::<T, _>(op, h, |hs| {
-            cpu::with_slice::<T, _>(op, b, |bs| {
-                cpu::with_opt_slice::<T, _>(op, g, |gs| {
-                    out.par_chunks_mut(per).enumerate().for_each(|(i, o)| {
-                        let at = i * per..i * per + o.len();
-                        cpu::run_wide(Rows {
-                            out: o,
-                            h: &hs[at.clone()],
-                            b: bs,
-                            g: gs.map(|gs| &gs[at]),
-                            f,
-                        })
-                    });
-                    Ok(())
-                })
+        cpu::with_slices::<T, _>(op, h, b, |hs, bs| {
+            cpu::with_opt_slice::<T, _>(op, g, |gs| {
+                out.par_chunks_mut(per).enumerate().for_each(|(i, o)| {
+                    let at = i * per..i * per + o.len();
+                    cpu::run_wide(Rows {
+                        out: o,
+                        h: &hs[at.clone()],
+                        b: bs,
+                        g: gs.map(|gs| &gs[at]),
+                        f,
+                    })
+                });
+                Ok(())
             })
         })?;
     }

@@ -79,34 +79,18 @@ impl_float!(f32: crate::vector_math::exp_f32, f64: f64::exp);
 /// `f` must be a closure whose loops can inline (no indirect calls in the hot part).
 #[inline(always)]
 pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,bmi1,bmi2")]
-        fn v4<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        #[target_feature(enable = "avx2,fma,bmi1,bmi2")]
-        fn v3<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        if std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            // SAFETY: the CPU has every feature v4 enables (checked just above).
-            return unsafe { v4(f) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("bmi1")
-            && std::arch::is_x86_feature_detected!("bmi2")
-        {
-            // SAFETY: the CPU has every feature v3 enables (checked just above).
-            return unsafe { v3(f) };
-        }
+    run_wide(Closure(f))
+}
+
+/// A closure as a [`WideKernel`], for [`vectorized`].
+struct Closure<F>(F);
+
+impl<R, F: FnOnce() -> R> WideKernel for Closure<F> {
+    type Output = R;
+    #[inline(always)]
+    fn run(self) -> R {
+        (self.0)()
     }
-    f()
 }
 
 /// Work whose loops compile for the widest vector instructions this CPU has, as
@@ -205,6 +189,16 @@ pub(crate) fn with_slice<T: WithDType, R>(
             ),
         }),
     }
+}
+
+/// [`with_slice`] on two tensors at once.
+pub(crate) fn with_slices<T: WithDType, R>(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    f: impl FnOnce(&[T], &[T]) -> Result<R>,
+) -> Result<R> {
+    with_slice::<T, _>(op, a, |a| with_slice::<T, _>(op, b, |b| f(a, b)))
 }
 
 /// [`with_slice`] on an optional tensor: `f(None)` when there is none.

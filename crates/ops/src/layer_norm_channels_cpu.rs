@@ -302,8 +302,8 @@ pub(crate) fn backward<T: Float>(
     let w = params::<T>(weight)?;
     let mut sums = (vec![0f64; c], vec![0f64; c]);
     if !dx.is_empty() {
-        let parts: Vec<(Vec<f64>, Vec<f64>)> = cpu::with_slice::<T, _>(OP, x, |xs| {
-            cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        let parts: Vec<(Vec<f64>, Vec<f64>)> =
+            cpu::with_slices::<T, _>(OP, x, grad_y, |xs, gs| {
                 let [mean, rstd] = statistics(xs, dims, eps);
                 let plane = c * s;
                 let [gw, gwx] = per_position(dims, |n, block, [gw, gwx]| {
@@ -344,8 +344,7 @@ pub(crate) fn backward<T: Float>(
                         })
                     })
                     .collect())
-            })
-        })?;
+            })?;
         crate::layer_norm_cpu::add_parts(&mut sums, parts);
     }
     let [dw, db] = crate::layer_norm_cpu::affine_grads::<T>(OP, sums)?;

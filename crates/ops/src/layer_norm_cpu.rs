@@ -172,8 +172,8 @@ pub(crate) fn backward<T: Float>(
     let mut sums = (vec![0f64; d], vec![0f64; d]);
     if d > 0 && rows > 0 {
         let per = rows_per_task(rows, d);
-        let parts: Vec<(Vec<f64>, Vec<f64>)> = cpu::with_slice::<T, _>(OP, x, |xs| {
-            cpu::with_slice::<T, _>(OP, grad_y, |gs| {
+        let parts: Vec<(Vec<f64>, Vec<f64>)> =
+            cpu::with_slices::<T, _>(OP, x, grad_y, |xs, gs| {
                 Ok(dx
                     .par_chunks_mut(per * d)
                     .zip(xs.par_chunks(per * d))
@@ -189,8 +189,7 @@ pub(crate) fn backward<T: Float>(
                         })
                     })
                     .collect())
-            })
-        })?;
+            })?;
         add_parts(&mut sums, parts);
     }
     let [dw, db] = affine_grads::<T>(OP, sums)?;

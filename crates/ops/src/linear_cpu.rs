@@ -29,10 +29,8 @@ pub(crate) fn forward<T: Float>(
     let (m, k) = (x.dims()[0], x.dims()[1]);
     let n = weight.dims()[0];
     if x.dtype() == DType::F32 && linear_few_rows::takes_few_rows_path(m, n, k) {
-        let y = cpu::with_slice::<f32, _>(OP, x, |xd| {
-            cpu::with_slice::<f32, _>(OP, weight, |wd| {
-                Ok(linear_few_rows::forward(xd, wd, m, n, k))
-            })
+        let y = cpu::with_slices::<f32, _>(OP, x, weight, |xd, wd| {
+            Ok(linear_few_rows::forward(xd, wd, m, n, k))
         })?;
         let y = cpu::tensor(OP, y, (m, n))?;
         return match bias {
@@ -40,27 +38,25 @@ pub(crate) fn forward<T: Float>(
             None => Ok(y),
         };
     }
-    let y = cpu::with_slice::<T, _>(OP, x, |xd| {
-        cpu::with_slice::<T, _>(OP, weight, |wd| {
-            // weightᵀ's element (j, c) is weight[c][j]: strides (1, k).
-            let (lhs, rhs) = ((xd, (k, 1)), (wd, (1, k)));
-            let mut y = Vec::with_capacity(m * n);
-            match bias.filter(|_| k >= ACCUMULATE_BIAS_FROM) {
-                Some(b) => cpu::with_slice::<T, _>(OP, b, |bd| {
-                    for _ in 0..m {
-                        y.extend_from_slice(bd);
-                    }
-                    cpu::gemm_strided(m, n, k, (&mut y, (n, 1)), true, lhs, rhs, true);
-                    Ok(())
-                })?,
-                None => {
-                    cpu::gemm_uninit(m, n, k, y.spare_capacity_mut(), lhs, rhs, true);
-                    // SAFETY: gemm_uninit wrote all m * n slots.
-                    unsafe { y.set_len(m * n) };
+    let y = cpu::with_slices::<T, _>(OP, x, weight, |xd, wd| {
+        // weightᵀ's element (j, c) is weight[c][j]: strides (1, k).
+        let (lhs, rhs) = ((xd, (k, 1)), (wd, (1, k)));
+        let mut y = Vec::with_capacity(m * n);
+        match bias.filter(|_| k >= ACCUMULATE_BIAS_FROM) {
+            Some(b) => cpu::with_slice::<T, _>(OP, b, |bd| {
+                for _ in 0..m {
+                    y.extend_from_slice(bd);
                 }
+                cpu::gemm_strided(m, n, k, (&mut y, (n, 1)), true, lhs, rhs, true);
+                Ok(())
+            })?,
+            None => {
+                cpu::gemm_uninit(m, n, k, y.spare_capacity_mut(), lhs, rhs, true);
+                // SAFETY: gemm_uninit wrote all m * n slots.
+                unsafe { y.set_len(m * n) };
             }
-            Ok(y)
-        })
+        }
+        Ok(y)
     })?;
     let y = cpu::tensor(OP, y, (m, n))?;
     match bias.filter(|_| k < ACCUMULATE_BIAS_FROM) {
@@ -77,21 +73,19 @@ pub(crate) fn backward<T: Float>(
 ) -> Result<(Tensor, Tensor)> {
     let (m, k) = (x.dims()[0], x.dims()[1]);
     let n = weight.dims()[0];
-    let (dx, dw) = cpu::with_slice::<T, _>(OP, grad_y, |gd| {
-        cpu::with_slice::<T, _>(OP, x, |xd| {
-            cpu::with_slice::<T, _>(OP, weight, |wd| {
-                let mut dx = Vec::with_capacity(m * k);
-                let (gy, w) = ((gd, (n, 1)), (wd, (k, 1)));
-                cpu::gemm_uninit(m, k, n, dx.spare_capacity_mut(), gy, w, true);
-                // SAFETY: gemm_uninit wrote all m * k slots.
-                unsafe { dx.set_len(m * k) };
-                // grad_weightᵀ [k, n] = xᵀ · grad_y, stored column-major: grad_weight's
-                // rows, as its [n, k] layout wants.
-                let mut dw = vec![T::ZERO; n * k];
-                let (xt, gy) = ((xd, (1, k)), (gd, (n, 1)));
-                cpu::gemm_strided(k, n, m, (&mut dw, (1, k)), false, xt, gy, true);
-                Ok((dx, dw))
-            })
+    let (dx, dw) = cpu::with_slices::<T, _>(OP, grad_y, x, |gd, xd| {
+        cpu::with_slice::<T, _>(OP, weight, |wd| {
+            let mut dx = Vec::with_capacity(m * k);
+            let (gy, w) = ((gd, (n, 1)), (wd, (k, 1)));
+            cpu::gemm_uninit(m, k, n, dx.spare_capacity_mut(), gy, w, true);
+            // SAFETY: gemm_uninit wrote all m * k slots.
+            unsafe { dx.set_len(m * k) };
+            // grad_weightᵀ [k, n] = xᵀ · grad_y, stored column-major: grad_weight's
+            // rows, as its [n, k] layout wants.
+            let mut dw = vec![T::ZERO; n * k];
+            let (xt, gy) = ((xd, (1, k)), (gd, (n, 1)));
+            cpu::gemm_strided(k, n, m, (&mut dw, (1, k)), false, xt, gy, true);
+            Ok((dx, dw))
         })
     })?;
     Ok((cpu::tensor(OP, dx, (m, k))?, cpu::tensor(OP, dw, (n, k))?))

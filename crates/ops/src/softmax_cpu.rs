@@ -41,20 +41,26 @@ fn blocks_per_task(blocks: usize, block: usize) -> usize {
     (cpu::CHUNK / block.max(1)).clamp(1, blocks.div_ceil(4 * cpu::threads()).max(1))
 }
 
+/// A softmax's blocks: `d` values along the dimension, `inner` columns after it.
+#[derive(Clone, Copy)]
+struct Blocks {
+    d: usize,
+    inner: usize,
+    kind: SoftmaxKind,
+}
+
 /// The forward of a run of blocks.
 struct Forward<'a, T> {
     x: &'a [T],
     out: &'a mut [T],
-    d: usize,
-    inner: usize,
-    kind: SoftmaxKind,
+    blocks: Blocks,
 }
 
 impl<T: Float> WideKernel for Forward<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let (d, inner) = (self.d, self.inner);
+        let Blocks { d, inner, kind } = self.blocks;
         // Per column of the block: its maximum and Σ exp(x - max).
         let mut max = vec![T::NEG_INFINITY; inner];
         let mut sum = vec![0f64; inner];
@@ -86,7 +92,7 @@ impl<T: Float> WideKernel for Forward<'_, T> {
                     }
                 }
             }
-            match self.kind {
+            match kind {
                 SoftmaxKind::Softmax => {
                     let scale: Vec<T> = sum.iter().map(|&s| T::from_f64(1.0 / s)).collect();
                     for yr in y.chunks_exact_mut(inner) {
@@ -150,13 +156,8 @@ pub(crate) fn forward_values<T: Float>(
             out.par_chunks_mut(per)
                 .zip(xs.par_chunks(per))
                 .for_each(|(out, x)| {
-                    cpu::run_wide(Forward {
-                        x,
-                        out,
-                        d,
-                        inner,
-                        kind,
-                    })
+                    let blocks = Blocks { d, inner, kind };
+                    cpu::run_wide(Forward { x, out, blocks })
                 });
             Ok(())
         })?;
@@ -169,16 +170,14 @@ struct Backward<'a, T> {
     y: &'a [T],
     g: &'a [T],
     dx: &'a mut [T],
-    d: usize,
-    inner: usize,
-    kind: SoftmaxKind,
+    blocks: Blocks,
 }
 
 impl<T: Float> WideKernel for Backward<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        let (d, inner) = (self.d, self.inner);
+        let Blocks { d, inner, kind } = self.blocks;
         let mut acc = vec![0f64; inner];
         let blocks = self
             .y
@@ -187,7 +186,7 @@ impl<T: Float> WideKernel for Backward<'_, T> {
             .zip(self.dx.chunks_exact_mut(d * inner));
         for ((y, g), dx) in blocks {
             // Softmax: Σ g·y per column; log-softmax: Σ g.
-            let softmax = self.kind == SoftmaxKind::Softmax;
+            let softmax = kind == SoftmaxKind::Softmax;
             if inner == 1 {
                 acc[0] = if softmax {
                     let mut parts = [0f64; 8];
@@ -246,14 +245,8 @@ fn backward<T: Float>(
                     .zip(ys.par_chunks(per))
                     .zip(gs.par_chunks(per))
                     .for_each(|((dx, y), g)| {
-                        cpu::run_wide(Backward {
-                            y,
-                            g,
-                            dx,
-                            d,
-                            inner,
-                            kind,
-                        })
+                        let blocks = Blocks { d, inner, kind };
+                        cpu::run_wide(Backward { y, g, dx, blocks })
                     });
                 Ok(())
             })

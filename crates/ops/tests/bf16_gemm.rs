@@ -158,22 +158,17 @@ fn native_and_widening_paths_agree_to_float32_summation() {
 fn an_empty_depth_writes_zeros_or_keeps_the_destination() {
     let mut d = vec![5f32; 6];
     let empty = Matrix::new(&[0f32; 0][..], (0, 1));
-    gemm(
-        Bf16Path::Widening,
-        (2, 3, 0),
-        (&mut d, (3, 1)),
-        true,
-        &empty,
-        &empty,
-    );
-    assert_eq!(d, vec![5.0; 6]);
-    gemm(
-        Bf16Path::Widening,
-        (2, 3, 0),
-        (&mut d, (3, 1)),
-        false,
-        &empty,
-        &empty,
-    );
-    assert_eq!(d, vec![0.0; 6]);
+    // Accumulating keeps the destination; overwriting writes the empty sum, 0.
+    for (accumulate, want) in [(true, 5.0), (false, 0.0)] {
+        let dst = (&mut d[..], (3, 1));
+        gemm(
+            Bf16Path::Widening,
+            (2, 3, 0),
+            dst,
+            accumulate,
+            &empty,
+            &empty,
+        );
+        assert_eq!(d, vec![want; 6], "accumulate {accumulate}");
+    }
 }

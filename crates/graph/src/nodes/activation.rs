@@ -51,9 +51,9 @@ impl GraphBuilder {
         }
         let xs = self.shape(x).to_vec();
         let flops = activation::flops(kind, &xs);
-        let new = vec![(op, xs, self.dtype_of(x))];
+        let new = (op, xs, self.dtype_of(x));
         let node = Arc::new(ActivationOp { kind, slope });
-        Ok(self.push(node, vec![x], new, vec![], flops)[0])
+        Ok(self.push_one(node, vec![x], new, flops))
     }
 
     shorthands! {

@@ -53,12 +53,12 @@ impl GraphBuilder {
             output: (out_h, out_w),
         };
         let flops = wick_ops::shape::flop_count(1, &[n, c, h.max(out_h), w.max(out_w)]);
-        let new = vec![(
+        let new = (
             "adaptive_avgpool",
             vec![n, c, out_h, out_w],
             self.dtype_of(x),
-        )];
-        Ok(self.push(Arc::new(op), vec![x], new, vec![], flops)[0])
+        );
+        Ok(self.push_one(Arc::new(op), vec![x], new, flops))
     }
 }
 

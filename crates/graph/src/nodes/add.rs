@@ -20,8 +20,8 @@ impl GraphBuilder {
         let (sa, sb) = (self.shape(a).to_vec(), self.shape(b).to_vec());
         wick_ops::shape::same("add", "lhs", &sa, "rhs", &sb).map_err(self.build_err("add"))?;
         let flops = elementwise::add_flops(&sa);
-        let new = vec![("add", sa, self.dtype_of(a))];
-        Ok(self.push(Arc::new(Add), vec![a, b], new, vec![], flops)[0])
+        let new = ("add", sa, self.dtype_of(a));
+        Ok(self.push_one(Arc::new(Add), vec![a, b], new, flops))
     }
 }
 

@@ -83,8 +83,8 @@ impl GraphBuilder {
         }
         let xs = self.shape(x).to_vec();
         let flops = broadcast::flops(&xs);
-        let new = vec![("scale", xs, self.dtype_of(x))];
-        Ok(self.push(Arc::new(Scale { factor }), vec![x], new, vec![], flops)[0])
+        let new = ("scale", xs, self.dtype_of(x));
+        Ok(self.push_one(Arc::new(Scale { factor }), vec![x], new, flops))
     }
 }
 

@@ -60,8 +60,8 @@ impl GraphBuilder {
                 format!("casts convert between float dtypes, not {from:?} to {dtype:?}"),
             )));
         }
-        let new = vec![("to", self.shape(x).to_vec(), dtype)];
-        Ok(self.push(Arc::new(Cast { to: dtype }), vec![x], new, vec![], 0)[0])
+        let new = ("to", self.shape(x).to_vec(), dtype);
+        Ok(self.push_one(Arc::new(Cast { to: dtype }), vec![x], new, 0))
     }
 }
 

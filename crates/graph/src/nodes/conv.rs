@@ -77,8 +77,8 @@ impl GraphBuilder {
             has_bias: bias.is_some(),
         };
         let dtype = crate::ir::product_output_dtype(self.dtype_of(x), self.dtype_of(weight));
-        let new = vec![("conv", out.to_vec(), dtype)];
-        Ok(self.push(Arc::new(op), inputs, new, vec![], p.flops(&xs, &ws))[0])
+        let new = ("conv", out.to_vec(), dtype);
+        Ok(self.push_one(Arc::new(op), inputs, new, p.flops(&xs, &ws)))
     }
 }
 

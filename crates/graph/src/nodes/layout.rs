@@ -89,11 +89,11 @@ impl GraphBuilder {
     pub fn reshape(&mut self, x: ValueId, shape: &[usize]) -> Result<ValueId> {
         self.forward_only("reshape")?;
         layout::check_reshape(self.shape(x), shape).map_err(self.build_err("reshape"))?;
-        let new = vec![("reshape", shape.to_vec(), self.dtype_of(x))];
+        let new = ("reshape", shape.to_vec(), self.dtype_of(x));
         let op = Arc::new(Reshape {
             shape: shape.to_vec(),
         });
-        Ok(self.push(op, vec![x], new, vec![], 0)[0])
+        Ok(self.push_one(op, vec![x], new, 0))
     }
 }
 

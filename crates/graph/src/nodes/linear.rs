@@ -66,8 +66,8 @@ impl GraphBuilder {
             )));
         };
         let shape = vec![n, rest.iter().product()];
-        let new = vec![("flatten", shape.clone(), self.dtype_of(x))];
-        Ok(self.push(Arc::new(Reshape { shape }), vec![x], new, vec![], 0)[0])
+        let new = ("flatten", shape.clone(), self.dtype_of(x));
+        Ok(self.push_one(Arc::new(Reshape { shape }), vec![x], new, 0))
     }
 }
 

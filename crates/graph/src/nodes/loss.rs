@@ -38,14 +38,8 @@ impl GraphBuilder {
             }
         }
         let flops = loss::cross_entropy_flops(&ls);
-        let new = vec![("loss", vec![], self.dtype_of(logits))];
-        Ok(self.push(
-            Arc::new(CrossEntropy),
-            vec![logits, labels],
-            new,
-            vec![],
-            flops,
-        )[0])
+        let new = ("loss", vec![], self.dtype_of(logits));
+        Ok(self.push_one(Arc::new(CrossEntropy), vec![logits, labels], new, flops))
     }
 }
 

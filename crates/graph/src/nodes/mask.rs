@@ -226,8 +226,8 @@ impl GraphBuilder {
     /// ```
     pub fn detach(&mut self, x: ValueId) -> Result<ValueId> {
         self.forward_only("detach")?;
-        let new = vec![("detach", self.shape(x).to_vec(), self.dtype_of(x))];
-        let y = self.push(Arc::new(Detach), vec![x], new, vec![], 0)[0];
+        let new = ("detach", self.shape(x).to_vec(), self.dtype_of(x));
+        let y = self.push_one(Arc::new(Detach), vec![x], new, 0);
         self.stop_gradient(y);
         Ok(y)
     }

@@ -77,10 +77,10 @@ impl GraphBuilder {
             Products::Native
         };
         let dtype = crate::ir::product_output_dtype(self.dtype_of(a), self.dtype_of(b));
-        let new = vec![("matmul", shape.out.clone(), dtype)];
+        let new = ("matmul", shape.out.clone(), dtype);
         let flops = shape.flops();
         let op = MatMul { shape, products };
-        Ok(self.push(Arc::new(op), vec![a, b], new, vec![], flops)[0])
+        Ok(self.push_one(Arc::new(op), vec![a, b], new, flops))
     }
 }
 

@@ -95,14 +95,8 @@ impl GraphBuilder {
             .out_shape(&ls, &ts, self.dtype_of(target))
             .map_err(self.build_err("nll_loss"))?;
         let flops = loss.flops(&ls);
-        let new = vec![("nll_loss", out, self.dtype_of(logp))];
-        Ok(self.push(
-            Arc::new(NllLossOp { loss }),
-            vec![logp, target],
-            new,
-            vec![],
-            flops,
-        )[0])
+        let new = ("nll_loss", out, self.dtype_of(logp));
+        Ok(self.push_one(Arc::new(NllLossOp { loss }), vec![logp, target], new, flops))
     }
 
     /// `F.cross_entropy(logits, target, ignore_index=, reduction=, label_smoothing=)` over

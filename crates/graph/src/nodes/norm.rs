@@ -163,8 +163,8 @@ impl GraphBuilder {
         let mut inputs = vec![x];
         inputs.extend(weight);
         inputs.extend(bias);
-        let new = vec![("norm", xs, self.dtype_of(x))];
-        Ok(self.push(Arc::new(op), inputs, new, vec![], flops)[0])
+        let new = ("norm", xs, self.dtype_of(x));
+        Ok(self.push_one(Arc::new(op), inputs, new, flops))
     }
 }
 

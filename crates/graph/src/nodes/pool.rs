@@ -82,9 +82,9 @@ impl GraphBuilder {
         self.forward_only(op)?;
         let xs = self.shape(x).to_vec();
         let [n, c, _, _] = wick_ops::shape::nchw(op, "input", &xs).map_err(self.build_err(op))?;
-        let new = vec![("gap", vec![n, c, 1, 1], self.dtype_of(x))];
+        let new = ("gap", vec![n, c, 1, 1], self.dtype_of(x));
         let flops = pool::global_avg_pool_flops(&xs);
-        Ok(self.push(Arc::new(GlobalAvgPool), vec![x], new, vec![], flops)[0])
+        Ok(self.push_one(Arc::new(GlobalAvgPool), vec![x], new, flops))
     }
 }
 

@@ -49,10 +49,10 @@ impl GraphBuilder {
         self.forward_only(name)?;
         self.expect_float(name, "the input", x)?;
         let xs = self.shape(x).to_vec();
-        let new = vec![(name, r.out_shape(&xs), r.out_dtype(self.dtype_of(x)))];
+        let new = (name, r.out_shape(&xs), r.out_dtype(self.dtype_of(x)));
         let flops = r.flops(&xs);
         let differentiable = r.op.differentiable();
-        let y = self.push(Arc::new(ReduceOp { r }), vec![x], new, vec![], flops)[0];
+        let y = self.push_one(Arc::new(ReduceOp { r }), vec![x], new, flops);
         if !differentiable {
             self.stop_gradient(y);
         }

@@ -87,8 +87,8 @@ impl GraphBuilder {
             )));
         }
         let flops = regression_loss::flops(kind, &xs);
-        let new = vec![("loss", vec![], self.dtype_of(x))];
-        Ok(self.push(Arc::new(LossOp { kind }), vec![x, t], new, vec![], flops)[0])
+        let new = ("loss", vec![], self.dtype_of(x));
+        Ok(self.push_one(Arc::new(LossOp { kind }), vec![x, t], new, flops))
     }
 }
 

@@ -22,8 +22,8 @@ impl GraphBuilder {
         self.forward_only("relu")?;
         let xs = self.shape(x).to_vec();
         let flops = relu::relu_flops(&xs);
-        let new = vec![("relu", xs, self.dtype_of(x))];
-        Ok(self.push(Arc::new(Relu), vec![x], new, vec![], flops)[0])
+        let new = ("relu", xs, self.dtype_of(x));
+        Ok(self.push_one(Arc::new(Relu), vec![x], new, flops))
     }
 }
 

@@ -107,8 +107,8 @@ impl GraphBuilder {
             output_padding,
             has_bias: bias.is_some(),
         };
-        let new = vec![("conv_transpose", out.to_vec(), self.dtype_of(x))];
-        Ok(self.push(Arc::new(op), inputs, new, vec![], flops)[0])
+        let new = ("conv_transpose", out.to_vec(), self.dtype_of(x));
+        Ok(self.push_one(Arc::new(op), inputs, new, flops))
     }
 }
 

@@ -307,8 +307,8 @@ impl GraphBuilder {
         self.forward_only(name)?;
         check_index_dtype(name, "the indices", self.dtype_of(index))
             .map_err(self.build_err(name))?;
-        let new = vec![(name, out, self.dtype_of(x))];
-        Ok(self.push(Arc::new(Select { kind }), vec![x, index], new, vec![], 0)[0])
+        let new = (name, out, self.dtype_of(x));
+        Ok(self.push_one(Arc::new(Select { kind }), vec![x, index], new, 0))
     }
 }
 

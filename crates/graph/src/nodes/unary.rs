@@ -36,8 +36,8 @@ impl GraphBuilder {
         self.expect_float(op, "the input", x)?;
         let xs = self.shape(x).to_vec();
         let flops = f.flops(xs.iter().product());
-        let new = vec![(op, xs, self.dtype_of(x))];
-        let y = self.push(Arc::new(UnaryOp { f }), vec![x], new, vec![], flops)[0];
+        let new = (op, xs, self.dtype_of(x));
+        let y = self.push_one(Arc::new(UnaryOp { f }), vec![x], new, flops);
         if !f.differentiable() {
             self.stop_gradient(y);
         }

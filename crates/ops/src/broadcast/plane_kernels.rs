@@ -68,28 +68,22 @@ pub(crate) fn forward<T: Float>(
 ) -> Result<Tensor> {
     let name = op.name();
     let mut out = vec![T::ZERO; big.elem_count()];
-    cpu::with_slice::<T, _>(name, big, |bs| {
-        cpu::with_slice::<T, _>(name, small, |ss| {
-            out.par_chunks_mut(p.inner)
-                .zip(bs.par_chunks(p.inner))
-                .zip(p.index.par_iter())
-                .for_each(|((o, b), &i)| {
-                    let s = ss[i];
-                    match (op, small_first) {
-                        (BinaryOp::Add, _) => o.iter_mut().zip(b).for_each(|(o, b)| *o = *b + s),
-                        (BinaryOp::Mul, _) => o.iter_mut().zip(b).for_each(|(o, b)| *o = *b * s),
-                        (BinaryOp::Sub, false) => {
-                            o.iter_mut().zip(b).for_each(|(o, b)| *o = *b - s)
-                        }
-                        (BinaryOp::Sub, true) => o.iter_mut().zip(b).for_each(|(o, b)| *o = s - *b),
-                        (BinaryOp::Div, false) => {
-                            o.iter_mut().zip(b).for_each(|(o, b)| *o = *b / s)
-                        }
-                        (BinaryOp::Div, true) => o.iter_mut().zip(b).for_each(|(o, b)| *o = s / *b),
-                    }
-                });
-            Ok(())
-        })
+    cpu::with_slices::<T, _>(name, big, small, |bs, ss| {
+        out.par_chunks_mut(p.inner)
+            .zip(bs.par_chunks(p.inner))
+            .zip(p.index.par_iter())
+            .for_each(|((o, b), &i)| {
+                let s = ss[i];
+                match (op, small_first) {
+                    (BinaryOp::Add, _) => o.iter_mut().zip(b).for_each(|(o, b)| *o = *b + s),
+                    (BinaryOp::Mul, _) => o.iter_mut().zip(b).for_each(|(o, b)| *o = *b * s),
+                    (BinaryOp::Sub, false) => o.iter_mut().zip(b).for_each(|(o, b)| *o = *b - s),
+                    (BinaryOp::Sub, true) => o.iter_mut().zip(b).for_each(|(o, b)| *o = s - *b),
+                    (BinaryOp::Div, false) => o.iter_mut().zip(b).for_each(|(o, b)| *o = *b / s),
+                    (BinaryOp::Div, true) => o.iter_mut().zip(b).for_each(|(o, b)| *o = s / *b),
+                }
+            });
+        Ok(())
     })?;
     cpu::tensor(name, out, big.dims())
 }

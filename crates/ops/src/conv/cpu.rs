@@ -182,28 +182,25 @@ fn forward_with<T: Float>(
     epi: &CpuEpilogue<'_, T>,
 ) -> Result<Tensor> {
     if depthwise::applies(g) {
-        let out = cpu::with_slice::<T, _>(OP, x, |xs| {
-            cpu::with_slice::<T, _>(OP, w, |ws| Ok(depthwise::forward(g, xs, ws, epi)))
-        })?;
+        let out =
+            cpu::with_slices::<T, _>(OP, x, w, |xs, ws| Ok(depthwise::forward(g, xs, ws, epi)))?;
         return cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow));
     }
     if let Some(s) = winograd_shape(g) {
-        let out = cpu::with_slice::<T, _>(OP, x, |xs| {
-            cpu::with_slice::<T, _>(OP, w, |ws| {
-                let u = winograd::transform_weights(ws, g.c_out, g.c_in, false);
-                let len = g.n * g.c_out * g.pixels();
-                let mut out: Vec<T> = Vec::with_capacity(len);
-                let slots = &mut out.spare_capacity_mut()[..len];
-                winograd::convolve(&s, xs, &u, slots);
-                if !epi.is_empty() {
-                    for (n, image) in slots.chunks_mut(g.c_out * g.pixels()).enumerate() {
-                        epi.apply_columns(g, n, 0, image, (0, g.pixels()), true);
-                    }
+        let out = cpu::with_slices::<T, _>(OP, x, w, |xs, ws| {
+            let u = winograd::transform_weights(ws, g.c_out, g.c_in, false);
+            let len = g.n * g.c_out * g.pixels();
+            let mut out: Vec<T> = Vec::with_capacity(len);
+            let slots = &mut out.spare_capacity_mut()[..len];
+            winograd::convolve(&s, xs, &u, slots);
+            if !epi.is_empty() {
+                for (n, image) in slots.chunks_mut(g.c_out * g.pixels()).enumerate() {
+                    epi.apply_columns(g, n, 0, image, (0, g.pixels()), true);
                 }
-                // SAFETY: `convolve` writes every output slot.
-                unsafe { out.set_len(len) };
-                Ok(out)
-            })
+            }
+            // SAFETY: `convolve` writes every output slot.
+            unsafe { out.set_len(len) };
+            Ok(out)
         })?;
         return cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow));
     }
@@ -212,38 +209,36 @@ fn forward_with<T: Float>(
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
-    let out = cpu::with_slice::<T, _>(OP, x, |xs| {
-        cpu::with_slice::<T, _>(OP, w, |ws| {
-            let packed = packed_weights(g, ws, false);
-            Ok(fill_images(g, g.c_out * p, |col, n, out_n, parallel| {
-                for grp in 0..g.groups {
-                    let x_ng = group_of(xs, n, grp, g, in_group);
-                    let rhs: &[T] = if g.is_pointwise() {
-                        x_ng
-                    } else {
-                        im2col(g, x_ng, col, parallel);
-                        col
-                    };
-                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                    let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
-                    let (lhs, rhs) = ((w_g, (k, 1)), (rhs, (p, 1)));
-                    let packed = packed[grp].as_ref();
-                    let shape = (cout_g, p, k);
-                    bf16::gemm_uninit_packed(g.products, packed, shape, dst, lhs, rhs, parallel);
-                    if !epi.is_empty() {
-                        epi.apply_columns(g, n, grp * cout_g, dst, (0, p), parallel);
-                    }
+    let out = cpu::with_slices::<T, _>(OP, x, w, |xs, ws| {
+        let packed = packed_weights(g, ws, false);
+        Ok(fill_images(g, g.c_out * p, |col, n, out_n, parallel| {
+            for grp in 0..g.groups {
+                let x_ng = group_of(xs, n, grp, g, in_group);
+                let rhs: &[T] = if g.is_pointwise() {
+                    x_ng
+                } else {
+                    im2col(g, x_ng, col, parallel);
+                    col
+                };
+                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                let dst = &mut out_n[grp * cout_g * p..][..cout_g * p];
+                let (lhs, rhs) = ((w_g, (k, 1)), (rhs, (p, 1)));
+                let packed = packed[grp].as_ref();
+                let shape = (cout_g, p, k);
+                bf16::gemm_uninit_packed(g.products, packed, shape, dst, lhs, rhs, parallel);
+                if !epi.is_empty() {
+                    epi.apply_columns(g, n, grp * cout_g, dst, (0, p), parallel);
                 }
-            }))
-        })
+            }
+        }))
     })?;
     cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
 }
 
 pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
     if depthwise::applies(g) {
-        let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-            cpu::with_slice::<T, _>(OP, w, |ws| Ok(depthwise::backward_data(g, gs, ws)))
+        let dx = cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+            Ok(depthwise::backward_data(g, gs, ws))
         })?;
         return cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w));
     }
@@ -255,50 +250,48 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
-    let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-        cpu::with_slice::<T, _>(OP, w, |ws| {
-            let packed = packed_weights(g, ws, true);
-            Ok(fill_images(
-                g,
-                g.c_in * g.h * g.w,
-                |col, n, dx_n, parallel| {
-                    for grp in 0..g.groups {
-                        let g_ng = group_of(gs, n, grp, g, cout_g * p);
-                        let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                        let dx_ng = &mut dx_n[grp * in_group..][..in_group];
-                        let packed = packed[grp].as_ref();
-                        // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
-                        if g.is_pointwise() {
-                            let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
-                            bf16::gemm_uninit_packed(
-                                g.products,
-                                packed,
-                                (k, p, cout_g),
-                                dx_ng,
-                                lhs,
-                                rhs,
-                                parallel,
-                            );
-                        } else {
-                            col.resize(k * p, T::ZERO);
-                            let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
-                            bf16::gemm_strided_packed(
-                                g.products,
-                                packed,
-                                (k, p, cout_g),
-                                (col, (p, 1)),
-                                false,
-                                (lhs, rhs),
-                                parallel,
-                            );
-                            // Zeroed here, while this image's slots are in cache.
-                            let dx_ng = cpu::fill_slots(dx_ng, T::ZERO);
-                            col2im(g, col, dx_ng, parallel);
-                        }
+    let dx = cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+        let packed = packed_weights(g, ws, true);
+        Ok(fill_images(
+            g,
+            g.c_in * g.h * g.w,
+            |col, n, dx_n, parallel| {
+                for grp in 0..g.groups {
+                    let g_ng = group_of(gs, n, grp, g, cout_g * p);
+                    let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+                    let dx_ng = &mut dx_n[grp * in_group..][..in_group];
+                    let packed = packed[grp].as_ref();
+                    // col (k × p) = w_gᵀ (k × cout_g) · g_ng (cout_g × p)
+                    if g.is_pointwise() {
+                        let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
+                        bf16::gemm_uninit_packed(
+                            g.products,
+                            packed,
+                            (k, p, cout_g),
+                            dx_ng,
+                            lhs,
+                            rhs,
+                            parallel,
+                        );
+                    } else {
+                        col.resize(k * p, T::ZERO);
+                        let (lhs, rhs) = ((w_g, (1, k)), (g_ng, (p, 1)));
+                        bf16::gemm_strided_packed(
+                            g.products,
+                            packed,
+                            (k, p, cout_g),
+                            (col, (p, 1)),
+                            false,
+                            (lhs, rhs),
+                            parallel,
+                        );
+                        // Zeroed here, while this image's slots are in cache.
+                        let dx_ng = cpu::fill_slots(dx_ng, T::ZERO);
+                        col2im(g, col, dx_ng, parallel);
                     }
-                },
-            ))
-        })
+                }
+            },
+        ))
     })?;
     cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
 }
@@ -336,30 +329,28 @@ fn winograd_backward_data<T: Float>(
         pad: [2 - s.pad[0], 2 - s.pad[1]],
         products: g.products,
     };
-    let dx = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-        cpu::with_slice::<T, _>(OP, w, |ws| {
-            let u = winograd::transform_weights(ws, g.c_out, g.c_in, true);
-            let len = g.n * g.c_in * g.h * g.w;
-            let mut dx: Vec<T> = Vec::with_capacity(len);
-            winograd::convolve(&s, gs, &u, &mut dx.spare_capacity_mut()[..len]);
-            // SAFETY: `convolve` writes every slot of the n x c_in x h x w gradient.
-            unsafe { dx.set_len(len) };
-            Ok(dx)
-        })
+    let dx = cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+        let u = winograd::transform_weights(ws, g.c_out, g.c_in, true);
+        let len = g.n * g.c_in * g.h * g.w;
+        let mut dx: Vec<T> = Vec::with_capacity(len);
+        winograd::convolve(&s, gs, &u, &mut dx.spare_capacity_mut()[..len]);
+        // SAFETY: `convolve` writes every slot of the n x c_in x h x w gradient.
+        unsafe { dx.set_len(len) };
+        Ok(dx)
     })?;
     cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
 }
 
 pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
     if depthwise::applies(g) {
-        let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-            cpu::with_slice::<T, _>(OP, x, |xs| Ok(depthwise::backward_filter(g, gs, xs)))
+        let dw = cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+            Ok(depthwise::backward_filter(g, gs, xs))
         })?;
         return cpu::tensor(OP, dw, (g.c_out, 1, g.kh, g.kw));
     }
     if let Some(s) = winograd_shape(g).filter(winograd_filter::pays) {
-        let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-            cpu::with_slice::<T, _>(OP, x, |xs| Ok(winograd_filter::weight_gradient(&s, xs, gs)))
+        let dw = cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+            Ok(winograd_filter::weight_gradient(&s, xs, gs))
         })?;
         return cpu::tensor(OP, dw, (g.c_out, g.c_in, 3, 3));
     }
@@ -374,36 +365,34 @@ pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor)
     // untransposed, costs more per image than it saves: 8% slower at 64 channels, 32x32.)
     let column_major = k > cout_g;
     let dw_strides = if column_major { (1, cout_g) } else { (k, 1) };
-    let dw = cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-        cpu::with_slice::<T, _>(OP, x, |xs| {
-            Ok(sum_over_images(g, g.c_out * k, |images, parallel| {
-                let mut dw = vec![T::ZERO; g.c_out * k];
-                let mut col = Vec::new();
-                for n in images {
-                    for grp in 0..g.groups {
-                        let x_ng = group_of(xs, n, grp, g, in_group);
-                        let rhs: &[T] = if g.is_pointwise() {
-                            x_ng
-                        } else {
-                            im2col(g, x_ng, &mut col, parallel);
-                            &col
-                        };
-                        let g_ng = group_of(gs, n, grp, g, cout_g * p);
-                        let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
-                        let (lhs, rhs) = ((g_ng, (p, 1)), (rhs, (1, p)));
-                        bf16::gemm_strided_with(
-                            g.products,
-                            (cout_g, k, p),
-                            (dst, dw_strides),
-                            true,
-                            (lhs, rhs),
-                            parallel,
-                        );
-                    }
+    let dw = cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+        Ok(sum_over_images(g, g.c_out * k, |images, parallel| {
+            let mut dw = vec![T::ZERO; g.c_out * k];
+            let mut col = Vec::new();
+            for n in images {
+                for grp in 0..g.groups {
+                    let x_ng = group_of(xs, n, grp, g, in_group);
+                    let rhs: &[T] = if g.is_pointwise() {
+                        x_ng
+                    } else {
+                        im2col(g, x_ng, &mut col, parallel);
+                        &col
+                    };
+                    let g_ng = group_of(gs, n, grp, g, cout_g * p);
+                    let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
+                    let (lhs, rhs) = ((g_ng, (p, 1)), (rhs, (1, p)));
+                    bf16::gemm_strided_with(
+                        g.products,
+                        (cout_g, k, p),
+                        (dst, dw_strides),
+                        true,
+                        (lhs, rhs),
+                        parallel,
+                    );
                 }
-                dw
-            }))
-        })
+            }
+            dw
+        }))
     })?;
     filter_tensor(g, dw, column_major)
 }
@@ -436,23 +425,21 @@ fn forward_whole_batch<T: Float>(
     let len = g.n * g.c_out * p;
     // Written once (each group's planes by scatter_outputs), not zeroed first.
     let mut out: Vec<T> = Vec::with_capacity(len);
-    cpu::with_slice::<T, _>(OP, x, |xs| {
-        cpu::with_slice::<T, _>(OP, w, |ws| {
-            for grp in 0..g.groups {
-                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
-                let dst = &mut tmp.spare_capacity_mut()[..cout_g * np];
-                if !packed_columns::forward(g, xs, w_g, dst) {
-                    let col = batch_columns(g, xs, grp);
-                    let (lhs, rhs) = ((w_g, (k, 1)), (&col[..], (np, 1)));
-                    bf16::gemm_uninit_with(g.products, (cout_g, np, k), dst, lhs, rhs, true);
-                }
-                // SAFETY: gemm_uninit wrote all cout_g * np slots.
-                unsafe { tmp.set_len(cout_g * np) };
-                scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);
+    cpu::with_slices::<T, _>(OP, x, w, |xs, ws| {
+        for grp in 0..g.groups {
+            let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+            let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
+            let dst = &mut tmp.spare_capacity_mut()[..cout_g * np];
+            if !packed_columns::forward(g, xs, w_g, dst) {
+                let col = batch_columns(g, xs, grp);
+                let (lhs, rhs) = ((w_g, (k, 1)), (&col[..], (np, 1)));
+                bf16::gemm_uninit_with(g.products, (cout_g, np, k), dst, lhs, rhs, true);
             }
-            Ok(())
-        })
+            // SAFETY: gemm_uninit wrote all cout_g * np slots.
+            unsafe { tmp.set_len(cout_g * np) };
+            scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);
+        }
+        Ok(())
     })?;
     // SAFETY: every (image, channel) plane of p slots belongs to exactly one group, and
     // scatter_outputs wrote each group's planes whole (m holds cout_g * n * p values).
@@ -471,46 +458,44 @@ fn backward_data_whole_batch<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) 
     let np = g.n * p;
     let in_img = g.c_in * g.h * g.w;
     let mut dx = vec![T::ZERO; g.n * in_img];
-    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-        cpu::with_slice::<T, _>(OP, w, |ws| {
-            let mut col = vec![T::ZERO; k * np];
-            for grp in 0..g.groups {
-                let gy = gather_outputs(g, gs, grp);
-                let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-                // col (k × np) = w_gᵀ (k × cout_g) · gy (cout_g × np). When col is taller
-                // than w_g is wide it is stored column-major (each pixel's window values
-                // contiguous): the gemm crate runs such products up to twice as fast.
-                let column_major = k > cout_g;
-                let col_strides = if column_major { (1, k) } else { (np, 1) };
-                let (lhs, rhs) = ((w_g, (1, k)), (&gy[..], (np, 1)));
-                bf16::gemm_strided_with(
-                    g.products,
-                    (k, np, cout_g),
-                    (&mut col, col_strides),
-                    false,
-                    (lhs, rhs),
-                    true,
-                );
-                if column_major {
-                    // One task per image: images are disjoint in dx.
-                    dx.par_chunks_mut(in_img).enumerate().for_each(|(n, dx_n)| {
-                        let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
-                        col2im_pixels(g, &col[n * p * k..][..p * k], dx_ng);
-                    });
-                } else {
-                    // One task per input plane of this group: planes are disjoint in dx.
-                    let (kk, hw) = (g.kh * g.kw, g.h * g.w);
-                    dx.par_chunks_mut(hw).enumerate().for_each(|(i, plane)| {
-                        let (n, ch) = (i / g.c_in, i % g.c_in);
-                        if ch / cin_g == grp {
-                            let rows = &col[(ch - grp * cin_g) * kk * np..][..kk * np];
-                            col2im_plane(g, rows, plane, np, n * p);
-                        }
-                    });
-                }
+    cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+        let mut col = vec![T::ZERO; k * np];
+        for grp in 0..g.groups {
+            let gy = gather_outputs(g, gs, grp);
+            let w_g = &ws[grp * cout_g * k..][..cout_g * k];
+            // col (k × np) = w_gᵀ (k × cout_g) · gy (cout_g × np). When col is taller
+            // than w_g is wide it is stored column-major (each pixel's window values
+            // contiguous): the gemm crate runs such products up to twice as fast.
+            let column_major = k > cout_g;
+            let col_strides = if column_major { (1, k) } else { (np, 1) };
+            let (lhs, rhs) = ((w_g, (1, k)), (&gy[..], (np, 1)));
+            bf16::gemm_strided_with(
+                g.products,
+                (k, np, cout_g),
+                (&mut col, col_strides),
+                false,
+                (lhs, rhs),
+                true,
+            );
+            if column_major {
+                // One task per image: images are disjoint in dx.
+                dx.par_chunks_mut(in_img).enumerate().for_each(|(n, dx_n)| {
+                    let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
+                    col2im_pixels(g, &col[n * p * k..][..p * k], dx_ng);
+                });
+            } else {
+                // One task per input plane of this group: planes are disjoint in dx.
+                let (kk, hw) = (g.kh * g.kw, g.h * g.w);
+                dx.par_chunks_mut(hw).enumerate().for_each(|(i, plane)| {
+                    let (n, ch) = (i / g.c_in, i % g.c_in);
+                    if ch / cin_g == grp {
+                        let rows = &col[(ch - grp * cin_g) * kk * np..][..kk * np];
+                        col2im_plane(g, rows, plane, np, n * p);
+                    }
+                });
             }
-            Ok(())
-        })
+        }
+        Ok(())
     })?;
     cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
 }
@@ -523,25 +508,23 @@ fn backward_filter_whole_batch<T: Float>(
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let np = g.n * p;
     let mut dw = vec![T::ZERO; g.c_out * k];
-    cpu::with_slice::<T, _>(OP, grad_out, |gs| {
-        cpu::with_slice::<T, _>(OP, x, |xs| {
-            for grp in 0..g.groups {
-                let rows = batch_rows(g, xs, grp);
-                let gy = gather_outputs(g, gs, grp);
-                let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
-                // dw_g (cout_g × k) = gy (cout_g × np) · rows (np × k), both untransposed.
-                let (lhs, rhs) = ((&gy[..], (np, 1)), (&rows[..], (k, 1)));
-                bf16::gemm_strided_with(
-                    g.products,
-                    (cout_g, k, np),
-                    (dst, (k, 1)),
-                    false,
-                    (lhs, rhs),
-                    true,
-                );
-            }
-            Ok(())
-        })
+    cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+        for grp in 0..g.groups {
+            let rows = batch_rows(g, xs, grp);
+            let gy = gather_outputs(g, gs, grp);
+            let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
+            // dw_g (cout_g × k) = gy (cout_g × np) · rows (np × k), both untransposed.
+            let (lhs, rhs) = ((&gy[..], (np, 1)), (&rows[..], (k, 1)));
+            bf16::gemm_strided_with(
+                g.products,
+                (cout_g, k, np),
+                (dst, (k, 1)),
+                false,
+                (lhs, rhs),
+                true,
+            );
+        }
+        Ok(())
     })?;
     cpu::tensor(OP, dw, (g.c_out, g.cin_g(), g.kh, g.kw))
 }

@@ -126,32 +126,13 @@ pub fn conv2d_backward_data(
     p: &Conv2dParams,
 ) -> Result<Tensor> {
     let g = p.geom(input_shape, weight.dims())?;
-    check_grad_out(&g, grad_out)?;
-    let operands = [("output gradient", grad_out), ("weight", weight)];
-    let products = low_precision::products_of(&operands)?;
-    if products != Products::Native {
-        low_precision::check(products, &operands, &Default::default())?;
-        return match route(grad_out.device()) {
-            Route::Cpu => {
-                let form = low_precision::CpuForm::of(products);
-                let (gy, w) = (form.operand(grad_out)?, form.operand(weight)?);
-                cpu::backward_data::<f32>(&form.geom(&g), &gy, &w)
-            }
-            Route::Cuda | Route::Generic => {
-                let rounded = |t| low_precision::rounded_f32(t, products);
-                generic::backward_data(&g, &rounded(grad_out)?, &rounded(weight)?)
-            }
-        };
-    }
-    cpu_data::same_dtype(OP, grad_out.dtype(), &[("weight", weight)])?;
-    match route(grad_out.device()) {
-        Route::Cpu => dispatch_float!(
-            OP,
-            grad_out.dtype(),
-            cpu::backward_data(&g, grad_out, weight)
-        ),
-        Route::Cuda | Route::Generic => generic::backward_data(&g, grad_out, weight),
-    }
+    gradient(
+        Gradient::Data,
+        &g,
+        grad_out,
+        ("weight", weight),
+        Products::Native,
+    )
 }
 
 /// Convolution weight gradient (`ConvBackwardFilter`) for a weight of shape `weight_shape`.
@@ -176,30 +157,68 @@ pub fn conv2d_backward_filter_with(
     products: Products,
 ) -> Result<Tensor> {
     let g = p.geom(x.dims(), weight_shape)?;
-    check_grad_out(&g, grad_out)?;
-    let operands = [("output gradient", grad_out), ("input", x)];
+    gradient(Gradient::Filter, &g, grad_out, ("input", x), products)
+}
+
+/// A convolution's gradient.
+#[derive(Clone, Copy)]
+enum Gradient {
+    /// Of the input, from the output gradient and the weight.
+    Data,
+    /// Of the weight, from the output gradient and the input.
+    Filter,
+}
+
+/// The `which` gradient from the output gradient and `other` (the weight, or the
+/// input), with `products` unless a 16-bit operand chooses its own.
+fn gradient(
+    which: Gradient,
+    g: &Geom,
+    grad_out: &Tensor,
+    (name, other): (&'static str, &Tensor),
+    products: Products,
+) -> Result<Tensor> {
+    check_grad_out(g, grad_out)?;
+    let operands = [("output gradient", grad_out), (name, other)];
     let products = match low_precision::products_of(&operands)? {
         Products::Native => products,
         own => own,
     };
+    let generic = |g: &Geom, gy: &Tensor, other: &Tensor| match which {
+        Gradient::Data => generic::backward_data(g, gy, other),
+        Gradient::Filter => generic::backward_filter(g, gy, other),
+    };
     if products != Products::Native {
         low_precision::check(products, &operands, &Default::default())?;
-        return match route(x.device()) {
+        return match route(other.device()) {
             Route::Cpu => {
                 let form = low_precision::CpuForm::of(products);
-                let (gy, x) = (form.operand(grad_out)?, form.operand(x)?);
-                cpu::backward_filter::<f32>(&form.geom(&g), &gy, &x)
+                let (gy, other) = (form.operand(grad_out)?, form.operand(other)?);
+                cpu_gradient::<f32>(which, &form.geom(g), &gy, &other)
             }
             Route::Cuda | Route::Generic => {
                 let rounded = |t| low_precision::rounded_f32(t, products);
-                generic::backward_filter(&g, &rounded(grad_out)?, &rounded(x)?)
+                generic(g, &rounded(grad_out)?, &rounded(other)?)
             }
         };
     }
-    cpu_data::same_dtype(OP, grad_out.dtype(), &[("input", x)])?;
-    match route(x.device()) {
-        Route::Cpu => dispatch_float!(OP, x.dtype(), cpu::backward_filter(&g, grad_out, x)),
-        Route::Cuda | Route::Generic => generic::backward_filter(&g, grad_out, x),
+    cpu_data::same_dtype(OP, grad_out.dtype(), &[(name, other)])?;
+    match route(other.device()) {
+        Route::Cpu => dispatch_float!(OP, other.dtype(), cpu_gradient(which, g, grad_out, other)),
+        Route::Cuda | Route::Generic => generic(g, grad_out, other),
+    }
+}
+
+/// A gradient on wick's CPU kernels.
+fn cpu_gradient<T: cpu_data::Float>(
+    which: Gradient,
+    g: &Geom,
+    grad_out: &Tensor,
+    other: &Tensor,
+) -> Result<Tensor> {
+    match which {
+        Gradient::Data => cpu::backward_data::<T>(g, grad_out, other),
+        Gradient::Filter => cpu::backward_filter::<T>(g, grad_out, other),
     }
 }
 

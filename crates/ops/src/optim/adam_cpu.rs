@@ -99,25 +99,23 @@ pub(super) fn step<T: Float>(
         &mut m1.spare_capacity_mut()[..n],
         &mut v1.spare_capacity_mut()[..n],
     );
-    cpu::with_slice::<T, _>(OP, param, |w| {
-        cpu::with_slice::<T, _>(OP, grad, |g| {
-            cpu::with_opt_slice::<T, _>(OP, exp_avg, |m| {
-                cpu::with_opt_slice::<T, _>(OP, exp_avg_sq, |v| {
-                    let outs = sw.par_chunks_mut(CHUNK).zip(sm.par_chunks_mut(CHUNK));
-                    let outs = outs.zip(sv.par_chunks_mut(CHUNK));
-                    outs.enumerate().for_each(|(i, ((pw, pm), pv))| {
-                        let r = i * CHUNK..i * CHUNK + pw.len();
-                        cpu::run_wide(Chunk {
-                            c,
-                            w: &w[r.clone()],
-                            g: &g[r.clone()],
-                            m: m.map(|m| &m[r.clone()]),
-                            v: v.map(|v| &v[r.clone()]),
-                            out: (pw, pm, pv),
-                        });
+    cpu::with_slices::<T, _>(OP, param, grad, |w, g| {
+        cpu::with_opt_slice::<T, _>(OP, exp_avg, |m| {
+            cpu::with_opt_slice::<T, _>(OP, exp_avg_sq, |v| {
+                let outs = sw.par_chunks_mut(CHUNK).zip(sm.par_chunks_mut(CHUNK));
+                let outs = outs.zip(sv.par_chunks_mut(CHUNK));
+                outs.enumerate().for_each(|(i, ((pw, pm), pv))| {
+                    let r = i * CHUNK..i * CHUNK + pw.len();
+                    cpu::run_wide(Chunk {
+                        c,
+                        w: &w[r.clone()],
+                        g: &g[r.clone()],
+                        m: m.map(|m| &m[r.clone()]),
+                        v: v.map(|v| &v[r.clone()]),
+                        out: (pw, pm, pv),
                     });
-                    Ok(())
-                })
+                });
+                Ok(())
             })
         })
     })?;

@@ -51,19 +51,17 @@ pub(crate) fn where_<T: Float>(
     let (n, inner, along) = (shape.iter().product::<usize>(), rows.inner, rows.along);
     let mut out = Vec::<T>::with_capacity(n);
     cpu::with_slice::<u8, _>(OP, cond, |cd| {
-        cpu::with_slice::<T, _>(OP, a, |ad| {
-            cpu::with_slice::<T, _>(OP, b, |bd| {
-                let slots = &mut out.spare_capacity_mut()[..n];
-                rows.for_each_row(slots, |row, [sc, sa, sb]| {
-                    let c = Src::of(cd, sc, along[0], inner);
-                    let x = Src::of(ad, sa, along[1], inner);
-                    let y = Src::of(bd, sb, along[2], inner);
-                    for (j, o) in row.iter_mut().enumerate() {
-                        o.write(if c.at(j) != 0 { x.at(j) } else { y.at(j) });
-                    }
-                });
-                Ok(())
-            })
+        cpu::with_slices::<T, _>(OP, a, b, |ad, bd| {
+            let slots = &mut out.spare_capacity_mut()[..n];
+            rows.for_each_row(slots, |row, [sc, sa, sb]| {
+                let c = Src::of(cd, sc, along[0], inner);
+                let x = Src::of(ad, sa, along[1], inner);
+                let y = Src::of(bd, sb, along[2], inner);
+                for (j, o) in row.iter_mut().enumerate() {
+                    o.write(if c.at(j) != 0 { x.at(j) } else { y.at(j) });
+                }
+            });
+            Ok(())
         })
     })?;
     // SAFETY: the rows cover the `n` elements of `shape`, and each row's slots were written.

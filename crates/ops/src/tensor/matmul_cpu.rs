@@ -25,21 +25,19 @@ pub(crate) fn product<T: Float>(
     (x, xs): (&Tensor, (usize, usize)),
     (y, ys): (&Tensor, (usize, usize)),
 ) -> Result<Tensor> {
-    let out = cpu::with_slice::<T, _>(OP, x, |xd| {
-        cpu::with_slice::<T, _>(OP, y, |yd| {
-            let mut out = Vec::with_capacity(rows * cols);
-            gemm_uninit_with(
-                products,
-                (rows, cols, depth),
-                out.spare_capacity_mut(),
-                (xd, xs),
-                (yd, ys),
-                true,
-            );
-            // SAFETY: gemm_uninit wrote all rows * cols slots.
-            unsafe { out.set_len(rows * cols) };
-            Ok(out)
-        })
+    let out = cpu::with_slices::<T, _>(OP, x, y, |xd, yd| {
+        let mut out = Vec::with_capacity(rows * cols);
+        gemm_uninit_with(
+            products,
+            (rows, cols, depth),
+            out.spare_capacity_mut(),
+            (xd, xs),
+            (yd, ys),
+            true,
+        );
+        // SAFETY: gemm_uninit wrote all rows * cols slots.
+        unsafe { out.set_len(rows * cols) };
+        Ok(out)
     })?;
     cpu::tensor(OP, out, (rows, cols))
 }
@@ -52,21 +50,19 @@ pub(crate) fn backward_b<T: Float>(
     gy: &Tensor,
     (m, k, n): (usize, usize, usize),
 ) -> Result<Tensor> {
-    let gb = cpu::with_slice::<T, _>(OP, a, |ad| {
-        cpu::with_slice::<T, _>(OP, gy, |gd| {
-            let mut gb = vec![T::ZERO; k * n];
-            // gyᵀ's element (j, r) is gy[r][j]: strides (1, n).
-            let (gyt, a) = ((gd, (1, n)), (ad, (k, 1)));
-            gemm_strided_with(
-                products,
-                (n, k, m),
-                (&mut gb, (1, n)),
-                false,
-                (gyt, a),
-                true,
-            );
-            Ok(gb)
-        })
+    let gb = cpu::with_slices::<T, _>(OP, a, gy, |ad, gd| {
+        let mut gb = vec![T::ZERO; k * n];
+        // gyᵀ's element (j, r) is gy[r][j]: strides (1, n).
+        let (gyt, a) = ((gd, (1, n)), (ad, (k, 1)));
+        gemm_strided_with(
+            products,
+            (n, k, m),
+            (&mut gb, (1, n)),
+            false,
+            (gyt, a),
+            true,
+        );
+        Ok(gb)
     })?;
     cpu::tensor(OP, gb, (k, n))
 }
@@ -84,26 +80,24 @@ pub(crate) fn batched<T: Float>(
     (lhs, ls): BatchOperand<'_>,
     (rhs, rs): BatchOperand<'_>,
 ) -> Result<Tensor> {
-    let out = cpu::with_slice::<T, _>(OP, lhs, |ld| {
-        cpu::with_slice::<T, _>(OP, rhs, |rd| {
-            let mut out = vec![T::ZERO; batch * rows * cols];
-            let (l_step, r_step) = (ld.len() / batch.max(1), rd.len() / batch.max(1));
-            out.par_chunks_mut((rows * cols).max(1))
-                .enumerate()
-                .for_each(|(i, dst)| {
-                    let (l, r) = (&ld[i * l_step..][..l_step], &rd[i * r_step..][..r_step]);
-                    let dims = (rows, cols, depth);
-                    gemm_strided_with(
-                        products,
-                        dims,
-                        (dst, (cols, 1)),
-                        false,
-                        ((l, ls), (r, rs)),
-                        false,
-                    );
-                });
-            Ok(out)
-        })
+    let out = cpu::with_slices::<T, _>(OP, lhs, rhs, |ld, rd| {
+        let mut out = vec![T::ZERO; batch * rows * cols];
+        let (l_step, r_step) = (ld.len() / batch.max(1), rd.len() / batch.max(1));
+        out.par_chunks_mut((rows * cols).max(1))
+            .enumerate()
+            .for_each(|(i, dst)| {
+                let (l, r) = (&ld[i * l_step..][..l_step], &rd[i * r_step..][..r_step]);
+                let dims = (rows, cols, depth);
+                gemm_strided_with(
+                    products,
+                    dims,
+                    (dst, (cols, 1)),
+                    false,
+                    ((l, ls), (r, rs)),
+                    false,
+                );
+            });
+        Ok(out)
     })?;
     cpu::tensor(OP, out, (batch, rows, cols))
 }
