@@ -42,6 +42,15 @@ fn bits(t: &Tensor) -> Vec<u32> {
     wick_ops::compare::f32_bits(t).unwrap()
 }
 
+/// The same named tensors, in the same order, bit for bit.
+fn same_entries(a: &[(String, Tensor)], b: &[(String, Tensor)], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: entries");
+    for ((n1, a), (n2, b)) in a.iter().zip(b) {
+        assert_eq!(n1, n2);
+        assert_eq!(bits(a), bits(b), "{what} {n1}");
+    }
+}
+
 fn same(a: &StateDict, b: &StateDict) {
     assert_eq!(a.len(), b.len());
     for (name, t) in a {
@@ -87,10 +96,7 @@ fn a_run_resumed_from_a_checkpoint_matches_the_uninterrupted_run_bit_for_bit() {
     assert_eq!(resumed_losses, losses, "the same losses, bit for bit");
     same(&whole.state_dict().unwrap(), &second.state_dict().unwrap());
     let buffers = |s: &Session| s.momentum_buffers().unwrap();
-    for ((n1, a), (n2, b)) in buffers(&whole).iter().zip(&buffers(&second)) {
-        assert_eq!(n1, n2);
-        assert_eq!(bits(a), bits(b), "momentum buffer of {n1}");
-    }
+    same_entries(&buffers(&whole), &buffers(&second), "momentum buffer");
 }
 
 #[test]
@@ -174,10 +180,7 @@ fn adam_adamw_and_dropout_resume_bit_for_bit() {
         assert_eq!(resumed, losses, "{config:?}: the same losses, bit for bit");
         same(&whole.state_dict().unwrap(), &second.state_dict().unwrap());
         let state = |s: &Session| s.optimizer_state().unwrap();
-        for ((n1, a), (n2, b)) in state(&whole).iter().zip(&state(&second)) {
-            assert_eq!(n1, n2);
-            assert_eq!(bits(a), bits(b), "{n1}");
-        }
+        same_entries(&state(&whole), &state(&second), "optimizer state");
     }
 }
 

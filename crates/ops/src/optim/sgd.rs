@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use candle_core::Tensor;
 use rayon::prelude::*;
 
-use crate::cpu::CHUNK;
+use crate::cpu::{Float, CHUNK};
 use crate::route::{route, Route};
 
 use super::params::SgdParams;
@@ -296,48 +296,49 @@ enum Pass {
     },
 }
 
-/// A vectorised test for NaN and infinity over a slice: a float is not finite exactly
-/// when its exponent bits are all ones, so the largest magnitude's bits say it.
-trait AnyNonFinite: Sized {
-    fn any_non_finite(values: &[Self]) -> bool;
-    /// `param -= lr * buf`, element by element, checking each result in the same loop;
-    /// true when one is not finite.
-    fn step_checked(param: &mut [Self], buf: &[Self], lr: Self) -> bool;
+/// A float's magnitude as bits: a float is not finite exactly when its exponent bits are
+/// all ones, so the largest magnitude's bits say whether a slice holds a NaN or an
+/// infinity (a vectorised integer maximum).
+trait MagnitudeBits: Float {
+    type Bits: Ord + Copy + Default;
+    /// The smallest magnitude that is not finite: infinity's bits.
+    const INFINITY: Self::Bits;
+    fn magnitude_bits(self) -> Self::Bits;
 }
 
-impl AnyNonFinite for f32 {
-    fn any_non_finite(values: &[f32]) -> bool {
-        let top = values.iter().map(|v| v.to_bits() & 0x7fff_ffff).max();
-        top.unwrap_or(0) >= 0x7f80_0000
-    }
-
-    fn step_checked(param: &mut [f32], buf: &[f32], lr: f32) -> bool {
-        let mut top = 0u32;
-        for (w, b) in param.iter_mut().zip(buf) {
-            *w -= lr * *b;
-            top = top.max(w.to_bits() & 0x7fff_ffff);
-        }
-        top >= 0x7f80_0000
+impl MagnitudeBits for f32 {
+    type Bits = u32;
+    const INFINITY: u32 = 0x7f80_0000;
+    #[inline(always)]
+    fn magnitude_bits(self) -> u32 {
+        self.to_bits() & 0x7fff_ffff
     }
 }
 
-impl AnyNonFinite for f64 {
-    fn any_non_finite(values: &[f64]) -> bool {
-        let top = values
-            .iter()
-            .map(|v| v.to_bits() & 0x7fff_ffff_ffff_ffff)
-            .max();
-        top.unwrap_or(0) >= 0x7ff0_0000_0000_0000
+impl MagnitudeBits for f64 {
+    type Bits = u64;
+    const INFINITY: u64 = 0x7ff0_0000_0000_0000;
+    #[inline(always)]
+    fn magnitude_bits(self) -> u64 {
+        self.to_bits() & 0x7fff_ffff_ffff_ffff
     }
+}
 
-    fn step_checked(param: &mut [f64], buf: &[f64], lr: f64) -> bool {
-        let mut top = 0u64;
-        for (w, b) in param.iter_mut().zip(buf) {
-            *w -= lr * *b;
-            top = top.max(w.to_bits() & 0x7fff_ffff_ffff_ffff);
-        }
-        top >= 0x7ff0_0000_0000_0000
+/// Whether a value of `values` is NaN or infinite.
+fn any_non_finite<T: MagnitudeBits>(values: &[T]) -> bool {
+    let top = values.iter().map(|v| v.magnitude_bits()).max();
+    top.unwrap_or_default() >= T::INFINITY
+}
+
+/// `param -= lr * buf`, element by element, checking each result in the same loop; true
+/// when one is not finite.
+fn step_checked<T: MagnitudeBits>(param: &mut [T], buf: &[T], lr: T) -> bool {
+    let mut top = T::Bits::default();
+    for (w, &b) in param.iter_mut().zip(buf) {
+        *w -= lr * b;
+        top = top.max(w.magnitude_bits());
     }
+    top >= T::INFINITY
 }
 
 /// The in-place SGD kernel: one [`Pass`] with the settings it needs. With `check`, the
@@ -418,7 +419,7 @@ impl candle_core::InplaceOp3 for SgdKernel {
                     .zip(buf.par_chunks(CHUNK))
                     .for_each(|(param, buf)| {
                         if check {
-                            note(T::step_checked(param, buf, lr));
+                            note(step_checked(param, buf, lr));
                         } else {
                             for (w, b) in param.iter_mut().zip(buf) {
                                 *w -= lr * *b;
@@ -441,7 +442,7 @@ impl candle_core::InplaceOp3 for SgdKernel {
                         *w -= lr * step;
                     }
                     if check {
-                        note(T::any_non_finite(param));
+                        note(any_non_finite(param));
                     }
                 });
         })
