@@ -98,6 +98,12 @@ impl Pass {
     }
 }
 
+/// A flat pass on the bf16 GEMM, its operands f32 or bf16 tensors.
+fn bf16_gemm(pass: Pass, x: &Tensor, y: &Tensor, mkn: (usize, usize, usize)) -> Result<Tensor> {
+    let (xs, ys) = pass.strides(mkn);
+    crate::bf16::tensor_product(OP, pass.dims(mkn), (x, xs), (y, ys))
+}
+
 /// A flat pass on wick's CPU GEMM; `aᵀ · gy` on its column-major kernel.
 fn cpu_gemm<T: cpu::Float>(
     pass: Pass,
@@ -212,10 +218,15 @@ impl MatMulShape {
     /// or f64 CPU tensors of one dtype; `rows` is `a`'s rows, all batch dimensions
     /// flattened.
     fn on_cpu(&self, x: &Tensor, y: &Tensor) -> Option<(usize, usize, usize)> {
-        let (_, k, n) = self.mkn;
-        let rows = self.a.iter().product::<usize>() / k.max(1);
+        let mkn @ (rows, k, n) = self.flat_mkn();
         let cpu = cpu::on_cpu_kernel(x) && cpu::on_cpu_kernel(y) && x.dtype() == y.dtype();
-        (self.flat() && cpu && rows * k * n > 0).then_some((rows, k, n))
+        (self.flat() && cpu && rows * k * n > 0).then_some(mkn)
+    }
+
+    /// The flat product's `(rows, k, n)`: `a`'s rows with all batch dimensions flattened.
+    fn flat_mkn(&self) -> (usize, usize, usize) {
+        let (_, k, n) = self.mkn;
+        (self.a.iter().product::<usize>() / k.max(1), k, n)
     }
 
     /// How a product with a bf16 operand runs (an operand of another dtype must be f32):
@@ -241,9 +252,7 @@ impl MatMulShape {
         }
         let cpu = crate::route::route(x.device()) == crate::route::Route::Cpu;
         if self.flat() && cpu {
-            let (_, k, n) = self.mkn;
-            let rows = self.a.iter().product::<usize>() / k.max(1);
-            return Ok(Bf16Operands::Flat((rows, k, n)));
+            return Ok(Bf16Operands::Flat(self.flat_mkn()));
         }
         let bf16_values = |t: &Tensor| crate::bf16::rounded_f32(OP, t, DType::BF16);
         Ok(Bf16Operands::Widened(bf16_values(x)?, bf16_values(y)?))
@@ -297,8 +306,7 @@ impl MatMulShape {
         }
         match self.bf16_operands(x, y)? {
             Bf16Operands::Flat(mkn) => {
-                let (xs, ys) = pass.strides(mkn);
-                let p = crate::bf16::tensor_product(OP, pass.dims(mkn), (x, xs), (y, ys))?;
+                let p = bf16_gemm(pass, x, y, mkn)?;
                 return self.finish(Ok(p), self.result_shape(pass));
             }
             Bf16Operands::Widened(x, y) => return self.product_with(pass, &x, &y, Products::Bf16),
@@ -347,15 +355,10 @@ impl MatMulShape {
             Products::Bf16 if !self.bf16_on_cpu(x, y) => return self.product(pass, x, y),
             Products::Bf16 => {}
         }
-        let (_, k, n) = self.mkn;
         if self.flat() {
-            let rows = self.a.iter().product::<usize>() / k;
             let p = match pass {
-                Pass::GradB => {
-                    let (xs, ys) = pass.strides((rows, k, n));
-                    crate::bf16::tensor_product(OP, pass.dims((rows, k, n)), (x, xs), (y, ys))?
-                }
-                _ => cpu_gemm::<f32>(pass, Products::Bf16, x, y, (rows, k, n))?,
+                Pass::GradB => bf16_gemm(pass, x, y, self.flat_mkn())?,
+                _ => cpu_gemm::<f32>(pass, Products::Bf16, x, y, self.flat_mkn())?,
             };
             return self.finish(Ok(p), self.result_shape(pass));
         }
