@@ -6,29 +6,7 @@
 
 mod common;
 
-use candle_core::{DType, Device, Tensor};
-use wick::graph::{Executor, GraphBuilder, Mode};
-use wick::profiler::TimeProfiler;
-
-use common::wick_prof;
-
-/// A real profile's JSON: a ReLU and a softmax, eight timed iterations.
-fn profile_json() -> serde_json::Value {
-    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    let x = b.input("x", &[256, 256], DType::F32).unwrap();
-    let y = b.in_layer("act", |b| b.relu(x)).unwrap();
-    let y = b.in_layer("head", |b| b.softmax(y, 1)).unwrap();
-    b.output(y);
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
-    exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
-    let ones = Tensor::ones((256, 256), DType::F32, &Device::Cpu).unwrap();
-    exec.set("x", &ones).unwrap();
-    for _ in 0..9 {
-        exec.run().unwrap();
-    }
-    let json = exec.hook::<TimeProfiler>().unwrap().profile().to_json();
-    serde_json::from_str(&json).unwrap()
-}
+use common::{relu_softmax_profile, wick_prof};
 
 /// Every number under `v` times `k`.
 fn scale(v: &mut serde_json::Value, k: f64) {
@@ -61,7 +39,7 @@ fn run(profile: &serde_json::Value, k: f64, waited: f64) -> serde_json::Value {
 fn a_loaded_run_is_inconclusive_and_a_quiet_slowdown_is_a_regression() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path();
-    let profile = profile_json();
+    let profile = relu_softmax_profile(256, 9);
     let write = |name: &str, v: serde_json::Value| {
         std::fs::write(p.join(name), v.to_string()).unwrap();
     };
@@ -120,7 +98,7 @@ fn import_torch_reads_a_trace_that_diff_compares_layer_by_layer() {
     for layer in ["0", "1", "2", "3", "4", "5"] {
         assert!(layers.contains(&layer), "{layer}: {text}");
     }
-    std::fs::write(p.join("a.json"), profile_json().to_string()).unwrap();
+    std::fs::write(p.join("a.json"), relu_softmax_profile(256, 9).to_string()).unwrap();
     let out = wick_prof(p, &["import-torch", "a.json", "-o", "b.json"]);
     common::assert_fails(
         &out,

@@ -7,38 +7,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use candle_core::{DType, Device, Tensor};
-use wick::graph::{Executor, GraphBuilder, Mode};
-use wick::profiler::TimeProfiler;
-
-use common::{assert_fails, wick_prof};
-
-/// A real profile's JSON: two ops, four timed iterations.
-fn profile_json() -> serde_json::Value {
-    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    let x = b.input("x", &[64, 64], DType::F32).unwrap();
-    let y = b.in_layer("act", |b| b.relu(x)).unwrap();
-    let y = b.in_layer("head", |b| b.softmax(y, 1)).unwrap();
-    b.output(y);
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
-    exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
-    exec.set(
-        "x",
-        &Tensor::ones((64, 64), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
-    for _ in 0..5 {
-        exec.run().unwrap();
-    }
-    let json = exec.hook::<TimeProfiler>().unwrap().profile().to_json();
-    serde_json::from_str(&json).unwrap()
-}
+use common::{assert_fails, relu_softmax_profile, wick_prof};
 
 #[test]
 fn hostile_options_and_profiles_are_refused_naming_the_flag_or_field() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path();
-    let good = profile_json();
+    let good = relu_softmax_profile(64, 5);
     std::fs::write(p.join("a.json"), good.to_string()).unwrap();
     std::fs::write(p.join("b.json"), good.to_string()).unwrap();
     let mut cases = 0;

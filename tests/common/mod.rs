@@ -90,3 +90,25 @@ pub fn spawn(dir: &Path, name: &str, args: &[&str]) -> Child {
 pub fn scratch(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
 }
+
+/// A real profile's JSON: a ReLU (layer `act`) and a softmax (layer `head`) on a
+/// `side` x `side` input of ones, `runs` runs under `TimeProfiler::new(2, 1)`.
+pub fn relu_softmax_profile(side: usize, runs: usize) -> serde_json::Value {
+    use candle_core::{DType, Device, Tensor};
+    use wick::graph::{Executor, GraphBuilder, Mode};
+    use wick::profiler::TimeProfiler;
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[side, side], DType::F32).unwrap();
+    let y = b.in_layer("act", |b| b.relu(x)).unwrap();
+    let y = b.in_layer("head", |b| b.softmax(y, 1)).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    exec.add_hook(TimeProfiler::new(2, 1)).unwrap();
+    let ones = Tensor::ones((side, side), DType::F32, &Device::Cpu).unwrap();
+    exec.set("x", &ones).unwrap();
+    for _ in 0..runs {
+        exec.run().unwrap();
+    }
+    let json = exec.hook::<TimeProfiler>().unwrap().profile().to_json();
+    serde_json::from_str(&json).unwrap()
+}

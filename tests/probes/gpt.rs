@@ -6,7 +6,7 @@ use wick::graph::GraphBuilder;
 use wick::models::nn::Layers;
 use wick::ops::tensor::nll::NllLoss;
 
-use crate::{assert_trained, block, dense, train, Recorded};
+use crate::{block, dense, Probe, Recorded};
 
 const TEXT: &str = "to be or not to be, that is the question";
 const T: usize = 8;
@@ -55,17 +55,17 @@ fn a_char_level_gpt_with_a_causal_mask_learns_its_text() {
         let loss = b.cross_entropy_with(logits, targets, NllLoss::default())?;
         Ok(Recorded { loss, specs })
     };
-    let (losses, profile) = train(record, &feed, 1e-2, 40);
-    assert_trained(
-        "gpt",
-        &losses,
-        0.3,
-        &profile,
-        &[
+    Probe {
+        name: "gpt",
+        lr: 1e-2,
+        steps: 40,
+        loss_ratio: 0.3,
+        ops: &[
             "AttentionForward",
             "AttentionBackward",
             "EmbeddingBackward",
             "NllLossForward",
         ],
-    );
+    }
+    .check(record, &feed);
 }

@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use wick::graph::GraphBuilder;
 use wick::models::nn::{Init, Layers, Recurrent};
 
-use crate::{assert_trained, train, Recorded};
+use crate::{Probe, Recorded};
 
 const N: usize = 4;
 const T: usize = 5;
@@ -37,16 +37,16 @@ fn an_lstm_unrolled_with_shared_weights_learns_to_classify_sequences() {
         let loss = b.cross_entropy(logits, labels)?;
         Ok(Recorded { loss, specs })
     };
-    let (losses, profile) = train(record, &feed, 2e-2, 30);
+    Probe {
+        name: "lstm",
+        lr: 2e-2,
+        steps: 30,
+        loss_ratio: 0.3,
+        ops: &["Narrow", "NarrowBackward", "AccumulateGrad"],
+    }
+    .check(record, &feed);
     assert_eq!(
         params, 6,
         "one set of LSTM weights for every time step, and the head"
-    );
-    assert_trained(
-        "lstm",
-        &losses,
-        0.3,
-        &profile,
-        &["Narrow", "NarrowBackward", "AccumulateGrad"],
     );
 }

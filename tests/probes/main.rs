@@ -23,9 +23,44 @@ pub struct Recorded {
     pub specs: Vec<TensorSpec>,
 }
 
+/// One probe's training run and what it must show: Adam at `lr` for `steps` steps, the
+/// loss fallen to `loss_ratio` of its first value, and the profile timing each of `ops`.
+pub struct Probe {
+    pub name: &'static str,
+    pub lr: f64,
+    pub steps: usize,
+    pub loss_ratio: f32,
+    pub ops: &'static [&'static str],
+}
+
+impl Probe {
+    /// Trains `record`'s model on the inputs `feed` gives, profiled, and asserts what the
+    /// probe must show.
+    pub fn check(
+        &self,
+        record: impl FnOnce(&mut GraphBuilder) -> wick::graph::Result<Recorded>,
+        feed: &[(&str, Tensor)],
+    ) {
+        let (losses, profile) = train(record, feed, self.lr, self.steps);
+        let (first, last) = (losses[0], losses[losses.len() - 1]);
+        let what = self.name;
+        eprintln!("{what}: loss {first} -> {last}");
+        assert!(
+            last.is_finite() && last < self.loss_ratio * first,
+            "{what}: loss {first} -> {last}"
+        );
+        for op in self.ops {
+            assert!(
+                profile.ops.iter().any(|o| o.name == *op),
+                "{what}: the profile has no {op}"
+            );
+        }
+    }
+}
+
 /// Trains `record`'s model with Adam (lr `lr`) for `steps` steps on the inputs `feed`
 /// gives, profiled; returns the losses and the profile.
-pub fn train(
+fn train(
     record: impl FnOnce(&mut GraphBuilder) -> wick::graph::Result<Recorded>,
     feed: &[(&str, Tensor)],
     lr: f64,
@@ -64,23 +99,6 @@ pub fn train(
     }
     let profile = exec.hook::<TimeProfiler>().unwrap().profile();
     (losses, profile)
-}
-
-/// Asserts that the loss fell to `ratio` of its first value and that the profile timed
-/// each of `ops`.
-pub fn assert_trained(what: &str, losses: &[f32], ratio: f32, profile: &Profile, ops: &[&str]) {
-    let (first, last) = (losses[0], losses[losses.len() - 1]);
-    eprintln!("{what}: loss {first} -> {last}");
-    assert!(
-        last.is_finite() && last < ratio * first,
-        "{what}: loss {first} -> {last}"
-    );
-    for op in ops {
-        assert!(
-            profile.ops.iter().any(|o| o.name == *op),
-            "{what}: the profile has no {op}"
-        );
-    }
 }
 
 /// `x @ wᵀ + b` over the last dimension of a `[.., cin]` value, as layer `path`

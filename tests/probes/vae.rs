@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use wick::graph::GraphBuilder;
 use wick::models::nn::{Init, Layers};
 
-use crate::{assert_trained, train, Recorded};
+use crate::{Probe, Recorded};
 
 const N: usize = 8;
 const D: usize = 12;
@@ -61,12 +61,12 @@ fn a_vae_with_a_kl_term_learns_to_reconstruct() {
         let loss = b.broadcast_add(bce, kl)?;
         Ok(Recorded { loss, specs })
     };
-    let (losses, profile) = train(record, &feed, 2e-2, 60);
-    assert_trained(
-        "vae",
-        &losses,
-        0.8,
-        &profile,
-        &["Exp", "ExpBackward", "Pow", "Sum", "Mean", "BceLossForward"],
-    );
+    Probe {
+        name: "vae",
+        lr: 2e-2,
+        steps: 60,
+        loss_ratio: 0.8,
+        ops: &["Exp", "ExpBackward", "Pow", "Sum", "Mean", "BceLossForward"],
+    }
+    .check(record, &feed);
 }

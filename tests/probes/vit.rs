@@ -5,7 +5,7 @@ use candle_core::{DType, Device, Tensor};
 use wick::graph::GraphBuilder;
 use wick::models::nn::{Conv, Init, Layers, TensorRole};
 
-use crate::{assert_trained, block, train, Recorded};
+use crate::{block, Probe, Recorded};
 
 const N: usize = 4;
 const DIM: usize = 16;
@@ -56,18 +56,18 @@ fn a_tiny_vit_with_a_class_token_learns_its_batch() {
         let loss = b.cross_entropy(logits, labels)?;
         Ok(Recorded { loss, specs })
     };
-    let (losses, profile) = train(record, &feed, 1e-2, 30);
-    assert_trained(
-        "vit",
-        &losses,
-        0.3,
-        &profile,
-        &[
+    Probe {
+        name: "vit",
+        lr: 1e-2,
+        steps: 30,
+        loss_ratio: 0.3,
+        ops: &[
             "Expand",
             "ExpandBackward",
             "Narrow",
             "NarrowBackward",
             "AttentionForward",
         ],
-    );
+    }
+    .check(record, &feed);
 }

@@ -80,55 +80,33 @@ pub fn cases() -> Vec<Case> {
             v.push(refused(program, base, flag, "0", names_of(flag)));
         }
     }
-    // Floating-point settings: not numbers, and values out of their range.
-    let floats: [(&'static str, &[&str], &str, &[&str]); 12] = [
-        ("train_resnet", TRAIN, "--lr", &["inf", "-1", "-inf"]),
-        ("train_resnet", TRAIN, "--momentum", &["inf", "-1", "-0.5"]),
+    // Floating-point settings: not numbers, and values out of their range, each flag's
+    // range written once for the programs that take it.
+    const RATES: &[&str] = &["inf", "-1", "-inf"];
+    const PROBABILITIES: &[&str] = &["inf", "-1", "1.5"];
+    const POSITIVE: &[&str] = &["inf", "-1", "0"];
+    let train = ("train_resnet", TRAIN);
+    let infer = ("infer_resnet", INFER);
+    let profile = ("profile_resnet", PROFILE);
+    let floats: [(&str, &[&str], &[(&'static str, &[&str])]); 7] = [
+        ("--lr", RATES, &[train, profile]),
+        ("--momentum", &["inf", "-1", "-0.5"], &[train]),
+        ("--weight-decay", &["inf", "-1", "-1e-5"], &[train]),
+        ("--dropout", PROBABILITIES, &[train, infer, profile]),
         (
-            "train_resnet",
-            TRAIN,
-            "--weight-decay",
-            &["inf", "-1", "-1e-5"],
-        ),
-        ("train_resnet", TRAIN, "--dropout", &["inf", "-1", "1.5"]),
-        (
-            "train_resnet",
-            TRAIN,
             "--stochastic-depth",
-            &["inf", "-1", "1.5"],
+            PROBABILITIES,
+            &[train, infer, profile],
         ),
-        (
-            "train_resnet",
-            TRAIN,
-            "--clip-grad-norm",
-            // inf is PyTorch's "no clipping", and accepted as such.
-            &["-inf", "-1", "0"],
-        ),
-        ("train_resnet", TRAIN, "--bucket-mb", &["inf", "-1", "0"]),
-        ("infer_resnet", INFER, "--dropout", &["inf", "-1", "1.5"]),
-        ("profile_resnet", PROFILE, "--lr", &["inf", "-1", "-inf"]),
-        (
-            "profile_resnet",
-            PROFILE,
-            "--dropout",
-            &["inf", "-1", "1.5"],
-        ),
-        (
-            "profile_resnet",
-            PROFILE,
-            "--stochastic-depth",
-            &["inf", "-1", "1.5"],
-        ),
-        (
-            "infer_resnet",
-            INFER,
-            "--stochastic-depth",
-            &["inf", "-1", "1.5"],
-        ),
+        // inf is PyTorch's "no clipping", and accepted as such.
+        ("--clip-grad-norm", &["-inf", "-1", "0"], &[train]),
+        ("--bucket-mb", POSITIVE, &[train]),
     ];
-    for (program, base, flag, out_of_range) in floats {
-        for value in NOT_A_NUMBER.iter().chain(out_of_range) {
-            v.push(refused(program, base, flag, value, names_of(flag)));
+    for (flag, out_of_range, programs) in floats {
+        for (program, base) in programs {
+            for value in NOT_A_NUMBER.iter().chain(out_of_range) {
+                v.push(refused(program, base, flag, value, names_of(flag)));
+            }
         }
     }
     // Names and lists that mean nothing.

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use wick_ops::Kernel;
 
-use super::rewrite::{remove_nodes, Uses};
-use crate::ir::{Graph, Node};
+use super::rewrite::{fused, Edits, Uses};
+use crate::ir::Graph;
 use crate::nodes::fused_train::AddRelu;
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
-    let mut fused_adds = Vec::new();
+    let mut edits = Edits::new(graph);
     for k in 0..graph.nodes.len() {
         if graph.nodes[k].kernel() != Kernel::Add {
             continue;
@@ -23,19 +23,16 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         if graph.nodes[m].kernel() != Kernel::ReLU {
             continue;
         }
-        let fused = Node {
-            op: Arc::new(AddRelu),
-            inputs: graph.nodes[k].inputs.clone(),
-            outputs: graph.nodes[m].outputs.clone(),
-            phase: graph.nodes[m].phase,
-            flops: graph.nodes[k].flops + graph.nodes[m].flops,
-            origin: graph.nodes[m].origin.clone(),
-        };
-        graph.nodes[m] = fused;
-        fused_adds.push(k);
+        let (add, relu) = (&graph.nodes[k], &graph.nodes[m]);
+        let flops = add.flops + relu.flops;
+        graph.nodes[m] = fused(
+            Arc::new(AddRelu),
+            add.inputs.clone(),
+            relu.outputs.clone(),
+            flops,
+            relu,
+        );
+        edits.matched(&[k]);
     }
-    let mut removed = vec![false; graph.nodes.len()];
-    fused_adds.iter().for_each(|&k| removed[k] = true);
-    remove_nodes(graph, &removed);
-    fused_adds.len()
+    edits.apply(graph)
 }

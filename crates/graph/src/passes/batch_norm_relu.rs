@@ -6,15 +6,14 @@
 use std::sync::Arc;
 use wick_ops::Kernel;
 
-use super::rewrite::{remove_nodes, Uses};
-use crate::ir::{Graph, Node};
+use super::rewrite::{fused, Edits, Uses};
+use crate::ir::Graph;
 use crate::nodes::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
 use crate::nodes::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
-    let mut removed = vec![false; graph.nodes.len()];
-    let mut matched = 0;
+    let mut edits = Edits::new(graph);
     for i in 0..graph.nodes.len() {
         let Some(bn) = graph.nodes[i].op_as::<BatchNormTrain>() else {
             continue;
@@ -49,33 +48,21 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         {
             continue;
         }
-        let mut outputs = graph.nodes[i].outputs.clone();
+        let bn = &graph.nodes[i];
+        let mut outputs = bn.outputs.clone();
         outputs[0] = z;
-        let forward = Node {
-            op: Arc::new(BatchNormReluTrain { params }),
-            inputs: graph.nodes[i].inputs.clone(),
-            outputs,
-            phase: graph.nodes[i].phase,
-            flops: graph.nodes[i].flops + graph.nodes[r].flops,
-            origin: graph.nodes[i].origin.clone(),
-        };
+        let op = Arc::new(BatchNormReluTrain { params });
+        let flops = bn.flops + graph.nodes[r].flops;
+        let forward = fused(op, bn.inputs.clone(), outputs, flops, bn);
         let gz = graph.nodes[rb].inputs[0];
         let mut inputs = vec![gz, z];
         inputs.extend_from_slice(&bwd.inputs[1..]);
-        let backward = Node {
-            op: Arc::new(BatchNormReluTrainBackward),
-            inputs,
-            outputs: bwd.outputs.clone(),
-            phase: bwd.phase,
-            flops: bwd.flops + graph.nodes[rb].flops,
-            origin: bwd.origin.clone(),
-        };
+        let flops = bwd.flops + graph.nodes[rb].flops;
+        let op = Arc::new(BatchNormReluTrainBackward);
+        let backward = fused(op, inputs, bwd.outputs.clone(), flops, bwd);
         graph.nodes[i] = forward;
         graph.nodes[bb] = backward;
-        removed[r] = true;
-        removed[rb] = true;
-        matched += 1;
+        edits.matched(&[r, rb]);
     }
-    remove_nodes(graph, &removed);
-    matched
+    edits.apply(graph)
 }

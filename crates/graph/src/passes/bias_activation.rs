@@ -10,50 +10,43 @@ use std::sync::Arc;
 use wick_ops::activation::Activation;
 use wick_ops::broadcast::{BinaryOp, Operand};
 
-use super::rewrite::{remove_nodes, Uses};
-use crate::ir::{Graph, Node, ValueId};
+use super::rewrite::{fused, Edits, Uses};
+use crate::ir::{Graph, ValueId};
 use crate::nodes::activation::{ActivationBackward, ActivationOp};
 use crate::nodes::arithmetic::{Binary, BinaryBackward};
 use crate::nodes::fused_train::{BiasActivation, BiasActivationBackward};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
-    let mut removed = vec![false; graph.nodes.len()];
-    let mut matched = 0;
+    let mut edits = Edits::new(graph);
     for a in 0..graph.nodes.len() {
         let Some((act, kind, backward)) = matches(graph, &uses, a) else {
             continue;
         };
         let [h, b] = [graph.nodes[a].inputs[0], graph.nodes[a].inputs[1]];
-        let forward = Node {
-            op: Arc::new(BiasActivation { kind }),
-            inputs: vec![h, b],
-            outputs: graph.nodes[act].outputs.clone(),
-            phase: graph.nodes[act].phase,
-            flops: graph.nodes[a].flops + graph.nodes[act].flops,
-            origin: graph.nodes[act].origin.clone(),
-        };
-        graph.nodes[act] = forward;
-        removed[a] = true;
+        let activation = &graph.nodes[act];
+        let flops = graph.nodes[a].flops + activation.flops;
+        let op = Arc::new(BiasActivation { kind });
+        graph.nodes[act] = fused(
+            op,
+            vec![h, b],
+            activation.outputs.clone(),
+            flops,
+            activation,
+        );
+        let mut gone = vec![a];
         if let Some(Backward { node, lhs, rhs }) = backward {
             let outputs = vec![graph.nodes[lhs].outputs[0], graph.nodes[rhs].outputs[0]];
             let flops = [node, lhs, rhs].iter().map(|&n| graph.nodes[n].flops).sum();
-            let fused = Node {
-                op: Arc::new(BiasActivationBackward { kind }),
-                inputs: vec![graph.nodes[node].inputs[0], h, b],
-                outputs,
-                phase: graph.nodes[node].phase,
-                flops,
-                origin: graph.nodes[node].origin.clone(),
-            };
-            graph.nodes[node] = fused;
-            removed[lhs] = true;
-            removed[rhs] = true;
+            let like = &graph.nodes[node];
+            let inputs = vec![like.inputs[0], h, b];
+            let op = Arc::new(BiasActivationBackward { kind });
+            graph.nodes[node] = fused(op, inputs, outputs, flops, like);
+            gone.extend([lhs, rhs]);
         }
-        matched += 1;
+        edits.matched(&gone);
     }
-    remove_nodes(graph, &removed);
-    matched
+    edits.apply(graph)
 }
 
 /// The backward nodes a match replaces: the activation's backward and the add's two

@@ -8,17 +8,16 @@ use wick_ops::Kernel;
 
 use wick_ops::conv::epilogue_flops;
 
-use super::rewrite::{remove_nodes, Uses};
-use crate::ir::{Graph, Node};
+use super::rewrite::{fused, Edits, Uses};
+use crate::ir::Graph;
 use crate::nodes::conv_fused::{BiasSource, ConvBiasActivation};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
-    let mut removed = vec![false; graph.nodes.len()];
+    let mut edits = Edits::new(graph);
     // Nodes already part of a match (a residual add has two fusable inputs: the first
     // match takes it).
     let mut taken = vec![false; graph.nodes.len()];
-    let mut matched = 0;
     for j in 0..graph.nodes.len() {
         let Some(conv) = graph.nodes[j].op_as::<ConvBiasActivation>() else {
             continue;
@@ -58,24 +57,12 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         let has_bias = conv.bias != BiasSource::None;
         let flops = graph.nodes[j].flops - epilogue_flops(shape, has_bias, false, false)
             + epilogue_flops(shape, has_bias, residual.is_some(), relu);
-        let fused = Node {
-            op: Arc::new(op),
-            inputs,
-            outputs,
-            phase: graph.nodes[j].phase,
-            flops,
-            origin: graph.nodes[j].origin.clone(),
-        };
-        removed[j] = true;
-        if last != k {
-            removed[k] = true;
-        }
+        graph.nodes[last] = fused(Arc::new(op), inputs, outputs, flops, &graph.nodes[j]);
+        let gone = if last != k { vec![j, k] } else { vec![j] };
+        edits.matched(&gone);
         for n in [j, k, last] {
             taken[n] = true;
         }
-        graph.nodes[last] = fused;
-        matched += 1;
     }
-    remove_nodes(graph, &removed);
-    matched
+    edits.apply(graph)
 }

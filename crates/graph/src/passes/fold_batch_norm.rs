@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use wick_ops::conv::epilogue_flops;
 
-use super::rewrite::{remove_nodes, Uses};
-use crate::ir::{Graph, Node};
+use super::rewrite::{fused, Edits, Uses};
+use crate::ir::Graph;
 use crate::nodes::batchnorm::BatchNormEval;
 use crate::nodes::cast::Cast;
 use crate::nodes::conv::Conv2d;
@@ -15,8 +15,7 @@ use crate::nodes::conv_fused::{BiasSource, ConvBiasActivation};
 
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
-    let mut removed = vec![false; graph.nodes.len()];
-    let mut matched = 0;
+    let mut edits = Edits::new(graph);
     for i in 0..graph.nodes.len() {
         let Some(bn) = graph.nodes[i].op_as::<BatchNormEval>() else {
             continue;
@@ -27,7 +26,7 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         let Some(conv) = graph.nodes[j].op_as::<Conv2d>() else {
             continue;
         };
-        if conv.has_bias || removed[j] || uses.only_reader(graph, y) != Some(i) {
+        if conv.has_bias || edits.is_removed(j) || uses.only_reader(graph, y) != Some(i) {
             continue;
         }
         let mut op = ConvBiasActivation::new(
@@ -38,29 +37,22 @@ pub(super) fn run(graph: &mut Graph) -> usize {
         );
         let (conv_node, bn_node) = (&graph.nodes[j], &graph.nodes[i]);
         let mut inputs = conv_node.inputs.clone();
+        let mut gone = vec![j];
         // Under autocast the weight is a cast of the f32 master weight: fold the master
         // and cast the folded weight instead (one rounding), dropping the cast node.
         if let Some(k) = autocast_weight(graph, &uses, j) {
             inputs[1] = graph.nodes[k].inputs[0];
             op.folded_weight_dtype = Some(graph.values[conv_node.inputs[1].0].dtype);
-            removed[k] = true;
+            gone.push(k);
         }
         inputs.extend_from_slice(&bn_node.inputs[1..5]);
         let out_shape = &graph.values[bn_node.outputs[0].0].shape;
-        let fused = Node {
-            op: Arc::new(op),
-            inputs,
-            outputs: bn_node.outputs.clone(),
-            phase: conv_node.phase,
-            flops: conv_node.flops + epilogue_flops(out_shape, true, false, false),
-            origin: conv_node.origin.clone(),
-        };
-        graph.nodes[i] = fused;
-        removed[j] = true;
-        matched += 1;
+        let flops = conv_node.flops + epilogue_flops(out_shape, true, false, false);
+        let outputs = bn_node.outputs.clone();
+        graph.nodes[i] = fused(Arc::new(op), inputs, outputs, flops, conv_node);
+        edits.matched(&gone);
     }
-    remove_nodes(graph, &removed);
-    matched
+    edits.apply(graph)
 }
 
 /// The cast node making convolution `j`'s weight, when the convolution is its only reader.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use wick_ops::{AdamParams, SgdParams};
 
-use super::rewrite::remove_nodes;
+use super::rewrite::Edits;
 use crate::ir::{Graph, Node, Op, Origin, Phase, ValueId};
 use crate::nodes::optim::AdamUpdate;
 use crate::nodes::optim::{AdamUpdateMultiTensor, SgdUpdate, SgdUpdateMultiTensor};
@@ -43,8 +43,7 @@ pub(super) fn run(graph: &mut Graph) -> usize {
             }
         }
     }
-    let mut removed = vec![false; graph.nodes.len()];
-    let mut merged = 0;
+    let mut edits = Edits::new(graph);
     for (settings, members) in groups {
         let Some(&last) = members.last() else {
             continue;
@@ -97,13 +96,9 @@ pub(super) fn run(graph: &mut Graph) -> usize {
                 parameter: None,
             },
         };
-        for &m in &members[..members.len() - 1] {
-            removed[m] = true;
-        }
-        merged += 1;
+        edits.matched(&members[..members.len() - 1]);
     }
-    remove_nodes(graph, &removed);
-    merged
+    edits.apply(graph)
 }
 
 /// Whether node `m` can run at `last`'s place instead: no node strictly between them,

@@ -1,7 +1,7 @@
 //! What the pattern-matching passes share: who reads and writes each value
 //! ([`Uses`]), and dropping matched nodes from a graph ([`remove_nodes`]).
 
-use crate::ir::{Graph, Node, ValueId};
+use crate::ir::{Graph, Node, Op, ValueId};
 
 /// Who reads and who writes each value, for pattern matching.
 pub(crate) struct Uses {
@@ -56,4 +56,56 @@ pub(crate) fn remove_nodes(graph: &mut Graph, removed: &[bool]) {
         })
         .collect();
     graph.nodes = nodes;
+}
+
+/// A pattern-matching pass's edits: the nodes its matches replaced and now drop, and how
+/// many matches it made.
+pub(crate) struct Edits {
+    removed: Vec<bool>,
+    matched: usize,
+}
+
+impl Edits {
+    pub(crate) fn new(graph: &Graph) -> Self {
+        Edits {
+            removed: vec![false; graph.nodes.len()],
+            matched: 0,
+        }
+    }
+
+    /// Counts one match, whose fused node made the nodes `gone` redundant.
+    pub(crate) fn matched(&mut self, gone: &[usize]) {
+        gone.iter().for_each(|&n| self.removed[n] = true);
+        self.matched += 1;
+    }
+
+    /// Whether an earlier match already dropped node `i`.
+    pub(crate) fn is_removed(&self, i: usize) -> bool {
+        self.removed[i]
+    }
+
+    /// Drops the redundant nodes from `graph`; returns the number of matches.
+    pub(crate) fn apply(self, graph: &mut Graph) -> usize {
+        remove_nodes(graph, &self.removed);
+        self.matched
+    }
+}
+
+/// The node that replaces a matched pattern: `op` reading `inputs` and writing
+/// `outputs`, with `flops`, in the phase and layer of the pattern's node `like`.
+pub(crate) fn fused(
+    op: Op,
+    inputs: Vec<ValueId>,
+    outputs: Vec<ValueId>,
+    flops: u64,
+    like: &Node,
+) -> Node {
+    Node {
+        op,
+        inputs,
+        outputs,
+        phase: like.phase,
+        flops,
+        origin: like.origin.clone(),
+    }
 }
