@@ -125,6 +125,16 @@ impl HugePageAlloc {
         }
     }
 
+    /// Counts a fresh block of `size` bytes (none when the allocation failed) and
+    /// advises huge pages for it; returns the pointer.
+    fn counted(ptr: *mut u8, size: usize) -> *mut u8 {
+        if !ptr.is_null() {
+            allocated(size);
+        }
+        Self::advise(ptr, size);
+        ptr
+    }
+
     /// Advises huge pages for a new block, and for any part of glibc's main heap that grew
     /// since the last call (before anything touches it: small blocks carved from it later
     /// and merged into big ones are then huge-page backed too, as glibc's own
@@ -154,22 +164,12 @@ impl HugePageAlloc {
 unsafe impl GlobalAlloc for HugePageAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged from the caller.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            allocated(layout.size());
-        }
-        Self::advise(ptr, layout.size());
-        ptr
+        Self::counted(unsafe { System.alloc(layout) }, layout.size())
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded unchanged from the caller.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            allocated(layout.size());
-        }
-        Self::advise(ptr, layout.size());
-        ptr
+        Self::counted(unsafe { System.alloc_zeroed(layout) }, layout.size())
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -183,10 +183,8 @@ unsafe impl GlobalAlloc for HugePageAlloc {
         let new = unsafe { System.realloc(ptr, layout, new_size) };
         if !new.is_null() {
             freed(layout.size());
-            allocated(new_size);
         }
-        Self::advise(new, new_size);
-        new
+        Self::counted(new, new_size)
     }
 }
 

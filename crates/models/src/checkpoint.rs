@@ -17,10 +17,7 @@ pub type StateDict = HashMap<String, Tensor>;
 
 /// Refuses anything but a regular file: a FIFO or a device would block or never end.
 fn regular_file(path: &Path) -> Result<()> {
-    let meta = std::fs::metadata(path).map_err(|source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let meta = std::fs::metadata(path).map_err(ModelError::io(path))?;
     if meta.is_file() {
         return Ok(());
     }
@@ -33,10 +30,7 @@ fn regular_file(path: &Path) -> Result<()> {
 /// Reads every tensor of a safetensors file onto the CPU. Only regular files are read (a
 /// FIFO or a device would block or never end).
 pub fn read_safetensors(path: &Path) -> Result<StateDict> {
-    let io = |source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = ModelError::io(path);
     regular_file(path)?;
     let bytes = std::fs::read(path).map_err(io)?;
     if let Some(name) = duplicate_header_key(&bytes) {
@@ -269,10 +263,7 @@ pub fn read_class_names(path: &Path) -> Result<Option<Vec<String>>> {
         path: path.to_path_buf(),
         message,
     };
-    let io = |source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
+    let io = ModelError::io(path);
     // The header alone: an 8-byte length, then that much JSON.
     regular_file(path)?;
     let mut file = std::fs::File::open(path).map_err(io)?;

@@ -1,6 +1,6 @@
 //! The error type of wick-models.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What went wrong with a model or a checkpoint.
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +108,24 @@ fn preview(names: &[String]) -> String {
 
 /// The result type of wick-models.
 pub type Result<T> = std::result::Result<T, ModelError>;
+
+impl ModelError {
+    /// An I/O error on `path`, for `map_err`: `fs::read(p).map_err(ModelError::io(p))`.
+    pub fn io(path: &Path) -> impl Fn(std::io::Error) -> ModelError + Copy + '_ {
+        move |source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// What is wrong with the data at `path`, as a function of the message.
+    pub fn data(path: &Path) -> impl Fn(String) -> ModelError + Copy + '_ {
+        move |message| ModelError::Data {
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+}
 
 impl From<wick_graph::GraphError> for ModelError {
     fn from(e: wick_graph::GraphError) -> Self {

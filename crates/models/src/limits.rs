@@ -3,6 +3,7 @@
 //! never a wrap-around or an allocation abort.
 
 use crate::error::{ModelError, Result};
+use crate::image::ImageSize;
 
 /// The memory available for new allocations, from `/proc/meminfo`'s `MemAvailable`
 /// (Linux); `None` where that is unknown.
@@ -38,6 +39,15 @@ pub fn check_allocation(what: &str, bytes: Option<u128>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// [`check_allocation`] for one batch of `batch` float32 RGB images of `size`, the data
+/// source's own buffer (`source` names it in the error: "a batch", "a synthetic batch").
+pub fn check_image_batch(source: &str, batch: usize, size: ImageSize) -> Result<()> {
+    check_allocation(
+        &format!("{source} of {batch} images of {size}"),
+        bytes_of(4, &[batch, 3, size.height, size.width]),
+    )
 }
 
 /// The byte size of a tensor of shape `dims` with `elem_bytes`-byte elements, or `None`

@@ -65,13 +65,6 @@ pub struct TrainingState {
 const MODEL: &str = "model.safetensors";
 const TRAINING: &str = "training.safetensors";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ModelError + '_ {
-    move |source| ModelError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// The file that marks a checkpoint folder as wick's: wick replaces or prunes only
 /// folders that hold it (or, from before it existed, exactly its two files).
 const MARKER: &str = "wick-checkpoint";
@@ -136,7 +129,7 @@ impl DirLock {
         use std::io::{Read, Seek, Write};
         use std::os::unix::fs::MetadataExt;
         use std::os::unix::io::AsRawFd;
-        fs::create_dir_all(dir).map_err(io(dir))?;
+        fs::create_dir_all(dir).map_err(ModelError::io(dir))?;
         let path = dir.join(".wick-lock");
         // A lock file unlinked by its holder between our open and our flock is retried.
         for _ in 0..8 {
@@ -146,7 +139,7 @@ impl DirLock {
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(io(&path))?;
+                .map_err(ModelError::io(&path))?;
             let mut before = String::new();
             let _ = file.read_to_string(&mut before);
             // SAFETY: flock on a descriptor this function owns.
@@ -167,9 +160,9 @@ impl DirLock {
             if !same {
                 continue;
             }
-            file.set_len(0).map_err(io(&path))?;
-            file.rewind().map_err(io(&path))?;
-            writeln!(file, "{}", std::process::id()).map_err(io(&path))?;
+            file.set_len(0).map_err(ModelError::io(&path))?;
+            file.rewind().map_err(ModelError::io(&path))?;
+            writeln!(file, "{}", std::process::id()).map_err(ModelError::io(&path))?;
             let taken_over = Some(before.trim().to_string()).filter(|s| !s.is_empty());
             return Ok(DirLock {
                 path,
@@ -206,13 +199,13 @@ pub fn save(
     dir: &Path,
     name: &str,
 ) -> Result<PathBuf> {
-    fs::create_dir_all(dir).map_err(io(dir))?;
+    fs::create_dir_all(dir).map_err(ModelError::io(dir))?;
     check_replaceable(&dir.join(name))?;
     let partial = dir.join(format!(".{name}.partial"));
     if partial.exists() {
-        fs::remove_dir_all(&partial).map_err(io(&partial))?;
+        fs::remove_dir_all(&partial).map_err(ModelError::io(&partial))?;
     }
-    fs::create_dir(&partial).map_err(io(&partial))?;
+    fs::create_dir(&partial).map_err(ModelError::io(&partial))?;
     session.save_weights(&partial.join(MODEL))?;
     let buffers: HashMap<String, Tensor> = session.optimizer_state()?.into_iter().collect();
     let mut meta: HashMap<String, String> = state
@@ -238,13 +231,13 @@ pub fn save(
     let old = dir.join(format!(".{name}.old"));
     if target.exists() {
         if old.exists() {
-            fs::remove_dir_all(&old).map_err(io(&old))?;
+            fs::remove_dir_all(&old).map_err(ModelError::io(&old))?;
         }
-        fs::rename(&target, &old).map_err(io(&target))?;
+        fs::rename(&target, &old).map_err(ModelError::io(&target))?;
     }
-    fs::rename(&partial, &target).map_err(io(&target))?;
+    fs::rename(&partial, &target).map_err(ModelError::io(&target))?;
     if old.exists() {
-        fs::remove_dir_all(&old).map_err(io(&old))?;
+        fs::remove_dir_all(&old).map_err(ModelError::io(&old))?;
     }
     if let Ok(d) = fs::File::open(dir) {
         let _ = d.sync_all();
@@ -272,7 +265,7 @@ pub fn periodic(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
         return Ok(Vec::new());
     }
     let mut found: Vec<(u64, PathBuf)> = fs::read_dir(dir)
-        .map_err(io(dir))?
+        .map_err(ModelError::io(dir))?
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -290,9 +283,9 @@ pub fn periodic(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
 pub fn prune(dir: &Path, keep: usize) -> Result<()> {
     let all = periodic(dir)?;
     for (_, path) in &all[..all.len().saturating_sub(keep)] {
-        fs::remove_dir_all(path).map_err(io(path))?;
+        fs::remove_dir_all(path).map_err(ModelError::io(path))?;
     }
-    for e in fs::read_dir(dir).map_err(io(dir))?.flatten() {
+    for e in fs::read_dir(dir).map_err(ModelError::io(dir))?.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') && (name.ends_with(".partial") || name.ends_with(".old")) {
             let _ = fs::remove_dir_all(e.path());
@@ -304,7 +297,7 @@ pub fn prune(dir: &Path, keep: usize) -> Result<()> {
 /// The step, epoch and fields a checkpoint folder records, without loading its tensors.
 pub fn read_state(ckpt: &Path) -> Result<TrainingState> {
     let path = ckpt.join(TRAINING);
-    let bytes = fs::read(&path).map_err(io(&path))?;
+    let bytes = fs::read(&path).map_err(ModelError::io(&path))?;
     let bad = |message: String| ModelError::Checkpoint {
         path: path.clone(),
         message,

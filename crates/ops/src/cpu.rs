@@ -213,6 +213,16 @@ pub(crate) fn with_opt_slice<T: WithDType, R>(
     }
 }
 
+/// An optional tensor's values, flattened (a norm's weight or bias).
+pub(crate) fn opt_values<T: WithDType>(
+    op: &'static str,
+    t: Option<&Tensor>,
+) -> Result<Option<Vec<T>>> {
+    t.map(|t| t.flatten_all()?.to_vec1::<T>())
+        .transpose()
+        .ctx(op)
+}
+
 /// Wraps a vector as a CPU tensor of the given shape.
 pub(crate) fn tensor<T: WithDType>(
     op: &'static str,

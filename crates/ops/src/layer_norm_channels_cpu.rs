@@ -9,7 +9,7 @@ use candle_core::Tensor;
 use rayon::prelude::*;
 
 use crate::cpu::{self, Float, WideKernel};
-use crate::error::{CandleContext, Result};
+use crate::error::Result;
 
 const OP: &str = "layer_norm2d";
 
@@ -203,13 +203,6 @@ impl<T: Float> WideKernel for ForwardRows<'_, T> {
     }
 }
 
-/// The vectors of the optional per-channel parameters.
-fn params<T: Float>(t: Option<&Tensor>) -> Result<Option<Vec<T>>> {
-    t.map(|t| t.flatten_all()?.to_vec1::<T>())
-        .transpose()
-        .ctx(OP)
-}
-
 /// `layer_norm` over dimension 1 of an `[N, C, ...]` input, with per-channel `weight`
 /// and `bias`.
 pub(crate) fn forward<T: Float>(
@@ -220,7 +213,10 @@ pub(crate) fn forward<T: Float>(
 ) -> Result<Tensor> {
     let dims @ (_, c, s) = sizes(x);
     let mut out = vec![T::ZERO; x.elem_count()];
-    let (w, b) = (params::<T>(weight)?, params::<T>(bias)?);
+    let (w, b) = (
+        cpu::opt_values::<T>(OP, weight)?,
+        cpu::opt_values::<T>(OP, bias)?,
+    );
     if !out.is_empty() {
         cpu::with_slice::<T, _>(OP, x, |xs| {
             let [mean, rstd] = statistics(xs, dims, eps);
@@ -299,7 +295,7 @@ pub(crate) fn backward<T: Float>(
 ) -> Result<(Tensor, Tensor, Tensor)> {
     let dims @ (_, c, s) = sizes(x);
     let mut dx = vec![T::ZERO; x.elem_count()];
-    let w = params::<T>(weight)?;
+    let w = cpu::opt_values::<T>(OP, weight)?;
     let mut sums = (vec![0f64; c], vec![0f64; c]);
     if !dx.is_empty() {
         let parts: Vec<(Vec<f64>, Vec<f64>)> =

@@ -7,7 +7,7 @@ use candle_core::Tensor;
 use rayon::prelude::*;
 
 use crate::cpu::{self, Float, WideKernel};
-use crate::error::{CandleContext, Result};
+use crate::error::Result;
 
 const OP: &str = "layer_norm";
 
@@ -68,14 +68,8 @@ pub(crate) fn forward<T: Float>(
     let d = *x.dims().last().unwrap_or(&1);
     let rows = x.elem_count() / d.max(1);
     let mut out = vec![T::ZERO; x.elem_count()];
-    let w = weight
-        .map(|w| w.flatten_all()?.to_vec1::<T>())
-        .transpose()
-        .ctx(OP)?;
-    let b = bias
-        .map(|b| b.flatten_all()?.to_vec1::<T>())
-        .transpose()
-        .ctx(OP)?;
+    let w = cpu::opt_values::<T>(OP, weight)?;
+    let b = cpu::opt_values::<T>(OP, bias)?;
     if d > 0 && rows > 0 {
         let per = rows_per_task(rows, d);
         cpu::with_slice::<T, _>(OP, x, |xs| {
@@ -165,10 +159,7 @@ pub(crate) fn backward<T: Float>(
     let d = *x.dims().last().unwrap_or(&1);
     let rows = x.elem_count() / d.max(1);
     let mut dx = vec![T::ZERO; x.elem_count()];
-    let w = weight
-        .map(|w| w.flatten_all()?.to_vec1::<T>())
-        .transpose()
-        .ctx(OP)?;
+    let w = cpu::opt_values::<T>(OP, weight)?;
     let mut sums = (vec![0f64; d], vec![0f64; d]);
     if d > 0 && rows > 0 {
         let per = rows_per_task(rows, d);

@@ -23,10 +23,7 @@ impl BatchFile {
     /// Reads and checks `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let mut t = read_safetensors(path)?;
-        let bad = |message: String| ModelError::Data {
-            path: path.to_path_buf(),
-            message,
-        };
+        let bad = ModelError::data(path);
         let images = t
             .remove("images")
             .ok_or_else(|| bad("has no tensor `images`".into()))?;

@@ -67,19 +67,13 @@ impl RgbImage {
                     .into(),
             });
         }
-        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(ModelError::io(path))?;
         RgbImage::decode(&bytes, path)
     }
 
     /// Decodes the bytes of a JPEG or PNG file; `path` names it in errors.
     pub fn decode(bytes: &[u8], path: &Path) -> Result<RgbImage> {
-        let bad = |message: String| ModelError::Data {
-            path: path.to_path_buf(),
-            message,
-        };
+        let bad = ModelError::data(path);
         let image = match ImageFormat::sniff(bytes) {
             Some(ImageFormat::Jpeg) => decode_jpeg(bytes),
             Some(ImageFormat::Png) => decode_png(bytes),

@@ -52,10 +52,7 @@ impl ImageBatches {
             });
         }
         let size = transform.size();
-        crate::limits::check_allocation(
-            &format!("a batch of {batch} images of {size}"),
-            crate::limits::bytes_of(4, &[batch, 3, size.height, size.width]),
-        )?;
+        crate::limits::check_image_batch("a batch", batch, size)?;
         Ok(ImageBatches {
             folder,
             transform,
@@ -179,10 +176,7 @@ impl ImageBatches {
     fn load(&mut self, i: usize) -> Result<RgbImage> {
         let path = &self.folder.samples()[i].0;
         let started = Instant::now();
-        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(ModelError::io(&path))?;
         let read = started.elapsed().as_secs_f64();
         self.stages.stages.add(InputStage::Read, read);
         let image = RgbImage::decode(&bytes, path);

@@ -36,14 +36,8 @@ impl ImageFolder {
     /// are left out; image formats wick does not decode (BMP, TIFF, WebP, ...) are an
     /// error naming one of them.
     pub fn open(root: &Path) -> Result<ImageFolder> {
-        let bad = |message: String| ModelError::Data {
-            path: root.to_path_buf(),
-            message,
-        };
-        let meta = std::fs::metadata(root).map_err(|source| ModelError::Io {
-            path: root.to_path_buf(),
-            source,
-        })?;
+        let bad = ModelError::data(root);
+        let meta = std::fs::metadata(root).map_err(ModelError::io(root))?;
         if !meta.is_dir() {
             return Err(bad(
                 "not a folder: give an ImageFolder (one subfolder of images per class)".into(),
@@ -171,10 +165,7 @@ fn preview(classes: &[String]) -> String {
 }
 
 fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
-    let io = |source| ModelError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
+    let io = ModelError::io(dir);
     let mut entries = std::fs::read_dir(dir)
         .map_err(io)?
         .map(|e| e.map(|e| e.path()))
@@ -191,10 +182,7 @@ fn walk(
     seen: &mut HashSet<PathBuf>,
     found: &mut dyn FnMut(PathBuf),
 ) -> Result<()> {
-    let real = std::fs::canonicalize(dir).map_err(|source| ModelError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    let real = std::fs::canonicalize(dir).map_err(ModelError::io(dir))?;
     if depth > MAX_DEPTH || !seen.insert(real.clone()) {
         return Err(ModelError::Data {
             path: dir.to_path_buf(),

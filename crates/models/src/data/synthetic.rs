@@ -36,10 +36,7 @@ impl SyntheticImages {
                 "synthetic data needs at least 1 class, a batch of 1 and 4x4 images; got {classes} classes, batch {batch}, {size}"
             )));
         }
-        crate::limits::check_allocation(
-            &format!("a synthetic batch of {batch} images of {size}"),
-            crate::limits::bytes_of(4, &[batch, 3, size.height, size.width]),
-        )?;
+        crate::limits::check_image_batch("a synthetic batch", batch, size)?;
         Ok(SyntheticImages {
             classes,
             batch,

@@ -110,14 +110,8 @@ impl TextCorpus {
         held_out_percent: usize,
         window: usize,
     ) -> Result<Self> {
-        let bad = |message: String| ModelError::Data {
-            path: path.to_path_buf(),
-            message,
-        };
-        let bytes = std::fs::read(path).map_err(|source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bad = ModelError::data(path);
+        let bytes = std::fs::read(path).map_err(ModelError::io(path))?;
         let ids = tokenizer.encode(&bytes).map_err(bad)?;
         if !(1..=99).contains(&held_out_percent) {
             return Err(ModelError::Config(format!(

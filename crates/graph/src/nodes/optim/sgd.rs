@@ -83,9 +83,9 @@ impl NodeOp for SgdUpdate {
     fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
         let params = checked("sgd", SgdParams { lr, ..self.params }, SgdParams::validate);
         Some(params.map(|params| {
-            Arc::new(SgdUpdate {
+            Arc::new(Self {
                 params,
-                health: self.health.clone(),
+                ..self.clone()
             }) as Op
         }))
     }
@@ -167,9 +167,9 @@ impl NodeOp for SgdUpdateMultiTensor {
     fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
         let params = checked("sgd", SgdParams { lr, ..self.params }, SgdParams::validate);
         Some(params.map(|params| {
-            Arc::new(SgdUpdateMultiTensor {
+            Arc::new(Self {
                 params,
-                health: self.health.clone(),
+                ..self.clone()
             }) as Op
         }))
     }
