@@ -470,6 +470,24 @@ unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as above; the pointer itself is only read.
 unsafe impl<T> Sync for SendPtr<T> {}
 
+/// Checks that both operands hold every element their shape and strides address.
+pub(crate) fn check_operands<T>(
+    (m, n, k): (usize, usize, usize),
+    (lhs, ls): (&[T], (usize, usize)),
+    (rhs, rs): (&[T], (usize, usize)),
+) {
+    if m > 0 && n > 0 && k > 0 {
+        assert!(
+            lhs.len() > (m - 1) * ls.0 + (k - 1) * ls.1,
+            "gemm lhs too small"
+        );
+        assert!(
+            rhs.len() > (k - 1) * rs.0 + (n - 1) * rs.1,
+            "gemm rhs too small"
+        );
+    }
+}
+
 /// The one call into the `gemm` crate, after checking both inputs' bounds.
 ///
 /// # Safety
@@ -490,16 +508,7 @@ unsafe fn gemm_raw<T: Float>(
     if m == 0 || n == 0 {
         return;
     }
-    if k > 0 {
-        assert!(
-            lhs.len() > (m - 1) * lhs_strides.0 + (k - 1) * lhs_strides.1,
-            "gemm lhs too small"
-        );
-        assert!(
-            rhs.len() > (k - 1) * rhs_strides.0 + (n - 1) * rhs_strides.1,
-            "gemm rhs too small"
-        );
-    }
+    check_operands((m, n, k), (lhs, lhs_strides), (rhs, rhs_strides));
     let threads = threads();
     if parallel && threads > 1 && split_rows_across_threads(m, n, k, threads) {
         // SAFETY: as this function's contract, passed on unchanged.

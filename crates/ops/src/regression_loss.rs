@@ -141,24 +141,22 @@ pub fn backward(
         .ctx(op)
 }
 
+/// FLOPs per element of the forward and of the backward.
+fn flops_per_element(kind: ElementwiseLoss) -> (u64, u64) {
+    match kind {
+        ElementwiseLoss::Mse => (3, 3),
+        ElementwiseLoss::BceWithLogits | ElementwiseLoss::Bce => (7, 5),
+    }
+}
+
 /// Forward FLOPs over `shape`.
 pub fn flops(kind: ElementwiseLoss, shape: &[usize]) -> u64 {
-    let per = match kind {
-        ElementwiseLoss::Mse => 3,
-        ElementwiseLoss::BceWithLogits => 7,
-        ElementwiseLoss::Bce => 7,
-    };
-    crate::shape::flop_count(per, shape)
+    crate::shape::flop_count(flops_per_element(kind).0, shape)
 }
 
 /// Backward FLOPs over `shape`.
 pub fn backward_flops(kind: ElementwiseLoss, shape: &[usize]) -> u64 {
-    let per = match kind {
-        ElementwiseLoss::Mse => 3,
-        ElementwiseLoss::BceWithLogits => 5,
-        ElementwiseLoss::Bce => 5,
-    };
-    crate::shape::flop_count(per, shape)
+    crate::shape::flop_count(flops_per_element(kind).1, shape)
 }
 
 /// `log p` and `log(1 - p)`, each at least -100 (PyTorch's clamp, so that p = 0 or 1

@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+use candle_core::Tensor;
+
 use wick_ops::batchnorm::sync::{self, GlobalGradSums, GlobalStats};
 use wick_ops::batchnorm::BatchNorm2dParams;
 use wick_ops::{Kernel, OpError};
@@ -69,6 +71,17 @@ fn split_count(mut v: Vec<f32>) -> (Vec<f32>, usize) {
     (v, high * COUNT_PART + low)
 }
 
+/// `local`'s per-channel values and `x`'s count per channel, each summed over the ranks.
+fn sum_with_count(
+    queue: &CommQueue,
+    local: Vec<f32>,
+    x: &Tensor,
+    what: &str,
+) -> Result<(Vec<f32>, usize), OpError> {
+    let local = with_count(local, sync::count_per_channel(x)?);
+    Ok(split_count(sum_over_ranks(queue, local, what)?))
+}
+
 impl NodeOp for SyncBatchNormTrain {
     fn kernel(&self) -> Kernel {
         Kernel::SyncBatchNormForwardTraining
@@ -78,12 +91,7 @@ impl NodeOp for SyncBatchNormTrain {
         let a = |i| arg(inputs, i, OP);
         let x = a(0)?;
         let local = sync::to_host(&sync::channel_sums(x)?)?;
-        let summed = sum_over_ranks(
-            &self.queue,
-            with_count(local, sync::count_per_channel(x)?),
-            "the batch-norm sums",
-        )?;
-        let (sums, count) = split_count(summed);
+        let (sums, count) = sum_with_count(&self.queue, local, x, "the batch-norm sums")?;
         let mean: Vec<f32> = sums.iter().map(|s| s / count.max(1) as f32).collect();
         let mean = sync::from_host(&mean, x)?;
         let squares = sync::to_host(&sync::centered_square_sums(x, &mean)?)?;
@@ -123,12 +131,8 @@ impl NodeOp for SyncBatchNormTrainBackward {
         let mut local = sync::to_host(&sum_dy)?;
         let c = local.len();
         local.extend(sync::to_host(&sum_dy_xhat)?);
-        let summed = sum_over_ranks(
-            &self.queue,
-            with_count(local, sync::count_per_channel(x)?),
-            "the batch-norm gradient sums",
-        )?;
-        let (sums, count) = split_count(summed);
+        let what = "the batch-norm gradient sums";
+        let (sums, count) = sum_with_count(&self.queue, local, x, what)?;
         let global = GlobalGradSums {
             sum_dy: sync::from_host(&sums[..c], x)?,
             sum_dy_xhat: sync::from_host(&sums[c..], x)?,

@@ -76,24 +76,6 @@ pub(crate) fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
 }
 
-/// Checks that both operands hold every element their shape and strides address.
-fn check_operands<T>(
-    (m, n, k): (usize, usize, usize),
-    (lhs, ls): (&[T], (usize, usize)),
-    (rhs, rs): (&[T], (usize, usize)),
-) {
-    if m > 0 && n > 0 && k > 0 {
-        assert!(
-            lhs.len() > (m - 1) * ls.0 + (k - 1) * ls.1,
-            "gemm lhs too small"
-        );
-        assert!(
-            rhs.len() > (k - 1) * rs.0 + (n - 1) * rs.1,
-            "gemm rhs too small"
-        );
-    }
-}
-
 /// An operand as a bfloat16 GEMM operand, when `T` is f32.
 fn f32_matrix<'a, T: 'static>((values, strides): Operand<'a, T>) -> Option<Matrix<'a>> {
     Some(Matrix::new(as_f32(values)?, strides))
@@ -127,7 +109,7 @@ pub(crate) fn gemm_uninit_with<T: Float>(
         return cpu::gemm_uninit(m, n, k, dst, lhs, rhs, parallel);
     };
     assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
-    check_operands((m, n, k), lhs, rhs);
+    cpu::check_operands((m, n, k), lhs, rhs);
     if has_avx512_bf16() {
         let dst = (dst.as_mut_ptr().cast::<f32>(), (n, 1));
         // SAFETY: an exclusive borrow of m * n slots, addressed row-major; without
@@ -168,7 +150,7 @@ pub(crate) fn gemm_strided_with<T: Float>(
         dst.len() > (m - 1) * dst_strides.0 + (n - 1) * dst_strides.1,
         "gemm destination too small"
     );
-    check_operands((m, n, k), lhs, rhs);
+    cpu::check_operands((m, n, k), lhs, rhs);
     if has_avx512_bf16() {
         let dst = (dst.as_mut_ptr().cast::<f32>(), dst_strides);
         // SAFETY: the destination's bounds are checked above and it is an exclusive
@@ -225,7 +207,7 @@ pub(crate) fn gemm_uninit_packed<T: Float>(
         (Some(a), Some(b)) if n > 0 => {
             assert_eq!(a.shape(), (m, k), "packed left operand of another shape");
             assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
-            check_operands((m, n, k), lhs, rhs);
+            cpu::check_operands((m, n, k), lhs, rhs);
             let dst = (dst.as_mut_ptr().cast::<f32>(), n);
             // SAFETY: T is f32 (f32_matrix succeeded); an exclusive borrow of m * n slots,
             // row-major, each written before it is read; a PackedLeft exists only where the
@@ -254,7 +236,7 @@ pub(crate) fn gemm_strided_packed<T: Float>(
                 dst.len() > (m - 1) * dst_strides.0 + (n - 1),
                 "gemm destination too small"
             );
-            check_operands((m, n, k), lhs, rhs);
+            cpu::check_operands((m, n, k), lhs, rhs);
             let dst = (dst.as_mut_ptr().cast::<f32>(), dst_strides.0);
             // SAFETY: T is f32 (f32_matrix succeeded); an exclusive borrow whose addressed
             // slots are in bounds (asserted); a PackedLeft exists only where the CPU has

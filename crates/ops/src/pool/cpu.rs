@@ -22,18 +22,25 @@ impl Geom {
     /// Calls `f(o, rows, cols)` for each output element `o` of a plane (row-major), with the
     /// in-bounds input rows and columns of its window.
     fn for_each_window(&self, mut f: impl FnMut(usize, Range<usize>, Range<usize>)) {
-        let [kh, kw] = self.p.kernel;
-        let clip = |o: usize, s: usize, p: usize, k: usize, len: usize| {
-            let start = (o * s) as isize - p as isize;
-            start.max(0) as usize..((start + k as isize).min(len as isize)) as usize
-        };
         for oy in 0..self.oh {
-            let rows = clip(oy, self.p.stride[0], self.p.padding[0], kh, self.h);
+            let rows = self.window(0, oy);
             for ox in 0..self.ow {
-                let cols = clip(ox, self.p.stride[1], self.p.padding[1], kw, self.w);
-                f(oy * self.ow + ox, rows.clone(), cols);
+                f(oy * self.ow + ox, rows.clone(), self.window(1, ox));
             }
         }
+    }
+
+    /// The in-bounds input rows (`axis` 0) or columns (`axis` 1) of the window of output
+    /// row or column `o`.
+    fn window(&self, axis: usize, o: usize) -> Range<usize> {
+        let (s, p, k) = (
+            self.p.stride[axis],
+            self.p.padding[axis],
+            self.p.kernel[axis],
+        );
+        let len = [self.h, self.w][axis];
+        let start = (o * s) as isize - p as isize;
+        start.max(0) as usize..((start + k as isize).min(len as isize)) as usize
     }
 
     /// `1 / (kh * kw)`: average pooling divides by the whole window, padding included.
@@ -69,17 +76,9 @@ fn first_max<T: Float>(range: Range<usize>, values: impl Fn(usize) -> T) -> (T, 
 /// and indices are the direct scan's. Windows are never empty (padding <= kernel / 2).
 pub(super) fn max_forward<T: Float>(g: &Geom, x: &Tensor) -> Result<MaxPoolOutput> {
     let (hw, ohw) = g.plane_sizes();
-    let clip = |o: usize, s: usize, p: usize, k: usize, len: usize| {
-        let start = (o * s) as isize - p as isize;
-        start.max(0) as usize..((start + k as isize).min(len as isize)) as usize
-    };
-    let (p, ow) = (&g.p, g.ow);
-    let cols: Vec<Range<usize>> = (0..ow)
-        .map(|ox| clip(ox, p.stride[1], p.padding[1], p.kernel[1], g.w))
-        .collect();
-    let rows: Vec<Range<usize>> = (0..g.oh)
-        .map(|oy| clip(oy, p.stride[0], p.padding[0], p.kernel[0], g.h))
-        .collect();
+    let ow = g.ow;
+    let cols: Vec<Range<usize>> = (0..ow).map(|ox| g.window(1, ox)).collect();
+    let rows: Vec<Range<usize>> = (0..g.oh).map(|oy| g.window(0, oy)).collect();
     let mut y = vec![T::ZERO; g.planes * ohw];
     let mut idx = vec![0u32; g.planes * ohw];
     cpu::with_slice::<T, _>(MAX, x, |xs| {
@@ -149,24 +148,17 @@ pub(super) fn max_backward<T: Float>(
 
 /// Average-pool forward: each window's sum over `kh * kw`.
 pub(super) fn avg_forward<T: Float>(g: &Geom, x: &Tensor) -> Result<Tensor> {
-    let (hw, ohw) = g.plane_sizes();
     let scale = g.avg_scale::<T>();
-    let mut y = vec![T::ZERO; g.planes * ohw];
-    cpu::with_slice::<T, _>(AVG, x, |xs| {
-        y.par_chunks_mut(ohw)
-            .zip(xs.par_chunks(hw))
-            .for_each(|(y, xs)| {
-                g.for_each_window(|o, rows, cols| {
-                    let mut sum = T::ZERO;
-                    for iy in rows {
-                        for v in &xs[iy * g.w + cols.start..iy * g.w + cols.end] {
-                            sum += *v;
-                        }
-                    }
-                    y[o] = sum * scale;
-                })
-            });
-        Ok(())
+    let y = per_plane(x, g.plane_sizes(), g.planes, |y, xs: &[T]| {
+        g.for_each_window(|o, rows, cols| {
+            let mut sum = T::ZERO;
+            for iy in rows {
+                for v in &xs[iy * g.w + cols.start..iy * g.w + cols.end] {
+                    sum += *v;
+                }
+            }
+            y[o] = sum * scale;
+        })
     })?;
     cpu::tensor(AVG, y, (g.n, g.c, g.oh, g.ow))
 }
@@ -180,21 +172,33 @@ pub(super) fn avg_backward<T: Float>(
 ) -> Result<Tensor> {
     let (hw, ohw) = g.plane_sizes();
     let scale = g.avg_scale::<T>();
-    let mut dx = vec![T::ZERO; g.planes * hw];
-    cpu::with_slice::<T, _>(AVG, grad_y, |gs| {
-        dx.par_chunks_mut(hw)
-            .zip(gs.par_chunks(ohw))
-            .for_each(|(dx, gs)| {
-                g.for_each_window(|o, rows, cols| {
-                    let v = gs[o] * scale;
-                    for iy in rows {
-                        for d in &mut dx[iy * g.w + cols.start..iy * g.w + cols.end] {
-                            *d += v;
-                        }
-                    }
-                })
-            });
-        Ok(())
+    let dx = per_plane(grad_y, (ohw, hw), g.planes, |dx, gs: &[T]| {
+        g.for_each_window(|o, rows, cols| {
+            let v = gs[o] * scale;
+            for iy in rows {
+                for d in &mut dx[iy * g.w + cols.start..iy * g.w + cols.end] {
+                    *d += v;
+                }
+            }
+        })
     })?;
     cpu::tensor(AVG, dx, input_shape)
+}
+
+/// `planes` output planes of `out_plane` elements, zeroed and then filled by `f` from the
+/// matching plane of `t` (`in_plane` elements), the planes in parallel.
+fn per_plane<T: Float>(
+    t: &Tensor,
+    (in_plane, out_plane): (usize, usize),
+    planes: usize,
+    f: impl Fn(&mut [T], &[T]) + Sync,
+) -> Result<Vec<T>> {
+    let mut out = vec![T::ZERO; planes * out_plane];
+    cpu::with_slice::<T, _>(AVG, t, |ts| {
+        out.par_chunks_mut(out_plane)
+            .zip(ts.par_chunks(in_plane))
+            .for_each(|(o, t)| f(o, t));
+        Ok(())
+    })?;
+    Ok(out)
 }

@@ -174,19 +174,8 @@ pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
         .map_err(c)
 }
 
-/// `masked_fill`'s gradient: `gy` where the mask is zero.
+/// `masked_fill`'s gradient: `gy` where the mask is zero, which is `gy` filled with 0
+/// where the mask is non-zero.
 pub fn masked_fill_backward(gy: &Tensor, mask: &Tensor) -> Result<Tensor> {
-    let c = candle("masked_fill");
-    check_masked_fill(gy.dims(), mask.dims())?;
-    if crate::cpu::on_cpu_kernel(gy) && mask.dtype() == DType::U8 {
-        return dispatch_float!(
-            "masked_fill",
-            gy.dtype(),
-            cpu_kernels::masked_fill(gy, mask, 0.0)
-        );
-    }
-    let zeros = gy.zeros_like().map_err(&c)?;
-    mask.broadcast_as(gy.dims())
-        .and_then(|m| m.where_cond(&zeros, gy))
-        .map_err(c)
+    masked_fill(gy, mask, 0.0)
 }
