@@ -201,6 +201,18 @@ pub(crate) fn with_slices<T: WithDType, R>(
     with_slice::<T, _>(op, a, |a| with_slice::<T, _>(op, b, |b| f(a, b)))
 }
 
+/// A kernel on the values of `a` and `b` whose result is a new tensor of `shape`.
+pub(crate) fn from_slices<T: WithDType>(
+    op: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    shape: impl Into<Shape>,
+    f: impl FnOnce(&[T], &[T]) -> Result<Vec<T>>,
+) -> Result<Tensor> {
+    let values = with_slices::<T, _>(op, a, b, f)?;
+    tensor(op, values, shape)
+}
+
 /// [`with_slice`] on an optional tensor: `f(None)` when there is none.
 pub(crate) fn with_opt_slice<T: WithDType, R>(
     op: &'static str,

@@ -182,12 +182,12 @@ fn forward_with<T: Float>(
     epi: &CpuEpilogue<'_, T>,
 ) -> Result<Tensor> {
     if depthwise::applies(g) {
-        let out =
-            cpu::with_slices::<T, _>(OP, x, w, |xs, ws| Ok(depthwise::forward(g, xs, ws, epi)))?;
-        return cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow));
+        return cpu::from_slices::<T>(OP, x, w, (g.n, g.c_out, g.oh, g.ow), |xs, ws| {
+            Ok(depthwise::forward(g, xs, ws, epi))
+        });
     }
     if let Some(s) = winograd_shape(g) {
-        let out = cpu::with_slices::<T, _>(OP, x, w, |xs, ws| {
+        return cpu::from_slices::<T>(OP, x, w, (g.n, g.c_out, g.oh, g.ow), |xs, ws| {
             let u = winograd::transform_weights(ws, g.c_out, g.c_in, false);
             let len = g.n * g.c_out * g.pixels();
             let mut out: Vec<T> = Vec::with_capacity(len);
@@ -201,15 +201,14 @@ fn forward_with<T: Float>(
             // SAFETY: `convolve` writes every output slot.
             unsafe { out.set_len(len) };
             Ok(out)
-        })?;
-        return cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow));
+        });
     }
     if spread(g) == Spread::WholeBatch {
         return forward_whole_batch::<T>(g, x, w, epi);
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
-    let out = cpu::with_slices::<T, _>(OP, x, w, |xs, ws| {
+    cpu::from_slices::<T>(OP, x, w, (g.n, g.c_out, g.oh, g.ow), |xs, ws| {
         let packed = packed_weights(g, ws, false);
         Ok(fill_images(g, g.c_out * p, |col, n, out_n, parallel| {
             for grp in 0..g.groups {
@@ -231,16 +230,14 @@ fn forward_with<T: Float>(
                 }
             }
         }))
-    })?;
-    cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
+    })
 }
 
 pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
     if depthwise::applies(g) {
-        let dx = cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+        return cpu::from_slices::<T>(OP, grad_out, w, (g.n, g.c_in, g.h, g.w), |gs, ws| {
             Ok(depthwise::backward_data(g, gs, ws))
-        })?;
-        return cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w));
+        });
     }
     if let Some(s) = winograd_shape(g) {
         return winograd_backward_data::<T>(g, &s, grad_out, w);
@@ -250,7 +247,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
-    let dx = cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+    cpu::from_slices::<T>(OP, grad_out, w, (g.n, g.c_in, g.h, g.w), |gs, ws| {
         let packed = packed_weights(g, ws, true);
         Ok(fill_images(
             g,
@@ -292,8 +289,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
                 }
             },
         ))
-    })?;
-    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+    })
 }
 
 /// Each group's weights (`cout_g × k`, or transposed for the input gradient), packed once
@@ -329,7 +325,7 @@ fn winograd_backward_data<T: Float>(
         pad: [2 - s.pad[0], 2 - s.pad[1]],
         products: g.products,
     };
-    let dx = cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
+    cpu::from_slices::<T>(OP, grad_out, w, (g.n, g.c_in, g.h, g.w), |gs, ws| {
         let u = winograd::transform_weights(ws, g.c_out, g.c_in, true);
         let len = g.n * g.c_in * g.h * g.w;
         let mut dx: Vec<T> = Vec::with_capacity(len);
@@ -337,22 +333,19 @@ fn winograd_backward_data<T: Float>(
         // SAFETY: `convolve` writes every slot of the n x c_in x h x w gradient.
         unsafe { dx.set_len(len) };
         Ok(dx)
-    })?;
-    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
+    })
 }
 
 pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor) -> Result<Tensor> {
     if depthwise::applies(g) {
-        let dw = cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+        return cpu::from_slices::<T>(OP, grad_out, x, (g.c_out, 1, g.kh, g.kw), |gs, xs| {
             Ok(depthwise::backward_filter(g, gs, xs))
-        })?;
-        return cpu::tensor(OP, dw, (g.c_out, 1, g.kh, g.kw));
+        });
     }
     if let Some(s) = winograd_shape(g).filter(winograd_filter::pays) {
-        let dw = cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+        return cpu::from_slices::<T>(OP, grad_out, x, (g.c_out, g.c_in, 3, 3), |gs, xs| {
             Ok(winograd_filter::weight_gradient(&s, xs, gs))
-        })?;
-        return cpu::tensor(OP, dw, (g.c_out, g.c_in, 3, 3));
+        });
     }
     if spread(g) == Spread::WholeBatch {
         return backward_filter_whole_batch::<T>(g, grad_out, x);

@@ -25,7 +25,7 @@ pub(crate) fn product<T: Float>(
     (x, xs): (&Tensor, (usize, usize)),
     (y, ys): (&Tensor, (usize, usize)),
 ) -> Result<Tensor> {
-    let out = cpu::with_slices::<T, _>(OP, x, y, |xd, yd| {
+    cpu::from_slices::<T>(OP, x, y, (rows, cols), |xd, yd| {
         let mut out = Vec::with_capacity(rows * cols);
         gemm_uninit_with(
             products,
@@ -38,8 +38,7 @@ pub(crate) fn product<T: Float>(
         // SAFETY: gemm_uninit wrote all rows * cols slots.
         unsafe { out.set_len(rows * cols) };
         Ok(out)
-    })?;
-    cpu::tensor(OP, out, (rows, cols))
+    })
 }
 
 /// `gb [k, n] = aᵀ · gy`, `a` `[m, k]`, `gy` `[m, n]`: computed as `gbᵀ [n, k] = gyᵀ · a`
@@ -50,7 +49,7 @@ pub(crate) fn backward_b<T: Float>(
     gy: &Tensor,
     (m, k, n): (usize, usize, usize),
 ) -> Result<Tensor> {
-    let gb = cpu::with_slices::<T, _>(OP, a, gy, |ad, gd| {
+    cpu::from_slices::<T>(OP, a, gy, (k, n), |ad, gd| {
         let mut gb = vec![T::ZERO; k * n];
         // gyᵀ's element (j, r) is gy[r][j]: strides (1, n).
         let (gyt, a) = ((gd, (1, n)), (ad, (k, 1)));
@@ -63,8 +62,7 @@ pub(crate) fn backward_b<T: Float>(
             true,
         );
         Ok(gb)
-    })?;
-    cpu::tensor(OP, gb, (k, n))
+    })
 }
 
 /// One operand of [`batched`]: `[B, ..]` contiguous values, and the (row, column) strides
@@ -80,7 +78,7 @@ pub(crate) fn batched<T: Float>(
     (lhs, ls): BatchOperand<'_>,
     (rhs, rs): BatchOperand<'_>,
 ) -> Result<Tensor> {
-    let out = cpu::with_slices::<T, _>(OP, lhs, rhs, |ld, rd| {
+    cpu::from_slices::<T>(OP, lhs, rhs, (batch, rows, cols), |ld, rd| {
         let mut out = vec![T::ZERO; batch * rows * cols];
         let (l_step, r_step) = (ld.len() / batch.max(1), rd.len() / batch.max(1));
         out.par_chunks_mut((rows * cols).max(1))
@@ -98,6 +96,5 @@ pub(crate) fn batched<T: Float>(
                 );
             });
         Ok(out)
-    })?;
-    cpu::tensor(OP, out, (batch, rows, cols))
+    })
 }
