@@ -4,19 +4,12 @@
 
 use std::path::PathBuf;
 
-use candle_core::{DType, Device, Tensor};
-use wick_graph::{Executor, GraphBuilder, Mode};
+use candle_core::{DType, Device};
+use wick_graph::{GraphBuilder, Mode};
 use wick_models::nn::Layers;
 
-fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    let v = |t: &Tensor| -> Vec<f64> { t.flatten_all().unwrap().to_vec1().unwrap() };
-    let (a, b) = (v(a), v(b));
-    let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs() / scale)
-        .fold(0.0, f64::max)
-}
+mod common;
+use common::VjpCheck;
 
 #[test]
 fn multi_head_attention_matches_pytorch_with_its_names() {
@@ -41,13 +34,7 @@ fn multi_head_attention_matches_pytorch_with_its_names() {
             "attn.out_proj.bias"
         ]
     );
-    let prod = b.mul(y, go).unwrap();
-    let loss = b.sum(prod, &[], false).unwrap();
-    let grads = b.backward(loss).unwrap();
-    b.output(y);
-    let pairs: Vec<_> = grads.iter().collect();
-    pairs.iter().for_each(|(_, g)| b.output(*g));
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let mut check = VjpCheck::new(b, y, go);
     let fixture_name = |n: &str| {
         n.strip_prefix("attn.")
             .unwrap_or(n)
@@ -61,16 +48,10 @@ fn multi_head_attention_matches_pytorch_with_its_names() {
         "attn.out_proj.weight",
         "attn.out_proj.bias",
     ] {
-        exec.set(name, &f[&fixture_name(name)]).unwrap();
+        check.exec.set(name, &f[&fixture_name(name)]).unwrap();
     }
-    exec.set("mask", &f["mask"]).unwrap();
-    exec.set("grad_out", &f["grad_out"]).unwrap();
-    exec.run().unwrap();
-    let mut worst = rel_err(exec.get_id(y).unwrap().unwrap(), &f["out"]);
-    for (p, g) in pairs {
-        let name = exec.graph().value(p).name.clone();
-        let expected = &f[&format!("grad_{}", fixture_name(&name))];
-        worst = worst.max(rel_err(exec.get_id(g).unwrap().unwrap(), expected));
-    }
+    check.exec.set("mask", &f["mask"]).unwrap();
+    check.exec.set("grad_out", &f["grad_out"]).unwrap();
+    let worst = check.worst_error(&f, fixture_name);
     assert!(worst < 1e-12, "{worst:.2e} from PyTorch float64");
 }

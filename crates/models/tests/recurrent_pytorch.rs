@@ -7,8 +7,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use candle_core::{DType, Device, Tensor};
-use wick_graph::{Executor, GraphBuilder, GraphError, Mode, ValueId};
+use wick_graph::{GraphBuilder, GraphError, Mode, ValueId};
 use wick_models::nn::{Layers, Recurrent};
+
+mod common;
+use common::VjpCheck;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -72,21 +75,6 @@ fn fixture(name: &str) -> (HashMap<String, Tensor>, f64) {
     (tensors, torch_f32)
 }
 
-/// max |a - b| / max |b|.
-fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    let v = |t: &Tensor| -> Vec<f64> {
-        let t = t.to_dtype(DType::F64).unwrap();
-        t.flatten_all().unwrap().to_vec1().unwrap()
-    };
-    let (a, b) = (v(a), v(b));
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs() / scale)
-        .fold(0.0, f64::max)
-}
-
 /// Records the case's layer with its outputs flattened into one vector, as the
 /// generator does; returns that vector.
 fn record(b: &mut GraphBuilder, case: &Case) -> wick_graph::Result<ValueId> {
@@ -132,36 +120,23 @@ fn worst_error(case: &Case, dtype: DType) -> f64 {
     let out = record(&mut b, case).unwrap();
     let shape = b.shape(out).to_vec();
     let go = b.input("grad_out", &shape, dtype).unwrap();
-    let prod = b.mul(out, go).unwrap();
-    let loss = b.sum(prod, &[], false).unwrap();
-    let grads = b.backward(loss).unwrap();
-    b.output(out);
-    let pairs: Vec<_> = grads.iter().collect();
-    pairs.iter().for_each(|(_, g)| b.output(*g));
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let mut check = VjpCheck::new(b, out, go);
     let fixture_name = |n: &str| match n {
         "x" => "input".to_string(),
         n => n.strip_prefix("rnn.").unwrap_or(n).to_string(),
     };
     assert_eq!(
-        pairs.len(),
+        check.grads.len(),
         f.keys().filter(|k| k.starts_with("grad_")).count() - 1
     );
-    for (p, _) in &pairs {
-        let name = exec.graph().value(*p).name.clone();
+    for &(p, _) in &check.grads {
+        let name = check.exec.graph().value(p).name.clone();
         let t = f[&fixture_name(&name)].to_dtype(dtype).unwrap();
-        exec.set(&name, &t).unwrap();
+        check.exec.set(&name, &t).unwrap();
     }
-    exec.set("grad_out", &f["grad_out"].to_dtype(dtype).unwrap())
-        .unwrap();
-    exec.run().unwrap();
-    let mut worst = rel_err(exec.get_id(out).unwrap().unwrap(), &f["out"]);
-    for (p, g) in pairs {
-        let name = exec.graph().value(p).name.clone();
-        let expected = &f[&format!("grad_{}", fixture_name(&name))];
-        worst = worst.max(rel_err(exec.get_id(g).unwrap().unwrap(), expected));
-    }
-    worst
+    let go = f["grad_out"].to_dtype(dtype).unwrap();
+    check.exec.set("grad_out", &go).unwrap();
+    check.worst_error(&f, fixture_name)
 }
 
 #[test]

@@ -57,3 +57,67 @@ pub fn kernels(session: &Session) -> Vec<wick_ops::Kernel> {
 pub fn scratch(prefix: &str) -> tempfile::TempDir {
     tempfile::Builder::new().prefix(prefix).tempdir().unwrap()
 }
+
+/// The largest element-wise difference of `a` from `b`, relative to `b`'s largest
+/// magnitude, in f64.
+pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
+    let v = |t: &Tensor| -> Vec<f64> {
+        let t = t.to_dtype(DType::F64).unwrap();
+        t.flatten_all().unwrap().to_vec1().unwrap()
+    };
+    let (a, b) = (v(a), v(b));
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+/// A layer's output and gradients against a PyTorch fixture: the loss `sum(out *
+/// grad_out)`, `grad_out` a graph input, makes each parameter's gradient the
+/// vector-Jacobian product that the fixture's `grad_<name>` holds.
+pub struct VjpCheck {
+    /// The graph's executor: set the parameters and `grad_out` before [`VjpCheck::worst_error`].
+    pub exec: wick_graph::Executor,
+    out: wick_graph::ValueId,
+    /// Each parameter and its gradient.
+    pub grads: Vec<(wick_graph::ValueId, wick_graph::ValueId)>,
+}
+
+impl VjpCheck {
+    /// Adds the loss and the backward pass to `b`, whose output is `out` and whose input
+    /// `go` is `out`'s gradient.
+    pub fn new(
+        mut b: wick_graph::GraphBuilder,
+        out: wick_graph::ValueId,
+        go: wick_graph::ValueId,
+    ) -> Self {
+        let prod = b.mul(out, go).unwrap();
+        let loss = b.sum(prod, &[], false).unwrap();
+        let grads = b.backward(loss).unwrap();
+        b.output(out);
+        let grads: Vec<_> = grads.iter().collect();
+        grads.iter().for_each(|(_, g)| b.output(*g));
+        let exec = wick_graph::Executor::new(b.finish(), &Device::Cpu);
+        VjpCheck { exec, out, grads }
+    }
+
+    /// Runs the graph; the worst [`rel_err`] of the output against `f["out"]` and of each
+    /// parameter's gradient against `f["grad_<fixture name>"]`.
+    pub fn worst_error(
+        &mut self,
+        f: &std::collections::HashMap<String, Tensor>,
+        fixture_name: impl Fn(&str) -> String,
+    ) -> f64 {
+        self.exec.run().unwrap();
+        let value = |id| self.exec.get_id(id).unwrap().unwrap();
+        let mut worst = rel_err(value(self.out), &f["out"]);
+        for &(p, g) in &self.grads {
+            let name = &self.exec.graph().value(p).name;
+            let expected = &f[&format!("grad_{}", fixture_name(name))];
+            worst = worst.max(rel_err(value(g), expected));
+        }
+        worst
+    }
+}

@@ -81,13 +81,9 @@ impl NodeOp for SgdUpdate {
     }
 
     fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
-        let params = checked("sgd", SgdParams { lr, ..self.params }, SgdParams::validate);
-        Some(params.map(|params| {
-            Arc::new(Self {
-                params,
-                ..self.clone()
-            }) as Op
-        }))
+        let mut node = self.clone();
+        node.params.lr = lr;
+        Some(checked("sgd", node.params, SgdParams::validate).map(|_| Arc::new(node) as Op))
     }
 }
 
@@ -165,12 +161,8 @@ impl NodeOp for SgdUpdateMultiTensor {
     }
 
     fn with_learning_rate(&self, lr: f64) -> Option<Result<Op>> {
-        let params = checked("sgd", SgdParams { lr, ..self.params }, SgdParams::validate);
-        Some(params.map(|params| {
-            Arc::new(Self {
-                params,
-                ..self.clone()
-            }) as Op
-        }))
+        let mut node = self.clone();
+        node.params.lr = lr;
+        Some(checked("sgd", node.params, SgdParams::validate).map(|_| Arc::new(node) as Op))
     }
 }
