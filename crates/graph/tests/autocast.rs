@@ -5,7 +5,7 @@
 //! weight under autocast.
 
 use candle_core::{DType, Device, Tensor};
-use wick_graph::{Executor, GraphBuilder, Mode, PassSet, Precision};
+use wick_graph::{Executor, GraphBuilder, Mode, PassSet, Precision, ValueId};
 use wick_ops::{BatchNorm2dParams, Conv2dParams, DeviceKind, SgdParams};
 
 fn randn(dims: &[usize], seed: u64) -> Tensor {
@@ -262,6 +262,17 @@ fn folding_batch_norm_under_autocast_folds_the_f32_master_weight() {
     }
 }
 
+/// `b`'s graph with the loss `sum(y)` and its backward pass, `y` and the first
+/// parameter's gradient as outputs: its executor and that gradient.
+fn sum_and_first_gradient(mut b: GraphBuilder, y: ValueId) -> (Executor, ValueId) {
+    let loss = b.sum(y, &[], false).unwrap();
+    let grads = b.backward(loss).unwrap();
+    let g = grads.iter().next().unwrap().1;
+    b.output(y);
+    b.output(g);
+    (Executor::new(b.finish(), &Device::Cpu), g)
+}
+
 #[test]
 fn autocast_attention_computes_its_products_in_bf16_without_casting_activations() {
     for (precision, want) in [
@@ -274,12 +285,7 @@ fn autocast_attention_computes_its_products_in_bf16_without_casting_activations(
         let y = b
             .scaled_dot_product_attention(q, q, q, None, 0.0, true, None)
             .unwrap();
-        let loss = b.sum(y, &[], false).unwrap();
-        let grads = b.backward(loss).unwrap();
-        let gq = grads.iter().next().unwrap().1;
-        b.output(y);
-        b.output(gq);
-        let mut exec = Executor::new(b.finish(), &Device::Cpu);
+        let (mut exec, gq) = sum_and_first_gradient(b, y);
         let names = kernel_names(&exec);
         assert!(!names.contains(&"Cast"), "{precision:?}: {names:?}");
         for info in exec.node_infos() {
@@ -306,12 +312,7 @@ fn autocast_matmul_of_two_activations_runs_bf16_products_and_f32_gradients() {
         let k = b.param("k", &[2, 3, 6, 8]).unwrap();
         let kt = b.transpose(k, 2, 3).unwrap();
         let scores = b.matmul(q, kt).unwrap();
-        let loss = b.sum(scores, &[], false).unwrap();
-        let grads = b.backward(loss).unwrap();
-        let gq = grads.iter().next().unwrap().1;
-        b.output(scores);
-        b.output(gq);
-        let mut exec = Executor::new(b.finish(), &Device::Cpu);
+        let (mut exec, gq) = sum_and_first_gradient(b, scores);
         assert!(
             !kernel_names(&exec).contains(&"Cast"),
             "no cast of activations"

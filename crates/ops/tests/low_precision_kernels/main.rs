@@ -522,24 +522,8 @@ fn f16_products_match_float64_on_float16_values() {
     );
     // A batched matmul of two activations.
     let (a, b) = (randn(&[2, 3, 5, 24], 160), randn(&[3, 24, 7], 161));
+    matmul::check_matmul(Products::F16, f16_64, &a, &b, 162);
     let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
-    let (a64, b64) = (f16_64(&a), f16_64(&b));
-    let y = shape.forward_with(&a, &b, Products::F16).unwrap();
-    against(
-        "f16 matmul",
-        &y,
-        |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
-        24,
-    );
-    let gy = randn(y.dims(), 162);
-    let gy64 = f16_64(&gy);
-    let gb = shape.backward_b_with(&gy, &a, Products::F16).unwrap();
-    against(
-        "f16 matmul gradient of b",
-        &gb,
-        |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
-        10,
-    );
     // bf16 and f16 never meet in one product.
     let err = shape.forward(&bf16(&a), &f16(&b)).unwrap_err().to_string();
     assert!(err.contains("matmul") && err.contains("16-bit"), "{err}");

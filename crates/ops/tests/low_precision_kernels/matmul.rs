@@ -94,38 +94,38 @@ fn bf16_batched_matmul_of_two_activations_matches_float64() {
         (&[6, 24][..], &[24, 9][..], 110),
     ] {
         let (a, b) = (randn(ad, seed), randn(bd, seed + 1));
-        let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
-        let (a64, b64) = (rounded64(&a), rounded64(&b));
-        let y = shape.forward_with(&a, &b, Products::Bf16).unwrap();
-        against(
-            "batched matmul forward",
-            &y,
-            |m| shape.forward(&m(&a64), &m(&b64)).unwrap(),
-            24,
-        );
-        assert!(
-            max_of(&abs_diff(
-                &y,
-                &shape.forward(&a, &b).unwrap().to_dtype(DType::F64).unwrap()
-            )) > 0.0
-        );
-        let gy = randn(y.dims(), seed + 2);
-        let gy64 = rounded64(&gy);
-        let ga = shape.backward_a_with(&gy, &b, Products::Bf16).unwrap();
-        against(
-            "batched matmul gradient of a",
-            &ga,
-            |m| shape.backward_a(&m(&gy64), &m(&b64)).unwrap(),
-            9,
-        );
-        let gb = shape.backward_b_with(&gy, &a, Products::Bf16).unwrap();
-        assert_eq!(gb.dims(), bd);
-        // Summed over the batch b was broadcast along: 2 x 5 rows.
-        against(
-            "batched matmul gradient of b",
-            &gb,
-            |m| shape.backward_b(&m(&gy64), &m(&a64)).unwrap(),
-            10,
-        );
+        let y = check_matmul(Products::Bf16, rounded64, &a, &b, seed + 2);
+        let f32_product = MatMulShape::new(ad, bd).unwrap().forward(&a, &b).unwrap();
+        assert!(max_of(&abs_diff(&y, &f32_product.to_dtype(DType::F64).unwrap())) > 0.0);
     }
+}
+
+/// A matmul of two activations with `products`, its forward and both gradients (output
+/// gradient drawn with `seed`) against float64 on the operands as `rounded` rounds them;
+/// returns the forward's output.
+pub(crate) fn check_matmul(
+    products: Products,
+    rounded: fn(&Tensor) -> Tensor,
+    a: &Tensor,
+    b: &Tensor,
+    seed: u64,
+) -> Tensor {
+    use wick_ops::tensor::matmul::MatMulShape;
+    let what = format!("{products:?} matmul {:?} x {:?}", a.dims(), b.dims());
+    let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
+    let (a64, b64) = (rounded(a), rounded(b));
+    let y = shape.forward_with(a, b, products).unwrap();
+    let forward = |m: &dyn Fn(&Tensor) -> Tensor| shape.forward(&m(&a64), &m(&b64)).unwrap();
+    against(&format!("{what} forward"), &y, forward, 24);
+    let gy = randn(y.dims(), seed);
+    let gy64 = rounded(&gy);
+    let ga = shape.backward_a_with(&gy, b, products).unwrap();
+    let grad_a = |m: &dyn Fn(&Tensor) -> Tensor| shape.backward_a(&m(&gy64), &m(&b64)).unwrap();
+    against(&format!("{what} gradient of a"), &ga, grad_a, 9);
+    let gb = shape.backward_b_with(&gy, a, products).unwrap();
+    assert_eq!(gb.dims(), b.dims());
+    // Summed over the batch dimensions b was broadcast along.
+    let grad_b = |m: &dyn Fn(&Tensor) -> Tensor| shape.backward_b(&m(&gy64), &m(&a64)).unwrap();
+    against(&format!("{what} gradient of b"), &gb, grad_b, 10);
+    y
 }
