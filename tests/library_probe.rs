@@ -103,11 +103,6 @@ fn every_probed_op_and_feature_is_reachable_from_the_public_api() {
     exec.set("step", &Tensor::new(0i64, &Device::Cpu).unwrap())
         .unwrap();
     exec.run().unwrap();
-    let loss = exec
-        .get_id(loss)
-        .unwrap()
-        .unwrap()
-        .to_scalar::<f32>()
-        .unwrap();
+    let loss = exec.value(loss).unwrap().to_scalar::<f32>().unwrap();
     assert!(loss.is_finite() && loss > 0.0, "{loss}");
 }

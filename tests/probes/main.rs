@@ -89,13 +89,7 @@ fn train(
         exec.set("step", &Tensor::new(step as i64, &Device::Cpu).unwrap())
             .unwrap();
         exec.run().unwrap();
-        losses.push(
-            exec.get_id(loss)
-                .unwrap()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap(),
-        );
+        losses.push(exec.value(loss).unwrap().to_scalar::<f32>().unwrap());
     }
     let profile = exec.hook::<TimeProfiler>().unwrap().profile();
     (losses, profile)

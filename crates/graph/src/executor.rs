@@ -35,7 +35,7 @@ mod skipped_updates;
 /// exec.add_hook(TimeProfiler::new(2, 0))?; // hooks time each op
 /// exec.set("x", &Tensor::zeros((2, 3), DType::F32, &Device::Cpu)?)?;
 /// exec.run()?;
-/// let out = exec.get_id(y)?.expect("outputs are kept after a run");
+/// let out = exec.value(y)?; // outputs are kept after a run
 /// assert_eq!(out.to_vec2::<f32>()?, vec![vec![0.0; 3]; 2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -343,6 +343,17 @@ impl Executor {
     /// ([`get`](Executor::get) borrows the live one).
     pub fn snapshot(&self, name: &str) -> Result<Option<Tensor>> {
         Ok(self.get(name)?.map(Tensor::copy).transpose()?)
+    }
+
+    /// The tensor of value `id`, which must have one: an error naming the value when it
+    /// is not set yet (a parameter before its weights, an output before the first run).
+    pub fn value(&self, id: ValueId) -> Result<&Tensor> {
+        self.get_id(id)?.ok_or_else(|| {
+            let name = &self.graph.values[id.0].name;
+            GraphError::Usage(format!(
+                "value `{name}` has no tensor yet: set it, or run the graph"
+            ))
+        })
     }
 
     /// [`get`](Executor::get) by id.

@@ -234,8 +234,7 @@ fn folding_batch_norm_under_autocast_folds_the_f32_master_weight() {
         let out = exec.graph().outputs()[0];
         let names = kernel_names(&exec);
         (
-            exec.get_id(out)
-                .unwrap()
+            exec.value(out)
                 .unwrap()
                 .flatten_all()
                 .unwrap()

@@ -67,7 +67,7 @@ fn run(graph: wick_graph::Graph, keep: &[ValueId], dtype: DType) -> Vec<Vec<f64>
     exec.run().unwrap();
     keep.iter()
         .map(|&v| {
-            let t = exec.get_id(v).unwrap().unwrap();
+            let t = exec.value(v).unwrap();
             t.flatten_all()
                 .unwrap()
                 .to_dtype(DType::F64)

@@ -90,8 +90,7 @@ fn a_custom_op_differentiates_and_is_profiled_by_its_own_name() {
     exec.run().unwrap();
     // d mean(w⁶)/dw = 6 w⁵ / 6.
     let got: Vec<f64> = exec
-        .get_id(g)
-        .unwrap()
+        .value(g)
         .unwrap()
         .flatten_all()
         .unwrap()
@@ -243,7 +242,7 @@ fn a_custom_op_with_two_outputs_gets_each_output_its_gradient() {
         let mut exec = Executor::new(b.finish(), &cpu);
         exec.set("x", &x0).unwrap();
         exec.run().unwrap();
-        let got: Vec<Vec<f64>> = exec.get_id(g).unwrap().unwrap().to_vec2().unwrap();
+        let got: Vec<Vec<f64>> = exec.value(g).unwrap().to_vec2().unwrap();
         let a = if both { 2.0 } else { 0.0 };
         let want = vec![vec![a, a, 6.0, 1.0], vec![a, a, -2.0, 4.0]];
         assert_eq!(got, want, "both outputs used: {both}");

@@ -122,11 +122,7 @@ fn gradients_match_finite_differences() {
         }
         feed(fwd, DType::F64, batch, size, classes, 99);
         fwd.run().unwrap();
-        fwd.get_id(net.loss)
-            .unwrap()
-            .unwrap()
-            .to_scalar::<f64>()
-            .unwrap()
+        fwd.value(net.loss).unwrap().to_scalar::<f64>().unwrap()
     };
     for name in [
         "stem.weight",
@@ -216,11 +212,8 @@ fn gradients_match_the_per_op_kernels_composed_by_hand() {
     let dr = wick_ops::relu_backward(&dgap, &r).unwrap();
     let dw = conv::conv2d_backward_filter(&dr, &xt, wt.dims(), &p).unwrap();
     let diff = |a: &Tensor, b: &Tensor| wick_ops::max_abs_diff(a, b).unwrap();
-    assert_eq!(diff(exec.get_id(gw).unwrap().unwrap(), &dw), 0.0);
-    assert_eq!(
-        diff(exec.get_id(gfw).unwrap().unwrap(), &lgrads.weight),
-        0.0
-    );
+    assert_eq!(diff(exec.value(gw).unwrap(), &dw), 0.0);
+    assert_eq!(diff(exec.value(gfw).unwrap(), &lgrads.weight), 0.0);
 }
 
 #[test]
@@ -291,12 +284,7 @@ fn inference_graph_from_the_same_model_code_uses_running_statistics() {
     feed(&mut exec, DType::F32, 2, 8, 3, 5);
     let before = exec.state_dict().unwrap();
     exec.run().unwrap();
-    let logits_a = exec
-        .get_id(net.logits)
-        .unwrap()
-        .unwrap()
-        .to_vec2::<f32>()
-        .unwrap();
+    let logits_a = exec.value(net.logits).unwrap().to_vec2::<f32>().unwrap();
     // Running statistics do not move in inference, and the output does not depend on the batch.
     for (name, t) in before {
         let after = exec.get(&name).unwrap().unwrap();
@@ -308,11 +296,7 @@ fn inference_graph_from_the_same_model_code_uses_running_statistics() {
     exec.run().unwrap();
     assert_eq!(
         logits_a,
-        exec.get_id(net.logits)
-            .unwrap()
-            .unwrap()
-            .to_vec2::<f32>()
-            .unwrap()
+        exec.value(net.logits).unwrap().to_vec2::<f32>().unwrap()
     );
     let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
     let net = small_net(&mut b, DType::F32, 2, 8, 3).unwrap();
@@ -410,19 +394,13 @@ fn sgd_training_drives_the_loss_down_and_accuracy_up() {
     init(&mut exec, DType::F32, 3);
     let accuracy = |exec: &Executor| {
         let logits = exec
-            .get_id(net.logits)
-            .unwrap()
+            .value(net.logits)
             .unwrap()
             .argmax(1)
             .unwrap()
             .to_vec1::<u32>()
             .unwrap();
-        let labels = exec
-            .get_id(net.labels)
-            .unwrap()
-            .unwrap()
-            .to_vec1::<u32>()
-            .unwrap();
+        let labels = exec.value(net.labels).unwrap().to_vec1::<u32>().unwrap();
         logits.iter().zip(&labels).filter(|(a, b)| a == b).count() as f64 / labels.len() as f64
     };
     let (mut first_loss, mut first_acc, mut last_loss, mut last_acc) = (0.0, 0.0, 0.0, 0.0);
@@ -432,12 +410,7 @@ fn sgd_training_drives_the_loss_down_and_accuracy_up() {
         exec.set_id(net.images, &x).unwrap();
         exec.set_id(net.labels, &y).unwrap();
         exec.run().unwrap();
-        let l = exec
-            .get_id(net.loss)
-            .unwrap()
-            .unwrap()
-            .to_scalar::<f32>()
-            .unwrap() as f64;
+        let l = exec.value(net.loss).unwrap().to_scalar::<f32>().unwrap() as f64;
         let a = accuracy(&exec);
         if step < 20 {
             first_loss += l / 20.0;

@@ -94,7 +94,7 @@ fn the_kernel_choices_in_force_on_the_calling_thread_hold_for_the_whole_run() {
     ] {
         let (mut exec, y) = winograd_conv(&x, &w);
         alg.scope(|| exec.run()).unwrap();
-        let got = exec.get_id(y).unwrap().unwrap();
+        let got = exec.value(y).unwrap();
         assert_eq!(
             wick_ops::max_abs_diff(got, expected).unwrap(),
             0.0,

@@ -115,7 +115,7 @@ fn assert_gradients_match_finite_differences(
     for (p, g) in &pairs {
         let info = exec.graph().value(*p).clone();
         let base = values(exec.get(&info.name).unwrap().unwrap());
-        let analytic = values(exec.get_id(*g).unwrap().unwrap());
+        let analytic = values(exec.value(*g).unwrap());
         let scale = analytic.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
         let mut worst: f64 = 0.0;
         for i in (0..base.len()).step_by(step) {
@@ -128,11 +128,7 @@ fn assert_gradients_match_finite_differences(
                 )
                 .unwrap();
                 fwd.run().unwrap();
-                fwd.get_id(floss)
-                    .unwrap()
-                    .unwrap()
-                    .to_scalar::<f64>()
-                    .unwrap()
+                fwd.value(floss).unwrap().to_scalar::<f64>().unwrap()
             };
             let numeric = (at(1e-6) - at(-1e-6)) / 2e-6;
             worst = worst.max((numeric - analytic[i]).abs() / scale);
@@ -232,7 +228,7 @@ fn adamw_in_the_graph_follows_the_kernel_with_groups_and_clipping() {
         exec.run().unwrap();
         let g: Vec<Tensor> = grads
             .iter()
-            .map(|g| exec.get_id(*g).unwrap().unwrap().copy().unwrap())
+            .map(|g| exec.value(*g).unwrap().copy().unwrap())
             .collect();
         let (_, coef) = wick_ops::optim::clip_factor(&[&g[0], &g[1]], 0.5).unwrap();
         assert!(coef < 1.0, "the test's gradients are clipped");
@@ -336,10 +332,13 @@ fn reading_a_freed_intermediate_is_an_error_naming_it() {
         exec.get_id(z).unwrap().is_none(),
         "an output before the first run"
     );
+    let err = exec.value(z).unwrap_err().to_string();
+    let name = &exec.graph().value(z).name;
+    assert!(err.contains(&format!("`{name}` has no tensor yet")), "{err}");
     exec.set("x", &Tensor::new(&[0f32, 1.0], &Device::Cpu).unwrap())
         .unwrap();
     exec.run().unwrap();
-    assert!(exec.get_id(z).unwrap().is_some());
+    assert_eq!(exec.value(z).unwrap().to_vec1::<f32>().unwrap()[0], 1.0);
     let err = exec.get_id(y).unwrap_err();
     assert!(
         matches!(&err, GraphError::Freed(n) if n.starts_with("Sigmoid#")),
@@ -373,8 +372,7 @@ fn dropout_is_seeded_by_step_train_only_and_its_gradient_uses_the_mask() {
             .unwrap();
         exec.run().unwrap();
         let out = |v| {
-            exec.get_id(v)
-                .unwrap()
+            exec.value(v)
                 .unwrap()
                 .flatten_all()
                 .unwrap()

@@ -36,7 +36,7 @@ fn one_node_splits_and_one_joins_the_gradients_with_zeros_for_an_unread_piece() 
     )
     .unwrap();
     exec.run().unwrap();
-    let g = exec.get_id(gx).unwrap().unwrap();
+    let g = exec.value(gx).unwrap();
     let row: Vec<f64> = g.get(1).unwrap().get(2).unwrap().to_vec1().unwrap();
     assert_eq!(row, [2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 1.0]);
 }

@@ -75,9 +75,9 @@ fn run(dtype: DType) -> (f64, f64, f64, usize) {
     exec.set("step", &Tensor::new(0i64, &Device::Cpu).unwrap())
         .unwrap();
     exec.run().unwrap();
-    let logits = rel(exec.get_id(out.logits).unwrap().unwrap(), &t["logits"]);
+    let logits = rel(exec.value(out.logits).unwrap(), &t["logits"]);
     let loss = rel(
-        &exec.get_id(out.loss).unwrap().unwrap().reshape(1).unwrap(),
+        &exec.value(out.loss).unwrap().reshape(1).unwrap(),
         &t["loss"],
     );
     let mut update = 0f64;

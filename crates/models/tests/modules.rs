@@ -44,18 +44,8 @@ fn run_grads(shared: bool) -> (usize, Vec<Vec<f64>>, Vec<f64>) {
     exec.set("x1", &x1v).unwrap();
     exec.set("x2", &(x1v.clone() * -0.25).unwrap()).unwrap();
     exec.run().unwrap();
-    let weight = exec
-        .get_id(params[0].1)
-        .unwrap()
-        .unwrap()
-        .to_vec2()
-        .unwrap();
-    let bias = exec
-        .get_id(params[1].1)
-        .unwrap()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let weight = exec.value(params[0].1).unwrap().to_vec2().unwrap();
+    let bias = exec.value(params[1].1).unwrap().to_vec1().unwrap();
     (specs.len(), weight, bias)
 }
 
@@ -232,8 +222,7 @@ fn gan_grads(which: &[&str]) -> Vec<(String, Vec<f64>)> {
         .map(|(n, v)| {
             (
                 n,
-                exec.get_id(v)
-                    .unwrap()
+                exec.value(v)
                     .unwrap()
                     .flatten_all()
                     .unwrap()

@@ -172,7 +172,7 @@ impl GraphBuilder {
     /// exec.set("scores", &Tensor::new(&[[1f32, 2.], [3., 4.]], &Device::Cpu)?)?;
     /// exec.set("causal", &Tensor::new(&[[0u8, 1], [0, 0]], &Device::Cpu)?)?;
     /// exec.run()?;
-    /// let p: Vec<Vec<f32>> = exec.get_id(p)?.unwrap().to_vec2()?;
+    /// let p: Vec<Vec<f32>> = exec.value(p)?.to_vec2()?;
     /// assert_eq!(p[0], [1.0, 0.0]); // the first token sees only itself
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```

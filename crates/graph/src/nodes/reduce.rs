@@ -116,8 +116,8 @@ impl GraphBuilder {
     /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
     /// exec.set("x", &Tensor::new(&[[1f32, 5., 2.], [7., 0., 7.]], &Device::Cpu)?)?;
     /// exec.run()?;
-    /// assert_eq!(exec.get_id(top)?.unwrap().to_vec1::<f32>()?, [5.0, 7.0]);
-    /// assert_eq!(exec.get_id(at)?.unwrap().to_vec1::<u32>()?, [1, 0]); // the first maximum
+    /// assert_eq!(exec.value(top)?.to_vec1::<f32>()?, [5.0, 7.0]);
+    /// assert_eq!(exec.value(at)?.to_vec1::<u32>()?, [1, 0]); // the first maximum
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn amax(&mut self, x: ValueId, dims: &[isize], keepdim: bool) -> Result<ValueId> {

@@ -251,7 +251,7 @@ impl GraphBuilder {
     /// exec.set("logp", &Tensor::new(&[[-1f32, -2., -3.], [-4., -5., -6.]], &Device::Cpu)?)?;
     /// exec.set("target", &Tensor::new(&[[2i64], [0]], &Device::Cpu)?)?;
     /// exec.run()?;
-    /// assert_eq!(exec.get_id(picked)?.unwrap().to_vec2::<f32>()?, [[-3.0], [-4.0]]);
+    /// assert_eq!(exec.value(picked)?.to_vec2::<f32>()?, [[-3.0], [-4.0]]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn gather(&mut self, x: ValueId, dim: isize, index: ValueId) -> Result<ValueId> {

@@ -65,7 +65,7 @@ impl GraphBuilder {
             /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
             /// exec.set("x", &Tensor::new(&[-20f32, 0.0, 20.0], &Device::Cpu)?)?;
             /// exec.run()?;
-            /// let y: Vec<f32> = exec.get_id(y)?.unwrap().to_vec1()?;
+            /// let y: Vec<f32> = exec.value(y)?.to_vec1()?;
             /// assert!((y[1] - 2f32.ln()).abs() < 1e-6 && (y[2] - 20.0).abs() < 1e-5);
             /// # Ok::<(), Box<dyn std::error::Error>>(())
             /// ```

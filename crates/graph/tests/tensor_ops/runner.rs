@@ -153,22 +153,14 @@ pub fn check_case(case: &Case, precision: Precision) -> (f64, f64) {
     g.exec
         .run()
         .unwrap_or_else(|e| panic!("{}: {e}", case.name));
-    let mut worst = rel_err(
-        case.name,
-        g.exec.get_id(g.out).unwrap().unwrap(),
-        &f.tensors["out"],
-    );
+    let mut worst = rel_err(case.name, g.exec.value(g.out).unwrap(), &f.tensors["out"]);
     for (name, v) in &g.grads {
         let expected = f
             .tensors
             .get(&format!("grad_{name}"))
             .unwrap_or_else(|| panic!("{}: PyTorch has no gradient of {name}", case.name));
         let what = format!("{} grad_{name}", case.name);
-        worst = worst.max(rel_err(
-            &what,
-            g.exec.get_id(*v).unwrap().unwrap(),
-            expected,
-        ));
+        worst = worst.max(rel_err(&what, g.exec.value(*v).unwrap(), expected));
     }
     if f.tensors.contains_key("grad_out") {
         // Every float input has a gradient, but one PyTorch's is exactly zero (a
@@ -216,7 +208,7 @@ fn finite_differences(case: &Case, f: &Fixture, g: &mut Built) {
     let mut fwd = build(case, f, DType::F64, false);
     let loss = fwd.loss.unwrap();
     for (name, v) in &g.grads {
-        let analytic = host(g.exec.get_id(*v).unwrap().unwrap());
+        let analytic = host(g.exec.value(*v).unwrap());
         let base = f.tensors[name].clone();
         let shape = base.dims().to_vec();
         let values = host(&base);
@@ -233,8 +225,7 @@ fn finite_differences(case: &Case, f: &Fixture, g: &mut Built) {
                     .unwrap();
                 fwd.exec.run().unwrap();
                 fwd.exec
-                    .get_id(loss)
-                    .unwrap()
+                    .value(loss)
                     .unwrap()
                     .to_dtype(DType::F64)
                     .unwrap()

@@ -111,7 +111,7 @@ impl VjpCheck {
         fixture_name: impl Fn(&str) -> String,
     ) -> f64 {
         self.exec.run().unwrap();
-        let value = |id| self.exec.get_id(id).unwrap().unwrap();
+        let value = |id| self.exec.value(id).unwrap();
         let mut worst = rel_err(value(self.out), &f["out"]);
         for &(p, g) in &self.grads {
             let name = &self.exec.graph().value(p).name;
