@@ -334,7 +334,10 @@ fn reading_a_freed_intermediate_is_an_error_naming_it() {
     );
     let err = exec.value(z).unwrap_err().to_string();
     let name = &exec.graph().value(z).name;
-    assert!(err.contains(&format!("`{name}` has no tensor yet")), "{err}");
+    assert!(
+        err.contains(&format!("`{name}` has no tensor yet")),
+        "{err}"
+    );
     exec.set("x", &Tensor::new(&[0f32, 1.0], &Device::Cpu).unwrap())
         .unwrap();
     exec.run().unwrap();

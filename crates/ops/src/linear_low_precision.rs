@@ -8,7 +8,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::bf16::tensor_product;
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::route::{route, Route};
 
 const OP: &str = "linear";
@@ -27,17 +27,8 @@ fn low_dtype(x: &Tensor, weight: &Tensor) -> Result<DType> {
     } else {
         weight.dtype()
     };
-    for (name, t) in [("input", x), ("weight", weight)] {
-        if t.dtype() != DType::F32 && t.dtype() != low {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "a {low:?}-product linear layer's {name} must be F32 or {low:?}, got {:?}",
-                    t.dtype()
-                ),
-            ));
-        }
-    }
+    let operands = [("input", x), ("weight", weight)];
+    crate::bf16::check_operands(OP, "linear layer", low, &operands)?;
     Ok(low)
 }
 

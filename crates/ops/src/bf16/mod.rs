@@ -25,5 +25,5 @@ pub(crate) use products::{
     pack_left_once,
 };
 pub use tensor::cast;
-pub(crate) use tensor::rounded_f32;
+pub(crate) use tensor::{check_operands, rounded_f32};
 pub(crate) use tensor_product::tensor_product;

@@ -95,6 +95,29 @@ pub(crate) fn bits_tensor(
     Tensor::from_vec(values, shape, &Device::Cpu).ctx(op)
 }
 
+/// Checks that each of a `what`'s (a "convolution", a "linear layer") `operands` is
+/// float32 or the products' 16-bit dtype `low`.
+pub(crate) fn check_operands(
+    op: &'static str,
+    what: &str,
+    low: DType,
+    operands: &[(&str, &Tensor)],
+) -> Result<()> {
+    match operands
+        .iter()
+        .find(|(_, t)| t.dtype() != DType::F32 && t.dtype() != low)
+    {
+        Some((name, t)) => Err(OpError::invalid(
+            op,
+            format!(
+                "a {low:?}-product {what}'s {name} must be F32 or {low:?}, got {:?}",
+                t.dtype()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// `t` rounded to `low`'s values (a 16-bit float), kept as float32 (exact): the operands
 /// of a 16-bit product on the paths that multiply in float32. bfloat16 on the CPU takes
 /// one vectorised pass (float32 rounded to nearest, ties to even; bfloat16 widened);

@@ -47,17 +47,7 @@ pub(super) fn check(
     epilogue: &Epilogue<'_>,
 ) -> Result<()> {
     let low = products.low_dtype().unwrap_or(DType::F32);
-    for (name, t) in operands {
-        if t.dtype() != DType::F32 && t.dtype() != low {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "a {low:?}-product convolution's {name} must be F32 or {low:?}, got {:?}",
-                    t.dtype()
-                ),
-            ));
-        }
-    }
+    crate::bf16::check_operands(OP, "convolution", low, operands)?;
     for (name, t) in [("bias", epilogue.bias), ("residual", epilogue.residual)] {
         if let Some(t) = t.filter(|t| t.dtype() != DType::F32) {
             return Err(OpError::invalid(
