@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use wick_ops::Kernel;
 
-use super::rewrite::{fused, Edits, Uses};
+use super::rewrite::{fused, picked, Edits, Uses};
 use crate::ir::Graph;
 use crate::nodes::batchnorm::{BatchNormTrain, BatchNormTrainBackward};
 use crate::nodes::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
@@ -14,11 +14,8 @@ use crate::nodes::fused_train::{BatchNormReluTrain, BatchNormReluTrainBackward};
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
     let mut edits = Edits::new(graph);
-    for i in 0..graph.nodes.len() {
-        let Some(bn) = graph.nodes[i].op_as::<BatchNormTrain>() else {
-            continue;
-        };
-        let params = bn.params;
+    let batch_norms = picked(graph, |n| Some(n.op_as::<BatchNormTrain>()?.params));
+    for (i, params) in batch_norms {
         let (x, y) = (graph.nodes[i].inputs[0], graph.nodes[i].outputs[0]);
         let Some(r) = uses.only_reader(graph, y) else {
             continue;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use wick_ops::conv::epilogue_flops;
 
-use super::rewrite::{fused, Edits, Uses};
+use super::rewrite::{fused, picked, Edits, Uses};
 use crate::ir::Graph;
 use crate::nodes::batchnorm::BatchNormEval;
 use crate::nodes::cast::Cast;
@@ -16,11 +16,8 @@ use crate::nodes::conv_fused::{BiasSource, ConvBiasActivation};
 pub(super) fn run(graph: &mut Graph) -> usize {
     let uses = Uses::of(graph);
     let mut edits = Edits::new(graph);
-    for i in 0..graph.nodes.len() {
-        let Some(bn) = graph.nodes[i].op_as::<BatchNormEval>() else {
-            continue;
-        };
-        let bn_params = bn.params;
+    let batch_norms = picked(graph, |n| Some(n.op_as::<BatchNormEval>()?.params));
+    for (i, bn_params) in batch_norms {
         let y = graph.nodes[i].inputs[0];
         let Some(j) = uses.writer[y.0] else { continue };
         let Some(conv) = graph.nodes[j].op_as::<Conv2d>() else {

@@ -58,6 +58,13 @@ pub(crate) fn remove_nodes(graph: &mut Graph, removed: &[bool]) {
     graph.nodes = nodes;
 }
 
+/// Each node that `pick` takes, with what it took, in graph order: collected before a
+/// pass rewrites the graph.
+pub(crate) fn picked<T>(graph: &Graph, pick: impl Fn(&Node) -> Option<T>) -> Vec<(usize, T)> {
+    let nodes = graph.nodes.iter().enumerate();
+    nodes.filter_map(|(i, n)| Some((i, pick(n)?))).collect()
+}
+
 /// A pattern-matching pass's edits: the nodes its matches replaced and now drop, and how
 /// many matches it made.
 pub(crate) struct Edits {
