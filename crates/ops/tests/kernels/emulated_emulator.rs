@@ -33,37 +33,29 @@ fn emulated_barriers_and_shuffles_are_enforced() {
     .unwrap();
     let v = out.values();
     assert!((0..64).all(|i| v[i] == ((i + 1) % 64) as f32));
-    // A block of 48 threads has an incomplete warp: shuffles there are refused.
     let (mut count, mut sums) = (
         Buf::<u32>::filled("count", 1, 0),
         Buf::<f32>::filled("sums", 1, 0.0),
     );
-    let err = emulate!(wick_emu_selftest_count(
-        one_block(48),
-        count.mut_ptr(),
-        sums.mut_ptr()
-    ))
-    .unwrap_err();
-    assert!(err.contains("whole warps only"), "{err}");
-    // Launches past CUDA's limits are refused.
     let too_big = Launch {
         grid: [1, 70_000, 1],
         block: [32, 1, 1],
     };
-    let err = emulate!(wick_emu_selftest_count(
-        too_big,
-        count.mut_ptr(),
-        sums.mut_ptr()
-    ))
-    .unwrap_err();
-    assert!(err.contains("past CUDA's limits"), "{err}");
-    let err = emulate!(wick_emu_selftest_count(
-        one_block(2048),
-        count.mut_ptr(),
-        sums.mut_ptr()
-    ))
-    .unwrap_err();
-    assert!(err.contains("1024 threads"), "{err}");
+    for (launch, refusal) in [
+        // A block of 48 threads has an incomplete warp: shuffles there are refused.
+        (one_block(48), "whole warps only"),
+        // Launches past CUDA's limits are refused.
+        (too_big, "past CUDA's limits"),
+        (one_block(2048), "1024 threads"),
+    ] {
+        let err = emulate!(wick_emu_selftest_count(
+            launch,
+            count.mut_ptr(),
+            sums.mut_ptr()
+        ))
+        .unwrap_err();
+        assert!(err.contains(refusal), "{err}");
+    }
 }
 
 #[test]
