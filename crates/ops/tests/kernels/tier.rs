@@ -124,6 +124,21 @@ fn binary_op(name: &str) -> BinaryOp {
     }
 }
 
+/// A two-operand op against fixture `f`: its output `out` within 1e-14, and the gradient
+/// of each operand (`grad(Lhs)`, `grad(Rhs)`) against the fixture's `names`, within `tol`.
+fn check_two_operands(
+    what: &str,
+    f: &Fixture,
+    out: &Tensor,
+    grad: impl Fn(Operand) -> Tensor,
+    (names, tol): ([&str; 2], f64),
+) {
+    assert_close(what, out, f.t("out"), 1e-14);
+    for (side, name) in [Operand::Lhs, Operand::Rhs].into_iter().zip(names) {
+        assert_close(&format!("{what} {name}"), &grad(side), f.t(name), tol);
+    }
+}
+
 #[test]
 fn broadcasting_arithmetic_matches_pytorch_with_gradients_summed_back() {
     for path in PATHS {
@@ -133,17 +148,13 @@ fn broadcasting_arithmetic_matches_pytorch_with_gradients_summed_back() {
                 let f = tier(&format!("binary_{op}_{shapes}"));
                 let (a, b, gy) = (f.t("a"), f.t("b"), f.t("grad_out"));
                 let kind = binary_op(op);
-                let what = format!("{op} {shapes} ({path:?})");
-                assert_close(
-                    &what,
+                check_two_operands(
+                    &format!("{op} {shapes} ({path:?})"),
+                    &f,
                     &broadcast::forward(kind, a, b).unwrap(),
-                    f.t("out"),
-                    1e-14,
+                    |side| broadcast::backward(kind, side, gy, a, b).unwrap(),
+                    (["grad_a", "grad_b"], 1e-12),
                 );
-                let ga = broadcast::backward(kind, Operand::Lhs, gy, a, b).unwrap();
-                let gb = broadcast::backward(kind, Operand::Rhs, gy, a, b).unwrap();
-                assert_close(&format!("{what} grad a"), &ga, f.t("grad_a"), 1e-12);
-                assert_close(&format!("{what} grad b"), &gb, f.t("grad_b"), 1e-12);
             }
         }
     }
@@ -217,20 +228,12 @@ fn mse_and_bce_match_pytorch_for_input_and_target() {
     ] {
         let f = tier(case);
         let (x, t, g) = (f.t("input"), f.t("target"), f.t("grad_out"));
-        assert_close(
+        check_two_operands(
             case,
+            &f,
             &regression_loss::forward(kind, x, t).unwrap(),
-            f.t("out"),
-            1e-14,
-        );
-        let gx = regression_loss::backward(kind, Operand::Lhs, g, x, t).unwrap();
-        let gt = regression_loss::backward(kind, Operand::Rhs, g, x, t).unwrap();
-        assert_close(&format!("{case} grad input"), &gx, f.t("grad_input"), 1e-13);
-        assert_close(
-            &format!("{case} grad target"),
-            &gt,
-            f.t("grad_target"),
-            1e-13,
+            |side| regression_loss::backward(kind, side, g, x, t).unwrap(),
+            (["grad_input", "grad_target"], 1e-13),
         );
     }
 }

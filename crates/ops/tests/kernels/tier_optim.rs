@@ -44,30 +44,15 @@ fn adam_and_adamw_with_clipping_match_pytorch_over_three_steps() {
             let (np, mp, vp) = adam(&param, &gp, &state_p);
             let (nq, mq, vq) = adam(&q, &gq, &state_q);
             let after = step + 1;
-            assert_close(
-                &format!("{case} p step {after}"),
-                &np,
-                f.t(&format!("p_after_step{after}")),
-                2e-6,
-            );
-            assert_close(
-                &format!("{case} q step {after}"),
-                &nq,
-                f.t(&format!("q_after_step{after}")),
-                2e-6,
-            );
-            assert_close(
-                &format!("{case} exp_avg {after}"),
-                &mp,
-                f.t(&format!("p_exp_avg_after_step{after}")),
-                1e-6,
-            );
-            assert_close(
-                &format!("{case} exp_avg_sq {after}"),
-                &vp,
-                f.t(&format!("p_exp_avg_sq_after_step{after}")),
-                1e-6,
-            );
+            for (what, got, key, tol) in [
+                ("p", &np, "p", 2e-6),
+                ("q", &nq, "q", 2e-6),
+                ("exp_avg", &mp, "p_exp_avg", 1e-6),
+                ("exp_avg_sq", &vp, "p_exp_avg_sq", 1e-6),
+            ] {
+                let want = f.t(&format!("{key}_after_step{after}"));
+                assert_close(&format!("{case} {what} step {after}"), got, want, tol);
+            }
             (param, q) = (np, nq);
             state_p = Some((mp, vp));
             state_q = Some((mq, vq));
