@@ -66,6 +66,16 @@ fn same(a: &StateDict, b: &StateDict) {
     }
 }
 
+/// Asserts that two sessions hold the same weights and optimizer state (SGD's momentum
+/// buffers, Adam's moments), bit for bit.
+fn same_training(a: &Session, b: &Session) {
+    same(&a.state_dict().unwrap(), &b.state_dict().unwrap());
+    let state = |s: &Session| s.optimizer_state().unwrap();
+    let (sa, sb) = (state(a), state(b));
+    assert!(!sa.is_empty(), "the optimizer has state after a step");
+    same_entries(&sa, &sb, "optimizer state");
+}
+
 #[test]
 fn a_run_resumed_from_a_checkpoint_matches_the_uninterrupted_run_bit_for_bit() {
     let (k, total) = (3, 7);
@@ -94,7 +104,7 @@ fn a_run_resumed_from_a_checkpoint_matches_the_uninterrupted_run_bit_for_bit() {
     assert_eq!(second.steps(), k);
     resumed_losses.extend(steps(&mut second, loaded.step, total));
     assert_eq!(resumed_losses, losses, "the same losses, bit for bit");
-    same(&whole.state_dict().unwrap(), &second.state_dict().unwrap());
+    same_training(&whole, &second);
     let buffers = |s: &Session| s.momentum_buffers().unwrap();
     same_entries(&buffers(&whole), &buffers(&second), "momentum buffer");
 }
@@ -178,9 +188,7 @@ fn adam_adamw_and_dropout_resume_bit_for_bit() {
         resume::load(&mut second, &ckpt).unwrap();
         resumed.extend(run(&mut second, k, total));
         assert_eq!(resumed, losses, "{config:?}: the same losses, bit for bit");
-        same(&whole.state_dict().unwrap(), &second.state_dict().unwrap());
-        let state = |s: &Session| s.optimizer_state().unwrap();
-        same_entries(&state(&whole), &state(&second), "optimizer state");
+        same_training(&whole, &second);
     }
 }
 
