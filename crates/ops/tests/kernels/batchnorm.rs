@@ -191,49 +191,30 @@ impl Channels {
 
 /// A precision case on `[4, 6, 9, 7]` from seeds `seed..seed + 5`: the input (at mean 8,
 /// where cancellation shows), the weight, the bias, and the running mean and variance
-/// drawn around `running`'s (mean, spread) pairs.
-struct PrecisionCase {
-    x: crate::precision::Input,
-    w: crate::precision::Input,
-    b: crate::precision::Input,
-    rm: crate::precision::Input,
-    rv: crate::precision::Input,
-    shape: [usize; 4],
-    ch: Channels,
-}
-
-impl PrecisionCase {
-    fn new(seed: u64, running: [(f64, f64); 2]) -> Self {
-        use crate::precision::input;
-        let shape = [4, 6, 9, 7];
-        let c = [shape[1]];
-        let [(mean, mean_spread), (var, var_spread)] = running;
-        PrecisionCase {
-            x: input(seed, &shape, 8.0, 1.0),
-            w: input(seed + 1, &c, 1.0, 0.5),
-            b: input(seed + 2, &c, 0.0, 1.0),
-            rm: input(seed + 3, &c, mean, mean_spread),
-            rv: input(seed + 4, &c, var, var_spread),
-            shape,
-            ch: Channels::of(&shape),
-        }
-    }
+/// drawn around `running`'s (mean, spread) pairs; the shape and its channels.
+fn precision_case(
+    seed: u64,
+    running: [(f64, f64); 2],
+) -> ([crate::precision::Input; 5], [usize; 4], Channels) {
+    use crate::precision::input;
+    let shape = [4, 6, 9, 7];
+    let c = [shape[1]];
+    let [(mean, mean_spread), (var, var_spread)] = running;
+    let inputs = [
+        input(seed, &shape, 8.0, 1.0),
+        input(seed + 1, &c, 1.0, 0.5),
+        input(seed + 2, &c, 0.0, 1.0),
+        input(seed + 3, &c, mean, mean_spread),
+        input(seed + 4, &c, var, var_spread),
+    ];
+    (inputs, shape, Channels::of(&shape))
 }
 
 fn train_precision_here() {
     use crate::precision::{assert_within_values as within, gamma, host, input, U};
     let path = wick_ops::KernelPath::current();
     let p = BatchNorm2dParams::default();
-    let case = PrecisionCase::new(1, [(0.0, 1.0), (1.0, 0.5)]);
-    let PrecisionCase {
-        x,
-        w,
-        b,
-        rm,
-        rv,
-        shape,
-        ch,
-    } = case;
+    let ([x, w, b, rm, rv], shape, ch) = precision_case(1, [(0.0, 1.0), (1.0, 0.5)]);
     let out = batch_norm_train(&x.f32, &w.f32, &b.f32, &rm.f32, &rv.f32, &p).unwrap();
     let n = ch.count as f64;
     let xs = host(&x.f64);
@@ -395,16 +376,7 @@ fn eval_precision_here() {
     use crate::precision::{assert_within_values as within, gamma, host, input, U};
     let path = wick_ops::KernelPath::current();
     let p = BatchNorm2dParams::default();
-    let case = PrecisionCase::new(11, [(8.0, 0.1), (0.4, 0.2)]);
-    let PrecisionCase {
-        x,
-        w,
-        b,
-        rm,
-        rv,
-        shape,
-        ch,
-    } = case;
+    let ([x, w, b, rm, rv], shape, ch) = precision_case(11, [(8.0, 0.1), (0.4, 0.2)]);
     let y = batch_norm_eval(&x.f32, &w.f32, &b.f32, &rm.f32, &rv.f32, &p).unwrap();
     let (xs, ws, bs, rms) = (host(&x.f64), host(&w.f64), host(&b.f64), host(&rm.f64));
     let inv_std: Vec<f64> = host(&rv.f64)
