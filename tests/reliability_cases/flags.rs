@@ -16,6 +16,9 @@ const TRAIN_COUNTS: &[&str] = &[
     "--num-classes",
 ];
 
+/// A program and the arguments every case of it starts with.
+type Program = (&'static str, &'static [&'static str]);
+
 /// The flag cases.
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
@@ -88,7 +91,7 @@ pub fn cases() -> Vec<Case> {
     let train = ("train_resnet", TRAIN);
     let infer = ("infer_resnet", INFER);
     let profile = ("profile_resnet", PROFILE);
-    let floats: [(&str, &[&str], &[(&'static str, &[&str])]); 7] = [
+    let floats: [(&str, &[&str], &[Program]); 7] = [
         ("--lr", RATES, &[train, profile]),
         ("--momentum", &["inf", "-1", "-0.5"], &[train]),
         ("--weight-decay", &["inf", "-1", "-1e-5"], &[train]),

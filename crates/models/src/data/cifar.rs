@@ -57,7 +57,7 @@ impl Cifar10 {
                 }),
                 _ => {}
             }
-            let bytes = std::fs::read(f).map_err(ModelError::io(&f))?;
+            let bytes = std::fs::read(f).map_err(ModelError::io(f))?;
             if bytes.is_empty() || bytes.len() % CIFAR_RECORD != 0 {
                 return Err(ModelError::Data {
                     path: f.clone(),

@@ -176,7 +176,7 @@ impl ImageBatches {
     fn load(&mut self, i: usize) -> Result<RgbImage> {
         let path = &self.folder.samples()[i].0;
         let started = Instant::now();
-        let bytes = std::fs::read(path).map_err(ModelError::io(&path))?;
+        let bytes = std::fs::read(path).map_err(ModelError::io(path))?;
         let read = started.elapsed().as_secs_f64();
         self.stages.stages.add(InputStage::Read, read);
         let image = RgbImage::decode(&bytes, path);
