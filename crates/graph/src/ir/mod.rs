@@ -17,7 +17,8 @@ pub use crate::phase::Phase;
 pub use graph::{Graph, Node};
 pub use loss_scale::{GradScaler, ScalerValues};
 pub use node_op::{
-    arg, args, binary, one, AsAny, BackwardCtx, Inputs, KernelResult, NewValue, NodeOp, Op, Outputs,
+    arg, args, binary, leading_args, one, AsAny, BackwardCtx, Inputs, KernelResult, NewValue,
+    NodeOp, Op, Outputs,
 };
 pub(crate) use node_op::{NewValues, NodeRecorder};
 pub use pass_set::{PassName, PassRecord, PassSet};

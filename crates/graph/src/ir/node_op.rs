@@ -146,6 +146,16 @@ pub fn args<'a, const N: usize>(
     Ok(out.map(|t| t.expect("every slot was filled above")))
 }
 
+/// Inputs `0..n` of a node, each required: a node with a variable number of operands
+/// (`cat`'s parts, the gradients that clipping scales).
+pub fn leading_args<'a>(
+    inputs: &Inputs<'a>,
+    n: usize,
+    op: &'static str,
+) -> std::result::Result<Vec<&'a Tensor>, OpError> {
+    (0..n).map(|i| arg(inputs, i, op)).collect()
+}
+
 /// The one output of a node that computes `f` of its two inputs.
 pub fn binary<E>(
     inputs: &Inputs<'_>,

@@ -14,7 +14,7 @@ use wick_ops::Kernel;
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
-use crate::ir::{arg, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+use crate::ir::{arg, args, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
 
 const OP: &str = "scaled_dot_product_attention";
 
@@ -161,11 +161,7 @@ impl NodeOp for ScaledDotProductAttention {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let (q, k, v) = (
-            arg(inputs, 0, OP)?,
-            arg(inputs, 1, OP)?,
-            arg(inputs, 2, OP)?,
-        );
+        let [q, k, v] = args(inputs, OP)?;
         let (mask, step) = self.extras(inputs, 3)?;
         let y = scaled_dot_product_attention(q, k, v, mask, &self.attention, step)?;
         Ok(vec![Some(y.out), Some(y.lse)])
@@ -208,23 +204,14 @@ impl NodeOp for ScaledDotProductAttentionBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let t = |i| arg(inputs, i, OP);
+        let [q, k, v, out, lse, grad_out] = args(inputs, OP)?;
         let saved = AttentionOutput {
-            out: t(3)?.clone(),
-            lse: t(4)?.clone(),
+            out: out.clone(),
+            lse: lse.clone(),
         };
         let (mask, step) = self.forward.extras(inputs, 6)?;
         let a = &self.forward.attention;
-        let g = scaled_dot_product_attention_backward(
-            t(0)?,
-            t(1)?,
-            t(2)?,
-            &saved,
-            t(5)?,
-            mask,
-            a,
-            step,
-        )?;
+        let g = scaled_dot_product_attention_backward(q, k, v, &saved, grad_out, mask, a, step)?;
         Ok(vec![Some(g.q), Some(g.k), Some(g.v)])
     }
 }

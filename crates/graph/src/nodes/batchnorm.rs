@@ -8,7 +8,7 @@ use wick_ops::{DeviceKind, Kernel};
 
 use crate::builder::{GraphBuilder, Mode};
 use crate::error::{GraphError, Result};
-use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, Outputs};
+use crate::ir::{args, one, BackwardCtx, Inputs, KernelResult, NodeOp, Outputs};
 use crate::ir::{ValueId, ValueInfo, ValueKind};
 
 const OP: &str = "batch_norm";
@@ -158,8 +158,8 @@ impl NodeOp for BatchNormTrain {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = |i| arg(inputs, i, OP);
-        let o = batchnorm::batch_norm_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
+        let [x, w, b, mean, var] = args(inputs, OP)?;
+        let o = batchnorm::batch_norm_train(x, w, b, mean, var, &self.params)?;
         Ok(train_outputs(o))
     }
 
@@ -176,13 +176,13 @@ impl NodeOp for BatchNormEval {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = |i| arg(inputs, i, OP);
+        let [x, w, b, mean, var] = args(inputs, OP)?;
         one(batchnorm::batch_norm_eval(
-            x(0)?,
-            x(1)?,
-            x(2)?,
-            x(3)?,
-            x(4)?,
+            x,
+            w,
+            b,
+            mean,
+            var,
             &self.params,
         )?)
     }
@@ -207,8 +207,8 @@ impl NodeOp for BatchNormTrainBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = |i| arg(inputs, i, OP);
-        let g = batchnorm::batch_norm_train_backward(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?)?;
+        let [gy, x, w, mean, inv_std] = args(inputs, OP)?;
+        let g = batchnorm::batch_norm_train_backward(gy, x, w, mean, inv_std)?;
         Ok(grads(g))
     }
 }
@@ -219,9 +219,8 @@ impl NodeOp for BatchNormEvalBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = |i| arg(inputs, i, OP);
-        let g =
-            batchnorm::batch_norm_eval_backward(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
+        let [gy, x, w, mean, var] = args(inputs, OP)?;
+        let g = batchnorm::batch_norm_eval_backward(gy, x, w, mean, var, &self.params)?;
         Ok(grads(g))
     }
 }

@@ -8,7 +8,7 @@ use wick_ops::batchnorm::{self, BatchNorm2dParams};
 use wick_ops::bias_activation::{bias_activation, bias_activation_backward};
 use wick_ops::{elementwise, DeviceKind, Kernel};
 
-use crate::ir::{arg, args, binary, one, Inputs, KernelResult, NodeOp, ValueInfo};
+use crate::ir::{args, binary, one, Inputs, KernelResult, NodeOp, ValueInfo};
 use crate::nodes::batchnorm::{grads, train_outputs, workspace_bytes};
 
 /// Batch norm (batch statistics) then ReLU, in one output pass. in: x, weight, bias,
@@ -79,8 +79,8 @@ impl NodeOp for BatchNormReluTrain {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = |i| arg(inputs, i, "batch_norm_relu");
-        let o = batchnorm::batch_norm_relu_train(x(0)?, x(1)?, x(2)?, x(3)?, x(4)?, &self.params)?;
+        let [x, w, b, mean, var] = args(inputs, "batch_norm_relu")?;
+        let o = batchnorm::batch_norm_relu_train(x, w, b, mean, var, &self.params)?;
         Ok(train_outputs(o))
     }
 }

@@ -8,7 +8,7 @@ use wick_ops::{layout, Kernel, OpError};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
-use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
+use crate::ir::{arg, leading_args, one, BackwardCtx, Inputs, KernelResult, NodeOp, ValueId};
 use crate::nodes::linear::Reshape;
 
 /// Concatenation along `dim`. in: the parts; out: y.
@@ -107,9 +107,7 @@ impl NodeOp for Concat {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let parts: Vec<&Tensor> = (0..inputs.len())
-            .map(|i| arg(inputs, i, "concat"))
-            .collect::<std::result::Result<_, _>>()?;
+        let parts = leading_args(inputs, inputs.len(), "concat")?;
         one(Tensor::cat(&parts, self.dim).map_err(candle("concat"))?)
     }
 

@@ -110,9 +110,8 @@ impl NodeOp for LinearBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = |i| arg(inputs, i, "linear");
-        let LinearGrads { x, weight, bias } =
-            linear::linear_backward(x(0)?, x(1)?, x(2)?, self.has_bias)?;
+        let [gy, x, w] = args(inputs, "linear")?;
+        let LinearGrads { x, weight, bias } = linear::linear_backward(gy, x, w, self.has_bias)?;
         Ok(vec![Some(x), Some(weight), bias])
     }
 }

@@ -5,7 +5,7 @@ use candle_core::Tensor;
 use wick_ops::optim::clip_factor;
 use wick_ops::{Kernel, OpError};
 
-use crate::ir::{arg, Inputs, KernelResult, NodeOp};
+use crate::ir::{leading_args, Inputs, KernelResult, NodeOp};
 
 /// Global-norm gradient clipping. in: every gradient; out: every gradient times
 /// `min(1, max_norm / (‖g‖ + 1e-6))`, then the total norm `‖g‖` (0-dim).
@@ -21,9 +21,7 @@ impl NodeOp for ClipGradNorm {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let grads: Vec<&Tensor> = (0..inputs.len())
-            .map(|i| arg(inputs, i, "clip_grad_norm"))
-            .collect::<std::result::Result<_, _>>()?;
+        let grads = leading_args(inputs, inputs.len(), "clip_grad_norm")?;
         let (total, coef) = clip_factor(&grads, self.max_norm)?;
         let candle = |e| OpError::candle("clip_grad_norm", e);
         let mut out = Vec::with_capacity(grads.len() + 1);

@@ -14,7 +14,7 @@ use wick_ops::{Kernel, OpError};
 
 use crate::builder::GraphBuilder;
 use crate::error::{GraphError, Result};
-use crate::ir::{arg, one, Inputs, KernelResult, NodeOp, ValueId, ValueKind};
+use crate::ir::{arg, leading_args, one, Inputs, KernelResult, NodeOp, ValueId, ValueKind};
 pub use crate::ir::{GradScaler, ScalerValues};
 use crate::phase::Phase;
 
@@ -102,9 +102,7 @@ impl NodeOp for UnscaleGradients {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let n = self.gradients;
-        let grads: Vec<&Tensor> = (0..n)
-            .map(|i| arg(inputs, i, OP))
-            .collect::<std::result::Result<_, _>>()?;
+        let grads = leading_args(inputs, n, OP)?;
         let stored = |i: usize| inputs.get(i).copied().flatten();
         let scale = scalar_or(stored(n), self.scaler.init_scale)?;
         let tracker = scalar_or(stored(n + 1), 0.0)? as u64;
