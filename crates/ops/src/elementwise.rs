@@ -28,36 +28,38 @@ fn on_cuda_kernel(a: &Tensor, b: &Tensor) -> bool {
 /// `a + b` for two tensors of the same shape (no broadcasting: a shape mismatch in a
 /// residual connection is a model bug, and gets an error naming both shapes).
 pub fn add(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
-    if on_cpu_kernel(a, b) {
-        return dispatch_float!(OP, a.dtype(), add_cpu(a, b));
-    }
-    #[cfg(feature = "cuda")]
-    if on_cuda_kernel(a, b) {
-        return crate::gpu::elementwise::binary(OP, "add", a, b);
-    }
-    (a + b).ctx(OP)
-}
-
-fn add_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-    cpu::zip_map::<T>(OP, a, b, |x, y| x + y)
+    sum(a, b, false)
 }
 
 /// `relu(a + b)` in one pass (`AddReLU`, a residual block's end): ReLU as
 /// [`relu`](crate::relu::relu) (0 where the sum is <= 0, NaN kept).
 pub fn add_relu(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    sum(a, b, true)
+}
+
+/// `a + b`, then ReLU if `relu`: the shape check and the routing of both sums.
+fn sum(a: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
     crate::shape::same(OP, "lhs", a.dims(), "rhs", b.dims())?;
     if on_cpu_kernel(a, b) {
-        return dispatch_float!(OP, a.dtype(), add_relu_cpu(a, b));
+        return dispatch_float!(OP, a.dtype(), sum_cpu(a, b, relu));
     }
     #[cfg(feature = "cuda")]
     if on_cuda_kernel(a, b) {
-        return crate::gpu::elementwise::binary(OP, "add_relu", a, b);
+        let kernel = if relu { "add_relu" } else { "add" };
+        return crate::gpu::elementwise::binary(OP, kernel, a, b);
     }
-    crate::relu::relu(&(a + b).ctx(OP)?)
+    let s = (a + b).ctx(OP)?;
+    if relu {
+        crate::relu::relu(&s)
+    } else {
+        Ok(s)
+    }
 }
 
-fn add_relu_cpu<T: Float>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+fn sum_cpu<T: Float>(a: &Tensor, b: &Tensor, relu: bool) -> Result<Tensor> {
+    if !relu {
+        return cpu::zip_map::<T>(OP, a, b, |x, y| x + y);
+    }
     cpu::zip_map::<T>(OP, a, b, |x, y| {
         let s = x + y;
         if s <= T::ZERO {

@@ -40,6 +40,21 @@ fn pad_into<'b, T: Float>(
     buf
 }
 
+/// Input plane `plane` of `xs` inside the convolution's zero padding (in `buf`), and the
+/// padded plane's width.
+fn padded_input<'b, T: Float>(
+    g: &Geom,
+    buf: &'b mut Vec<T>,
+    xs: &[T],
+    plane: usize,
+) -> (&'b [T], usize) {
+    let [ph, pw] = g.p.padding;
+    let (hw, pcols) = (g.h * g.w, g.w + 2 * pw);
+    let shape = (g.h + 2 * ph, pcols);
+    let x = &xs[plane * hw..][..hw];
+    (pad_into(buf, x, (g.h, g.w), (ph, pw), shape), pcols)
+}
+
 /// `out [rows x cols] = padded ⋆ taps` (correlation, `kh x kw` taps, row-major).
 struct Correlate<'a, T> {
     padded: &'a [T],
@@ -107,20 +122,12 @@ fn correlate_block<T: Float, const L: usize>(
 /// Forward: `out[n, c] = x[n, c] ⋆ w[c]`, then the epilogue, one plane per task.
 pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<'_, T>) -> Vec<T> {
     let mut out = vec![T::ZERO; g.n * g.c_out * g.pixels()];
-    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
-    let [ph, pw] = g.p.padding;
-    let (prows, pcols) = (g.h + 2 * ph, g.w + 2 * pw);
+    let (p, taps) = (g.pixels(), g.kh * g.kw);
     out.par_chunks_mut(p)
         .enumerate()
         .for_each_init(Vec::new, |buf, (plane, o)| {
             let (n, c) = (plane / g.c_in, plane % g.c_in);
-            let xp = pad_into(
-                buf,
-                &xs[plane * hw..][..hw],
-                (g.h, g.w),
-                (ph, pw),
-                (prows, pcols),
-            );
+            let (xp, pcols) = padded_input(g, buf, xs, plane);
             let w = &ws[c * taps..][..taps];
             cpu::run_wide(Correlate {
                 padded: xp,
@@ -236,21 +243,13 @@ fn tap_sum<T: Float, const L: usize>(
 
 /// Weight gradient: `dw[c, tap] = Σ_n Σ_pixels gy[n, c] · x[n, c] at the tap`, in f64.
 pub(super) fn backward_filter<T: Float>(g: &Geom, gs: &[T], xs: &[T]) -> Vec<T> {
-    let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
-    let [ph, pw] = g.p.padding;
-    let (prows, pcols) = (g.h + 2 * ph, g.w + 2 * pw);
+    let (p, taps) = (g.pixels(), g.kh * g.kw);
     let mut dw = vec![T::ZERO; g.c_out * taps];
     dw.par_chunks_mut(taps).enumerate().for_each(|(c, dwc)| {
         let (mut acc, mut buf) = (vec![0f64; taps], Vec::new());
         for n in 0..g.n {
             let plane = n * g.c_in + c;
-            let xp = pad_into(
-                &mut buf,
-                &xs[plane * hw..][..hw],
-                (g.h, g.w),
-                (ph, pw),
-                (prows, pcols),
-            );
+            let (xp, pcols) = padded_input(g, &mut buf, xs, plane);
             let gy = &gs[plane * p..][..p];
             cpu::run_wide(FilterTaps {
                 padded: xp,
