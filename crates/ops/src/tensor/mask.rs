@@ -165,9 +165,10 @@ pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
             cpu_kernels::masked_fill(x, mask, value)
         );
     }
-    let fill = x
-        .zeros_like()
-        .and_then(|z| z.affine(1.0, value))
+    // One element broadcast to `x`'s shape: no full-size constant is written.
+    let fill = Tensor::new(value, x.device())
+        .and_then(|v| v.to_dtype(x.dtype()))
+        .and_then(|v| v.broadcast_as(x.dims()))
         .map_err(&c)?;
     mask.broadcast_as(x.dims())
         .and_then(|m| m.where_cond(&fill, x))
