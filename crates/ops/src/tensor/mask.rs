@@ -180,3 +180,25 @@ pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f64) -> Result<Tensor> {
 pub fn masked_fill_backward(gy: &Tensor, mask: &Tensor) -> Result<Tensor> {
     masked_fill(gy, mask, 0.0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::KernelPath;
+    use candle_core::Device;
+
+    /// A finite fill through a broadcast mask: `value` where the mask row is set, `x`
+    /// elsewhere, the same on wick's CPU kernel and on candle's generic path.
+    #[test]
+    fn a_finite_fill_lands_where_the_mask_is_set_on_both_paths() {
+        let x = Tensor::arange(0f32, 6., &Device::Cpu)
+            .and_then(|t| t.reshape((2, 3)))
+            .unwrap();
+        let mask = Tensor::new(&[[1u8], [0]], &Device::Cpu).unwrap();
+        let want = vec![vec![2.5f32, 2.5, 2.5], vec![3., 4., 5.]];
+        for path in [KernelPath::Auto, KernelPath::Generic] {
+            let y = path.scope(|| masked_fill(&x, &mask, 2.5)).unwrap();
+            assert_eq!(y.to_vec2::<f32>().unwrap(), want, "{path:?}");
+        }
+    }
+}
