@@ -86,7 +86,10 @@ torch_case() {
             log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_zoo_baseline.py --model "${1%_train_b8_128}" --batch 8 --size 128 --threads "$THREADS" --reps 10; } 2>&1 ) ;;
         *) log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" "$BASELINE" --cases "$1" --threads "$THREADS"; } 2>&1 ) ;;
     esac
-    echo "$(echo "$log" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p' | head -1) $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
+    local ms
+    ms=$(echo "$log" | sed -n 's/.*"median_ms": \([0-9.]*\).*/\1/p' | head -1)
+    [ -n "$ms" ] || { echo "torch_case $1 failed: $log" >&2; exit 1; }
+    echo "$ms $(echo "$log" | sed -n 's/^rss_kib \([0-9]*\)$/\1/p')"
 }
 
 CASES=${CASES:-"resnet18_cifar_train_b8 resnet18_cifar_train_b32 resnet50_train_b2 resnet50_infer_b1 resnet50_infer_b1_fused mobilenet_v2_train_b8_128 efficientnet_b0_train_b8_128"}

@@ -27,7 +27,6 @@ import sys
 import numpy as np
 import torch
 import torchvision
-from safetensors.torch import save_file
 
 from fixture_formula import set_weights, uniform  # same folder
 
@@ -84,6 +83,9 @@ def run(name, dtype):
 
 
 def main():
+    # Imported here: scripts/torch_zoo_baseline.py imports MODELS and writes no file.
+    from safetensors.torch import save_file
+
     out_dir = sys.argv[1] if len(sys.argv) > 1 else "fixtures/zoo"
     names = sys.argv[2:] or list(MODELS)
     os.makedirs(out_dir, exist_ok=True)
