@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{run, run_ok};
+use common::{assert_mentions, run, run_ok};
 
 /// A 3-class folder of about 40x32 images: 16 training and 4 validation images a class.
 fn make_folder(dir: &Path) {
@@ -221,10 +221,7 @@ fn a_corrupt_image_is_named_or_skipped_and_counted() {
     let out = run_ok(dir, "train_resnet", &args);
     assert!(out.contains("epoch 1/1"), "{out}");
     let stderr = String::from_utf8_lossy(&run(dir, "train_resnet", &args, &[]).stderr).into_owned();
-    assert!(
-        stderr.contains("skipped an unreadable image") && stderr.contains("0003.jpg"),
-        "{stderr}"
-    );
+    assert_mentions(&stderr, &["skipped an unreadable image", "0003.jpg"]);
 }
 
 /// A case: its name, how it breaks a fresh folder, what the error must say.

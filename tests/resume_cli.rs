@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{run, run_ok, spawn, succeeded};
+use common::{assert_mentions, run, run_ok, spawn, succeeded};
 
 /// ResNet-18 (CIFAR stem) on 8x8 synthetic images, batch 4, 12 steps, seed 3.
 #[rustfmt::skip]
@@ -124,10 +124,7 @@ fn sigint_saves_a_checkpoint_and_the_resumed_run_ends_the_same() {
         !out.status.success(),
         "the run finished before SIGINT: {err}"
     );
-    assert!(
-        err.contains("interrupted at step") && err.contains("--resume"),
-        "{err}"
-    );
+    assert_mentions(&err, &["interrupted at step", "--resume"]);
     let step: u64 = err
         .split("interrupted at step ")
         .nth(1)

@@ -112,3 +112,10 @@ pub fn relu_softmax_profile(side: usize, runs: usize) -> serde_json::Value {
     let json = exec.hook::<TimeProfiler>().unwrap().profile().to_json();
     serde_json::from_str(&json).unwrap()
 }
+
+/// Asserts that `text` (an error message) mentions each of `words`, naming those missing.
+#[track_caller]
+pub fn assert_mentions(text: &str, words: &[&str]) {
+    let missing: Vec<&&str> = words.iter().filter(|w| !text.contains(**w)).collect();
+    assert!(missing.is_empty(), "{missing:?} missing from: {text}");
+}

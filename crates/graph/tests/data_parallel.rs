@@ -11,6 +11,7 @@ mod common;
 use std::sync::Arc;
 
 use candle_core::{DType, Device, Tensor};
+use common::assert_mentions;
 use common::ranks::on_two_ranks;
 use common::uniform;
 use wick_graph::collective::{Communicator, SingleProcess};
@@ -313,13 +314,15 @@ fn a_failed_all_reduce_is_an_error_naming_the_bucket_and_the_rank() {
     let mut exec = executor(graph);
     feed(&mut exec, 0, 0, 4);
     let e = exec.run().unwrap_err().to_string();
-    assert!(
-        e.contains("DistAllReduce")
-            && e.contains("DistWait")
-            && e.contains("bucket 0")
-            && e.contains("rank 1 of 2")
-            && e.contains("peer rank 0 is gone"),
-        "{e}"
+    assert_mentions(
+        &e,
+        &[
+            "DistAllReduce",
+            "DistWait",
+            "bucket 0",
+            "rank 1 of 2",
+            "peer rank 0 is gone",
+        ],
     );
 }
 
@@ -528,10 +531,7 @@ fn the_distributed_profile_gathers_every_rank_to_every_rank() {
         text.contains("Data parallel: 2 ranks (threads (test double))"),
         "{text}"
     );
-    assert!(
-        text.contains("<- slowest") && text.contains("busbw"),
-        "{text}"
-    );
+    assert_mentions(&text, &["<- slowest", "busbw"]);
     // One process track per rank in the trace, each with every op.
     let mut with = p0.clone();
     with.distributed = Some(d0.clone());

@@ -4,6 +4,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor};
+use common::assert_mentions;
 use wick_models::checkpoint::write_safetensors;
 use wick_models::data::{BatchFile, BatchSource, Cifar10, Prefetcher, SyntheticImages};
 use wick_ops::compare::host_values;
@@ -58,10 +59,7 @@ fn cifar10_binaries_are_read_normalised_and_reshuffled() {
 
     std::fs::write(d.join("test_batch.bin"), &record(3, 0)[..100]).unwrap();
     let msg = Cifar10::open(d, false, 1, 0).unwrap_err().to_string();
-    assert!(
-        msg.contains("test_batch.bin") && msg.contains("3073-byte"),
-        "{msg}"
-    );
+    assert_mentions(&msg, &["test_batch.bin", "3073-byte"]);
     std::fs::write(d.join("test_batch.bin"), record(12, 0)).unwrap();
     let msg = Cifar10::open(d, false, 1, 0).unwrap_err().to_string();
     assert!(msg.contains("label 12"), "{msg}");
@@ -94,10 +92,7 @@ fn batch_files_need_images_and_integer_labels() {
     )
     .unwrap();
     let msg = BatchFile::open(&path).unwrap_err().to_string();
-    assert!(
-        msg.contains("labels") && msg.contains("b.safetensors"),
-        "{msg}"
-    );
+    assert_mentions(&msg, &["labels", "b.safetensors"]);
 }
 
 #[test]
@@ -368,14 +363,11 @@ fn text_becomes_bytes_or_characters_with_a_held_out_tail() {
     let e = TextCorpus::open(&path, &chars, 10, 1)
         .unwrap_err()
         .to_string();
-    assert!(
-        e.contains("t.txt") && e.contains("not UTF-8 at byte 1"),
-        "{e}"
-    );
+    assert_mentions(&e, &["t.txt", "not UTF-8 at byte 1"]);
     let e = TextCorpus::open(&path, &ByteTokenizer, 10, 8)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("t.txt") && e.contains("shorter context"), "{e}");
+    assert_mentions(&e, &["t.txt", "shorter context"]);
 }
 
 #[test]
@@ -392,10 +384,7 @@ fn a_batch_file_with_a_non_finite_pixel_is_refused_naming_the_file() {
     ];
     write_safetensors(&state.into_iter().collect(), &path).unwrap();
     let e = BatchFile::open(&path).unwrap_err().to_string();
-    assert!(
-        e.contains("nan_batch.safetensors") && e.contains("NaN") && e.contains("image 1"),
-        "{e}"
-    );
+    assert_mentions(&e, &["nan_batch.safetensors", "NaN", "image 1"]);
 }
 
 #[test]
@@ -412,8 +401,5 @@ fn a_cifar_test_set_smaller_than_a_batch_is_evaluated_and_an_empty_one_named() {
     assert_eq!((real, labels.dims()), (1, &[1][..]));
     // Five training images cannot fill a batch of 8: the files are named.
     let e = Cifar10::open(d, true, 8, 0).unwrap_err().to_string();
-    assert!(
-        e.contains("data_batch_1.bin") && e.contains("one training batch of 8"),
-        "{e}"
-    );
+    assert_mentions(&e, &["data_batch_1.bin", "one training batch of 8"]);
 }

@@ -11,7 +11,8 @@ use wick_graph::{GraphBuilder, GraphError, Mode, ValueId};
 use wick_models::nn::{Layers, Recurrent};
 
 mod common;
-use common::VjpCheck;
+
+use common::{assert_mentions, VjpCheck};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -196,5 +197,5 @@ fn an_lstm_applied_twice_shares_its_weights_and_bad_shapes_name_the_layer() {
         .gru("dec", x, Recurrent::new(3, 5), Some(h0))
         .unwrap_err()
         .to_string();
-    assert!(msg.contains("`h0`") && msg.contains("[1, 2, 5]"), "{msg}");
+    assert_mentions(&msg, &["`h0`", "[1, 2, 5]"]);
 }

@@ -1,7 +1,10 @@
 //! The model registry: every name builds, is listed where a name is unknown, and the
 //! settings a model lacks are refused by name.
 
+mod common;
+
 use candle_core::DType;
+use common::assert_mentions;
 use wick_graph::{GraphBuilder, Mode};
 use wick_models::{registry, Depth, ModelConfig, ResNetConfig, Stem};
 
@@ -47,20 +50,17 @@ fn a_vit_takes_square_images_of_its_size_and_its_position_embedding_follows_it()
     assert_eq!(pos(vit), [1, 197, 768]);
     assert_eq!(pos(vit.with_image_size(64).unwrap()), [1, 17, 768]);
     let e = vit.with_image_size(50).unwrap_err().to_string();
-    assert!(
-        e.contains("vit_b_16") && e.contains("multiple of its patch 16") && e.contains("50"),
-        "{e}"
-    );
+    assert_mentions(&e, &["vit_b_16", "multiple of its patch 16", "50"]);
     let e = vit
         .for_images(wick_models::ImageSize::new(64, 48))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("square") && e.contains("64x48"), "{e}");
+    assert_mentions(&e, &["square", "64x48"]);
     // A graph of other images than the model's size names both.
     let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
     let x = b.input("images", &[1, 3, 32, 32], DType::F32).unwrap();
     let e = vit.forward(&mut b, x).unwrap_err().to_string();
-    assert!(e.contains("224x224") && e.contains("32x32"), "{e}");
+    assert_mentions(&e, &["224x224", "32x32"]);
 }
 
 #[test]

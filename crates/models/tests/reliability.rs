@@ -3,10 +3,13 @@
 //! atomic under SIGKILL, and the loader never panics on damaged files (property tests).
 //! Each test prints how many cases it tried (`--nocapture`).
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
+use common::assert_mentions;
 use proptest::prelude::*;
 use wick_models::checkpoint::{read_safetensors, write_safetensors, StateDict};
 use wick_models::init::formula;
@@ -81,10 +84,7 @@ fn poisoned_checkpoints_are_refused_naming_the_tensor_unless_unchecked() {
     );
     write_safetensors(&w, &path).unwrap();
     let err = inference().load_checkpoint(&path).unwrap_err().to_string();
-    assert!(
-        err.contains("layer4.1.bn1.num_batches_tracked") && err.contains("-3"),
-        "{err}"
-    );
+    assert_mentions(&err, &["layer4.1.bn1.num_batches_tracked", "-3"]);
     println!(
         "poisoned checkpoints: {} cases, all refused",
         cases.len() + 1
@@ -142,10 +142,7 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
     let path = d.path().join("good.safetensors");
     std::fs::write(&path, b"the old checkpoint").unwrap();
     let err = s.save_checkpoint(&path).unwrap_err().to_string();
-    assert!(
-        err.contains("non-finite") && err.contains("not written"),
-        "{err}"
-    );
+    assert_mentions(&err, &["non-finite", "not written"]);
     assert_eq!(std::fs::read(&path).unwrap(), b"the old checkpoint");
     // Without the parameter check, only the loss catches it, no earlier.
     let mut unchecked = training(1e30, false);
@@ -168,19 +165,18 @@ fn a_diverging_run_stops_at_its_first_non_finite_step_and_saves_nothing() {
         })
         .unwrap();
     let e = s.step(&poisoned, &labels).unwrap_err().to_string();
-    assert!(
-        e.contains("training step 1") && e.contains("the loss is NaN"),
-        "{e}"
-    );
+    assert_mentions(&e, &["training step 1", "the loss is NaN"]);
     // A non-finite value the loss never sees (training normalises by the batch's own
     // statistics): only the parameter check catches it.
     let mut s = training(0.01, true);
     poison(&mut s, "layer1.0.bn1.running_mean", 2, f32::INFINITY);
     let e = s.step(&images, &labels).unwrap_err().to_string();
-    assert!(
-        e.contains("training step 1")
-            && e.contains("`layer1.0.bn1.running_mean` became inf at element 2"),
-        "{e}"
+    assert_mentions(
+        &e,
+        &[
+            "training step 1",
+            "`layer1.0.bn1.running_mean` became inf at element 2",
+        ],
     );
     println!("diverging runs: 4 cases, all stopped at the first non-finite step");
 }
@@ -195,20 +191,19 @@ fn anomaly_detection_names_the_first_op_layer_and_element_that_went_non_finite()
     values[0] = f32::NAN;
     let poisoned = Tensor::from_vec(values, images.dims(), &Device::Cpu).unwrap();
     let e = s.step(&poisoned, &labels).unwrap_err().to_string();
-    assert!(
-        e.contains("anomaly: OP_ID0 (ConvForward, Forward, layer conv1)")
-            && e.contains("NaN at element 0"),
-        "{e}"
+    assert_mentions(
+        &e,
+        &[
+            "anomaly: OP_ID0 (ConvForward, Forward, layer conv1)",
+            "NaN at element 0",
+        ],
     );
     // An infinite weight deep in the net: the op that reads it, not the loss, is named.
     let mut s = training(0.01, true);
     s.executor_mut().set_anomaly_detection(true);
     poison(&mut s, "layer3.0.conv2.weight", 4, f32::INFINITY);
     let e = s.step(&images, &labels).unwrap_err().to_string();
-    assert!(
-        e.contains("layer layer3.0.conv2") && e.contains("ConvForward"),
-        "{e}"
-    );
+    assert_mentions(&e, &["layer layer3.0.conv2", "ConvForward"]);
     println!("anomaly detection: 2 cases, both named the first non-finite op");
 }
 
@@ -219,7 +214,7 @@ fn absurd_sizes_are_errors_before_any_allocation() {
     let e = SyntheticImages::new(10, 16, huge, 0)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("synthetic batch") && e.contains("GiB"), "{e}");
+    assert_mentions(&e, &["synthetic batch", "GiB"]);
     let e = SyntheticImages::new(10, usize::MAX, huge, 0)
         .unwrap_err()
         .to_string();

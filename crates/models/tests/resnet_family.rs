@@ -1,7 +1,10 @@
 //! The ResNet family's structure: torchvision's op order (SINGA's documented listing),
 //! state-dict names and shapes, parameter counts, stems and class counts.
 
+mod common;
+
 use candle_core::DType;
+use common::assert_mentions;
 use wick_graph::{GraphBuilder, Mode};
 use wick_models::{Depth, ResNetConfig, Stem};
 use wick_ops::Kernel;
@@ -77,10 +80,7 @@ fn any_input_that_survives_the_downsampling_builds_and_an_empty_one_fails_clearl
     let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
     let x = b.input("images", &[1, 3, 0, 0], DType::F32).unwrap();
     let msg = config.forward(&mut b, x).unwrap_err().to_string();
-    assert!(
-        msg.contains("conv2d") && msg.contains("[1, 3, 0, 0]") && msg.contains("at least 1"),
-        "{msg}"
-    );
+    assert_mentions(&msg, &["conv2d", "[1, 3, 0, 0]", "at least 1"]);
     assert!(ResNetConfig::new(Depth::R18, Stem::Cifar, 0).is_err());
     assert!("resnet19"
         .parse::<Depth>()

@@ -161,10 +161,7 @@ fn profiles_of_different_graphs_are_refused_unless_allowed() {
     let e = diff(&a, &b, &DiffOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(
-        e.contains("different graphs") && e.contains("--allow-different-graphs"),
-        "{e}"
-    );
+    assert_mentions(&e, &["different graphs", "--allow-different-graphs"]);
     assert!(e.contains("; B: "), "{e}");
     // A further run of side A that differs is named as that run, not as B.
     let e = wick_profiler::diff_runs(
@@ -225,11 +222,11 @@ fn per_image_compares_batch_sizes_of_one_model() {
     let mut unknown = same.clone();
     unknown.run.batch = 0;
     let e = diff(&a, &unknown, &opts).unwrap_err().to_string();
-    assert!(e.contains("--per-image") && e.contains("side B"), "{e}");
+    assert_mentions(&e, &["--per-image", "side B"]);
     let mut other = same.clone();
     other.run.model = "resnet18".into();
     let e = diff(&a, &other, &opts).unwrap_err().to_string();
-    assert!(e.contains("small net") && e.contains("resnet18"), "{e}");
+    assert_mentions(&e, &["small net", "resnet18"]);
 }
 
 /// One process running 20% slow throughout (drift, not a code change) is flagged by a
@@ -283,10 +280,12 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     // Every op 1.7x slower, and so were the machine's peaks: inconclusive, not SLOWER.
     assert!(raw.regressions().any(|r| r.kind == "iteration"), "{text}");
     assert_eq!(raw.outcome(), Outcome::Inconclusive, "{text}");
-    assert!(
-        text.contains("Verdict: inconclusive (")
-            && text.contains("the machine's GEMM peak moved from 50.4-52.0 to 29.7-30.6 GFLOP/s"),
-        "{text}"
+    assert_mentions(
+        &text,
+        &[
+            "Verdict: inconclusive (",
+            "the machine's GEMM peak moved from 50.4-52.0 to 29.7-30.6 GFLOP/s",
+        ],
     );
     assert!(
         text.contains("slower, inconclusive: iteration x")
@@ -294,10 +293,12 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
             && !text.contains("iteration iteration"),
         "{text}"
     );
-    assert!(
-        text.contains("warning: GEMM peak differs beyond its own spread")
-            && text.contains("the machine itself was slower"),
-        "{text}"
+    assert_mentions(
+        &text,
+        &[
+            "warning: GEMM peak differs beyond its own spread",
+            "the machine itself was slower",
+        ],
     );
     let opts = DiffOptions {
         normalize_by_peak: true,
@@ -314,7 +315,7 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     // Without peaks, normalising is refused, naming the side.
     let bare = run(2, 3, "", 1.0);
     let e = diff(&a, &bare, &opts).unwrap_err().to_string();
-    assert!(e.contains("machine peaks") && e.contains("side B"), "{e}");
+    assert_mentions(&e, &["machine peaks", "side B"]);
 
     // Same machine, other threads: named in a warning; nothing flagged, and the verdict
     // says how large a change it could have seen.
@@ -360,9 +361,9 @@ fn a_slower_machine_is_named_and_normalised_away_and_settings_differences_warned
     assert_eq!(d.outcome(), Outcome::Regression, "{}", d.text());
     assert!(d.text().contains("Verdict: SLOWER"), "{}", d.text());
     let e = diff(&a, &slower, &opts).unwrap_err().to_string();
-    assert!(
-        e.contains("--normalize-by-peak needs the same threads") && e.contains("A 2, B 1"),
-        "{e}"
+    assert_mentions(
+        &e,
+        &["--normalize-by-peak needs the same threads", "A 2, B 1"],
     );
 }
 
@@ -389,10 +390,12 @@ fn a_run_that_shared_its_cores_is_named_and_missing_peaks_are_said() {
     );
     let loaded = contended(run_drifting(2, 3, "", 1.0, 1.7), 2.0);
     let text = diff(&a, &loaded, &DiffOptions::default()).unwrap().text();
-    assert!(
-        text.contains("CPU contention: the threads waited for a core 1.0% (A) and 66.7% (B)")
-            && text.contains("B shared its cores with another load"),
-        "{text}"
+    assert_mentions(
+        &text,
+        &[
+            "CPU contention: the threads waited for a core 1.0% (A) and 66.7% (B)",
+            "B shared its cores with another load",
+        ],
     );
     // The same build, B 1.7x slower while sharing its cores: inconclusive, exit 3 in
     // wick-prof, and never "SLOWER"; the same slowdown on a quiet machine is a regression.

@@ -146,3 +146,10 @@ pub fn small_train_executor(size: usize, sgd: SgdParams, pixel: f64) -> Executor
         .unwrap();
     exec
 }
+
+/// Asserts that `text` (an error message) mentions each of `words`, naming those missing.
+#[track_caller]
+pub fn assert_mentions(text: &str, words: &[&str]) {
+    let missing: Vec<&&str> = words.iter().filter(|w| !text.contains(**w)).collect();
+    assert!(missing.is_empty(), "{missing:?} missing from: {text}");
+}

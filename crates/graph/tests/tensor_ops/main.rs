@@ -4,6 +4,9 @@
 //! error), and every gradient against central differences, on wick's CPU kernels and on
 //! candle's generic path; and the ops' errors.
 
+#[path = "../common/mod.rs"]
+mod common;
+
 mod cases;
 mod errors;
 mod runner;

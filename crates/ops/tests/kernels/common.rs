@@ -189,3 +189,10 @@ pub fn assert_error_names<T: std::fmt::Debug>(result: wick_ops::Result<T>, needl
         "{msg}: expected {needles:?}"
     );
 }
+
+/// Asserts that `text` (an error message) mentions each of `words`, naming those missing.
+#[track_caller]
+pub fn assert_mentions(text: &str, words: &[&str]) {
+    let missing: Vec<&&str> = words.iter().filter(|w| !text.contains(**w)).collect();
+    assert!(missing.is_empty(), "{missing:?} missing from: {text}");
+}

@@ -241,10 +241,7 @@ fn a_float32_activation_is_rounded_as_the_product_reads_it() {
     )
     .unwrap_err()
     .to_string();
-    assert!(
-        err.contains("linear") && err.contains("input") && err.contains("F64"),
-        "{err}"
-    );
+    assert_mentions(&err, &["linear", "input", "F64"]);
 }
 
 #[test]
@@ -526,17 +523,24 @@ fn f16_products_match_float64_on_float16_values() {
     let shape = MatMulShape::new(a.dims(), b.dims()).unwrap();
     // bf16 and f16 never meet in one product.
     let err = shape.forward(&bf16(&a), &f16(&b)).unwrap_err().to_string();
-    assert!(err.contains("matmul") && err.contains("16-bit"), "{err}");
+    assert_mentions(&err, &["matmul", "16-bit"]);
     let p = Conv2dParams::default();
     let (x, w) = (randn(&[1, 4, 3, 3], 1), randn(&[2, 4, 1, 1], 2));
     let err = conv::conv2d(&bf16(&x), &f16(&w), None, &p)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("BF16") && err.contains("F16"), "{err}");
+    assert_mentions(&err, &["BF16", "F16"]);
 }
 
 #[test]
 fn f16_attention_stays_within_f16_rounding_of_float64() {
     // f16 rounds to 2^-11 relative: a bound 4x tighter than bf16's.
     check_attention(Products::F16, f16_64, 2f64.powi(-8));
+}
+
+/// Asserts that `text` (an error message) mentions each of `words`, naming those missing.
+#[track_caller]
+pub fn assert_mentions(text: &str, words: &[&str]) {
+    let missing: Vec<&&str> = words.iter().filter(|w| !text.contains(**w)).collect();
+    assert!(missing.is_empty(), "{missing:?} missing from: {text}");
 }

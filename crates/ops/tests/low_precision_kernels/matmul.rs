@@ -82,7 +82,7 @@ fn bf16_matmul_of_an_activation_and_a_weight_matches_float64() {
         .forward(&a64_operand, &bf16(&b3))
         .unwrap_err()
         .to_string();
-    assert!(err.contains("matmul") && err.contains("F64"), "{err}");
+    assert_mentions(&err, &["matmul", "F64"]);
 }
 
 #[test]

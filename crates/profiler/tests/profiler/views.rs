@@ -60,10 +60,7 @@ fn per_layer_rows_add_up_to_the_phase_totals() {
         .sum();
     assert_eq!(block.nodes, in_block);
     let text = p.to_string();
-    assert!(
-        text.contains("Per-stage time") && text.contains("Per-layer time"),
-        "{text}"
-    );
+    assert_mentions(&text, &["Per-stage time", "Per-layer time"]);
     let json: serde_json::Value = serde_json::from_str(&p.to_json()).unwrap();
     assert_eq!(json["layers"].as_array().unwrap().len(), layers.len());
     assert_eq!(json["stages"].as_array().unwrap().len(), stages.len());
