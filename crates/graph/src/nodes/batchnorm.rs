@@ -177,14 +177,8 @@ impl NodeOp for BatchNormEval {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let [x, w, b, mean, var] = args(inputs, OP)?;
-        one(batchnorm::batch_norm_eval(
-            x,
-            w,
-            b,
-            mean,
-            var,
-            &self.params,
-        )?)
+        let y = batchnorm::batch_norm_eval(x, w, b, mean, var, &self.params)?;
+        one(y)
     }
 
     fn backward(&self, ctx: &mut BackwardCtx<'_>) -> Result<()> {
