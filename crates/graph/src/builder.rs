@@ -216,13 +216,35 @@ impl GraphBuilder {
     /// A trainable parameter, named as in the model's state dict.
     pub fn param(&mut self, name: &str, shape: &[usize]) -> Result<ValueId> {
         let name = self.unique_name(name)?;
+        self.check_parameter_dtype("param", &name)?;
         Ok(self.value(name, shape.to_vec(), self.dtype, ValueKind::Param))
     }
 
     /// Persistent non-trainable state (running statistics), named as in the state dict.
     pub fn state(&mut self, name: &str, shape: &[usize]) -> Result<ValueId> {
         let name = self.unique_name(name)?;
+        self.check_parameter_dtype("state", &name)?;
         Ok(self.value(name, shape.to_vec(), self.dtype, ValueKind::State))
+    }
+
+    /// Parameters and state are float32 or float64. A 16-bit graph (PyTorch's
+    /// `model.to(torch.bfloat16)`) is refused: its products would sum into float32
+    /// activations beside 16-bit parameters, a mix nobody asked for. 16-bit compute with
+    /// float32 master weights is the precision policy's job ([`Precision`]).
+    ///
+    /// [`Precision`]: crate::Precision
+    fn check_parameter_dtype(&self, op: &'static str, name: &str) -> Result<()> {
+        let why = match self.dtype {
+            DType::F32 | DType::F64 => return Ok(()),
+            DType::BF16 | DType::F16 => format!(
+                "`{name}` would be {:?}: wick keeps parameters and state in float32 (master weights); for {:?} products build the graph in F32 and call set_precision(Precision::{}) (PyTorch's autocast)",
+                self.dtype,
+                self.dtype,
+                if self.dtype == DType::BF16 { "Bf16Autocast" } else { "F16Autocast" }
+            ),
+            other => format!("`{name}` would be {other:?}: parameters and state are float32 or float64"),
+        };
+        Err(self.build_err(op)(OpError::invalid(op, why)))
     }
 
     /// Marks `v` as a graph output: kept after each iteration for the caller to read.

@@ -1,8 +1,8 @@
 //! bf16 autocast as a graph policy: casts of the products' weights only (once each),
 //! float32 parameters, gradients and outputs, a training step that follows the float32
 //! one within bf16's rounding but is not the float32 step, the cast's own backward, the
-//! refusal of non-float casts, and batch-norm folding that folds the float32 master
-//! weight under autocast.
+//! refusal of non-float casts and of 16-bit parameters, and batch-norm folding that
+//! folds the float32 master weight under autocast.
 
 mod common;
 
@@ -218,6 +218,29 @@ fn a_cast_passes_f32_gradients_through_and_refuses_integers() {
         .unwrap_err()
         .to_string();
     assert_mentions(&err, &["to", "head", "I64"]);
+}
+
+#[test]
+fn a_16_bit_graph_is_refused_at_its_first_parameter_naming_the_policy_to_use() {
+    for (dtype, policy) in [(DType::BF16, "Bf16Autocast"), (DType::F16, "F16Autocast")] {
+        let mut b = GraphBuilder::new(Mode::Train, dtype);
+        b.input("x", &[2, 4], dtype).unwrap();
+        let err = b
+            .in_layer("fc", |b| b.param("fc.weight", &[3, 4]))
+            .unwrap_err()
+            .to_string();
+        assert_mentions(&err, &["fc.weight", "fc", &format!("{dtype:?}"), policy]);
+        let err = b.state("bn.running_mean", &[3]).unwrap_err().to_string();
+        assert_mentions(&err, &["bn.running_mean", "float32"]);
+    }
+    let err = GraphBuilder::new(Mode::Eval, DType::U32)
+        .param("w", &[2])
+        .unwrap_err()
+        .to_string();
+    assert_mentions(&err, &["`w`", "U32", "float32 or float64"]);
+    let mut b = GraphBuilder::new(Mode::Train, DType::F64);
+    let w = b.param("w", &[2]).unwrap();
+    assert_eq!(b.dtype(w), DType::F64);
 }
 
 #[test]
