@@ -79,7 +79,8 @@ pub struct GraphBuilder {
 }
 
 impl GraphBuilder {
-    /// A builder for a graph in `mode` whose parameters have dtype `dtype`.
+    /// A builder for a graph in `mode` whose parameters have dtype `dtype`: `F32`, or `F64`
+    /// (16-bit compute is [`set_precision`](Self::set_precision)'s).
     pub fn new(mode: Mode, dtype: DType) -> Self {
         GraphBuilder {
             graph: Graph::default(),
