@@ -19,7 +19,7 @@ pub enum GraphError {
         source: OpError,
     },
     /// A kernel failed while the graph ran.
-    #[error("OP_ID{op_id} ({name}, {phase:?}): {source}")]
+    #[error("OP_ID{op_id} ({name}, {phase:?}{layer}): {source}")]
     Run {
         /// The node's OP_ID.
         op_id: usize,
@@ -27,6 +27,9 @@ pub enum GraphError {
         name: &'static str,
         /// The node's phase.
         phase: Phase,
+        /// `, layer <name>` for a node recorded in a layer (a backward node: its forward
+        /// node's; an update: its parameter's); empty otherwise.
+        layer: String,
         /// The kernel's error.
         #[source]
         source: OpError,
@@ -79,7 +82,8 @@ pub enum GraphError {
         kernel: &'static str,
         /// Its phase.
         phase: Phase,
-        /// `, layer <name>`, from the parameters it reads; empty for ops without any.
+        /// `, layer <name>`, as in [`GraphError::Run`] (or from the parameters it
+        /// reads); empty when neither names one.
         layer: String,
         /// The output's name.
         output: String,

@@ -190,6 +190,12 @@ impl Executor {
         self.detect_anomaly = on;
     }
 
+    /// `, layer <name>` for node `op_id`'s layer, or nothing: the errors' layer note.
+    fn layer_note(&self, op_id: usize) -> String {
+        let layer = self.graph.nodes[op_id].origin.layer.as_deref();
+        layer.map(|l| format!(", layer {l}")).unwrap_or_default()
+    }
+
     /// The first non-finite element among node `op_id`'s outputs, as an error.
     fn check_outputs(&self, op_id: usize, outputs: &Outputs) -> Result<()> {
         let node = &self.graph.nodes[op_id];
@@ -199,20 +205,27 @@ impl Executor {
                 op_id,
                 name: self.infos[op_id].name,
                 phase: node.phase,
+                layer: self.layer_note(op_id),
                 source,
             })?;
             if let Some((index, value)) = found {
                 let name = |v: &ValueId| self.graph.values[v.0].name.clone();
-                let layer = node
-                    .inputs
-                    .iter()
-                    .find(|v| self.graph.values[v.0].kind == ValueKind::Param)
-                    .map(|v| {
+                // The recorded layer, else the one its parameters' names give.
+                let from_params = || {
+                    let param = node
+                        .inputs
+                        .iter()
+                        .find(|v| self.graph.values[v.0].kind == ValueKind::Param);
+                    param.map(|v| {
                         let n = name(v);
                         let layer = n.rsplit_once('.').map_or(n.clone(), |(l, _)| l.to_string());
                         format!(", layer {layer}")
                     })
-                    .unwrap_or_default();
+                };
+                let layer = match node.origin.layer {
+                    Some(_) => self.layer_note(op_id),
+                    None => from_params().unwrap_or_default(),
+                };
                 let inputs: Vec<String> = node
                     .inputs
                     .iter()
@@ -520,6 +533,7 @@ impl Executor {
             op_id,
             name,
             phase: node.phase,
+            layer: self.layer_note(op_id),
             source: wick_ops::OpError::invalid(name, message),
         };
         // Trailing unset outputs beyond the declared ones are allowed (an absent bias's
@@ -571,6 +585,7 @@ impl Executor {
             op_id,
             name: self.infos[op_id].name,
             phase: node.phase,
+            layer: self.layer_note(op_id),
             source,
         })
     }

@@ -2,7 +2,10 @@
 //! name, a backward rule recording a second custom op, timed and named by the profiler
 //! like a built-in op, and a broken promise (wrong output shape) reported by name.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor};
+use common::assert_mentions;
 use wick_graph::{
     arg, args, one, BackwardCtx, Executor, GraphBuilder, Inputs, KernelResult, Mode, NodeOp, Result,
 };
@@ -120,9 +123,10 @@ fn a_custom_op_differentiates_and_is_profiled_by_its_own_name() {
 fn a_custom_op_that_breaks_its_shape_promise_is_an_error_naming_it() {
     let (mut exec, _) = graph(true);
     let err = exec.run().unwrap_err().to_string();
-    for needle in ["CubeForward", "OP_ID0", "[6]", "[2, 3]"] {
-        assert!(err.contains(needle), "{needle} in {err}");
-    }
+    assert_mentions(
+        &err,
+        &["CubeForward", "OP_ID0", "layer cube", "[6]", "[2, 3]"],
+    );
 }
 
 /// `(2·x[:, :h], x[:, h:]²)`: two outputs, each with its own gradient. in: x; out: the

@@ -336,6 +336,22 @@ fn bad_shapes_and_values_are_errors_naming_the_op_value_and_shapes() {
     assert_mentions(&msg, &["OP_ID0", "ConvForward", "stem.weight"]);
 }
 
+#[test]
+fn a_kernel_error_at_run_time_names_the_op_id_kernel_phase_and_layer() {
+    let (graph, _, _) = build(Mode::Train, DType::F32, 2, 8, 3);
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    feed(&mut exec, DType::F32, 2, 8, 3, 1);
+    exec.set("labels", &Tensor::new(&[0u32, 5], &Device::Cpu).unwrap())
+        .unwrap();
+    let msg = exec.run().unwrap_err().to_string();
+    let words = [
+        "SoftmaxCrossEntropyForward, Forward, layer loss)",
+        "label 5",
+    ];
+    assert_mentions(&msg, &words);
+}
+
 /// A learnable synthetic problem: class k has a bright 3x3 patch in quadrant k.
 fn synthetic_batch(batch: usize, size: usize, step: u64) -> (Tensor, Tensor) {
     let noise = uniform(1000 + step, batch * 3 * size * size);
