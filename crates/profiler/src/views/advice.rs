@@ -21,11 +21,6 @@ pub struct Recommendation {
     pub advice: String,
 }
 
-/// On a CPU with bf16 instructions, the products' (convolutions, linear layers,
-/// matmuls, attention) share of an all-f32 step's op time from which bf16 autocast pays:
-/// `vdpbf16ps` does twice a float32 FMA's work, so a step mostly in products gains.
-pub const CPU_PRODUCTS_SHARE: f64 = 0.50;
-
 /// Elementwise kernels' share of op time from which fusing them pays: each reads and
 /// writes a whole activation for one or two FLOPs per element, so past a seventh of the
 /// step the memory traffic a fused kernel saves is worth a pass.
@@ -104,7 +99,15 @@ impl Profile {
                     advice: "try mixed precision (bf16 or f16 compute, f32 weights): tensor cores run those several times faster".into(),
                 });
             }
-            out.extend(self.cpu_precision_rule(op_time, f32_share));
+            let precision = |(figure, advice)| Recommendation {
+                rule: "precision",
+                figure,
+                advice,
+            };
+            if f32_share >= F32_SHARE {
+                out.extend(self.cpu_precision_rule(op_time).map(precision));
+            }
+            out.extend(self.cpu_low_precision_rule(op_time).map(precision));
         }
         if self.iteration_sec > 0.0 {
             let share = self.overhead_in_phases_sec() / self.iteration_sec;
@@ -318,37 +321,6 @@ impl Profile {
             s.push_str(&format!("  [{}] {} -> {}\n", r.rule, r.figure, r.advice));
         }
         s
-    }
-}
-
-impl Profile {
-    /// The CPU's mixed-precision rule: an all-f32 step, mostly products, on a CPU with
-    /// bf16 instructions.
-    fn cpu_precision_rule(&self, op_time: f64, f32_share: f64) -> Option<Recommendation> {
-        use wick_ops::KernelClass as C;
-        if !self.device.starts_with("Cpu") || !self.run.cpu_bf16 || f32_share < F32_SHARE {
-            return None;
-        }
-        let products: f64 = self
-            .ops
-            .iter()
-            .filter(|o| {
-                matches!(
-                    o.class,
-                    C::Convolution | C::Linear | C::MatMul | C::Attention
-                )
-            })
-            .map(|o| o.mean_sec)
-            .sum();
-        let share = products / op_time;
-        (share >= CPU_PRODUCTS_SHARE).then(|| Recommendation {
-            rule: "precision",
-            figure: format!(
-                "{:.1}% of op time is f32 products (convolutions, linear layers, matmuls) on a CPU with avx512_bf16",
-                100.0 * share
-            ),
-            advice: "try bf16 autocast (--precision bf16; GraphBuilder::set_precision): bf16 products with f32 sums run on vdpbf16ps, twice an f32 FMA's work per instruction, with f32 weights and checkpoints".into(),
-        })
     }
 }
 

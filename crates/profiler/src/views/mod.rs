@@ -29,6 +29,7 @@ pub mod iteration;
 pub mod layers;
 pub mod memory;
 pub mod placement;
+pub mod precision_advice;
 pub mod roofline;
 pub mod singa;
 pub mod step;
