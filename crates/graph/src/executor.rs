@@ -135,7 +135,8 @@ fn compute_dtype(graph: &Graph, n: &crate::ir::Node) -> DType {
 impl Executor {
     /// An executor for `graph` on `device`. Parameters and state start unset: set them with
     /// [`set`](Executor::set) before the first [`run`](Executor::run).
-    pub fn new(graph: Graph, device: &Device) -> Self {
+    pub fn new(mut graph: Graph, device: &Device) -> Self {
+        crate::nodes::cast::keep_constant_casts(&mut graph);
         let kind = DeviceKind::of(device);
         let plan = graph.memory_plan_on(kind);
         let infos = graph

@@ -243,6 +243,101 @@ fn a_16_bit_graph_is_refused_at_its_first_parameter_naming_the_policy_to_use() {
     assert_eq!(b.dtype(w), DType::F64);
 }
 
+/// The output of the cast of `param`, kept as a graph output so that it can be read.
+fn cast_of(b: &mut GraphBuilder, param: &str) -> String {
+    let graph = b.graph();
+    let p = graph.find(param).unwrap();
+    let node = graph.nodes().iter().find(|n| n.inputs == [p]).unwrap();
+    let (v, name) = (node.outputs[0], graph.value(node.outputs[0]).name.clone());
+    b.output(v);
+    name
+}
+
+#[test]
+fn an_inference_graph_keeps_its_weight_casts_until_a_weight_is_set_again() {
+    let (mut b, logits) = small_net(Mode::Eval, Precision::Bf16Autocast);
+    let fc = cast_of(&mut b, "fc.weight");
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    // Kept between iterations: the two weights' bf16 copies.
+    let held = exec.graph().memory_plan().split.pass_products;
+    assert_eq!(held, 2 * (16 * 8 * 9 + 5 * 16) as u64);
+    for (name, t) in weights() {
+        exec.set(name, &t).unwrap();
+    }
+    exec.set("x", &randn(&[4, 8, 10, 10], 9)).unwrap();
+    exec.run().unwrap();
+    let first = exec.get(&fc).unwrap().unwrap().clone();
+    exec.run().unwrap();
+    assert_eq!(
+        exec.get(&fc).unwrap().unwrap().id(),
+        first.id(),
+        "cast once"
+    );
+    // A new weight is cast again, and the logits follow it.
+    let w = (randn(&[5, 16], 11) * 3.0).unwrap();
+    exec.set("fc.weight", &w).unwrap();
+    exec.run().unwrap();
+    let again = exec.get(&fc).unwrap().unwrap();
+    assert_ne!(again.id(), first.id());
+    let rounded = |t: &Tensor| -> Vec<f32> {
+        let t = t.to_dtype(DType::F32).unwrap();
+        t.flatten_all().unwrap().to_vec1().unwrap()
+    };
+    assert_eq!(rounded(again), rounded(&w.to_dtype(DType::BF16).unwrap()));
+    let got = values(&exec, &exec.graph().value(logits).name.clone());
+    let (mut fresh, logits) = small_net(Mode::Eval, Precision::Bf16Autocast);
+    let name = fresh.graph().value(logits).name.clone();
+    fresh.output(logits);
+    let mut fresh = Executor::new(fresh.finish(), &Device::Cpu);
+    for (n, t) in weights() {
+        fresh
+            .set(n, if n == "fc.weight" { &w } else { &t })
+            .unwrap();
+    }
+    fresh.set("x", &randn(&[4, 8, 10, 10], 9)).unwrap();
+    fresh.run().unwrap();
+    assert_eq!(got, values(&fresh, &name));
+}
+
+#[test]
+fn a_training_graph_casts_its_updated_weights_every_step() {
+    let (mut b, logits) = small_net(Mode::Train, Precision::Bf16Autocast);
+    let fc = cast_of(&mut b, "fc.weight");
+    let labels = b.input("labels", &[4], DType::I64).unwrap();
+    let loss = b.cross_entropy(logits, labels).unwrap();
+    let grads = b.backward(loss).unwrap();
+    b.sgd(
+        &grads,
+        SgdParams {
+            lr: 0.5,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    assert_eq!(exec.graph().memory_plan().split.pass_products, 0);
+    for (name, t) in weights() {
+        exec.set(name, &t).unwrap();
+    }
+    exec.set("x", &randn(&[4, 8, 10, 10], 9)).unwrap();
+    let labels = Tensor::new(&[0i64, 3, 1, 4], &Device::Cpu).unwrap();
+    exec.set("labels", &labels).unwrap();
+    exec.run().unwrap();
+    let first = exec.get(&fc).unwrap().unwrap().clone();
+    exec.run().unwrap();
+    let second = exec.get(&fc).unwrap().unwrap();
+    assert_ne!(second.id(), first.id());
+    let diff = (second.to_dtype(DType::F32).unwrap() - first.to_dtype(DType::F32).unwrap())
+        .unwrap()
+        .abs()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f32>()
+        .unwrap();
+    assert!(diff > 0.0, "the updated weight is cast again");
+}
+
 #[test]
 fn folding_batch_norm_under_autocast_folds_the_f32_master_weight() {
     let run = |passes: PassSet| {

@@ -2,15 +2,17 @@
 //! execution (kernel in `wick_ops::bf16::cast`); and autocast, the precision policy
 //! ([`Precision`]) that records them for the products it runs with bfloat16 products.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use candle_core::DType;
+use candle_core::{DType, Tensor, TensorId};
 use wick_ops::tensor::TensorKernel;
 use wick_ops::{bf16, Kernel, OpError};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
-use crate::ir::{arg, one, BackwardCtx, Inputs, KernelResult, NodeOp, Precision, ValueId};
+use crate::ir::{
+    arg, one, BackwardCtx, Graph, Inputs, KernelResult, NodeOp, Precision, ValueId, ValueKind,
+};
 
 const OP: &str = "to";
 
@@ -102,6 +104,62 @@ impl NodeOp for CastBackward {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         one(bf16::cast(arg(inputs, 0, OP)?, self.to)?)
+    }
+}
+
+/// A cast of a parameter or state that no node of its graph writes (an inference
+/// graph's weights, a frozen layer's): converted once and kept until the executor's `set`
+/// replaces the input, which makes a new tensor with a new id. PyTorch's autocast keeps
+/// its weight casts the same way. Made by [`keep_constant_casts`]. in: x; out: y.
+#[derive(Debug)]
+pub(crate) struct KeptCast {
+    from: DType,
+    to: DType,
+    kept: Mutex<Option<(TensorId, Tensor)>>,
+}
+
+impl NodeOp for KeptCast {
+    fn kernel(&self) -> Kernel {
+        Kernel::Tensor(TensorKernel::Cast)
+    }
+
+    fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
+        let x = arg(inputs, 0, OP)?;
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, y)) = kept.as_ref().filter(|(id, _)| *id == x.id()) {
+            return one(y.clone());
+        }
+        let y = bf16::cast(x, self.to)?;
+        *kept = Some((x.id(), y.clone()));
+        one(y)
+    }
+
+    /// The kept output, between iterations.
+    fn held_bytes(&self, input_bytes: &[u64]) -> u64 {
+        let elements = input_bytes.first().copied().unwrap_or(0) / self.from.size_in_bytes() as u64;
+        elements * self.to.size_in_bytes() as u64
+    }
+}
+
+/// Makes each cast of a parameter or state that no node writes a [`KeptCast`]: under
+/// autocast, an inference graph then casts its weights in its first run only.
+pub(crate) fn keep_constant_casts(graph: &mut Graph) {
+    let mut written = vec![false; graph.values.len()];
+    for n in &graph.nodes {
+        n.outputs.iter().for_each(|v| written[v.0] = true);
+    }
+    for n in &mut graph.nodes {
+        let Some(cast) = n.op_as::<Cast>() else {
+            continue;
+        };
+        let x = &graph.values[n.inputs[0].0];
+        if matches!(x.kind, ValueKind::Param | ValueKind::State) && !written[n.inputs[0].0] {
+            n.op = Arc::new(KeptCast {
+                from: x.dtype,
+                to: cast.to,
+                kept: Mutex::new(None),
+            });
+        }
     }
 }
 
