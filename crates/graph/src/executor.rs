@@ -99,8 +99,7 @@ fn node_info(
         output_shapes: shapes(&n.outputs),
         flops: n.flops,
         origin: n.origin.clone(),
-        // A reshape is a view of its input: it reads and writes nothing.
-        bytes: if n.op.kernel() == wick_ops::Kernel::Reshape {
+        bytes: if !n.op.moves_data() {
             0
         } else {
             n.inputs

@@ -253,6 +253,12 @@ fn cast_of(b: &mut GraphBuilder, param: &str) -> String {
     name
 }
 
+/// The bytes each cast node moves, as hooks (the profiler) see them.
+fn cast_bytes(exec: &Executor) -> Vec<u64> {
+    let casts = exec.node_infos().iter().filter(|i| i.name == "Cast");
+    casts.map(|i| i.bytes).collect()
+}
+
 #[test]
 fn an_inference_graph_keeps_its_weight_casts_until_a_weight_is_set_again() {
     let (mut b, logits) = small_net(Mode::Eval, Precision::Bf16Autocast);
@@ -261,6 +267,11 @@ fn an_inference_graph_keeps_its_weight_casts_until_a_weight_is_set_again() {
     // Kept between iterations: the two weights' bf16 copies.
     let held = exec.graph().memory_plan().split.pass_products;
     assert_eq!(held, 2 * (16 * 8 * 9 + 5 * 16) as u64);
+    assert_eq!(
+        cast_bytes(&exec),
+        [0, 0],
+        "the roofline charges a kept cast nothing"
+    );
     for (name, t) in weights() {
         exec.set(name, &t).unwrap();
     }
@@ -316,6 +327,9 @@ fn a_training_graph_casts_its_updated_weights_every_step() {
     .unwrap();
     let mut exec = Executor::new(b.finish(), &Device::Cpu);
     assert_eq!(exec.graph().memory_plan().split.pass_products, 0);
+    let f32_and_bf16 = |n: u64| 6 * n;
+    let want = [f32_and_bf16(16 * 8 * 9), f32_and_bf16(5 * 16)];
+    assert_eq!(cast_bytes(&exec), want);
     for (name, t) in weights() {
         exec.set(name, &t).unwrap();
     }

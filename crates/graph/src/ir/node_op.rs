@@ -99,6 +99,13 @@ pub trait NodeOp: Debug + Send + Sync + AsAny {
         0
     }
 
+    /// Whether a run reads and writes its inputs and outputs (the default): the bytes
+    /// the profile's roofline charges it. A view (a reshape) or a node returning what it
+    /// kept (a kept cast) moves nothing.
+    fn moves_data(&self) -> bool {
+        true
+    }
+
     /// Bytes the op itself keeps between iterations, beyond the graph's values, given
     /// the bytes of each of its inputs: a cache such as a folded batch norm's weights.
     /// The memory plan counts them as pass products.

@@ -134,7 +134,14 @@ impl NodeOp for KeptCast {
         one(y)
     }
 
-    /// The kept output, between iterations.
+    /// After its first run it hands out what it kept.
+    fn moves_data(&self) -> bool {
+        false
+    }
+
+    /// The kept output, between iterations. (The memory plan also counts it as the
+    /// node's output while that is live: one weight's copy, counted twice for a node or
+    /// two.)
     fn held_bytes(&self, input_bytes: &[u64]) -> u64 {
         let elements = input_bytes.first().copied().unwrap_or(0) / self.from.size_in_bytes() as u64;
         elements * self.to.size_in_bytes() as u64

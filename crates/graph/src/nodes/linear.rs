@@ -121,6 +121,11 @@ impl NodeOp for Reshape {
         Kernel::Reshape
     }
 
+    /// A view of its input.
+    fn moves_data(&self) -> bool {
+        false
+    }
+
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let x = arg(inputs, 0, "reshape")?;
         one(x
