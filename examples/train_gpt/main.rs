@@ -472,8 +472,15 @@ fn print_generation(
     } else {
         Sampling::Greedy
     };
+    let start = std::time::Instant::now();
     let out = model.generate(trained, &prompt, a.generate, sampling, &Device::Cpu)?;
+    let sec = start.elapsed().as_secs_f64();
     println!("---\n{}\n---", tokenizer.decode(&out));
+    let per_sec = a.generate as f64 / sec;
+    println!(
+        "generated {} tokens in {sec:.2} s ({per_sec:.1} tokens/s)",
+        a.generate
+    );
     Ok(())
 }
 

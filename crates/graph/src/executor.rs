@@ -17,6 +17,7 @@ use crate::ir::Outputs;
 use crate::ir::{Graph, Phase, ValueId, ValueKind};
 
 mod skipped_updates;
+mod values;
 
 /// Runs a [`Graph`] on a device.
 ///
@@ -299,89 +300,6 @@ impl Executor {
         self.graph
             .find(name)
             .ok_or_else(|| GraphError::UnknownValue(name.to_string()))
-    }
-
-    /// Sets (or feeds) the value `name`, moved to the executor's device. Its shape and
-    /// dtype must be the declared ones.
-    pub fn set(&mut self, name: &str, tensor: &Tensor) -> Result<()> {
-        let id = self.id(name)?;
-        self.set_id(id, tensor)
-    }
-
-    /// [`set`](Executor::set) by id.
-    pub fn set_id(&mut self, id: ValueId, tensor: &Tensor) -> Result<()> {
-        let info = &self.graph.values[id.0];
-        if info.shape != tensor.dims() || info.dtype != tensor.dtype() {
-            return Err(GraphError::ValueMismatch {
-                name: info.name.clone(),
-                expected: describe(&info.shape, info.dtype),
-                found: describe(tensor.dims(), tensor.dtype()),
-            });
-        }
-        // A 0-dim integer input (the step counter) stays on the host: only wick's kernels
-        // read it, and on the host they do so without a device synchronisation.
-        let host_scalar =
-            info.kind == ValueKind::Input && info.shape.is_empty() && info.dtype == DType::I64;
-        let on_device = if host_scalar {
-            tensor.to_device(&Device::Cpu)?
-        } else {
-            tensor.to_device(&self.device)?
-        };
-        // Parameters and state are updated in place by later runs: take a private copy so
-        // the caller's tensor never changes behind its back.
-        let owned = match info.kind {
-            ValueKind::Param | ValueKind::State => on_device.copy()?,
-            ValueKind::Input | ValueKind::Intermediate => on_device,
-        };
-        self.slots[id.0] = Some(owned);
-        Ok(())
-    }
-
-    /// The current tensor of a value: a parameter, state, input, or a graph output of the
-    /// last iteration (intermediates are freed after their last use), borrowed.
-    ///
-    /// Parameters and optimizer state are updated in place by later runs: the borrow
-    /// cannot outlive the next `run`, but `Tensor::clone` shares the storage (candle's
-    /// clone is a reference) and would change with it. To keep a value, take
-    /// [`snapshot`](Executor::snapshot), an owned copy.
-    ///
-    /// `None` means not set yet (a parameter before its weights, an output before the first
-    /// run); reading an intermediate that is not a graph output is
-    /// [`GraphError::Freed`], naming it.
-    pub fn get(&self, name: &str) -> Result<Option<&Tensor>> {
-        self.get_id(self.id(name)?)
-    }
-
-    /// An owned copy of a value's current tensor, which later runs do not change
-    /// ([`get`](Executor::get) borrows the live one).
-    pub fn snapshot(&self, name: &str) -> Result<Option<Tensor>> {
-        Ok(self.get(name)?.map(Tensor::copy).transpose()?)
-    }
-
-    /// The tensor of value `id`, which must have one: an error naming the value when it
-    /// is not set yet (a parameter before its weights, an output before the first run).
-    pub fn value(&self, id: ValueId) -> Result<&Tensor> {
-        self.get_id(id)?.ok_or_else(|| {
-            let name = &self.graph.values[id.0].name;
-            GraphError::Usage(format!(
-                "value `{name}` has no tensor yet: set it, or run the graph"
-            ))
-        })
-    }
-
-    /// [`get`](Executor::get) by id.
-    pub fn get_id(&self, id: ValueId) -> Result<Option<&Tensor>> {
-        let Some(info) = self.graph.values.get(id.0) else {
-            return Err(GraphError::UnknownValue(format!("{id:?}")));
-        };
-        let slot = self.slots.get(id.0).and_then(|s| s.as_ref());
-        if slot.is_none()
-            && info.kind == ValueKind::Intermediate
-            && !self.graph.outputs.contains(&id)
-        {
-            return Err(GraphError::Freed(info.name.clone()));
-        }
-        Ok(slot)
     }
 
     /// A snapshot of every parameter and state value that is set, by name (copies: later

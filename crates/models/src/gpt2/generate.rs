@@ -159,7 +159,8 @@ impl Gpt2 {
             let w = weights.get(&s.name).ok_or_else(|| {
                 ModelError::State(format!("generate: the weights have no `{}`", s.name))
             })?;
-            exec.set(&s.name, &w.to_dtype(DType::F32)?.to_device(device)?)?;
+            // Nothing in this graph updates a weight: no per-token copy of the model.
+            exec.set_shared(&s.name, &w.to_dtype(DType::F32)?.to_device(device)?)?;
         }
         let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
         exec.set("tokens", &Tensor::from_vec(ids, (1, len), device)?)?;
