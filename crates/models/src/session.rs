@@ -333,9 +333,18 @@ impl Session {
         Ok(())
     }
 
+    /// Sets every tensor of `state` (fresh tensors: read from a file, initialised, or
+    /// another session's copies). An inference graph writes none of them, so it reads
+    /// them where they are instead of copying them (`Executor::set_shared`): the weights
+    /// are held once.
     fn set_state(&mut self, state: &StateDict) -> Result<()> {
+        let inference = self.loss.is_none();
         for (name, t) in state {
-            self.exec.set(name, t)?;
+            if inference {
+                self.exec.set_shared(name, t)?;
+            } else {
+                self.exec.set(name, t)?;
+            }
         }
         Ok(())
     }
