@@ -81,7 +81,13 @@ fn kernel_names(exec: &Executor) -> Vec<&'static str> {
 
 /// A training executor with the weights set and one batch in.
 fn training(precision: Precision) -> Executor {
+    training_with(precision, |_| {})
+}
+
+/// [`training`], with `before` run on the builder once the forward pass is recorded.
+fn training_with(precision: Precision, before: impl FnOnce(&mut GraphBuilder)) -> Executor {
     let (mut b, logits) = small_net(Mode::Train, precision);
+    before(&mut b);
     let labels = b.input("labels", &[4], DType::I64).unwrap();
     let loss = b.cross_entropy(logits, labels).unwrap();
     b.output(loss);
@@ -312,30 +318,12 @@ fn an_inference_graph_keeps_its_weight_casts_until_a_weight_is_set_again() {
 
 #[test]
 fn a_training_graph_casts_its_updated_weights_every_step() {
-    let (mut b, logits) = small_net(Mode::Train, Precision::Bf16Autocast);
-    let fc = cast_of(&mut b, "fc.weight");
-    let labels = b.input("labels", &[4], DType::I64).unwrap();
-    let loss = b.cross_entropy(logits, labels).unwrap();
-    let grads = b.backward(loss).unwrap();
-    b.sgd(
-        &grads,
-        SgdParams {
-            lr: 0.5,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let mut fc = String::new();
+    let mut exec = training_with(Precision::Bf16Autocast, |b| fc = cast_of(b, "fc.weight"));
     assert_eq!(exec.graph().memory_plan().split.pass_products, 0);
     let f32_and_bf16 = |n: u64| 6 * n;
     let want = [f32_and_bf16(16 * 8 * 9), f32_and_bf16(5 * 16)];
     assert_eq!(cast_bytes(&exec), want);
-    for (name, t) in weights() {
-        exec.set(name, &t).unwrap();
-    }
-    exec.set("x", &randn(&[4, 8, 10, 10], 9)).unwrap();
-    let labels = Tensor::new(&[0i64, 3, 1, 4], &Device::Cpu).unwrap();
-    exec.set("labels", &labels).unwrap();
     exec.run().unwrap();
     let first = exec.get(&fc).unwrap().unwrap().clone();
     exec.run().unwrap();

@@ -23,6 +23,18 @@ fn feed(exec: &mut Executor, dtype: DType, batch: usize, size: usize, classes: u
         .unwrap();
 }
 
+/// The small training net (batch 2, 8x8, 3 classes) on the CPU with weights from seed 1,
+/// and a batch from `batch_seed` fed when given.
+fn initialised(batch_seed: Option<u64>) -> (Executor, SmallNet) {
+    let (graph, net, _) = build(Mode::Train, DType::F32, 2, 8, 3);
+    let mut exec = Executor::new(graph, &Device::Cpu);
+    init(&mut exec, DType::F32, 1);
+    if let Some(seed) = batch_seed {
+        feed(&mut exec, DType::F32, 2, 8, 3, seed);
+    }
+    (exec, net)
+}
+
 #[test]
 fn op_ids_follow_recording_order_and_phases_are_set_when_recorded() {
     let mut b = GraphBuilder::new(Mode::Train, DType::F32);
@@ -218,10 +230,7 @@ fn gradients_match_the_per_op_kernels_composed_by_hand() {
 
 #[test]
 fn intermediates_are_freed_after_their_last_use_and_state_persists() {
-    let (graph, net, _) = build(Mode::Train, DType::F32, 2, 8, 3);
-    let mut exec = Executor::new(graph, &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
-    feed(&mut exec, DType::F32, 2, 8, 3, 5);
+    let (mut exec, net) = initialised(Some(5));
     let running_mean = |exec: &Executor| -> Vec<f32> {
         let t = exec.get("stem.bn.running_mean").unwrap().unwrap();
         t.to_vec1().unwrap()
@@ -338,10 +347,7 @@ fn bad_shapes_and_values_are_errors_naming_the_op_value_and_shapes() {
 
 #[test]
 fn a_kernel_error_at_run_time_names_the_op_id_kernel_phase_and_layer() {
-    let (graph, _, _) = build(Mode::Train, DType::F32, 2, 8, 3);
-    let mut exec = Executor::new(graph, &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
-    feed(&mut exec, DType::F32, 2, 8, 3, 1);
+    let (mut exec, _) = initialised(Some(1));
     exec.set("labels", &Tensor::new(&[0u32, 5], &Device::Cpu).unwrap())
         .unwrap();
     let msg = exec.run().unwrap_err().to_string();
@@ -437,9 +443,7 @@ fn sgd_training_drives_the_loss_down_and_accuracy_up() {
 
 #[test]
 fn an_unset_value_is_a_missing_value_error_naming_it_and_its_reader() {
-    let (graph, _, _) = build(Mode::Train, DType::F32, 2, 8, 3);
-    let mut exec = Executor::new(graph, &Device::Cpu);
-    init(&mut exec, DType::F32, 1);
+    let (mut exec, _) = initialised(None);
     // Images and labels never fed.
     match exec.run() {
         Err(GraphError::MissingValue {
