@@ -45,6 +45,9 @@ pub struct Executor {
     device: Device,
     slots: Vec<Option<Tensor>>,
     frees: Vec<Vec<ValueId>>,
+    /// The first node writing each value ([`Graph::first_writers`]): `set_shared` takes
+    /// only values no node writes.
+    writers: Vec<Option<usize>>,
     infos: Vec<NodeInfo>,
     hooks: Vec<Box<dyn Hook>>,
     iteration: usize,
@@ -136,7 +139,8 @@ impl Executor {
     /// An executor for `graph` on `device`. Parameters and state start unset: set them with
     /// [`set`](Executor::set) before the first [`run`](Executor::run).
     pub fn new(mut graph: Graph, device: &Device) -> Self {
-        crate::nodes::cast::keep_constant_casts(&mut graph);
+        let writers = graph.first_writers();
+        crate::nodes::cast::keep_constant_casts(&mut graph, &writers);
         let kind = DeviceKind::of(device);
         let plan = graph.memory_plan_on(kind);
         let infos = graph
@@ -152,6 +156,7 @@ impl Executor {
             graph,
             device: device.clone(),
             frees,
+            writers,
             infos,
             hooks: Vec::new(),
             iteration: 0,

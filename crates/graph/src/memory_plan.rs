@@ -178,17 +178,13 @@ impl Graph {
     /// For each value: the node that first makes it, and the phase of the last node that
     /// reads it.
     fn producers_and_last_readers(&self) -> (Vec<Option<usize>>, Vec<Option<Phase>>) {
-        let mut made_by = vec![None; self.values.len()];
         let mut last_phase = vec![None; self.values.len()];
-        for (op_id, node) in self.nodes.iter().enumerate() {
-            for v in &node.outputs {
-                made_by[v.0].get_or_insert(op_id);
-            }
+        for node in &self.nodes {
             for v in &node.inputs {
                 last_phase[v.0] = Some(node.phase);
             }
         }
-        (made_by, last_phase)
+        (self.first_writers(), last_phase)
     }
 }
 

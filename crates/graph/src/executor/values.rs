@@ -39,12 +39,7 @@ impl Executor {
                 "set_shared: `{name}` is not a parameter or state: set it (inputs are never copied)"
             )));
         }
-        if let Some(op_id) = self
-            .graph
-            .nodes
-            .iter()
-            .position(|n| n.outputs.contains(&id))
-        {
+        if let Some(op_id) = self.writers[id.0] {
             return Err(GraphError::Usage(format!(
                 "set_shared: OP_ID{op_id} ({}) writes `{name}` in place: set it, which copies it",
                 self.infos[op_id].name

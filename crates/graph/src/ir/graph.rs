@@ -141,6 +141,18 @@ impl Graph {
         (peak != u64::MAX).then_some(peak as u128)
     }
 
+    /// The first node writing each value, by value index: `None` for a value no node
+    /// writes (an input, or a parameter or state the graph never updates).
+    pub(crate) fn first_writers(&self) -> Vec<Option<usize>> {
+        let mut writers = vec![None; self.values.len()];
+        for (op_id, node) in self.nodes.iter().enumerate() {
+            for v in &node.outputs {
+                writers[v.0].get_or_insert(op_id);
+            }
+        }
+        writers
+    }
+
     /// For each node, the intermediate values whose last use it is: the executor frees them
     /// right after that node. Intermediates that no node reads are freed right after the
     /// node that makes them. Graph outputs are never freed.

@@ -148,19 +148,17 @@ impl NodeOp for KeptCast {
     }
 }
 
-/// Makes each cast of a parameter or state that no node writes a [`KeptCast`]: under
-/// autocast, an inference graph then casts its weights in its first run only.
-pub(crate) fn keep_constant_casts(graph: &mut Graph) {
-    let mut written = vec![false; graph.values.len()];
-    for n in &graph.nodes {
-        n.outputs.iter().for_each(|v| written[v.0] = true);
-    }
+/// Makes each cast of a parameter or state that no node writes (`writers`: the graph's
+/// [`first_writers`](Graph::first_writers)) a [`KeptCast`]: under autocast, an inference
+/// graph then casts its weights in its first run only.
+pub(crate) fn keep_constant_casts(graph: &mut Graph, writers: &[Option<usize>]) {
     for n in &mut graph.nodes {
         let Some(cast) = n.op_as::<Cast>() else {
             continue;
         };
         let x = &graph.values[n.inputs[0].0];
-        if matches!(x.kind, ValueKind::Param | ValueKind::State) && !written[n.inputs[0].0] {
+        if matches!(x.kind, ValueKind::Param | ValueKind::State) && writers[n.inputs[0].0].is_none()
+        {
             n.op = Arc::new(KeptCast {
                 from: x.dtype,
                 to: cast.to,
