@@ -116,6 +116,18 @@ def norms(seed=3):
 
 
 @case
+def rms_norm(seed=7):
+    """nn.RMSNorm's functional form: with a weight and eps, and with neither (eps=None is
+    float64's machine epsilon)."""
+    torch.manual_seed(seed)
+    x = leaf(torch.randn(2, 3, 4, 6, dtype=torch.float64) * 2 + 1)
+    w = leaf(torch.randn(6, dtype=torch.float64))
+    save("rms_norm", seed, {"x": x, "weight": w}, F.rms_norm(x, [6], w, 1e-6), {"op": "rms_norm", "eps": 1e-6})
+    x = leaf(torch.randn(5, 7, dtype=torch.float64) * 0.5 - 0.25)
+    save("rms_norm_default_eps", seed, {"x": x}, F.rms_norm(x, [7]), {"op": "rms_norm", "eps": torch.finfo(x.dtype).eps})
+
+
+@case
 def losses(seed=4):
     torch.manual_seed(seed)
     x = leaf(torch.randn(4, 3, dtype=torch.float64) * 3)

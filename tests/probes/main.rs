@@ -1,11 +1,12 @@
 //! The probe programs, redone with builder calls and the module layer only (no custom
-//! op): a char-level GPT with a causal mask, a tiny ViT, an LSTM classifier unrolled over
+//! op): a char-level GPT with a causal mask, a LLaMA-style decoder, a tiny ViT, an LSTM classifier unrolled over
 //! time with shared weights, and a VAE. Each trains on a fixed batch with Adam until its
 //! loss has fallen, under the profiler, whose table names the tensor ops it ran. (The GAN
 //! with two optimizers is `crates/models/tests/modules.rs`; fine-tuning with a frozen
 //! backbone is `examples/finetune.rs` and that file's frozen-ResNet test.)
 
 mod gpt;
+mod llama;
 mod lstm;
 mod vae;
 mod vit;

@@ -109,6 +109,10 @@ pub enum Kernel {
     LayerNormForward,
     /// Layer norm's input, weight and bias gradients.
     LayerNormBackward,
+    /// RMS norm forward.
+    RMSNormForward,
+    /// RMS norm's input and weight gradients.
+    RMSNormBackward,
     /// Group norm forward.
     GroupNormForward,
     /// Group norm's input, weight and bias gradients.
@@ -235,6 +239,7 @@ impl Kernel {
             Concat | ConcatBackward | Permute => C::Reshape,
             SoftmaxForward | SoftmaxBackward => C::Softmax,
             LayerNormForward | LayerNormBackward => C::LayerNorm,
+            RMSNormForward | RMSNormBackward => C::LayerNorm,
             GroupNormForward | GroupNormBackward => C::Normalization,
             Loss(_) | LossBackward(_) | LossGradSeed => C::Loss,
             ConvTransposeForward | ConvTransposeBackwardData | ConvTransposeBackwardFilter => {
@@ -272,6 +277,7 @@ impl Kernel {
             | Concat
             | SoftmaxForward
             | LayerNormForward
+            | RMSNormForward
             | GroupNormForward
             | Loss(_)
             | ConvTransposeForward
@@ -298,6 +304,7 @@ impl Kernel {
             | ConcatBackward
             | SoftmaxBackward
             | LayerNormBackward
+            | RMSNormBackward
             | GroupNormBackward
             | LossBackward(_)
             | LossGradSeed
@@ -385,6 +392,8 @@ impl Kernel {
             SoftmaxBackward => "SoftmaxBackward",
             LayerNormForward => "LayerNormForward",
             LayerNormBackward => "LayerNormBackward",
+            RMSNormForward => "RMSNormForward",
+            RMSNormBackward => "RMSNormBackward",
             GroupNormForward => "GroupNormForward",
             GroupNormBackward => "GroupNormBackward",
             Loss(l) => l.name(),

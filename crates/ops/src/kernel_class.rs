@@ -19,7 +19,8 @@ pub enum KernelClass {
     /// Batch norm and group norm, their gradients and fusions (a few passes over an
     /// activation).
     Normalization,
-    /// Layer norm and its gradients: a mean and a variance per row, then a scale.
+    /// Layer norm and RMS norm and their gradients: a row's statistics (a mean and a
+    /// variance, or a mean square), then a scale.
     LayerNorm,
     /// Softmax and log-softmax and their gradients: a maximum and a sum per row.
     Softmax,

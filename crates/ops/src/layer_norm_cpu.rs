@@ -1,7 +1,8 @@
-//! Layer norm over the last dimension on the CPU: one pass per row for the statistics
-//! (summed in f64) and one to write, forward and backward; the weight and bias gradients
-//! summed per thread over its rows, then across threads. In place of candle's nine
-//! generic ops, each of which reads and writes the whole tensor.
+//! Layer norm and RMS norm over the last dimension on the CPU: one pass per row for the
+//! statistics (summed in f64) and one to write, forward and backward; the weight and bias
+//! gradients summed per thread over its rows, then across threads. In place of candle's
+//! nine generic ops, each of which reads and writes the whole tensor. RMS norm is layer
+//! norm without the centring: its mean is taken as 0, in forward and in backward.
 
 use candle_core::Tensor;
 use rayon::prelude::*;
@@ -9,18 +10,38 @@ use rayon::prelude::*;
 use crate::cpu::{self, Float, WideKernel};
 use crate::error::Result;
 
-const OP: &str = "layer_norm";
+/// Which statistics a row is normalised by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RowNorm {
+    /// `(x - mean) / √(var + eps)`: layer norm.
+    Layer,
+    /// `x / √(mean(x²) + eps)`: RMS norm.
+    Rms,
+}
+
+impl RowNorm {
+    fn op(self) -> &'static str {
+        match self {
+            RowNorm::Layer => "layer_norm",
+            RowNorm::Rms => "rms_norm",
+        }
+    }
+}
 
 /// Rows per task: enough work per task, enough tasks for the threads.
 fn rows_per_task(rows: usize, d: usize) -> usize {
     (cpu::CHUNK / d.max(1)).clamp(1, rows.div_ceil(4 * cpu::threads()).max(1))
 }
 
-/// A row's mean and `1/√(var + eps)`, in f64.
+/// A row's centre and `1/√(mean((x - centre)²) + eps)`, in f64: the mean for layer norm,
+/// 0 for RMS norm.
 #[inline(always)]
-fn stats<T: Float>(row: &[T], eps: f64) -> (f64, f64) {
+fn stats<T: Float>(row: &[T], norm: RowNorm, eps: f64) -> (f64, f64) {
     let d = row.len() as f64;
-    let mean = cpu::sum_f64(row, |v| v.to_f64()) / d;
+    let mean = match norm {
+        RowNorm::Layer => cpu::sum_f64(row, |v| v.to_f64()) / d,
+        RowNorm::Rms => 0.0,
+    };
     let var = cpu::sum_f64(row, |v| {
         let c = v.to_f64() - mean;
         c * c
@@ -35,6 +56,7 @@ struct Forward<'a, T> {
     weight: Option<&'a [T]>,
     bias: Option<&'a [T]>,
     d: usize,
+    norm: RowNorm,
     eps: f64,
 }
 
@@ -48,7 +70,7 @@ impl<T: Float> WideKernel for Forward<'_, T> {
             .zip(self.out.chunks_exact_mut(self.d))
         {
             // In f64, rounded once.
-            let (mean, rstd) = stats(x, self.eps);
+            let (mean, rstd) = stats(x, self.norm, self.eps);
             let at = |v: Option<&[T]>, i: usize, none: f64| v.map_or(none, |v| v[i].to_f64());
             for (i, (y, &x)) in y.iter_mut().zip(x).enumerate() {
                 let h = (x.to_f64() - mean) * rstd;
@@ -58,21 +80,23 @@ impl<T: Float> WideKernel for Forward<'_, T> {
     }
 }
 
-/// `layer_norm(x, weight, bias, eps)` over the last dimension (`d` values).
+/// `layer_norm(x, weight, bias, eps)` or `rms_norm(x, weight, eps)` (no bias) over the
+/// last dimension (`d` values).
 pub(crate) fn forward<T: Float>(
+    norm: RowNorm,
     x: &Tensor,
-    weight: Option<&Tensor>,
-    bias: Option<&Tensor>,
+    (weight, bias): (Option<&Tensor>, Option<&Tensor>),
     eps: f64,
 ) -> Result<Tensor> {
+    let op = norm.op();
     let d = *x.dims().last().unwrap_or(&1);
     let rows = x.elem_count() / d.max(1);
     let mut out = vec![T::ZERO; x.elem_count()];
-    let w = cpu::opt_values::<T>(OP, weight)?;
-    let b = cpu::opt_values::<T>(OP, bias)?;
+    let w = cpu::opt_values::<T>(op, weight)?;
+    let b = cpu::opt_values::<T>(op, bias)?;
     if d > 0 && rows > 0 {
         let per = rows_per_task(rows, d);
-        cpu::with_slice::<T, _>(OP, x, |xs| {
+        cpu::with_slice::<T, _>(op, x, |xs| {
             out.par_chunks_mut(per * d)
                 .zip(xs.par_chunks(per * d))
                 .for_each(|(o, x)| {
@@ -82,13 +106,14 @@ pub(crate) fn forward<T: Float>(
                         weight: w.as_deref(),
                         bias: b.as_deref(),
                         d,
+                        norm,
                         eps,
                     })
                 });
             Ok(())
         })?;
     }
-    cpu::tensor(OP, out, x.dims())
+    cpu::tensor(op, out, x.dims())
 }
 
 /// The backward of a block of rows: their input gradient, and their share of the weight
@@ -99,6 +124,7 @@ struct Backward<'a, T> {
     dx: &'a mut [T],
     weight: Option<&'a [T]>,
     d: usize,
+    norm: RowNorm,
     eps: f64,
 }
 
@@ -116,7 +142,7 @@ impl<T: Float> WideKernel for Backward<'_, T> {
             .zip(self.g.chunks_exact(d))
             .zip(self.dx.chunks_exact_mut(d));
         for ((x, g), dx) in rows {
-            let (mean, rstd) = stats(x, self.eps);
+            let (mean, rstd) = stats(x, self.norm, self.eps);
             let (mean_t, rstd_t) = (T::from_f64(mean), T::from_f64(rstd));
             for (h, &x) in xhat.iter_mut().zip(x) {
                 *h = (x - mean_t) * rstd_t;
@@ -130,7 +156,11 @@ impl<T: Float> WideKernel for Backward<'_, T> {
                 None => gw.copy_from_slice(g),
             }
             let n = d as f64;
-            let mean_g = T::from_f64(cpu::sum_f64(&gw, |v| v.to_f64()) / n);
+            // RMS norm's statistics do not depend on a mean: no mean(g) term.
+            let mean_g = match self.norm {
+                RowNorm::Layer => T::from_f64(cpu::sum_f64(&gw, |v| v.to_f64()) / n),
+                RowNorm::Rms => T::ZERO,
+            };
             let mut acc = [0f64; 8];
             for (i, (&a, &h)) in gw.iter().zip(&xhat).enumerate() {
                 acc[i % 8] += (a * h).to_f64();
@@ -148,23 +178,24 @@ impl<T: Float> WideKernel for Backward<'_, T> {
     }
 }
 
-/// Layer norm's input gradient and the column sums `Σ g·x̂` and `Σ g` (the weight's and
+/// The norm's input gradient and the column sums `Σ g·x̂` and `Σ g` (the weight's and
 /// the bias's gradients), from the output gradient `g` and the input `x`.
 pub(crate) fn backward<T: Float>(
-    grad_y: &Tensor,
-    x: &Tensor,
+    norm: RowNorm,
+    (grad_y, x): (&Tensor, &Tensor),
     weight: Option<&Tensor>,
     eps: f64,
 ) -> Result<(Tensor, Tensor, Tensor)> {
+    let op = norm.op();
     let d = *x.dims().last().unwrap_or(&1);
     let rows = x.elem_count() / d.max(1);
     let mut dx = vec![T::ZERO; x.elem_count()];
-    let w = cpu::opt_values::<T>(OP, weight)?;
+    let w = cpu::opt_values::<T>(op, weight)?;
     let mut sums = (vec![0f64; d], vec![0f64; d]);
     if d > 0 && rows > 0 {
         let per = rows_per_task(rows, d);
         let parts: Vec<(Vec<f64>, Vec<f64>)> =
-            cpu::with_slices::<T, _>(OP, x, grad_y, |xs, gs| {
+            cpu::with_slices::<T, _>(op, x, grad_y, |xs, gs| {
                 Ok(dx
                     .par_chunks_mut(per * d)
                     .zip(xs.par_chunks(per * d))
@@ -176,6 +207,7 @@ pub(crate) fn backward<T: Float>(
                             dx,
                             weight: w.as_deref(),
                             d,
+                            norm,
                             eps,
                         })
                     })
@@ -183,8 +215,8 @@ pub(crate) fn backward<T: Float>(
             })?;
         add_parts(&mut sums, parts);
     }
-    let [dw, db] = affine_grads::<T>(OP, sums)?;
-    Ok((cpu::tensor(OP, dx, x.dims())?, dw, db))
+    let [dw, db] = affine_grads::<T>(op, sums)?;
+    Ok((cpu::tensor(op, dx, x.dims())?, dw, db))
 }
 
 /// Adds each task's `(Σ g·x̂, Σ g)` partial sums into `sums`.

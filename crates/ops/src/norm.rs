@@ -1,18 +1,20 @@
 //! Softmax, layer norm (over the last dimension, or over the channels of `[N, C, ...]` as
-//! ConvNeXt's `LayerNorm2d`) and group norm, forward and backward, on candle's tensor ops;
-//! softmax and both layer norms on the CPU by their own kernels (`softmax_cpu`,
-//! `layer_norm_cpu`, `layer_norm_channels_cpu`).
+//! ConvNeXt's `LayerNorm2d`), RMS norm (over the last dimension) and group norm, forward
+//! and backward, on candle's tensor ops; softmax, both layer norms and RMS norm on the CPU
+//! by their own kernels (`softmax_cpu`, `layer_norm_cpu`, `layer_norm_channels_cpu`).
 //! Statistics are recomputed from the input in backward instead of being kept from
 //! forward: one more pass over the input, and one less tensor alive between the passes.
 
-use candle_core::{Tensor, D};
+use candle_core::{DType, Tensor, D};
 
 use crate::error::{CandleContext, OpError, Result};
+use crate::layer_norm_cpu::RowNorm;
 use crate::softmax_cpu::SoftmaxKind;
 
 const SOFTMAX: &str = "softmax";
 const LAYER_NORM: &str = "layer_norm";
 const LAYER_NORM_2D: &str = "layer_norm2d";
+const RMS_NORM: &str = "rms_norm";
 const GROUP_NORM: &str = "group_norm";
 
 /// Checks that `dim` is a dimension of `shape`.
@@ -59,9 +61,23 @@ pub fn softmax_backward(grad_y: &Tensor, y: &Tensor, dim: usize) -> Result<Tenso
 
 /// `(x̂, 1/σ)` of the rows of `x` (normalised along its last dimension).
 fn normalize_rows(op: &'static str, x: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    let centred = x
-        .broadcast_sub(&x.mean_keepdim(D::Minus1).ctx(op)?)
-        .ctx(op)?;
+    normalize_rows_by(RowNorm::Layer, op, x, eps)
+}
+
+/// `(x̂, 1/σ)` of the rows of `x` by `norm`'s statistics: centred on the row's mean for
+/// layer norm, on 0 for RMS norm.
+fn normalize_rows_by(
+    norm: RowNorm,
+    op: &'static str,
+    x: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    let centred = match norm {
+        RowNorm::Layer => x
+            .broadcast_sub(&x.mean_keepdim(D::Minus1).ctx(op)?)
+            .ctx(op)?,
+        RowNorm::Rms => x.clone(),
+    };
     let var = centred.sqr().ctx(op)?.mean_keepdim(D::Minus1).ctx(op)?;
     let rstd = (var + eps).ctx(op)?.sqrt().ctx(op)?.recip().ctx(op)?;
     Ok((centred.broadcast_mul(&rstd).ctx(op)?, rstd))
@@ -76,12 +92,20 @@ fn normalize_rows_backward(
     rstd: &Tensor,
 ) -> Result<Tensor> {
     let mean_g = g.mean_keepdim(D::Minus1).ctx(op)?;
+    let centred = g.broadcast_sub(&mean_g).ctx(op)?;
+    scaled_rows_backward(op, (g, centred), xhat, rstd)
+}
+
+/// `(c - x̂·mean(g·x̂)) / σ` per row: the gradient through a row normalisation from
+/// `g` = dL/dx̂ and `c`, `g` less its row mean for layer norm or `g` itself for RMS norm.
+fn scaled_rows_backward(
+    op: &'static str,
+    (g, c): (&Tensor, Tensor),
+    xhat: &Tensor,
+    rstd: &Tensor,
+) -> Result<Tensor> {
     let mean_gx = (g * xhat).ctx(op)?.mean_keepdim(D::Minus1).ctx(op)?;
-    let inner = g
-        .broadcast_sub(&mean_g)
-        .ctx(op)?
-        .sub(&xhat.broadcast_mul(&mean_gx).ctx(op)?)
-        .ctx(op)?;
+    let inner = c.sub(&xhat.broadcast_mul(&mean_gx).ctx(op)?).ctx(op)?;
     inner.broadcast_mul(rstd).ctx(op)
 }
 
@@ -91,12 +115,21 @@ pub fn check_layer_norm(
     weight: Option<&[usize]>,
     bias: Option<&[usize]>,
 ) -> Result<()> {
+    check_last_dim(LAYER_NORM, x, [weight, bias])
+}
+
+/// Checks a norm over the last dimension: `x` has one, and its weight and bias match it.
+fn check_last_dim(
+    op: &'static str,
+    x: &[usize],
+    [weight, bias]: [Option<&[usize]>; 2],
+) -> Result<()> {
     let Some(&d) = x.last() else {
-        return Err(OpError::invalid(LAYER_NORM, "the input is 0-dimensional"));
+        return Err(OpError::invalid(op, "the input is 0-dimensional"));
     };
     for (what, s) in [("weight", weight), ("bias", bias)] {
         if let Some(s) = s {
-            crate::shape::same(LAYER_NORM, what, s, "the input's last dimension", &[d])?;
+            crate::shape::same(op, what, s, "the input's last dimension", &[d])?;
         }
     }
     Ok(())
@@ -112,7 +145,8 @@ pub fn layer_norm(
     check_layer_norm(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
     let kernel = || {
         use crate::layer_norm_cpu::forward;
-        crate::cpu::dispatch_float!(LAYER_NORM, x.dtype(), forward(x, weight, bias, eps))
+        let norm = RowNorm::Layer;
+        crate::cpu::dispatch_float!(LAYER_NORM, x.dtype(), forward(norm, x, (weight, bias), eps))
     };
     if let Some(y) = cpu_forward(LAYER_NORM, x, [weight, bias], kernel) {
         return y;
@@ -227,7 +261,8 @@ pub fn layer_norm_backward(
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
     let kernel = || {
         use crate::layer_norm_cpu::backward;
-        crate::cpu::dispatch_float!(op, x.dtype(), backward(grad_y, x, weight, eps))
+        let norm = RowNorm::Layer;
+        crate::cpu::dispatch_float!(op, x.dtype(), backward(norm, (grad_y, x), weight, eps))
     };
     if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, has_bias), kernel) {
         return grads;
@@ -251,6 +286,79 @@ pub fn layer_norm_backward(
         } else {
             None
         },
+    })
+}
+
+/// The `eps` of PyTorch's `rms_norm` when it is given none: `torch.finfo(dtype).eps`, the
+/// gap between 1 and the next value of `x`'s dtype (`None` for a dtype that is not a
+/// float).
+pub fn rms_norm_default_eps(dtype: DType) -> Option<f64> {
+    match dtype {
+        DType::F64 => Some(f64::EPSILON),
+        DType::F32 => Some(f64::from(f32::EPSILON)),
+        DType::F16 => Some(f64::from(half::f16::EPSILON)),
+        DType::BF16 => Some(f64::from(half::bf16::EPSILON)),
+        _ => None,
+    }
+}
+
+/// Checks an RMS norm's weight against the input's last dimension.
+pub fn check_rms_norm(x: &[usize], weight: Option<&[usize]>) -> Result<()> {
+    check_last_dim(RMS_NORM, x, [weight, None])
+}
+
+/// RMS norm over the last dimension with an optional `weight` (PyTorch's `F.rms_norm(x,
+/// [d], weight, eps)`, `nn.RMSNorm`): `x / √(mean(x²) + eps) · weight`.
+pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+    check_rms_norm(x.dims(), weight.map(|w| w.dims()))?;
+    let kernel = || {
+        use crate::layer_norm_cpu::forward;
+        let norm = RowNorm::Rms;
+        crate::cpu::dispatch_float!(RMS_NORM, x.dtype(), forward(norm, x, (weight, None), eps))
+    };
+    if let Some(y) = cpu_forward(RMS_NORM, x, [weight, None], kernel) {
+        return y;
+    }
+    let (xhat, _) = normalize_rows_by(RowNorm::Rms, RMS_NORM, x, eps)?;
+    affine(RMS_NORM, xhat, weight, None)
+}
+
+/// RMS norm's input and weight gradients, recomputing the statistics from `x`.
+pub fn rms_norm_backward(
+    grad_y: &Tensor,
+    x: &Tensor,
+    weight: Option<&Tensor>,
+    eps: f64,
+) -> Result<NormGrads> {
+    let op = RMS_NORM;
+    check_rms_norm(x.dims(), weight.map(|w| w.dims()))?;
+    crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
+    let kernel = || {
+        use crate::layer_norm_cpu::backward;
+        let norm = RowNorm::Rms;
+        crate::cpu::dispatch_float!(op, x.dtype(), backward(norm, (grad_y, x), weight, eps))
+    };
+    if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, false), kernel) {
+        return grads;
+    }
+    let (xhat, rstd) = normalize_rows_by(RowNorm::Rms, op, x, eps)?;
+    let g = match weight {
+        Some(w) => grad_y.broadcast_mul(w).ctx(op)?,
+        None => grad_y.clone(),
+    };
+    let input = scaled_rows_backward(op, (&g, g.clone()), &xhat, &rstd)?;
+    let d = *x.dims().last().unwrap_or(&1);
+    let weight = match weight {
+        Some(_) => {
+            let gx = (grad_y * &xhat).ctx(op)?;
+            Some(gx.reshape(((), d)).ctx(op)?.sum(0).ctx(op)?)
+        }
+        None => None,
+    };
+    Ok(NormGrads {
+        input,
+        weight,
+        bias: None,
     })
 }
 

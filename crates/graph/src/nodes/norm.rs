@@ -1,11 +1,11 @@
-//! Softmax (as an op), layer norm and group norm: recording, backward rules, execution
-//! (kernels in `wick_ops::norm`).
+//! Softmax (as an op), layer norm, RMS norm and group norm: recording, backward rules,
+//! execution (kernels in `wick_ops::norm`).
 
 use std::sync::Arc;
 
 use wick_ops::norm::{self, NormGrads};
 use wick_ops::tensor::dim_index;
-use wick_ops::Kernel;
+use wick_ops::{Kernel, OpError};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -32,6 +32,8 @@ pub enum NormKind {
     Layer,
     /// Over the channels of an `[N, C, ...]` input (torchvision's `LayerNorm2d`).
     LayerChannels,
+    /// Root mean square over the last dimension, not centred (no bias).
+    Rms,
     /// Over groups of channels of an `[N, C, ...]` input.
     Group(usize),
 }
@@ -42,15 +44,16 @@ impl NormKind {
         match self {
             NormKind::Layer => "layer_norm",
             NormKind::LayerChannels => "layer_norm2d",
+            NormKind::Rms => "rms_norm",
             NormKind::Group(_) => "group_norm",
         }
     }
 }
 
-/// Layer or group norm. in: x, `[weight]`, `[bias]`; out: y.
+/// Layer, RMS or group norm. in: x, `[weight]`, `[bias]`; out: y.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Norm {
-    /// Layer or group.
+    /// Which normalisation.
     pub kind: NormKind,
     /// Added to the variance.
     pub eps: f64,
@@ -104,6 +107,26 @@ impl GraphBuilder {
         self.record_norm(NormKind::LayerChannels, x, weight, bias, eps)
     }
 
+    /// `F.rms_norm(x, [d], weight, eps)` (`nn.RMSNorm`'s forward): `x / √(mean(x²) + eps)
+    /// · weight` over the last dimension `d`, with an optional `weight` of that size.
+    /// `eps: None` takes PyTorch's default, the machine epsilon of `x`'s dtype
+    /// (`torch.finfo(dtype).eps`).
+    pub fn rms_norm(
+        &mut self,
+        x: ValueId,
+        weight: Option<ValueId>,
+        eps: Option<f64>,
+    ) -> Result<ValueId> {
+        let dtype = self.dtype_of(x);
+        let eps = eps
+            .or_else(|| norm::rms_norm_default_eps(dtype))
+            .ok_or_else(|| {
+                OpError::invalid("rms_norm", format!("the input is {dtype:?}, not a float"))
+            })
+            .map_err(self.build_err("rms_norm"))?;
+        self.record_norm(NormKind::Rms, x, weight, None, eps)
+    }
+
     /// Group norm of an `[N, C, ...]` input in `groups` groups, with an optional
     /// per-channel `weight` and `bias`.
     pub fn group_norm(
@@ -133,6 +156,7 @@ impl GraphBuilder {
         match kind {
             NormKind::Layer => norm::check_layer_norm(xs, w, b),
             NormKind::LayerChannels => norm::check_layer_norm2d(xs, w, b),
+            NormKind::Rms => norm::check_rms_norm(xs, w),
             NormKind::Group(groups) => norm::check_group_norm(xs, groups, w).and_then(|()| {
                 b.map_or(Ok(()), |b| {
                     wick_ops::shape::same(name, "bias", b, "channels", &[xs[1]])
@@ -199,11 +223,7 @@ impl NodeOp for SoftmaxBackward {
 
 impl Norm {
     fn op_name(&self) -> &'static str {
-        match self.kind {
-            NormKind::Layer => "layer_norm",
-            NormKind::LayerChannels => "layer_norm2d",
-            NormKind::Group(_) => "group_norm",
-        }
+        self.kind.op_name()
     }
 }
 
@@ -211,6 +231,7 @@ impl NodeOp for Norm {
     fn kernel(&self) -> Kernel {
         match self.kind {
             NormKind::Layer | NormKind::LayerChannels => Kernel::LayerNormForward,
+            NormKind::Rms => Kernel::RMSNormForward,
             NormKind::Group(_) => Kernel::GroupNormForward,
         }
     }
@@ -231,6 +252,7 @@ impl NodeOp for Norm {
         one(match self.kind {
             NormKind::Layer => norm::layer_norm(x, w, b, self.eps)?,
             NormKind::LayerChannels => norm::layer_norm2d(x, w, b, self.eps)?,
+            NormKind::Rms => norm::rms_norm(x, w, self.eps)?,
             NormKind::Group(g) => norm::group_norm(x, g, w, b, self.eps)?,
         })
     }
@@ -275,6 +297,7 @@ impl NodeOp for NormBackward {
     fn kernel(&self) -> Kernel {
         match self.forward.kind {
             NormKind::Layer | NormKind::LayerChannels => Kernel::LayerNormBackward,
+            NormKind::Rms => Kernel::RMSNormBackward,
             NormKind::Group(_) => Kernel::GroupNormBackward,
         }
     }
@@ -295,6 +318,7 @@ impl NodeOp for NormBackward {
         } = match f.kind {
             NormKind::Layer => norm::layer_norm_backward(gy, x, w, f.has_bias, f.eps)?,
             NormKind::LayerChannels => norm::layer_norm2d_backward(gy, x, w, f.has_bias, f.eps)?,
+            NormKind::Rms => norm::rms_norm_backward(gy, x, w, f.eps)?,
             NormKind::Group(g) => norm::group_norm_backward(gy, x, g, w, f.has_bias, f.eps)?,
         };
         let mut out = vec![Some(input)];

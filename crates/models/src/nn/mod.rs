@@ -452,6 +452,28 @@ impl<'a> Layers<'a> {
         })
     }
 
+    /// An RMS norm over the last dimension (`dim` values) as layer `path`: PyTorch's
+    /// `nn.RMSNorm(dim, eps)`, its `weight` initialised to ones; `eps: None` is PyTorch's
+    /// default, the machine epsilon of `x`'s dtype.
+    pub fn rms_norm(
+        &mut self,
+        path: &str,
+        x: ValueId,
+        dim: usize,
+        eps: Option<f64>,
+    ) -> LayerResult {
+        self.scope(path, |nn| {
+            let w = nn.param(
+                "weight",
+                &[dim],
+                TensorRole::BnWeight,
+                Init::Constant(1.0),
+                0,
+            )?;
+            nn.b.rms_norm(x, Some(w), eps)
+        })
+    }
+
     /// A layer norm over the channels of an `[N, C, H, W]` input as layer `path`
     /// (torchvision's `LayerNorm2d`, without its permutes to channels-last and back).
     pub fn layer_norm2d(&mut self, path: &str, x: ValueId, c: usize, eps: f64) -> LayerResult {

@@ -30,6 +30,7 @@ mod loss;
 mod optim;
 mod pool;
 mod precision;
+mod rms_norm;
 mod softmax;
 mod tier;
 mod tier_optim;

@@ -1,5 +1,5 @@
 //! The second op tier against PyTorch (fixtures/ops-tier, float64): activations with
-//! their kinks, broadcasting arithmetic, softmax, layer and group norm, MSE and BCE; on
+//! their kinks, broadcasting arithmetic, softmax, layer, RMS and group norm, MSE and BCE; on
 //! wick's CPU kernels and on the device-generic path; and in float32 against float64.
 
 use candle_core::{DType, Tensor};
@@ -186,6 +186,31 @@ fn softmax_and_norms_match_pytorch() {
         assert_close("layer_norm", &y, f.t("out"), 1e-12);
         let g = norm::layer_norm_backward(f.t("grad_out"), x, Some(w), true, eps).unwrap();
         assert_norm_grads("layer_norm", g, &f);
+
+        let f = tier("rms_norm");
+        let (x, w, eps) = (f.t("x"), f.t("weight"), f.f64("eps"));
+        let y = norm::rms_norm(x, Some(w), eps).unwrap();
+        assert_close("rms_norm", &y, f.t("out"), 1e-12);
+        let g = norm::rms_norm_backward(f.t("grad_out"), x, Some(w), eps).unwrap();
+        assert_close("rms_norm grad x", &g.input, f.t("grad_x"), 1e-11);
+        let weight = g.weight.expect("a weight gradient");
+        assert_close("rms_norm grad w", &weight, f.t("grad_weight"), 1e-12);
+        assert!(g.bias.is_none());
+
+        // PyTorch's eps=None: float64's machine epsilon, which wick's default must be.
+        let f = tier("rms_norm_default_eps");
+        let eps = norm::rms_norm_default_eps(DType::F64).unwrap();
+        assert_eq!(eps, f.f64("eps"));
+        let x = f.t("x");
+        assert_close(
+            "rms_norm eps=None",
+            &norm::rms_norm(x, None, eps).unwrap(),
+            f.t("out"),
+            1e-13,
+        );
+        let g = norm::rms_norm_backward(f.t("grad_out"), x, None, eps).unwrap();
+        assert_close("rms_norm eps=None grad x", &g.input, f.t("grad_x"), 1e-12);
+        assert!(g.weight.is_none() && g.bias.is_none());
 
         let f = tier("group_norm");
         let (x, w, b, eps) = (f.t("x"), f.t("weight"), f.t("bias"), f.f64("eps"));

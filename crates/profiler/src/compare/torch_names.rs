@@ -96,6 +96,8 @@ pub fn forward_op(name: &str, shapes: &[Vec<usize>], scalars: &[String]) -> Torc
         "cross_entropy_loss" => TorchOp::kernel(K::SoftmaxCrossEntropyForward),
         "dropout" | "native_dropout" => TorchOp::kernel(K::Dropout),
         "layer_norm" => TorchOp::kernel(K::LayerNormForward),
+        // Its backward on the CPU is the composite's chain (pow, mean, rsqrt, mul).
+        "rms_norm" => TorchOp::kernel(K::RMSNormForward),
         "group_norm" => TorchOp::kernel(K::GroupNormForward),
         "softmax" => TorchOp::kernel(K::SoftmaxForward),
         "cat" => TorchOp::kernel(K::Concat),

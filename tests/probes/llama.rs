@@ -1,0 +1,142 @@
+//! A LLaMA-style char-level decoder: RMS norms, rotary position embeddings on the queries
+//! and keys (the cos and sin tables fed as inputs, as Hugging Face keeps them in buffers),
+//! causal attention and a SwiGLU MLP.
+
+use candle_core::{DType, Device, Tensor};
+use wick::graph::{GraphBuilder, ValueId};
+use wick::models::nn::Layers;
+use wick::ops::tensor::nll::NllLoss;
+
+use crate::{dense, Probe, Recorded};
+
+const TEXT: &str = "to be or not to be, that is the question";
+const T: usize = 8;
+const N: usize = 4;
+const DIM: usize = 16;
+const HEADS: usize = 2;
+const HEAD_DIM: usize = DIM / HEADS;
+
+#[test]
+fn a_llama_style_decoder_with_rms_norm_rotary_positions_and_swiglu_learns_its_text() {
+    let mut vocab: Vec<char> = TEXT.chars().collect();
+    vocab.sort_unstable();
+    vocab.dedup();
+    let ids: Vec<i64> = TEXT
+        .chars()
+        .map(|c| vocab.iter().position(|v| *v == c).unwrap() as i64)
+        .collect();
+    let cpu = Device::Cpu;
+    let window = |off: usize| ids[off..off + T].to_vec();
+    let tokens: Vec<i64> = (0..N).flat_map(|i| window(i * 7)).collect();
+    let targets: Vec<i64> = (0..N).flat_map(|i| window(i * 7 + 1)).collect();
+    let (cos, sin) = rotary_tables();
+    let feed = [
+        ("tokens", Tensor::from_vec(tokens, (N, T), &cpu).unwrap()),
+        ("targets", Tensor::from_vec(targets, (N, T), &cpu).unwrap()),
+        (
+            "rope_cos",
+            Tensor::from_vec(cos, (T, HEAD_DIM), &cpu).unwrap(),
+        ),
+        (
+            "rope_sin",
+            Tensor::from_vec(sin, (T, HEAD_DIM), &cpu).unwrap(),
+        ),
+    ];
+    let v = vocab.len();
+    let record = |b: &mut GraphBuilder| {
+        let tokens = b.input("tokens", &[N, T], DType::I64)?;
+        let targets = b.input("targets", &[N, T], DType::I64)?;
+        let cos = b.input("rope_cos", &[T, HEAD_DIM], DType::F32)?;
+        let sin = b.input("rope_sin", &[T, HEAD_DIM], DType::F32)?;
+        let mut nn = Layers::new(b);
+        let x = nn.embedding("embed_tokens", tokens, v, DIM, None)?;
+        let x = nn.scope("layers.0", |nn| {
+            let h = nn.rms_norm("input_layernorm", x, DIM, Some(1e-6))?;
+            let h = attention(nn, h, (cos, sin))?;
+            let x = nn.builder().add(x, h)?;
+            let h = nn.rms_norm("post_attention_layernorm", x, DIM, Some(1e-6))?;
+            let h = swiglu(nn, h)?;
+            nn.builder().add(x, h)
+        })?;
+        let x = nn.rms_norm("norm", x, DIM, None)?;
+        let logits = dense(&mut nn, "lm_head", x, DIM, v)?;
+        let specs = nn.into_specs();
+        let logits = b.permute(logits, &[0, 2, 1])?; // [N, vocab, T]
+        let loss = b.cross_entropy_with(logits, targets, NllLoss::default())?;
+        Ok(Recorded { loss, specs })
+    };
+    Probe {
+        name: "llama",
+        lr: 1e-2,
+        steps: 40,
+        loss_ratio: 0.3,
+        ops: &["RMSNormForward", "RMSNormBackward", "AttentionBackward"],
+    }
+    .check(record, &feed);
+}
+
+/// The rotary tables `[T, HEAD_DIM]`: angle `t·θ_i`, `θ_i = 10000^(-2i/HEAD_DIM)`, each
+/// half of a row repeating the other (Hugging Face's `rotate_half` layout).
+fn rotary_tables() -> (Vec<f32>, Vec<f32>) {
+    let half = HEAD_DIM / 2;
+    let angle = |t: usize, j: usize| {
+        let i = (j % half) as f64;
+        t as f64 * 10000f64.powf(-2.0 * i / HEAD_DIM as f64)
+    };
+    let all = |f: fn(f64) -> f64| -> Vec<f32> {
+        (0..T * HEAD_DIM)
+            .map(|k| f(angle(k / HEAD_DIM, k % HEAD_DIM)) as f32)
+            .collect()
+    };
+    (all(f64::cos), all(f64::sin))
+}
+
+/// `x·cos + rotate_half(x)·sin` for `x` `[N, heads, T, HEAD_DIM]`, where `rotate_half`
+/// of halves `(a, b)` is `(-b, a)`.
+fn rotate(
+    nn: &mut Layers,
+    x: ValueId,
+    (cos, sin): (ValueId, ValueId),
+) -> wick::graph::Result<ValueId> {
+    let b = nn.builder();
+    let halves = b.chunk(x, 2, -1)?;
+    let minus_b = b.neg(halves[1])?;
+    let rotated = b.concat(&[minus_b, halves[0]], 3)?;
+    let x_cos = b.mul(x, cos)?;
+    let r_sin = b.mul(rotated, sin)?;
+    b.add(x_cos, r_sin)
+}
+
+/// Causal self-attention with rotary positions on q and k, as layer `self_attn`.
+fn attention(
+    nn: &mut Layers,
+    h: ValueId,
+    rope: (ValueId, ValueId),
+) -> wick::graph::Result<ValueId> {
+    nn.scope("self_attn", |nn| {
+        let mut heads = Vec::new();
+        for proj in ["q_proj", "k_proj", "v_proj"] {
+            let p = dense(nn, proj, h, DIM, DIM)?;
+            let p = nn.builder().reshape(p, &[N, T, HEADS, HEAD_DIM])?;
+            heads.push(nn.builder().transpose(p, 1, 2)?); // [N, heads, T, HEAD_DIM]
+        }
+        let q = rotate(nn, heads[0], rope)?;
+        let k = rotate(nn, heads[1], rope)?;
+        let b = nn.builder();
+        let y = b.scaled_dot_product_attention(q, k, heads[2], None, 0.0, true, None)?;
+        let y = b.transpose(y, 1, 2)?;
+        let y = b.reshape(y, &[N, T, DIM])?;
+        dense(nn, "o_proj", y, DIM, DIM)
+    })
+}
+
+/// LLaMA's MLP, `down(silu(gate(x)) · up(x))`, as layer `mlp`.
+fn swiglu(nn: &mut Layers, x: ValueId) -> wick::graph::Result<ValueId> {
+    nn.scope("mlp", |nn| {
+        let gate = dense(nn, "gate_proj", x, DIM, 2 * DIM)?;
+        let up = dense(nn, "up_proj", x, DIM, 2 * DIM)?;
+        let gate = nn.builder().silu(gate)?;
+        let h = nn.builder().mul(gate, up)?;
+        dense(nn, "down_proj", h, 2 * DIM, DIM)
+    })
+}
