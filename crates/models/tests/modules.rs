@@ -292,3 +292,47 @@ fn a_transposed_convolution_layer_has_pytorchs_names_shapes_and_init_bound() {
     let bound = 1.0 / ((4 * 3 * 3) as f32).sqrt();
     assert!(max <= bound && max > 0.8 * bound, "{max} within ±{bound}");
 }
+
+#[test]
+fn an_rms_norm_layer_has_pytorchs_name_init_and_default_eps() {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[2, 4], DType::F32).unwrap();
+    let mut nn = Layers::new(&mut b);
+    let y = nn.rms_norm("norm", x, 4, None).unwrap();
+    let err = nn.rms_norm("bad", x, 3, None).unwrap_err().to_string();
+    assert_mentions(&err, &["rms_norm", "bad", "weight", "[3]", "[4]"]);
+    let specs: Vec<_> = nn
+        .into_specs()
+        .into_iter()
+        .filter(|s| s.name.starts_with("norm"))
+        .collect();
+    assert_eq!(specs.len(), 1);
+    assert_eq!(
+        (specs[0].name.as_str(), specs[0].shape.clone()),
+        ("norm.weight", vec![4])
+    );
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    for (name, t) in wick_models::nn::initial_state(&specs, 0).unwrap() {
+        assert_eq!(t.flatten_all().unwrap().to_vec1::<f32>().unwrap(), [1.0; 4]);
+        exec.set(&name, &t).unwrap();
+    }
+    // The second row is small enough that the eps decides its scale: PyTorch's default,
+    // float32's machine epsilon (1.19e-7), against mean(x²) = 1e-8.
+    let rows = [[1.0f32, -2.0, 3.0, 0.5], [1e-4, -1e-4, 1e-4, -1e-4]];
+    exec.set("x", &Tensor::new(&rows, &Device::Cpu).unwrap())
+        .unwrap();
+    exec.run().unwrap();
+    let got = exec.value(y).unwrap().to_vec2::<f32>().unwrap();
+    for (row, out) in rows.iter().zip(&got) {
+        let ms = row.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / 4.0;
+        let scale = 1.0 / (ms + f64::from(f32::EPSILON)).sqrt();
+        for (v, o) in row.iter().zip(out) {
+            let want = f64::from(*v) * scale;
+            assert!(
+                (f64::from(*o) - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "{o} vs {want}"
+            );
+        }
+    }
+}
