@@ -3,17 +3,18 @@
 //! forces, which they took before): linear layers over many rows (ConvNeXt's at batch 8,
 //! 128x128; a GPT-2 block's at batch 4, context 256), forward and backward with a bias, and
 //! GPT-2's `Conv1D` products (`matmul` of activations and a weight), and ConvNeXt's 7x7
-//! depthwise convolutions, forward, input and weight gradient. Criterion's throughput is
-//! FLOP/s: read Gelem/s as GFLOP/s.
+//! depthwise convolutions, forward, input and weight gradient; layer norm and RMS norm
+//! over a GPT-2's rows. Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
 //!
-//! `cargo bench --bench transformer_layers` (`-- linear`, `-- matmul` or `-- depthwise`).
+//! `cargo bench --bench transformer_layers` (`-- linear`, `-- matmul`, `-- depthwise` or
+//! `-- norm`).
 
 use std::time::Duration;
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion};
 use wick::ops::tensor::matmul::MatMulShape;
-use wick::ops::{conv, linear, Conv2dParams};
+use wick::ops::{conv, linear, norm, Conv2dParams};
 
 mod kernel_paths;
 
@@ -100,11 +101,47 @@ fn depthwise_layers(c: &mut Criterion) {
     }
 }
 
+fn norm_layers(c: &mut Criterion) {
+    // A GPT-2 block's rows at batch 4, context 256, 768 wide; and 4096 wide (a LLaMA's).
+    for (rows, d) in [(1024, 768), (1024, 4096)] {
+        let (x, gy, w, b) = (
+            randn(&[rows, d]),
+            randn(&[rows, d]),
+            randn(&[d]),
+            randn(&[d]),
+        );
+        let flops = norm::norm_flops(&[rows, d]);
+        let backward_flops = norm::norm_backward_flops(&[rows, d]);
+        let at = format!("{rows}x{d}");
+        let ln: Op = Box::new(|| norm::layer_norm(&x, Some(&w), Some(&b), 1e-5).map(|_| ()));
+        both(c, format!("layer_norm forward {at}"), flops, ln);
+        let ln_back: Op =
+            Box::new(|| norm::layer_norm_backward(&gy, &x, Some(&w), true, 1e-5).map(|_| ()));
+        both(
+            c,
+            format!("layer_norm backward {at}"),
+            backward_flops,
+            ln_back,
+        );
+        let rms: Op = Box::new(|| norm::rms_norm(&x, Some(&w), 1e-6).map(|_| ()));
+        both(c, format!("rms_norm forward {at}"), flops, rms);
+        let rms_back: Op =
+            Box::new(|| norm::rms_norm_backward(&gy, &x, Some(&w), 1e-6).map(|_| ()));
+        both(
+            c,
+            format!("rms_norm backward {at}"),
+            backward_flops,
+            rms_back,
+        );
+    }
+}
+
 fn bench(c: &mut Criterion) {
     wick::allocator::keep_freed_memory();
     linear_layers(c);
     matmul_layers(c);
     depthwise_layers(c);
+    norm_layers(c);
 }
 
 criterion_group! {
