@@ -4,6 +4,8 @@
 //! nine generic ops, each of which reads and writes the whole tensor. RMS norm is layer
 //! norm without the centring: its mean is taken as 0, in forward and in backward.
 
+use std::mem::MaybeUninit;
+
 use candle_core::Tensor;
 use rayon::prelude::*;
 
@@ -52,7 +54,8 @@ fn stats<T: Float>(row: &[T], norm: RowNorm, eps: f64) -> (f64, f64) {
 /// The forward of a block of rows.
 struct Forward<'a, T> {
     x: &'a [T],
-    out: &'a mut [T],
+    /// Written in full: every row of `x` writes its row here.
+    out: &'a mut [MaybeUninit<T>],
     weight: Option<&'a [T]>,
     bias: Option<&'a [T]>,
     d: usize,
@@ -69,12 +72,22 @@ impl<T: Float> WideKernel for Forward<'_, T> {
             .chunks_exact(self.d)
             .zip(self.out.chunks_exact_mut(self.d))
         {
-            // In f64, rounded once.
+            // The statistics in f64, the row in T (as PyTorch's CPU kernel computes it),
+            // each case its own loop so that it runs in vector lanes.
             let (mean, rstd) = stats(x, self.norm, self.eps);
-            let at = |v: Option<&[T]>, i: usize, none: f64| v.map_or(none, |v| v[i].to_f64());
-            for (i, (y, &x)) in y.iter_mut().zip(x).enumerate() {
-                let h = (x.to_f64() - mean) * rstd;
-                *y = T::from_f64(h * at(self.weight, i, 1.0) + at(self.bias, i, 0.0));
+            let (m, r) = (T::from_f64(mean), T::from_f64(rstd));
+            let xy = y.iter_mut().zip(x);
+            match (self.weight, self.bias) {
+                (Some(w), Some(b)) => xy
+                    .zip(w.iter().zip(b))
+                    .for_each(|((y, &x), (&w, &b))| _ = y.write((x - m) * r * w + b)),
+                (Some(w), None) => xy
+                    .zip(w)
+                    .for_each(|((y, &x), &w)| _ = y.write((x - m) * r * w)),
+                (None, Some(b)) => xy
+                    .zip(b)
+                    .for_each(|((y, &x), &b)| _ = y.write((x - m) * r + b)),
+                (None, None) => xy.for_each(|(y, &x)| _ = y.write((x - m) * r)),
             }
         }
     }
@@ -91,13 +104,14 @@ pub(crate) fn forward<T: Float>(
     let op = norm.op();
     let d = *x.dims().last().unwrap_or(&1);
     let rows = x.elem_count() / d.max(1);
-    let mut out = vec![T::ZERO; x.elem_count()];
+    let mut out = Vec::with_capacity(x.elem_count());
     let w = cpu::opt_values::<T>(op, weight)?;
     let b = cpu::opt_values::<T>(op, bias)?;
     if d > 0 && rows > 0 {
         let per = rows_per_task(rows, d);
         cpu::with_slice::<T, _>(op, x, |xs| {
-            out.par_chunks_mut(per * d)
+            out.spare_capacity_mut()[..rows * d]
+                .par_chunks_mut(per * d)
                 .zip(xs.par_chunks(per * d))
                 .for_each(|(o, x)| {
                     cpu::run_wide(Forward {
@@ -112,6 +126,8 @@ pub(crate) fn forward<T: Float>(
                 });
             Ok(())
         })?;
+        // SAFETY: the rows * d slots (all of x's elements) were written, one row each.
+        unsafe { out.set_len(rows * d) };
     }
     cpu::tensor(op, out, x.dims())
 }
