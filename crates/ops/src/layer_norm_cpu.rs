@@ -51,6 +51,23 @@ fn stats<T: Float>(row: &[T], norm: RowNorm, eps: f64) -> (f64, f64) {
     (mean, 1.0 / (var + eps).sqrt())
 }
 
+/// `Σ a·b`, each product in `T` and summed in f64 over eight lanes (in vector registers).
+#[inline(always)]
+fn dot_f64<T: Float>(a: &[T], b: &[T]) -> f64 {
+    let mut acc = [0f64; 8];
+    let (ab, bb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ab.remainder(), bb.remainder());
+    for (a, b) in ab.zip(bb) {
+        for ((s, &a), &b) in acc.iter_mut().zip(a).zip(b) {
+            *s += (a * b).to_f64();
+        }
+    }
+    for ((s, &a), &b) in acc.iter_mut().zip(ar).zip(br) {
+        *s += (a * b).to_f64();
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 /// The forward of a block of rows.
 struct Forward<'a, T> {
     x: &'a [T],
@@ -177,11 +194,7 @@ impl<T: Float> WideKernel for Backward<'_, T> {
                 RowNorm::Layer => T::from_f64(cpu::sum_f64(&gw, |v| v.to_f64()) / n),
                 RowNorm::Rms => T::ZERO,
             };
-            let mut acc = [0f64; 8];
-            for (i, (&a, &h)) in gw.iter().zip(&xhat).enumerate() {
-                acc[i % 8] += (a * h).to_f64();
-            }
-            let mean_gx = T::from_f64(acc.iter().sum::<f64>() / n);
+            let mean_gx = T::from_f64(dot_f64(&gw, &xhat) / n);
             for ((dx, &a), &h) in dx.iter_mut().zip(&gw).zip(&xhat) {
                 *dx = (a - mean_g - h * mean_gx) * rstd_t;
             }
