@@ -250,4 +250,7 @@ case("sdpa_bool_mask", lambda query, key, value, mask: sdpa(query, key, value, a
      query=randn(2, 2, 5, 4), key=randn(2, 2, 7, 4), value=randn(2, 2, 7, 4), mask=keep.to(torch.uint8))
 case("sdpa_float_mask", lambda query, key, value, mask: sdpa(query, key, value, attn_mask=mask.detach()),
      query=randn(2, 2, 5, 4), key=randn(2, 2, 7, 4), value=randn(2, 2, 7, 4), mask=randn(2, 1, 5, 7, scale=2.0))
+# sin and cos over several periods (sinusoidal and rotary position tables)
+case("sin", torch.sin, input=randn(3, 4, scale=4.0))
+case("cos", torch.cos, input=randn(3, 4, scale=4.0))
 print(f"{SEED[0]} cases in {OUT}")

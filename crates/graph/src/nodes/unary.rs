@@ -1,5 +1,5 @@
 //! Element-wise functions of one tensor (`exp`, `log`, `sqrt`, `rsqrt`, `pow`, `abs`,
-//! `neg`, `clamp`, scalar add and multiply, `full_like`): recording, backward rule,
+//! `neg`, `sin`, `cos`, `clamp`, scalar add and multiply, `full_like`): recording, backward rule,
 //! execution (kernels in `wick_ops::tensor::unary`).
 
 use std::sync::Arc;
@@ -108,6 +108,10 @@ impl GraphBuilder {
             abs => Unary::Abs;
             /// `torch.neg(x)`: `-x`.
             neg => Unary::Neg;
+            /// `torch.sin(x)` (radians): sinusoidal positions, rotary tables.
+            sin => Unary::Sin;
+            /// `torch.cos(x)` (radians).
+            cos => Unary::Cos;
         }
     }
 

@@ -52,6 +52,8 @@ pub const CASES: &[Case] = &[
     case!("pow_neg2", |b, v| b.pow(v["input"], -2.0)),
     case!("abs", KINKED, |b, v| b.abs(v["input"])),
     case!("neg", |b, v| b.neg(v["input"])),
+    case!("sin", |b, v| b.sin(v["input"])),
+    case!("cos", |b, v| b.cos(v["input"])),
     case!("clamp", KINKED, |b, v| b.clamp(
         v["input"],
         Some(-0.5),

@@ -35,6 +35,8 @@ pub(crate) trait Float:
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     fn abs(self) -> Self;
+    fn sin(self) -> Self;
+    fn cos(self) -> Self;
     /// C's `pow` (a negative base with an integer exponent has a real value).
     fn powf(self, p: Self) -> Self;
 }
@@ -64,6 +66,14 @@ macro_rules! impl_float {
             #[inline(always)]
             fn abs(self) -> Self {
                 $t::abs(self)
+            }
+            #[inline(always)]
+            fn sin(self) -> Self {
+                $t::sin(self)
+            }
+            #[inline(always)]
+            fn cos(self) -> Self {
+                $t::cos(self)
             }
             #[inline(always)]
             fn powf(self, p: Self) -> Self {

@@ -1,5 +1,6 @@
 //! Element-wise functions of one tensor, as `torch.exp`, `torch.log`, `torch.sqrt`,
-//! `torch.rsqrt`, `torch.pow(x, exponent)`, `torch.abs`, `torch.neg`, `torch.clamp`,
+//! `torch.rsqrt`, `torch.pow(x, exponent)`, `torch.abs`, `torch.neg`, `torch.sin`,
+//! `torch.cos`, `torch.clamp`,
 //! `x + c` and `torch.full_like` (`x * c` is the graph's `scale`), with their gradients.
 
 use candle_core::Tensor;
@@ -23,6 +24,10 @@ pub enum UnaryFn {
     Abs,
     /// `-x`.
     Neg,
+    /// `sin(x)`.
+    Sin,
+    /// `cos(x)`.
+    Cos,
     /// `x^p` for a constant `p`.
     Pow,
     /// `x` limited to `[min, max]`.
@@ -44,6 +49,8 @@ impl UnaryFn {
             Rsqrt => "Rsqrt",
             Abs => "Abs",
             Neg => "Neg",
+            Sin => "Sin",
+            Cos => "Cos",
             Pow => "Pow",
             Clamp => "Clamp",
             AddScalar => "AddScalar",
@@ -61,6 +68,8 @@ impl UnaryFn {
             Rsqrt => "RsqrtBackward",
             Abs => "AbsBackward",
             Neg => "NegBackward",
+            Sin => "SinBackward",
+            Cos => "CosBackward",
             Pow => "PowBackward",
             Clamp => "ClampBackward",
             AddScalar => "AddScalarBackward",
@@ -84,6 +93,10 @@ pub enum Unary {
     Abs,
     /// `-x`.
     Neg,
+    /// `sin(x)` (radians).
+    Sin,
+    /// `cos(x)` (radians).
+    Cos,
     /// `x^exponent`.
     Pow(f64),
     /// `x` limited to `[min, max]` (either bound optional); the gradient passes where
@@ -121,6 +134,8 @@ impl Unary {
             Unary::Rsqrt => UnaryFn::Rsqrt,
             Unary::Abs => UnaryFn::Abs,
             Unary::Neg => UnaryFn::Neg,
+            Unary::Sin => UnaryFn::Sin,
+            Unary::Cos => UnaryFn::Cos,
             Unary::Pow(_) => UnaryFn::Pow,
             Unary::Clamp { .. } => UnaryFn::Clamp,
             Unary::AddScalar(_) => UnaryFn::AddScalar,
@@ -137,6 +152,8 @@ impl Unary {
             Unary::Rsqrt => "rsqrt",
             Unary::Abs => "abs",
             Unary::Neg => "neg",
+            Unary::Sin => "sin",
+            Unary::Cos => "cos",
             Unary::Pow(_) => "pow",
             Unary::Clamp { .. } => "clamp",
             Unary::AddScalar(_) => "add_scalar",
@@ -184,6 +201,7 @@ impl Unary {
         match self {
             Unary::Exp | Unary::Sqrt | Unary::Rsqrt => Saved::Output,
             Unary::Log | Unary::Abs | Unary::Pow(_) | Unary::Clamp { .. } => Saved::Input,
+            Unary::Sin | Unary::Cos => Saved::Input,
             Unary::Neg | Unary::AddScalar(_) | Unary::Fill(_) => Saved::Nothing,
         }
     }
@@ -222,6 +240,8 @@ impl Unary {
             Unary::Rsqrt => x.sqrt().and_then(|s| s.recip()),
             Unary::Abs => x.abs(),
             Unary::Neg => x.neg(),
+            Unary::Sin => x.sin(),
+            Unary::Cos => x.cos(),
             Unary::Pow(p) => pow(x, p),
             Unary::Clamp { min, max } => clamp(x, min, max),
             Unary::AddScalar(v) => x.affine(1.0, v),
@@ -254,6 +274,8 @@ impl Unary {
             }
             Unary::Abs => need()?.sign().and_then(|s| gy.mul(&s)),
             Unary::Neg => gy.neg(),
+            Unary::Sin => need()?.cos().and_then(|c| gy.mul(&c)),
+            Unary::Cos => need()?.sin().and_then(|s| gy.mul(&s)?.neg()),
             Unary::Pow(0.0) => gy.zeros_like(),
             Unary::Pow(p) => pow(need()?, p - 1.0).and_then(|d| gy.mul(&d)?.affine(p, 0.0)),
             Unary::Clamp { min, max } => {
@@ -310,6 +332,8 @@ fn cpu_forward<T: Float>(u: Unary, x: &Tensor) -> Result<Tensor> {
         Unary::Rsqrt => cpu::map::<T>(op, x, move |v| T::ONE / v.sqrt()),
         Unary::Abs => cpu::map::<T>(op, x, move |v| v.abs()),
         Unary::Neg => cpu::map::<T>(op, x, move |v| -v),
+        Unary::Sin => cpu::map::<T>(op, x, move |v| v.sin()),
+        Unary::Cos => cpu::map::<T>(op, x, move |v| v.cos()),
         Unary::Pow(1.0) => cpu::map::<T>(op, x, move |v| v),
         Unary::Pow(2.0) => cpu::map::<T>(op, x, move |v| v * v),
         Unary::Pow(p) => cpu::map::<T>(op, x, move |v| v.powf(c(p))),
@@ -353,6 +377,8 @@ fn cpu_backward<T: Float>(u: Unary, gy: &Tensor, s: &Tensor) -> Result<Tensor> {
             }
         }),
         Unary::Neg => cpu::map::<T>(op, gy, move |g| -g),
+        Unary::Sin => cpu::zip_map::<T>(op, gy, s, move |g, x| g * x.cos()),
+        Unary::Cos => cpu::zip_map::<T>(op, gy, s, move |g, x| -(g * x.sin())),
         Unary::Pow(0.0) => cpu::map::<T>(op, gy, move |_| zero),
         Unary::Pow(p) => {
             let (pt, q) = (T::from_f64(p), T::from_f64(p - 1.0));
