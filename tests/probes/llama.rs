@@ -1,6 +1,7 @@
 //! A LLaMA-style char-level decoder: RMS norms, rotary position embeddings on the queries
-//! and keys (the cos and sin tables fed as inputs, as Hugging Face keeps them in buffers),
-//! causal attention and a SwiGLU MLP.
+//! and keys (their cos and sin tables computed in the graph from the positions and the
+//! inverse frequencies, as Hugging Face's rotary module does), causal attention and a
+//! SwiGLU MLP.
 
 use candle_core::{DType, Device, Tensor};
 use wick::graph::{GraphBuilder, ValueId};
@@ -29,25 +30,27 @@ fn a_llama_style_decoder_with_rms_norm_rotary_positions_and_swiglu_learns_its_te
     let window = |off: usize| ids[off..off + T].to_vec();
     let tokens: Vec<i64> = (0..N).flat_map(|i| window(i * 7)).collect();
     let targets: Vec<i64> = (0..N).flat_map(|i| window(i * 7 + 1)).collect();
-    let (cos, sin) = rotary_tables();
+    let positions: Vec<f32> = (0..T).map(|t| t as f32).collect();
     let feed = [
         ("tokens", Tensor::from_vec(tokens, (N, T), &cpu).unwrap()),
         ("targets", Tensor::from_vec(targets, (N, T), &cpu).unwrap()),
         (
-            "rope_cos",
-            Tensor::from_vec(cos, (T, HEAD_DIM), &cpu).unwrap(),
+            "positions",
+            Tensor::from_vec(positions, (T, 1), &cpu).unwrap(),
         ),
         (
-            "rope_sin",
-            Tensor::from_vec(sin, (T, HEAD_DIM), &cpu).unwrap(),
+            "inv_freq",
+            Tensor::from_vec(inverse_frequencies(), (1, HEAD_DIM), &cpu).unwrap(),
         ),
     ];
     let v = vocab.len();
     let record = |b: &mut GraphBuilder| {
         let tokens = b.input("tokens", &[N, T], DType::I64)?;
         let targets = b.input("targets", &[N, T], DType::I64)?;
-        let cos = b.input("rope_cos", &[T, HEAD_DIM], DType::F32)?;
-        let sin = b.input("rope_sin", &[T, HEAD_DIM], DType::F32)?;
+        let positions = b.input("positions", &[T, 1], DType::F32)?;
+        let inv_freq = b.input("inv_freq", &[1, HEAD_DIM], DType::F32)?;
+        let angles = b.mul(positions, inv_freq)?; // [T, HEAD_DIM]
+        let (cos, sin) = (b.cos(angles)?, b.sin(angles)?);
         let mut nn = Layers::new(b);
         let x = nn.embedding("embed_tokens", tokens, v, DIM, None)?;
         let x = nn.scope("layers.0", |nn| {
@@ -70,25 +73,24 @@ fn a_llama_style_decoder_with_rms_norm_rotary_positions_and_swiglu_learns_its_te
         lr: 1e-2,
         steps: 40,
         loss_ratio: 0.3,
-        ops: &["RMSNormForward", "RMSNormBackward", "AttentionBackward"],
+        ops: &[
+            "RMSNormForward",
+            "RMSNormBackward",
+            "Cos",
+            "Sin",
+            "AttentionBackward",
+        ],
     }
     .check(record, &feed);
 }
 
-/// The rotary tables `[T, HEAD_DIM]`: angle `t·θ_i`, `θ_i = 10000^(-2i/HEAD_DIM)`, each
-/// half of a row repeating the other (Hugging Face's `rotate_half` layout).
-fn rotary_tables() -> (Vec<f32>, Vec<f32>) {
+/// `θ_i = 10000^(-2i/HEAD_DIM)` for each half of a row (Hugging Face's `rotate_half`
+/// layout: the two halves of a head rotate by the same angles).
+fn inverse_frequencies() -> Vec<f32> {
     let half = HEAD_DIM / 2;
-    let angle = |t: usize, j: usize| {
-        let i = (j % half) as f64;
-        t as f64 * 10000f64.powf(-2.0 * i / HEAD_DIM as f64)
-    };
-    let all = |f: fn(f64) -> f64| -> Vec<f32> {
-        (0..T * HEAD_DIM)
-            .map(|k| f(angle(k / HEAD_DIM, k % HEAD_DIM)) as f32)
-            .collect()
-    };
-    (all(f64::cos), all(f64::sin))
+    (0..HEAD_DIM)
+        .map(|j| 10000f64.powf(-2.0 * (j % half) as f64 / HEAD_DIM as f64) as f32)
+        .collect()
 }
 
 /// `x·cos + rotate_half(x)·sin` for `x` `[N, heads, T, HEAD_DIM]`, where `rotate_half`
