@@ -6,7 +6,7 @@ use wick::graph::GraphBuilder;
 use wick::models::nn::Layers;
 use wick::ops::tensor::nll::NllLoss;
 
-use crate::{block, dense, Probe, Recorded};
+use crate::{block, char_windows, dense, Probe, Recorded};
 
 const TEXT: &str = "to be or not to be, that is the question";
 const T: usize = 8;
@@ -15,29 +15,18 @@ const DIM: usize = 16;
 
 #[test]
 fn a_char_level_gpt_with_a_causal_mask_learns_its_text() {
-    let mut vocab: Vec<char> = TEXT.chars().collect();
-    vocab.sort_unstable();
-    vocab.dedup();
-    let ids: Vec<i64> = TEXT
-        .chars()
-        .map(|c| vocab.iter().position(|v| *v == c).unwrap() as i64)
-        .collect();
+    let (v, tokens, targets) = char_windows(TEXT, N, T);
     let cpu = Device::Cpu;
-    // N windows of T tokens and the next token after each position.
-    let window = |off: usize| ids[off..off + T].to_vec();
-    let tokens: Vec<i64> = (0..N).flat_map(|i| window(i * 7)).collect();
-    let targets: Vec<i64> = (0..N).flat_map(|i| window(i * 7 + 1)).collect();
     let causal: Vec<u8> = (0..T * T).map(|i| u8::from(i % T > i / T)).collect();
     let feed = [
-        ("tokens", Tensor::from_vec(tokens, (N, T), &cpu).unwrap()),
-        ("targets", Tensor::from_vec(targets, (N, T), &cpu).unwrap()),
+        ("tokens", tokens),
+        ("targets", targets),
         ("positions", Tensor::arange(0i64, T as i64, &cpu).unwrap()),
         (
             "causal_mask",
             Tensor::from_vec(causal, (T, T), &cpu).unwrap(),
         ),
     ];
-    let v = vocab.len();
     let record = |b: &mut GraphBuilder| {
         let tokens = b.input("tokens", &[N, T], DType::I64)?;
         let targets = b.input("targets", &[N, T], DType::I64)?;

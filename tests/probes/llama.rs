@@ -8,7 +8,7 @@ use wick::graph::{GraphBuilder, ValueId};
 use wick::models::nn::Layers;
 use wick::ops::tensor::nll::NllLoss;
 
-use crate::{dense, Probe, Recorded};
+use crate::{char_windows, dense, Probe, Recorded};
 
 const TEXT: &str = "to be or not to be, that is the question";
 const T: usize = 8;
@@ -19,21 +19,12 @@ const HEAD_DIM: usize = DIM / HEADS;
 
 #[test]
 fn a_llama_style_decoder_with_rms_norm_rotary_positions_and_swiglu_learns_its_text() {
-    let mut vocab: Vec<char> = TEXT.chars().collect();
-    vocab.sort_unstable();
-    vocab.dedup();
-    let ids: Vec<i64> = TEXT
-        .chars()
-        .map(|c| vocab.iter().position(|v| *v == c).unwrap() as i64)
-        .collect();
+    let (v, tokens, targets) = char_windows(TEXT, N, T);
     let cpu = Device::Cpu;
-    let window = |off: usize| ids[off..off + T].to_vec();
-    let tokens: Vec<i64> = (0..N).flat_map(|i| window(i * 7)).collect();
-    let targets: Vec<i64> = (0..N).flat_map(|i| window(i * 7 + 1)).collect();
     let positions: Vec<f32> = (0..T).map(|t| t as f32).collect();
     let feed = [
-        ("tokens", Tensor::from_vec(tokens, (N, T), &cpu).unwrap()),
-        ("targets", Tensor::from_vec(targets, (N, T), &cpu).unwrap()),
+        ("tokens", tokens),
+        ("targets", targets),
         (
             "positions",
             Tensor::from_vec(positions, (T, 1), &cpu).unwrap(),
@@ -43,7 +34,6 @@ fn a_llama_style_decoder_with_rms_norm_rotary_positions_and_swiglu_learns_its_te
             Tensor::from_vec(inverse_frequencies(), (1, HEAD_DIM), &cpu).unwrap(),
         ),
     ];
-    let v = vocab.len();
     let record = |b: &mut GraphBuilder| {
         let tokens = b.input("tokens", &[N, T], DType::I64)?;
         let targets = b.input("targets", &[N, T], DType::I64)?;

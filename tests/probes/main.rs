@@ -96,6 +96,26 @@ fn train(
     (losses, profile)
 }
 
+/// A text's characters as tokens: the vocabulary's size, and `n` windows of `t` tokens
+/// (window `i` from character `7·i`) with the next token after each position, `[n, t]`
+/// each.
+pub fn char_windows(text: &str, n: usize, t: usize) -> (usize, Tensor, Tensor) {
+    let mut vocab: Vec<char> = text.chars().collect();
+    vocab.sort_unstable();
+    vocab.dedup();
+    let ids: Vec<i64> = text
+        .chars()
+        .map(|c| vocab.iter().position(|v| *v == c).unwrap() as i64)
+        .collect();
+    let windows = |start: usize| -> Tensor {
+        let v: Vec<i64> = (0..n)
+            .flat_map(|i| ids[i * 7 + start..i * 7 + start + t].to_vec())
+            .collect();
+        Tensor::from_vec(v, (n, t), &Device::Cpu).unwrap()
+    };
+    (vocab.len(), windows(0), windows(1))
+}
+
 /// `x @ wᵀ + b` over the last dimension of a `[.., cin]` value, as layer `path`
 /// (`nn.Linear` on a sequence: flattened rows through one linear).
 pub fn dense(

@@ -22,7 +22,8 @@ pub(crate) enum RowNorm {
 }
 
 impl RowNorm {
-    fn op(self) -> &'static str {
+    /// The op's name, for errors.
+    pub(crate) fn op(self) -> &'static str {
         match self {
             RowNorm::Layer => "layer_norm",
             RowNorm::Rms => "rms_norm",

@@ -143,16 +143,27 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     check_layer_norm(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
+    row_norm(RowNorm::Layer, x, (weight, bias), eps)
+}
+
+/// A norm over the last dimension (layer or RMS), checked, on its CPU kernel when `x`
+/// runs on one, else on candle's ops.
+fn row_norm(
+    norm: RowNorm,
+    x: &Tensor,
+    (weight, bias): (Option<&Tensor>, Option<&Tensor>),
+    eps: f64,
+) -> Result<Tensor> {
+    let op = norm.op();
     let kernel = || {
         use crate::layer_norm_cpu::forward;
-        let norm = RowNorm::Layer;
-        crate::cpu::dispatch_float!(LAYER_NORM, x.dtype(), forward(norm, x, (weight, bias), eps))
+        crate::cpu::dispatch_float!(op, x.dtype(), forward(norm, x, (weight, bias), eps))
     };
-    if let Some(y) = cpu_forward(LAYER_NORM, x, [weight, bias], kernel) {
+    if let Some(y) = cpu_forward(op, x, [weight, bias], kernel) {
         return y;
     }
-    let (xhat, _) = normalize_rows(LAYER_NORM, x, eps)?;
-    affine(LAYER_NORM, xhat, weight, bias)
+    let (xhat, _) = normalize_rows_by(norm, op, x, eps)?;
+    affine(op, xhat, weight, bias)
 }
 
 /// A norm's forward on its CPU kernel, when `x` runs on one: the affine parameters'
@@ -257,22 +268,35 @@ pub fn layer_norm_backward(
     has_bias: bool,
     eps: f64,
 ) -> Result<NormGrads> {
-    let op = LAYER_NORM;
+    row_norm_backward(RowNorm::Layer, (grad_y, x), (weight, has_bias), eps)
+}
+
+/// The gradients of a norm over the last dimension (layer or RMS), recomputing the
+/// statistics from `x`.
+fn row_norm_backward(
+    norm: RowNorm,
+    (grad_y, x): (&Tensor, &Tensor),
+    (weight, has_bias): (Option<&Tensor>, bool),
+    eps: f64,
+) -> Result<NormGrads> {
+    let op = norm.op();
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
     let kernel = || {
         use crate::layer_norm_cpu::backward;
-        let norm = RowNorm::Layer;
         crate::cpu::dispatch_float!(op, x.dtype(), backward(norm, (grad_y, x), weight, eps))
     };
     if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, has_bias), kernel) {
         return grads;
     }
-    let (xhat, rstd) = normalize_rows(op, x, eps)?;
+    let (xhat, rstd) = normalize_rows_by(norm, op, x, eps)?;
     let g = match weight {
         Some(w) => grad_y.broadcast_mul(w).ctx(op)?,
         None => grad_y.clone(),
     };
-    let input = normalize_rows_backward(op, &g, &xhat, &rstd)?;
+    let input = match norm {
+        RowNorm::Layer => normalize_rows_backward(op, &g, &xhat, &rstd)?,
+        RowNorm::Rms => scaled_rows_backward(op, (&g, g.clone()), &xhat, &rstd)?,
+    };
     let d = *x.dims().last().unwrap_or(&1);
     let rows = |t: Tensor| -> Result<Tensor> { t.reshape(((), d)).ctx(op)?.sum(0).ctx(op) };
     Ok(NormGrads {
@@ -311,16 +335,7 @@ pub fn check_rms_norm(x: &[usize], weight: Option<&[usize]>) -> Result<()> {
 /// [d], weight, eps)`, `nn.RMSNorm`): `x / √(mean(x²) + eps) · weight`.
 pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     check_rms_norm(x.dims(), weight.map(|w| w.dims()))?;
-    let kernel = || {
-        use crate::layer_norm_cpu::forward;
-        let norm = RowNorm::Rms;
-        crate::cpu::dispatch_float!(RMS_NORM, x.dtype(), forward(norm, x, (weight, None), eps))
-    };
-    if let Some(y) = cpu_forward(RMS_NORM, x, [weight, None], kernel) {
-        return y;
-    }
-    let (xhat, _) = normalize_rows_by(RowNorm::Rms, RMS_NORM, x, eps)?;
-    affine(RMS_NORM, xhat, weight, None)
+    row_norm(RowNorm::Rms, x, (weight, None), eps)
 }
 
 /// RMS norm's input and weight gradients, recomputing the statistics from `x`.
@@ -330,36 +345,8 @@ pub fn rms_norm_backward(
     weight: Option<&Tensor>,
     eps: f64,
 ) -> Result<NormGrads> {
-    let op = RMS_NORM;
     check_rms_norm(x.dims(), weight.map(|w| w.dims()))?;
-    crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
-    let kernel = || {
-        use crate::layer_norm_cpu::backward;
-        let norm = RowNorm::Rms;
-        crate::cpu::dispatch_float!(op, x.dtype(), backward(norm, (grad_y, x), weight, eps))
-    };
-    if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, false), kernel) {
-        return grads;
-    }
-    let (xhat, rstd) = normalize_rows_by(RowNorm::Rms, op, x, eps)?;
-    let g = match weight {
-        Some(w) => grad_y.broadcast_mul(w).ctx(op)?,
-        None => grad_y.clone(),
-    };
-    let input = scaled_rows_backward(op, (&g, g.clone()), &xhat, &rstd)?;
-    let d = *x.dims().last().unwrap_or(&1);
-    let weight = match weight {
-        Some(_) => {
-            let gx = (grad_y * &xhat).ctx(op)?;
-            Some(gx.reshape(((), d)).ctx(op)?.sum(0).ctx(op)?)
-        }
-        None => None,
-    };
-    Ok(NormGrads {
-        input,
-        weight,
-        bias: None,
-    })
+    row_norm_backward(RowNorm::Rms, (grad_y, x), (weight, false), eps)
 }
 
 /// Checks a channel layer norm's input `[N, C, ...]` and per-channel parameters.

@@ -440,14 +440,7 @@ impl<'a> Layers<'a> {
     /// A layer norm over the last dimension (`dim` values) as layer `path`.
     pub fn layer_norm(&mut self, path: &str, x: ValueId, dim: usize, eps: f64) -> LayerResult {
         self.scope(path, |nn| {
-            let w = nn.param(
-                "weight",
-                &[dim],
-                TensorRole::BnWeight,
-                Init::Constant(1.0),
-                0,
-            )?;
-            let b = nn.param("bias", &[dim], TensorRole::BnBias, Init::Constant(0.0), 0)?;
+            let (w, b) = (nn.norm_weight(dim)?, nn.norm_bias(dim)?);
             nn.b.layer_norm(x, Some(w), Some(b), eps)
         })
     }
@@ -463,23 +456,32 @@ impl<'a> Layers<'a> {
         eps: Option<f64>,
     ) -> LayerResult {
         self.scope(path, |nn| {
-            let w = nn.param(
-                "weight",
-                &[dim],
-                TensorRole::BnWeight,
-                Init::Constant(1.0),
-                0,
-            )?;
+            let w = nn.norm_weight(dim)?;
             nn.b.rms_norm(x, Some(w), eps)
         })
+    }
+
+    /// A norm's `weight` of `dim` ones.
+    fn norm_weight(&mut self, dim: usize) -> LayerResult {
+        self.param(
+            "weight",
+            &[dim],
+            TensorRole::BnWeight,
+            Init::Constant(1.0),
+            0,
+        )
+    }
+
+    /// A norm's `bias` of `dim` zeros.
+    fn norm_bias(&mut self, dim: usize) -> LayerResult {
+        self.param("bias", &[dim], TensorRole::BnBias, Init::Constant(0.0), 0)
     }
 
     /// A layer norm over the channels of an `[N, C, H, W]` input as layer `path`
     /// (torchvision's `LayerNorm2d`, without its permutes to channels-last and back).
     pub fn layer_norm2d(&mut self, path: &str, x: ValueId, c: usize, eps: f64) -> LayerResult {
         self.scope(path, |nn| {
-            let w = nn.param("weight", &[c], TensorRole::BnWeight, Init::Constant(1.0), 0)?;
-            let b = nn.param("bias", &[c], TensorRole::BnBias, Init::Constant(0.0), 0)?;
+            let (w, b) = (nn.norm_weight(c)?, nn.norm_bias(c)?);
             nn.b.layer_norm2d(x, Some(w), Some(b), eps)
         })
     }
