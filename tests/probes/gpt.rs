@@ -4,9 +4,8 @@
 use candle_core::{DType, Device, Tensor};
 use wick::graph::GraphBuilder;
 use wick::models::nn::Layers;
-use wick::ops::tensor::nll::NllLoss;
 
-use crate::{block, char_windows, dense, Probe, Recorded};
+use crate::{block, char_windows, language_model_loss, Probe};
 
 const TEXT: &str = "to be or not to be, that is the question";
 const T: usize = 8;
@@ -38,11 +37,7 @@ fn a_char_level_gpt_with_a_causal_mask_learns_its_text() {
         let x = nn.builder().broadcast_add(tok, pos)?;
         let x = block(&mut nn, "h.0", x, DIM, 2, Some(mask))?;
         let x = nn.layer_norm("ln_f", x, DIM, 1e-5)?;
-        let logits = dense(&mut nn, "lm_head", x, DIM, v)?;
-        let specs = nn.into_specs();
-        let logits = b.permute(logits, &[0, 2, 1])?; // [N, vocab, T]
-        let loss = b.cross_entropy_with(logits, targets, NllLoss::default())?;
-        Ok(Recorded { loss, specs })
+        language_model_loss(nn, x, (DIM, v), targets)
     };
     Probe {
         name: "gpt",

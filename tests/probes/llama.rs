@@ -6,9 +6,8 @@
 use candle_core::{DType, Device, Tensor};
 use wick::graph::{GraphBuilder, ValueId};
 use wick::models::nn::Layers;
-use wick::ops::tensor::nll::NllLoss;
 
-use crate::{char_windows, dense, Probe, Recorded};
+use crate::{char_windows, dense, language_model_loss, Probe};
 
 const TEXT: &str = "to be or not to be, that is the question";
 const T: usize = 8;
@@ -52,11 +51,7 @@ fn a_llama_style_decoder_with_rms_norm_rotary_positions_and_swiglu_learns_its_te
             nn.builder().add(x, h)
         })?;
         let x = nn.rms_norm("norm", x, DIM, None)?;
-        let logits = dense(&mut nn, "lm_head", x, DIM, v)?;
-        let specs = nn.into_specs();
-        let logits = b.permute(logits, &[0, 2, 1])?; // [N, vocab, T]
-        let loss = b.cross_entropy_with(logits, targets, NllLoss::default())?;
-        Ok(Recorded { loss, specs })
+        language_model_loss(nn, x, (DIM, v), targets)
     };
     Probe {
         name: "llama",

@@ -15,6 +15,7 @@ use candle_core::{DType, Device, Tensor};
 use wick::graph::nodes::optim::Optimizer;
 use wick::graph::{Executor, GraphBuilder, Mode, ValueId};
 use wick::models::nn::{self, Init, Layers, TensorSpec};
+use wick::ops::tensor::nll::NllLoss;
 use wick::ops::AdamParams;
 use wick::profiler::{Profile, RecordLevel, Schedule, TimeProfiler};
 
@@ -114,6 +115,24 @@ pub fn char_windows(text: &str, n: usize, t: usize) -> (usize, Tensor, Tensor) {
         Tensor::from_vec(v, (n, t), &Device::Cpu).unwrap()
     };
     (vocab.len(), windows(0), windows(1))
+}
+
+/// A char-level language model's end: `lm_head` over `x` `[N, T, dim]`, then each
+/// position's cross-entropy against `targets` `[N, T]`.
+pub fn language_model_loss(
+    mut nn: Layers,
+    x: ValueId,
+    (dim, vocab): (usize, usize),
+    targets: ValueId,
+) -> wick::graph::Result<Recorded> {
+    let logits = dense(&mut nn, "lm_head", x, dim, vocab)?;
+    let b = nn.builder();
+    let logits = b.permute(logits, &[0, 2, 1])?; // [N, vocab, T]
+    let loss = b.cross_entropy_with(logits, targets, NllLoss::default())?;
+    Ok(Recorded {
+        loss,
+        specs: nn.into_specs(),
+    })
 }
 
 /// `x @ wᵀ + b` over the last dimension of a `[.., cin]` value, as layer `path`
