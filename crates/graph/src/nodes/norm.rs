@@ -55,7 +55,7 @@ impl NormKind {
 pub struct Norm {
     /// Which normalisation.
     pub kind: NormKind,
-    /// Added to the variance.
+    /// Added to the variance (to the mean square for RMS norm).
     pub eps: f64,
     /// Whether a weight input follows x.
     pub has_weight: bool,
