@@ -59,14 +59,9 @@ pub fn softmax_backward(grad_y: &Tensor, y: &Tensor, dim: usize) -> Result<Tenso
     (y * grad_y.broadcast_sub(&dot).ctx(SOFTMAX)?).ctx(SOFTMAX)
 }
 
-/// `(x̂, 1/σ)` of the rows of `x` (normalised along its last dimension).
-fn normalize_rows(op: &'static str, x: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
-    normalize_rows_by(RowNorm::Layer, op, x, eps)
-}
-
-/// `(x̂, 1/σ)` of the rows of `x` by `norm`'s statistics: centred on the row's mean for
-/// layer norm, on 0 for RMS norm.
-fn normalize_rows_by(
+/// `(x̂, 1/σ)` of the rows of `x` (normalised along its last dimension) by `norm`'s
+/// statistics: centred on the row's mean for layer norm, on 0 for RMS norm.
+fn normalize_rows(
     norm: RowNorm,
     op: &'static str,
     x: &Tensor,
@@ -84,28 +79,24 @@ fn normalize_rows_by(
 }
 
 /// The gradient through the row normalisation, from `g` = dL/dx̂:
-/// `(g - mean(g) - x̂·mean(g·x̂)) / σ` per row.
+/// `(g - mean(g) - x̂·mean(g·x̂)) / σ` per row for layer norm, without the `mean(g)` term
+/// for RMS norm (whose statistics do not depend on a mean).
 fn normalize_rows_backward(
+    norm: RowNorm,
     op: &'static str,
     g: &Tensor,
-    xhat: &Tensor,
-    rstd: &Tensor,
+    (xhat, rstd): (&Tensor, &Tensor),
 ) -> Result<Tensor> {
-    let mean_g = g.mean_keepdim(D::Minus1).ctx(op)?;
-    let centred = g.broadcast_sub(&mean_g).ctx(op)?;
-    scaled_rows_backward(op, (g, centred), xhat, rstd)
-}
-
-/// `(c - x̂·mean(g·x̂)) / σ` per row: the gradient through a row normalisation from
-/// `g` = dL/dx̂ and `c`, `g` less its row mean for layer norm or `g` itself for RMS norm.
-fn scaled_rows_backward(
-    op: &'static str,
-    (g, c): (&Tensor, Tensor),
-    xhat: &Tensor,
-    rstd: &Tensor,
-) -> Result<Tensor> {
+    let centred = match norm {
+        RowNorm::Layer => g
+            .broadcast_sub(&g.mean_keepdim(D::Minus1).ctx(op)?)
+            .ctx(op)?,
+        RowNorm::Rms => g.clone(),
+    };
     let mean_gx = (g * xhat).ctx(op)?.mean_keepdim(D::Minus1).ctx(op)?;
-    let inner = c.sub(&xhat.broadcast_mul(&mean_gx).ctx(op)?).ctx(op)?;
+    let inner = centred
+        .sub(&xhat.broadcast_mul(&mean_gx).ctx(op)?)
+        .ctx(op)?;
     inner.broadcast_mul(rstd).ctx(op)
 }
 
@@ -146,8 +137,8 @@ pub fn layer_norm(
     row_norm(RowNorm::Layer, x, (weight, bias), eps)
 }
 
-/// A norm over the last dimension (layer or RMS), checked, on its CPU kernel when `x`
-/// runs on one, else on candle's ops.
+/// A norm over the last dimension (layer or RMS), its shapes checked by the caller: on
+/// its CPU kernel when `x` runs on one (the dtypes checked there), else on candle's ops.
 fn row_norm(
     norm: RowNorm,
     x: &Tensor,
@@ -162,7 +153,7 @@ fn row_norm(
     if let Some(y) = cpu_forward(op, x, [weight, bias], kernel) {
         return y;
     }
-    let (xhat, _) = normalize_rows_by(norm, op, x, eps)?;
+    let (xhat, _) = normalize_rows(norm, op, x, eps)?;
     affine(op, xhat, weight, bias)
 }
 
@@ -288,15 +279,12 @@ fn row_norm_backward(
     if let Some(grads) = cpu_backward(op, (grad_y, x), (weight, has_bias), kernel) {
         return grads;
     }
-    let (xhat, rstd) = normalize_rows_by(norm, op, x, eps)?;
+    let (xhat, rstd) = normalize_rows(norm, op, x, eps)?;
     let g = match weight {
         Some(w) => grad_y.broadcast_mul(w).ctx(op)?,
         None => grad_y.clone(),
     };
-    let input = match norm {
-        RowNorm::Layer => normalize_rows_backward(op, &g, &xhat, &rstd)?,
-        RowNorm::Rms => scaled_rows_backward(op, (&g, g.clone()), &xhat, &rstd)?,
-    };
+    let input = normalize_rows_backward(norm, op, &g, (&xhat, &rstd))?;
     let d = *x.dims().last().unwrap_or(&1);
     let rows = |t: Tensor| -> Result<Tensor> { t.reshape(((), d)).ctx(op)?.sum(0).ctx(op) };
     Ok(NormGrads {
@@ -485,7 +473,7 @@ pub fn group_norm(
     check_group_norm(x.dims(), groups, weight.map(|w| w.dims()))?;
     let op = GROUP_NORM;
     let (by_group, _) = grouped_views(x, groups)?;
-    let (xhat, _) = normalize_rows(op, &by_group, eps)?;
+    let (xhat, _) = normalize_rows(RowNorm::Layer, op, &by_group, eps)?;
     let c = x.dim(1).ctx(op)?;
     let xhat = xhat.reshape((x.dim(0).ctx(op)?, c, ())).ctx(op)?;
     let channel = |t: &Tensor| t.reshape((1, c, 1)).ctx(op);
@@ -512,14 +500,14 @@ pub fn group_norm_backward(
     crate::shape::same(op, "output gradient", grad_y.dims(), "input", x.dims())?;
     let (n, c) = (x.dim(0).ctx(op)?, x.dim(1).ctx(op)?);
     let (by_group, _) = grouped_views(x, groups)?;
-    let (xhat, rstd) = normalize_rows(op, &by_group, eps)?;
+    let (xhat, rstd) = normalize_rows(RowNorm::Layer, op, &by_group, eps)?;
     let gy = grad_y.reshape((n, c, ())).ctx(op)?;
     let g = match weight {
         Some(w) => gy.broadcast_mul(&w.reshape((1, c, 1)).ctx(op)?).ctx(op)?,
         None => gy.clone(),
     };
     let g = g.reshape((n, groups, ())).ctx(op)?;
-    let input = normalize_rows_backward(op, &g, &xhat, &rstd)?
+    let input = normalize_rows_backward(RowNorm::Layer, op, &g, (&xhat, &rstd))?
         .reshape(x.dims())
         .ctx(op)?;
     let per_channel = |t: Tensor| -> Result<Tensor> { t.sum(2).ctx(op)?.sum(0).ctx(op) };
