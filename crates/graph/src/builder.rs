@@ -228,6 +228,37 @@ impl GraphBuilder {
         Ok(self.value(name, shape.to_vec(), self.dtype, ValueKind::State))
     }
 
+    /// A tensor fixed when the graph is recorded (PyTorch's non-persistent buffer, such
+    /// as a rotary embedding's cos and sin tables): the executor places it on its device
+    /// before the first run. It is never fed, never updated and not in the state dict; no
+    /// gradient flows into it. Its shape and dtype are `tensor`'s.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use candle_core::{DType, Device, Tensor};
+    /// use wick_graph::{Executor, GraphBuilder, Mode};
+    ///
+    /// let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    /// let x = b.input("x", &[2, 3], DType::F32)?;
+    /// let offsets = Tensor::new(&[[1f32, 2., 3.]], &Device::Cpu)?;
+    /// let c = b.constant("offsets", &offsets)?;
+    /// let y = b.broadcast_add(x, c)?;
+    /// b.output(y);
+    /// let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    /// exec.set("x", &Tensor::zeros((2, 3), DType::F32, &Device::Cpu)?)?;
+    /// exec.run()?;
+    /// assert_eq!(exec.value(y)?.to_vec2::<f32>()?, [[1., 2., 3.], [1., 2., 3.]]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn constant(&mut self, name: &str, tensor: &candle_core::Tensor) -> Result<ValueId> {
+        let name = self.unique_name(name)?;
+        let host = tensor.to_device(&candle_core::Device::Cpu)?;
+        let id = self.value(name, tensor.dims().to_vec(), tensor.dtype(), ValueKind::Constant);
+        self.graph.constants.push((id, host));
+        Ok(id)
+    }
+
     /// Parameters and state are float32 or float64. A 16-bit graph (PyTorch's
     /// `model.to(torch.bfloat16)`) is refused: its products would sum into float32
     /// activations beside 16-bit parameters, a mix nobody asked for. 16-bit compute with

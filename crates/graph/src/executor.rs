@@ -364,6 +364,7 @@ impl Executor {
     /// [`run`](Executor::run) on the calling thread, with the workspace lent to the
     /// kernels.
     fn run_here(&mut self) -> Result<()> {
+        self.place_constants()?;
         if self.workspace.bytes() < self.workspace_bytes {
             self.workspace = Workspace::new(&self.device, self.workspace_bytes).map_err(|e| {
                 GraphError::Cuda {

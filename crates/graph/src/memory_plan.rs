@@ -19,7 +19,7 @@ pub struct MemorySplit {
     pub optimizer_state: u64,
     /// Other persistent state: batch norm's running statistics.
     pub statistics: u64,
-    /// The fed inputs (images, labels).
+    /// The fed inputs (images, labels) and the graph's constants.
     pub inputs: u64,
     /// Values made by backward nodes: gradients of parameters and of activations.
     pub gradients: u64,
@@ -117,7 +117,7 @@ impl Graph {
                 ValueKind::Param => &mut resident.parameters,
                 ValueKind::State if optimizer_state[i] => &mut resident.optimizer_state,
                 ValueKind::State => &mut resident.statistics,
-                ValueKind::Input => &mut resident.inputs,
+                ValueKind::Input | ValueKind::Constant => &mut resident.inputs,
                 ValueKind::Intermediate => continue,
             };
             *part = part.saturating_add(*bytes);

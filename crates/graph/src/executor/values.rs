@@ -52,6 +52,12 @@ impl Executor {
     /// parameter or state and `copy_params`.
     fn place(&mut self, id: ValueId, tensor: &Tensor, copy_params: bool) -> Result<()> {
         let info = &self.graph.values[id.0];
+        if info.kind == ValueKind::Constant {
+            return Err(GraphError::Usage(format!(
+                "`{}` is a constant of the graph (GraphBuilder::constant): it is never set",
+                info.name
+            )));
+        }
         if info.shape != tensor.dims() || info.dtype != tensor.dtype() {
             return Err(GraphError::ValueMismatch {
                 name: info.name.clone(),
@@ -75,6 +81,17 @@ impl Executor {
             _ => on_device,
         };
         self.slots[id.0] = Some(owned);
+        Ok(())
+    }
+
+    /// Puts each of the graph's constants that is not placed yet in its slot, on the
+    /// executor's device.
+    pub(super) fn place_constants(&mut self) -> Result<()> {
+        for (id, host) in &self.graph.constants {
+            if self.slots[id.0].is_none() {
+                self.slots[id.0] = Some(host.to_device(&self.device)?);
+            }
+        }
         Ok(())
     }
 

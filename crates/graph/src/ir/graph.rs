@@ -59,6 +59,8 @@ pub struct Graph {
     pub(crate) precision: super::precision::Precision,
     /// Its dynamic loss scaling, if any.
     pub(crate) grad_scaler: Option<super::loss_scale::ScalerValues>,
+    /// The tensors of its [`ValueKind::Constant`] values, on the host.
+    pub(crate) constants: Vec<(ValueId, candle_core::Tensor)>,
 }
 
 impl Graph {

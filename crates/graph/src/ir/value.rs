@@ -18,6 +18,11 @@ pub enum ValueKind {
     State,
     /// Produced by a node and freed right after its last consumer.
     Intermediate,
+    /// Fixed when the graph is recorded ([`GraphBuilder::constant`](crate::GraphBuilder::constant):
+    /// rotary position tables): the executor places it on its device before the first
+    /// run; never fed, never updated, not in the state dict (PyTorch's non-persistent
+    /// buffer).
+    Constant,
 }
 
 /// Everything the graph knows about one value.

@@ -148,7 +148,7 @@ impl NodeOp for KeptCast {
     }
 }
 
-/// Makes each cast of a parameter or state that no node writes (`writers`: the graph's
+/// Makes each cast of a parameter, state or constant that no node writes (`writers`: the graph's
 /// [`first_writers`](Graph::first_writers)) a [`KeptCast`]: under autocast, an inference
 /// graph then casts its weights in its first run only.
 pub(crate) fn keep_constant_casts(graph: &mut Graph, writers: &[Option<usize>]) {
@@ -157,7 +157,8 @@ pub(crate) fn keep_constant_casts(graph: &mut Graph, writers: &[Option<usize>]) 
             continue;
         };
         let x = &graph.values[n.inputs[0].0];
-        if matches!(x.kind, ValueKind::Param | ValueKind::State) && writers[n.inputs[0].0].is_none()
+        let fixed = matches!(x.kind, ValueKind::Param | ValueKind::State | ValueKind::Constant);
+        if fixed && writers[n.inputs[0].0].is_none()
         {
             n.op = Arc::new(KeptCast {
                 from: x.dtype,
