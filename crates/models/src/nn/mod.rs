@@ -421,16 +421,45 @@ impl<'a> Layers<'a> {
         init: Init,
         bias_init: Init,
     ) -> LayerResult {
+        self.dense(path, x, [cin, cout], init, Some(bias_init))
+    }
+
+    /// `nn.Linear(cin, cout, bias=False)` as layer `path`: [`linear`](Layers::linear)
+    /// without the bias.
+    pub fn linear_without_bias(
+        &mut self,
+        path: &str,
+        x: ValueId,
+        cin: usize,
+        cout: usize,
+        init: Init,
+    ) -> LayerResult {
+        self.dense(path, x, [cin, cout], init, None)
+    }
+
+    /// A fully connected layer over the last dimension of `x`, with a bias when
+    /// `bias_init` is given: one GEMM over the flattened rows.
+    fn dense(
+        &mut self,
+        path: &str,
+        x: ValueId,
+        [cin, cout]: [usize; 2],
+        init: Init,
+        bias_init: Option<Init>,
+    ) -> LayerResult {
         self.scope(path, |nn| {
             let w = nn.param("weight", &[cout, cin], TensorRole::FcWeight, init, cin)?;
-            let bias = nn.param("bias", &[cout], TensorRole::FcBias, bias_init, cin)?;
+            let bias = match bias_init {
+                Some(i) => Some(nn.param("bias", &[cout], TensorRole::FcBias, i, cin)?),
+                None => None,
+            };
             let shape = nn.b.shape(x).to_vec();
             if shape.len() == 2 {
-                return nn.b.linear(x, w, Some(bias));
+                return nn.b.linear(x, w, bias);
             }
             let rows = shape[..shape.len() - 1].iter().product();
             let flat = nn.b.reshape(x, &[rows, cin])?;
-            let y = nn.b.linear(flat, w, Some(bias))?;
+            let y = nn.b.linear(flat, w, bias)?;
             let mut out = shape;
             *out.last_mut().expect("rank >= 1") = cout;
             nn.b.reshape(y, &out)

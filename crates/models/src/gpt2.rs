@@ -12,6 +12,7 @@
 //! use wick_graph::{GraphBuilder, Mode};
 //! use wick_models::gpt2::{Gpt2, Gpt2Config};
 //! use wick_models::nn::Layers;
+//! use wick_models::CausalLm;
 //!
 //! let config = Gpt2Config::from_json(r#"{"vocab_size": 256, "n_positions": 64, "n_embd": 32,
 //!     "n_layer": 2, "n_head": 4}"#)?;
@@ -24,14 +25,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod generate;
+use wick_graph::ValueId;
 
-pub use generate::Sampling;
-
-use serde_json::Value;
-use wick_graph::{GraphError, ValueId};
-
-use crate::error::{ModelError, Result};
+use crate::error::Result;
+use crate::language_model::config_json::ConfigJson;
+use crate::language_model::{self, CausalLm, KeyValue};
 use crate::nn::{Init, Layers, TensorRole};
 
 /// A GPT-2's size and dropout, Hugging Face's `GPT2Config` fields.
@@ -80,80 +78,29 @@ impl Gpt2Config {
     /// small's values, as Hugging Face's `GPT2Config` does; an `activation_function` other
     /// than `gelu_new` is refused.
     pub fn from_json(text: &str) -> Result<Self> {
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| ModelError::Config(format!("GPT-2 config.json: {e}")))?;
+        let json = ConfigJson::parse("GPT-2", text)?;
         let mut c = Gpt2Config::small();
-        let size = |key: &str, into: &mut usize| -> Result<()> {
-            match v.get(key) {
-                None => Ok(()),
-                Some(x) => {
-                    *into = x.as_u64().filter(|&n| n > 0).ok_or_else(|| {
-                        ModelError::Config(format!(
-                            "GPT-2 config.json: `{key}` must be a positive integer, got {x}"
-                        ))
-                    })? as usize;
-                    Ok(())
-                }
-            }
-        };
-        size("vocab_size", &mut c.vocab_size)?;
-        size("n_positions", &mut c.n_positions)?;
-        size("n_embd", &mut c.n_embd)?;
-        size("n_layer", &mut c.n_layer)?;
-        size("n_head", &mut c.n_head)?;
+        json.size("vocab_size", &mut c.vocab_size)?;
+        json.size("n_positions", &mut c.n_positions)?;
+        json.size("n_embd", &mut c.n_embd)?;
+        json.size("n_layer", &mut c.n_layer)?;
+        json.size("n_head", &mut c.n_head)?;
         c.n_inner = 4 * c.n_embd;
-        if v.get("n_inner").is_some_and(|x| !x.is_null()) {
-            size("n_inner", &mut c.n_inner)?;
-        }
+        json.size("n_inner", &mut c.n_inner)?;
         // Settings of GPT2LMHeadModel this implementation does not have: refused, not
         // silently ignored.
-        for (key, want) in [
-            ("scale_attn_weights", true),
-            ("scale_attn_by_inverse_layer_idx", false),
-            ("tie_word_embeddings", true),
-            ("add_cross_attention", false),
-        ] {
-            if let Some(x) = v.get(key) {
-                if x.as_bool() != Some(want) {
-                    return Err(ModelError::Config(format!(
-                        "GPT-2 config.json: `{key}`: {x} is not supported (only {want})"
-                    )));
-                }
-            }
-        }
-        let real = |key: &str, into: &mut f64, probability: bool| -> Result<()> {
-            if let Some(x) = v.get(key) {
-                *into = x
-                    .as_f64()
-                    .filter(|p| {
-                        if probability {
-                            (0.0..1.0).contains(p)
-                        } else {
-                            *p > 0.0
-                        }
-                    })
-                    .ok_or_else(|| {
-                        ModelError::Config(format!(
-                            "GPT-2 config.json: `{key}` is out of range: {x}"
-                        ))
-                    })?;
-            }
-            Ok(())
-        };
-        real("layer_norm_epsilon", &mut c.layer_norm_epsilon, false)?;
-        real("embd_pdrop", &mut c.embd_pdrop, true)?;
-        real("attn_pdrop", &mut c.attn_pdrop, true)?;
-        real("resid_pdrop", &mut c.resid_pdrop, true)?;
-        if let Some(f) = v.get("activation_function") {
-            if f.as_str() != Some("gelu_new") {
-                return Err(ModelError::Config(format!(
-                    "GPT-2 config.json: activation_function {f} is not supported (gelu_new is GPT-2's)"
-                )));
-            }
-        }
+        json.require_flag("scale_attn_weights", true)?;
+        json.require_flag("scale_attn_by_inverse_layer_idx", false)?;
+        json.require_flag("tie_word_embeddings", true)?;
+        json.require_flag("add_cross_attention", false)?;
+        json.real("layer_norm_epsilon", &mut c.layer_norm_epsilon, false)?;
+        json.real("embd_pdrop", &mut c.embd_pdrop, true)?;
+        json.real("attn_pdrop", &mut c.attn_pdrop, true)?;
+        json.real("resid_pdrop", &mut c.resid_pdrop, true)?;
+        json.require_str("activation_function", "gelu_new")?;
         if !c.n_embd.is_multiple_of(c.n_head) {
-            return Err(ModelError::Config(format!(
-                "GPT-2 config.json: n_embd {} is not a multiple of n_head {}",
+            return Err(json.error(format!(
+                "n_embd {} is not a multiple of n_head {}",
                 c.n_embd, c.n_head
             )));
         }
@@ -198,66 +145,40 @@ pub struct Gpt2 {
     pub config: Gpt2Config,
 }
 
-/// One layer's keys and values `[N, heads, positions, head_dim]`.
-pub type KeyValue = (ValueId, ValueId);
-
-/// The logits and the next-token loss of one batch.
-#[derive(Debug, Clone, Copy)]
-pub struct LanguageModelOutput {
-    /// `[N, T, vocab]`.
-    pub logits: ValueId,
-    /// The mean cross-entropy of each position's logits against the next token.
-    pub loss: ValueId,
-}
-
 impl Gpt2 {
     /// A model of `config`.
     pub fn new(config: Gpt2Config) -> Self {
         Gpt2 { config }
     }
+}
 
-    /// The logits `[N, T, vocab]` of tokens `[N, T]` (`i64`), `T ≤ n_positions`:
-    /// `GPT2LMHeadModel`'s forward, parameters created under Hugging Face's names.
-    pub fn forward(&self, nn: &mut Layers, tokens: ValueId) -> wick_graph::Result<ValueId> {
-        Ok(self.forward_cached(nn, tokens, None)?.0)
+impl CausalLm for Gpt2 {
+    fn family(&self) -> &'static str {
+        "GPT-2"
     }
 
-    /// [`forward`](Gpt2::forward) with a key/value cache: `past` holds each layer's keys
-    /// and values `[N, heads, P, head_dim]` of the `P` tokens before these (then `tokens`
-    /// is one token per sequence, at position `P`); without it the tokens start at
-    /// position 0 under the causal rule. Returns the logits and each layer's keys and
-    /// values of all `P + T` positions, the next step's `past`.
-    pub fn forward_cached(
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_positions(&self) -> (&'static str, usize) {
+        ("n_positions", self.config.n_positions)
+    }
+
+    fn without_dropout(&self) -> Self {
+        Gpt2::new(self.config.clone().without_dropout())
+    }
+
+    /// `GPT2LMHeadModel`'s forward ([`CausalLm::forward_cached`]), parameters created
+    /// under Hugging Face's names.
+    fn forward_cached(
         &self,
         nn: &mut Layers,
         tokens: ValueId,
         past: Option<&[KeyValue]>,
     ) -> wick_graph::Result<(ValueId, Vec<KeyValue>)> {
         let c = &self.config;
-        let shape = nn.builder().shape(tokens).to_vec();
-        let [n, t] = shape[..] else {
-            return Err(GraphError::Usage(format!(
-                "GPT-2 takes tokens [N, T], got {shape:?}"
-            )));
-        };
-        let offset = match past {
-            None => 0,
-            Some(p) if p.len() == c.n_layer && t == 1 => nn.builder().shape(p[0].0)[2],
-            Some(p) => {
-                return Err(GraphError::Usage(format!(
-                    "GPT-2 with a cache takes one token per sequence and {} layers' keys and values, got {t} tokens and {} layers",
-                    c.n_layer,
-                    p.len()
-                )))
-            }
-        };
-        if t == 0 || offset + t > c.n_positions {
-            return Err(GraphError::Usage(format!(
-                "GPT-2: positions {offset}..{} are past n_positions = {}",
-                offset + t,
-                c.n_positions
-            )));
-        }
+        let [n, t, offset] = language_model::positions(self, nn, tokens, past, c.n_layer)?;
         let std = Init::Normal(0.02);
         let (h, wte, presents) = nn.scope("transformer", |nn| {
             // The token and position tables, `[rows, n_embd]` each.
@@ -294,38 +215,9 @@ impl Gpt2 {
         })?;
         Ok((logits, presents))
     }
+}
 
-    /// The logits of `tokens[:, :-1]` and their mean cross-entropy against
-    /// `tokens[:, 1:]`, for a batch `[N, T + 1]` of sequences.
-    pub fn next_token_loss(
-        &self,
-        nn: &mut Layers,
-        tokens: ValueId,
-    ) -> wick_graph::Result<LanguageModelOutput> {
-        let shape = nn.builder().shape(tokens).to_vec();
-        let [n, t1] = shape[..] else {
-            return Err(GraphError::Usage(format!(
-                "GPT-2 takes tokens [N, T + 1], got {shape:?}"
-            )));
-        };
-        if t1 < 2 {
-            return Err(GraphError::Usage(format!(
-                "GPT-2's next-token loss needs at least 2 tokens per sequence, got {t1}"
-            )));
-        }
-        let b = nn.builder();
-        let inputs = b.narrow(tokens, 1, 0, t1 - 1)?;
-        let targets = b.narrow(tokens, 1, 1, t1 - 1)?;
-        let logits = self.forward(nn, inputs)?;
-        let loss = nn.scope("loss", |nn| {
-            let b = nn.builder();
-            let rows = b.reshape(logits, &[n * (t1 - 1), self.config.vocab_size])?;
-            let targets = b.reshape(targets, &[n * (t1 - 1)])?;
-            b.cross_entropy(rows, targets)
-        })?;
-        Ok(LanguageModelOutput { logits, loss })
-    }
-
+impl Gpt2 {
     /// One `GPT2Block`: `x + attn(ln_1(x))`, then `+ mlp(ln_2(·))`; with the layer's
     /// cached keys and values in front of its own. Returns the block's output and its
     /// keys and values.

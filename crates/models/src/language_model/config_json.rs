@@ -1,0 +1,113 @@
+//! Reading a Hugging Face `config.json`: typed fields, each error naming the model family
+//! and the field. A field that is absent or `null` keeps the default, as transformers'
+//! config classes do.
+
+use serde_json::Value;
+
+use crate::error::{ModelError, Result};
+
+/// A parsed `config.json` of one model family.
+pub(crate) struct ConfigJson {
+    v: Value,
+    family: &'static str,
+    /// The object's place in the file (`rope_parameters.`), before its keys in messages.
+    path: String,
+}
+
+impl ConfigJson {
+    /// `text` parsed; an error naming `family` when it is not JSON.
+    pub(crate) fn parse(family: &'static str, text: &str) -> Result<Self> {
+        let v = serde_json::from_str(text)
+            .map_err(|e| ModelError::Config(format!("{family} config.json: {e}")))?;
+        Ok(ConfigJson {
+            v,
+            family,
+            path: String::new(),
+        })
+    }
+
+    /// The object in field `key`, unless absent or `null`.
+    pub(crate) fn object(&self, key: &str) -> Option<ConfigJson> {
+        self.get(key).map(|v| ConfigJson {
+            v: v.clone(),
+            family: self.family,
+            path: format!("{}{key}.", self.path),
+        })
+    }
+
+    /// A [`ModelError::Config`] saying `message` about this file.
+    pub(crate) fn error(&self, message: impl std::fmt::Display) -> ModelError {
+        ModelError::Config(format!("{} config.json: {message}", self.family))
+    }
+
+    /// Field `key`, unless absent or `null`.
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
+        self.v.get(key).filter(|x| !x.is_null())
+    }
+
+    /// A positive integer field into `into`.
+    pub(crate) fn size(&self, key: &str, into: &mut usize) -> Result<()> {
+        if let Some(x) = self.get(key) {
+            *into = x.as_u64().filter(|&n| n > 0).ok_or_else(|| {
+                self.error(format!(
+                    "`{}{key}` must be a positive integer, got {x}",
+                    self.path
+                ))
+            })? as usize;
+        }
+        Ok(())
+    }
+
+    /// A real field into `into`: a probability in `[0, 1)` when `probability`, else above 0.
+    pub(crate) fn real(&self, key: &str, into: &mut f64, probability: bool) -> Result<()> {
+        if let Some(x) = self.get(key) {
+            *into = x
+                .as_f64()
+                .filter(|p| {
+                    if probability {
+                        (0.0..1.0).contains(p)
+                    } else {
+                        *p > 0.0
+                    }
+                })
+                .ok_or_else(|| self.error(format!("`{}{key}` is out of range: {x}", self.path)))?;
+        }
+        Ok(())
+    }
+
+    /// A boolean field into `into`.
+    pub(crate) fn flag(&self, key: &str, into: &mut bool) -> Result<()> {
+        if let Some(x) = self.get(key) {
+            *into = x.as_bool().ok_or_else(|| {
+                self.error(format!(
+                    "`{}{key}` must be true or false, got {x}",
+                    self.path
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// An error unless boolean field `key` is absent or `want`: a setting of the
+    /// family's model that wick does not implement, refused rather than ignored.
+    pub(crate) fn require_flag(&self, key: &str, want: bool) -> Result<()> {
+        match self.get(key) {
+            Some(x) if x.as_bool() != Some(want) => Err(self.error(format!(
+                "`{}{key}`: {x} is not supported (only {want})",
+                self.path
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// An error unless string field `key` is absent or `want`.
+    pub(crate) fn require_str(&self, key: &str, want: &str) -> Result<()> {
+        match self.get(key) {
+            Some(x) if x.as_str() != Some(want) => Err(self.error(format!(
+                "`{}{key}` {x} is not supported (only \"{want}\")",
+                self.path
+            ))),
+            _ => Ok(()),
+        }
+    }
+}

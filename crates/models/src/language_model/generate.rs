@@ -1,0 +1,187 @@
+//! Text generation with a key/value cache: the prompt runs once as one causal batch, then
+//! each new token is one step of a graph that reads the keys and values the steps before
+//! it left (each layer's `[1, key/value heads, P, head_dim]`), so a token costs O(P), not O(P²).
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use rand::{Rng, SeedableRng};
+use wick_graph::{Executor, GraphBuilder, Mode};
+
+use super::CausalLm;
+use crate::error::{ModelError, Result};
+use crate::nn::Layers;
+
+/// One layer's cached keys and values `[1, key/value heads, positions, head_dim]`.
+type CachedLayer = (Tensor, Tensor);
+
+/// How the next token is chosen from the logits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// The most likely token.
+    Greedy,
+    /// A draw from `softmax(logits / temperature)`, seeded.
+    Temperature {
+        /// Above 0: below 1 sharpens the distribution, above 1 flattens it.
+        temperature: f64,
+        /// The draws' seed.
+        seed: u64,
+    },
+}
+
+/// The token `sampling` chooses from one row of logits.
+fn choose(logits: &[f32], sampling: Sampling, rng: &mut rand::rngs::StdRng) -> u32 {
+    let argmax = || {
+        let mut best = 0;
+        for (i, &x) in logits.iter().enumerate() {
+            if x > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    };
+    match sampling {
+        Sampling::Greedy => argmax(),
+        Sampling::Temperature { temperature, .. } => {
+            let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let weights: Vec<f64> = logits
+                .iter()
+                .map(|&x| ((x as f64 - max) / temperature).exp())
+                .collect();
+            let total: f64 = weights.iter().sum();
+            let mut u = rng.random::<f64>() * total;
+            for (i, w) in weights.iter().enumerate() {
+                u -= w;
+                if u <= 0.0 {
+                    return i as u32;
+                }
+            }
+            argmax()
+        }
+    }
+}
+
+/// [`CausalLm::generate`]: `prompt` and `n` tokens after it, one graph per step.
+pub(super) fn generate<M: CausalLm>(
+    model: &M,
+    weights: &HashMap<String, Tensor>,
+    prompt: &[u32],
+    n: usize,
+    sampling: Sampling,
+    device: &Device,
+) -> Result<Vec<u32>> {
+    check_request(model, prompt, n, sampling)?;
+    let model = model.without_dropout();
+    let seed = match sampling {
+        Sampling::Temperature { seed, .. } => seed,
+        Sampling::Greedy => 0,
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut out = prompt.to_vec();
+    let mut step_input = prompt.to_vec();
+    let mut cache: Option<Vec<CachedLayer>> = None;
+    for _ in 0..n {
+        let (logits, presents) =
+            decode_step(&model, weights, &step_input, cache.as_deref(), device)?;
+        let token = choose(&logits, sampling, &mut rng);
+        out.push(token);
+        step_input = vec![token];
+        cache = Some(presents);
+    }
+    Ok(out)
+}
+
+/// An error unless the prompt is in the vocabulary, it and `n` more tokens fit in the
+/// model's positions, and the temperature is positive.
+fn check_request<M: CausalLm>(
+    model: &M,
+    prompt: &[u32],
+    n: usize,
+    sampling: Sampling,
+) -> Result<()> {
+    let (positions_field, positions) = model.max_positions();
+    if prompt.is_empty() || prompt.len() + n > positions {
+        return Err(ModelError::Config(format!(
+            "generate: a prompt of {} tokens and {n} new ones must fit in {positions_field} = {positions} (and the prompt must not be empty)",
+            prompt.len(),
+        )));
+    }
+    let vocab = model.vocab_size();
+    if let Some(t) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ModelError::Config(format!(
+            "generate: prompt token {t} is past the vocabulary of {vocab}"
+        )));
+    }
+    if let Sampling::Temperature { temperature, .. } = sampling {
+        if !(temperature.is_finite() && temperature > 0.0) {
+            return Err(ModelError::Config(format!(
+                "generate: the temperature must be above 0, got {temperature}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One step: the logits of the last of `tokens` (after the cached positions), and
+/// every layer's keys and values up to it.
+fn decode_step<M: CausalLm>(
+    model: &M,
+    weights: &HashMap<String, Tensor>,
+    tokens: &[u32],
+    cache: Option<&[CachedLayer]>,
+    device: &Device,
+) -> Result<(Vec<f32>, Vec<CachedLayer>)> {
+    let past_name = |i: usize, part: &str| format!("past.{i}.{part}");
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let len = tokens.len();
+    let input = b.input("tokens", &[1, len], DType::I64)?;
+    let past = match cache {
+        None => None,
+        Some(layers) => {
+            let mut ids = Vec::with_capacity(layers.len());
+            for (i, (k, v)) in layers.iter().enumerate() {
+                let k = b.input(&past_name(i, "key"), k.dims(), DType::F32)?;
+                let v = b.input(&past_name(i, "value"), v.dims(), DType::F32)?;
+                ids.push((k, v));
+            }
+            Some(ids)
+        }
+    };
+    let mut nn = Layers::new(&mut b);
+    let (logits, presents) = model.forward_cached(&mut nn, input, past.as_deref())?;
+    let specs = nn.into_specs();
+    b.output(logits);
+    for (k, v) in &presents {
+        b.output(*k);
+        b.output(*v);
+    }
+    let mut exec = Executor::new(b.finish(), device);
+    for s in &specs {
+        let w = weights.get(&s.name).ok_or_else(|| {
+            ModelError::State(format!("generate: the weights have no `{}`", s.name))
+        })?;
+        // Nothing in this graph updates a weight: no per-token copy of the model.
+        exec.set_shared(&s.name, &w.to_dtype(DType::F32)?.to_device(device)?)?;
+    }
+    let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+    exec.set("tokens", &Tensor::from_vec(ids, (1, len), device)?)?;
+    for (i, (k, v)) in cache.unwrap_or_default().iter().enumerate() {
+        exec.set(&past_name(i, "key"), k)?;
+        exec.set(&past_name(i, "value"), v)?;
+    }
+    exec.run()?;
+    let kept = |v| {
+        exec.get_id(v)?
+            .cloned()
+            .ok_or_else(|| ModelError::State("generate: an output was not kept".into()))
+    };
+    let row = kept(logits)?
+        .i((0, len - 1))?
+        .to_dtype(DType::F32)?
+        .to_vec1()?;
+    let presents = presents
+        .iter()
+        .map(|&(k, v)| Ok((kept(k)?, kept(v)?)))
+        .collect::<Result<_>>()?;
+    Ok((row, presents))
+}
