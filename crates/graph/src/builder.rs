@@ -254,7 +254,12 @@ impl GraphBuilder {
     pub fn constant(&mut self, name: &str, tensor: &candle_core::Tensor) -> Result<ValueId> {
         let name = self.unique_name(name)?;
         let host = tensor.to_device(&candle_core::Device::Cpu)?;
-        let id = self.value(name, tensor.dims().to_vec(), tensor.dtype(), ValueKind::Constant);
+        let id = self.value(
+            name,
+            tensor.dims().to_vec(),
+            tensor.dtype(),
+            ValueKind::Constant,
+        );
         self.graph.constants.push((id, host));
         Ok(id)
     }

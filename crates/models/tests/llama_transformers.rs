@@ -57,18 +57,22 @@ fn the_rotary_tables_are_float32_as_transformers_computes_them() {
     c.rope_theta = 10000.0;
     let (cos, sin) = c.rotary_tables(3, 2, DType::F32).unwrap();
     assert_eq!(cos.dims(), [2, 8]);
-    // Each step is rounded to float32, as transformers' float32 arithmetic is; the two
-    // halves of a head share each angle; pair 0's frequency is 1.
+    // The two halves of a head share each angle; pair 0's frequency is 1.
     let cos: Vec<Vec<f32>> = cos.to_vec2().unwrap();
     let sin: Vec<Vec<f32>> = sin.to_vec2().unwrap();
     assert_eq!(cos[0][1], cos[0][5]);
     assert_eq!(cos[0][0], 3f32.cos());
     assert_eq!(sin[1][0], 4f32.sin());
+    // Far along, each step's rounding to float32 shows: position 1234, pair 1, computed
+    // in float32 arithmetic as transformers does, and not the float64 value rounded once.
+    let (far, _) = c.rotary_tables(1234, 1, DType::F32).unwrap();
+    let far: Vec<Vec<f32>> = far.to_vec2().unwrap();
     let inv = 1.0f32 / 10000f32.powf(2.0 / 8.0);
-    assert_eq!(cos[1][1], (4.0 * inv).cos());
-    let (cos64, _) = c.rotary_tables(3, 2, DType::F64).unwrap();
-    let cos64: Vec<Vec<f64>> = cos64.to_vec2().unwrap();
-    assert_eq!(cos64[1][1], (4.0 * 10000f64.powf(-0.25)).cos());
+    assert_eq!(far[0][1], (1234.0 * inv).cos());
+    let (far64, _) = c.rotary_tables(1234, 1, DType::F64).unwrap();
+    let far64: Vec<Vec<f64>> = far64.to_vec2().unwrap();
+    assert_eq!(far64[0][1], (1234.0 * 10000f64.powf(-0.25)).cos());
+    assert!((far[0][1] as f64 - far64[0][1]).abs() > 5e-7);
 }
 
 #[test]

@@ -157,9 +157,11 @@ pub(crate) fn keep_constant_casts(graph: &mut Graph, writers: &[Option<usize>]) 
             continue;
         };
         let x = &graph.values[n.inputs[0].0];
-        let fixed = matches!(x.kind, ValueKind::Param | ValueKind::State | ValueKind::Constant);
-        if fixed && writers[n.inputs[0].0].is_none()
-        {
+        let fixed = matches!(
+            x.kind,
+            ValueKind::Param | ValueKind::State | ValueKind::Constant
+        );
+        if fixed && writers[n.inputs[0].0].is_none() {
             n.op = Arc::new(KeptCast {
                 from: x.dtype,
                 to: cast.to,
