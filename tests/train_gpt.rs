@@ -1,7 +1,7 @@
 //! train_gpt run as a user would: on the shipped text with a tiny config.json, the loss
 //! falls, the weights and config.json are written under Hugging Face's names, a second
-//! run starts from them and generates text, a batch file trains, and bad settings are one
-//! clear line.
+//! run starts from them and generates text, a batch file trains, a LLaMA config.json
+//! trains too, and bad settings are one clear line.
 
 mod common;
 
@@ -163,6 +163,66 @@ fn a_batch_file_trains_and_bad_settings_are_one_line() {
             "{extra:?}: {err}"
         );
     }
+}
+
+/// A LLaMA config.json trains the same way: the loss falls, and the weights are written
+/// under `LlamaForCausalLM`'s names with its own head, beside a config.json that reads
+/// back as the same model; a model type wick lacks is one clear line.
+#[test]
+fn a_llama_config_trains_and_saves_under_its_names() {
+    let d = common::scratch("wick-gpt-");
+    let config = write(
+        d.path(),
+        "llama.json",
+        r#"{"model_type": "llama", "vocab_size": 256, "hidden_size": 32, "intermediate_size": 64,
+            "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "max_position_embeddings": 64}"#,
+    );
+    let text = text();
+    std::fs::create_dir(d.path().join("out")).unwrap();
+    let settings = [
+        "--context",
+        "32",
+        "--batch-size",
+        "4",
+        "--steps",
+        "40",
+        "--steps-per-epoch",
+        "20",
+        "--lr",
+        "1e-2",
+        "--optimizer",
+        "adamw",
+        "--save",
+        "out/model.safetensors",
+    ];
+    let stdout = run_ok(d.path(), "train_gpt", &with_text(&text, &config, &settings));
+    assert!(
+        stdout.contains("training a LLaMA (1 layers, 32 wide, 4 heads"),
+        "{stdout}"
+    );
+    let losses = train_losses(&stdout);
+    assert!(losses[1] < losses[0] - 0.3, "the loss falls: {losses:?}");
+    let saved = wick::models::checkpoint::read_safetensors(&d.path().join("out/model.safetensors"))
+        .unwrap();
+    assert_eq!(
+        saved["model.layers.0.self_attn.k_proj.weight"].dims(),
+        [16, 32]
+    );
+    assert_eq!(saved["lm_head.weight"].dims(), [256, 32]);
+    let written = std::fs::read_to_string(d.path().join("out/config.json")).unwrap();
+    let model = wick::models::LanguageModel::from_json(&written).unwrap();
+    let original = std::fs::read_to_string(&config).unwrap();
+    assert_eq!(
+        model,
+        wick::models::LanguageModel::from_json(&original).unwrap()
+    );
+
+    let other = write(d.path(), "bert.json", r#"{"model_type": "bert"}"#);
+    let out = run(d.path(), "train_gpt", &with_text(&text, &other, &[]), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("model_type `bert`"), "{err}");
 }
 
 /// A run stopped after 7 of 12 steps and resumed from its checkpoints ends with the

@@ -1,5 +1,5 @@
-//! Train a GPT-2 (Hugging Face's `GPT2LMHeadModel`) on a text file, byte by byte, then
-//! write text with it.
+//! Train a GPT-2 or a LLaMA (Hugging Face's `GPT2LMHeadModel`, `LlamaForCausalLM`) on a
+//! text file, byte by byte, then write text with it.
 //!
 //!   cargo run --release --example train_gpt -- --steps 200 --generate 200
 //!
@@ -7,7 +7,8 @@
 //! the first 90% for training and the last 10% held out. Each step trains on `--batch-size`
 //! windows of `--context + 1` bytes drawn from the training part (seeded by `--seed` and
 //! the step); each epoch ends with the held-out loss. `--config` takes a Hugging Face
-//! `config.json` (default: a 4-layer, 128-wide byte-level model); `--weights` and `--save`
+//! `config.json`, whose `model_type` picks the architecture (default: a 4-layer, 128-wide
+//! byte-level GPT-2); `--weights` and `--save`
 //! read and write safetensors under Hugging Face's names. `--verbosity 2` profiles the
 //! training steps: SINGA's per-op lines and every view.
 
@@ -27,9 +28,10 @@ use wick::graph::nodes::optim::{Optimizer, OptimizerConfig, ParamSelector};
 use wick::graph::{Executor, GraphBuilder, Mode, PassSet, ValueId};
 use wick::models::checkpoint::{read_safetensors, write_safetensors};
 use wick::models::data::text::{ByteTokenizer, CharTokenizer, TextCorpus, Tokenizer};
-use wick::models::gpt2::{Gpt2, Gpt2Config, Sampling};
+use wick::models::gpt2::{Gpt2, Gpt2Config};
 use wick::models::nn::{self, Layers};
 use wick::models::resume;
+use wick::models::{CausalLm, LanguageModel, Sampling};
 
 use checkpoints::{weights_of, Checkpoints, GptTraining};
 use wick::ops::{AdamParams, SgdParams};
@@ -39,7 +41,7 @@ use wick::ops::{AdamParams, SgdParams};
 static ALLOC: wick::allocator::HugePageAlloc = wick::allocator::HugePageAlloc;
 
 #[derive(Parser)]
-#[command(about = "Train a GPT-2 on a text file with wick, then generate text")]
+#[command(about = "Train a GPT-2 or a LLaMA on a text file with wick, then generate text")]
 struct Args {
     /// The text to train on; its last 10% is held out.
     #[arg(long, default_value = "examples/data/sonnets.txt")]
@@ -48,11 +50,12 @@ struct Args {
     /// distinct character of a UTF-8 text, in code point order).
     #[arg(long, value_enum, default_value = "bytes")]
     tokenizer: TokenizerKind,
-    /// A Hugging Face config.json [default: the tokenizer's vocabulary, 4 layers, 128
-    /// wide, 4 heads, n_positions 256 or --context].
+    /// A Hugging Face config.json, GPT-2's or LLaMA's by its model_type [default: a GPT-2
+    /// of the tokenizer's vocabulary, 4 layers, 128 wide, 4 heads, n_positions 256 or
+    /// --context].
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Tokens each sequence predicts (at most the model's n_positions).
+    /// Tokens each sequence predicts (at most the model's positions).
     #[arg(long, default_value_t = 64)]
     context: usize,
     /// Train on this batch every step: a safetensors file with `tokens` [N, T+1] (int64).
@@ -157,8 +160,8 @@ impl TokenizerKind {
     }
 }
 
-fn default_config(context: usize, vocab_size: usize) -> Gpt2Config {
-    Gpt2Config {
+fn default_model(context: usize, vocab_size: usize) -> LanguageModel {
+    LanguageModel::Gpt2(Gpt2::new(Gpt2Config {
         vocab_size,
         n_positions: context.max(256),
         n_embd: 128,
@@ -166,13 +169,13 @@ fn default_config(context: usize, vocab_size: usize) -> Gpt2Config {
         n_head: 4,
         n_inner: 512,
         ..Gpt2Config::small()
-    }
+    }))
 }
 
 /// A graph of the model's next-token loss on batches of `shape`: the training graph
 /// (backward and the optimizer) or the evaluation one.
 fn graph(
-    model: &Gpt2,
+    model: &LanguageModel,
     shape: &[usize],
     train: Option<&OptimizerConfig>,
     (passes, precision): (PassSet, wick::graph::Precision),
@@ -207,12 +210,12 @@ fn loss_of(exec: &Executor, loss: ValueId) -> Result<f32> {
 }
 
 /// config.json beside `weights`, unless one is there already with other contents.
-fn write_config(weights: &Path, config: &Gpt2Config) -> Result<()> {
+fn write_config(weights: &Path, model: &LanguageModel) -> Result<()> {
     let path = weights.with_file_name("config.json");
-    let text = config.to_json();
+    let text = model.to_json();
     if let Ok(old) = std::fs::read_to_string(&path) {
         ensure!(
-            Gpt2Config::from_json(&old).ok().as_ref() == Some(config),
+            LanguageModel::from_json(&old).ok().as_ref() == Some(model),
             "{} exists and describes another model: move it, or --save elsewhere",
             path.display()
         );
@@ -253,25 +256,25 @@ fn check_files(a: &Args) -> Result<()> {
 }
 
 /// The model's configuration, with every setting checked before any work.
-fn read_config(a: &Args, tokenizer: &dyn Tokenizer) -> Result<Gpt2Config> {
-    let config = match &a.config {
-        Some(p) => Gpt2Config::from_json(
+fn read_model(a: &Args, tokenizer: &dyn Tokenizer) -> Result<LanguageModel> {
+    let model = match &a.config {
+        Some(p) => LanguageModel::from_json(
             &std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?,
         )?,
-        None => default_config(a.context, tokenizer.vocab_size()),
+        None => default_model(a.context, tokenizer.vocab_size()),
     };
+    let (positions_field, positions) = model.max_positions();
     ensure!(
-        a.context >= 1 && a.context <= config.n_positions,
-        "--context {} must be 1..=n_positions ({})",
+        a.context >= 1 && a.context <= positions,
+        "--context {} must be 1..={positions_field} ({positions})",
         a.context,
-        config.n_positions
     );
     ensure!(
-        config.vocab_size >= tokenizer.vocab_size(),
+        model.vocab_size() >= tokenizer.vocab_size(),
         "the text's tokens ({}) need a vocabulary of at least {}, the config has {}",
         tokenizer.describe(),
         tokenizer.vocab_size(),
-        config.vocab_size
+        model.vocab_size()
     );
     ensure!(
         a.steps_per_epoch > 0 && a.batch_size > 0,
@@ -280,15 +283,14 @@ fn read_config(a: &Args, tokenizer: &dyn Tokenizer) -> Result<Gpt2Config> {
     let prompt = tokenizer
         .encode(a.prompt.as_bytes())
         .map_err(|e| anyhow::anyhow!("--prompt: {e}"))?;
-    let room = config.n_positions.saturating_sub(prompt.len());
+    let room = positions.saturating_sub(prompt.len());
     ensure!(
         a.generate <= room,
-        "--generate {}: the prompt's {} tokens leave room for {room} in n_positions = {}",
+        "--generate {}: the prompt's {} tokens leave room for {room} in {positions_field} = {positions}",
         a.generate,
         prompt.len(),
-        config.n_positions
     );
-    Ok(config)
+    Ok(model)
 }
 
 /// `--optimizer` with `--lr` and `--weight-decay` (none on biases and norm weights).
@@ -349,13 +351,10 @@ fn held_out_loss(
 }
 
 /// What the profile records about the run.
-fn run_info(config: &Gpt2Config, shape: &[usize]) -> wick::profiler::RunInfo {
+fn run_info(model: &LanguageModel, shape: &[usize]) -> wick::profiler::RunInfo {
     wick::profiler::RunInfo {
         wick_version: env!("CARGO_PKG_VERSION").into(),
-        model: format!(
-            "gpt2 ({} layers, {} wide, {} heads, vocab {})",
-            config.n_layer, config.n_embd, config.n_head, config.vocab_size
-        ),
+        model: model.describe(),
         batch: shape[0],
         image_size: format!("{} tokens", shape[1] - 1),
         dtype: "F32".into(),
@@ -391,7 +390,7 @@ fn train_steps(
 /// run with other values would not continue the same run.
 fn trajectory(
     a: &Args,
-    config: &Gpt2Config,
+    model: &LanguageModel,
     shape: &[usize],
     text_len: usize,
     tokenizer: &dyn Tokenizer,
@@ -408,7 +407,7 @@ fn trajectory(
         ),
     };
     vec![
-        ("model", config.to_json()),
+        ("model", model.to_json()),
         ("batch", format!("{} x {} tokens", shape[0], shape[1] - 1)),
         ("data", data),
         ("seed", a.seed.to_string()),
@@ -457,7 +456,7 @@ fn checkpoints(
 /// `--generate` tokens after `--prompt`, printed between `---` lines.
 fn print_generation(
     a: &Args,
-    model: &Gpt2,
+    model: &LanguageModel,
     trained: &HashMap<String, Tensor>,
     tokenizer: &dyn Tokenizer,
 ) -> Result<()> {
@@ -515,10 +514,9 @@ fn run() -> Result<()> {
     wick::prepare_process();
     check_files(&a)?;
     let tokenizer = a.tokenizer.open(&a.text)?;
-    let config = read_config(&a, tokenizer.as_ref())?;
+    let model = read_model(&a, tokenizer.as_ref())?;
     let (corpus, batch_file, shape) = read_data(&a, tokenizer.as_ref())?;
     let (text_len, len) = (corpus.train.len() + corpus.held_out.len(), a.context + 1);
-    let model = Gpt2::new(config.clone());
     let settings = (a.passes, a.precision);
     let (mut train, loss, specs) = graph(&model, &shape, Some(&optimizer(&a)?), settings)?;
     let (mut eval, eval_loss, _) = graph(&model, &[1, len], None, settings)?;
@@ -527,13 +525,13 @@ fn run() -> Result<()> {
         .iter()
         .map(|s| s.shape.iter().product::<usize>())
         .sum();
-    a.profile.attach_to(&mut train, run_info(&config, &shape))?;
+    a.profile.attach_to(&mut train, run_info(&model, &shape))?;
     println!(
-        "training a GPT-2 of {params} parameters ({} layers, {} wide) on {} ({text_len} tokens of {}, {} held out): batch {} x {} tokens, {} steps, {}, lr {}",
-        config.n_layer, config.n_embd, a.text.display(), tokenizer.describe(), corpus.held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
+        "training a {} of {params} parameters on {} ({text_len} tokens of {}, {} held out): batch {} x {} tokens, {} steps, {}, lr {}",
+        model.describe(), a.text.display(), tokenizer.describe(), corpus.held_out.len(), shape[0], shape[1] - 1, a.steps, a.optimizer, a.lr
     );
 
-    let trajectory = trajectory(&a, &config, &shape, text_len, tokenizer.as_ref());
+    let trajectory = trajectory(&a, &model, &shape, text_len, tokenizer.as_ref());
     let mut run = GptTraining {
         exec: &mut train,
         specs: &specs,
@@ -576,7 +574,7 @@ fn run() -> Result<()> {
     }
     let trained = weights_of(&train, &specs)?;
     if let Some(path) = &a.save {
-        write_config(path, &config)?;
+        write_config(path, &model)?;
         write_safetensors(&trained, path)?;
         println!(
             "weights written to {} (config.json beside them)",

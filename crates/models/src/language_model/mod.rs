@@ -192,7 +192,7 @@ impl LanguageModel {
         each!(self, m => m.config.to_json())
     }
 
-    /// Its size in words: layers, width, heads and vocabulary.
+    /// Its size in words: `GPT-2 (4 layers, 128 wide, 4 heads, vocabulary 256)`.
     pub fn describe(&self) -> String {
         let (layers, width, heads) = match self {
             LanguageModel::Gpt2(m) => (m.config.n_layer, m.config.n_embd, m.config.n_head),
@@ -203,7 +203,7 @@ impl LanguageModel {
             ),
         };
         format!(
-            "{} {layers} layers x {width} wide, {heads} heads, vocabulary {}",
+            "{} ({layers} layers, {width} wide, {heads} heads, vocabulary {})",
             self.family(),
             self.vocab_size()
         )
