@@ -1,4 +1,4 @@
-//! # wick-models: torchvision's models on wick's graph
+//! # wick-models: torchvision's and Hugging Face's models on wick's graph
 //!
 //! - [`registry`]: every model by torchvision's builder name (`resnet50`, `mobilenet_v2`,
 //!   ...), each an [`Architecture`] defined in its family's file in [`zoo`] and recorded
@@ -11,7 +11,12 @@
 //!   for images of any [`ImageSize`] the model accepts, square or not;
 //! - [`resume`]: training checkpoints that resume exactly, for a [`Session`] or any
 //!   [`resume::Checkpointable`] run; [`optimizer_state`]: an executor's optimizer state by name;
-//! - [`data`]: synthetic images, CIFAR-10 binaries and batch files, prefetched on a thread.
+//! - [`data`]: synthetic images, CIFAR-10 binaries and batch files, prefetched on a thread;
+//!   text corpora and tokenizers;
+//! - [`gpt2`] and [`llama`]: Hugging Face's `GPT2LMHeadModel` and `LlamaForCausalLM` with
+//!   their parameter names, read from a `config.json`; [`CausalLm`] gives each the
+//!   next-token loss and generation with a key/value cache, and [`LanguageModel`] picks
+//!   one by the config's `model_type`.
 
 pub mod checkpoint;
 pub mod data;

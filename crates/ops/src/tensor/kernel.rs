@@ -54,11 +54,11 @@ pub enum TensorKernel {
     MaskedFill,
     /// `masked_fill`'s gradient.
     MaskedFillBackward,
-    /// `detach`: the same values, no gradient.
     /// A conversion between float dtypes (`x.to(dtype)`; autocast's casts).
     Cast,
     /// A cast's gradient, converted back to the input's dtype.
     CastBackward,
+    /// `detach`: the same values, no gradient.
     Detach,
     /// `log_softmax` forward.
     LogSoftmaxForward,
