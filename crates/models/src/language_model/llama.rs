@@ -28,17 +28,17 @@
 //! let out = Llama::new(config).next_token_loss(&mut nn, tokens)?;
 //! assert_eq!(nn.builder().shape(out.logits), &[2, 16, 256]);
 //! assert_eq!(nn.specs()[0].name, "model.embed_tokens.weight");
-//! assert_eq!(nn.specs()[2].name, "model.layers.0.self_attn.k_proj.weight");
-//! assert_eq!(nn.specs()[2].shape, [16, 32]); // 2 key/value heads of 8
+//! assert_eq!(nn.specs()[3].name, "model.layers.0.self_attn.k_proj.weight");
+//! assert_eq!(nn.specs()[3].shape, [16, 32]); // 2 key/value heads of 8
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use candle_core::{DType, Device, Tensor};
 use wick_graph::ValueId;
 
+use super::causal_lm::{self, CausalLm, KeyValue};
+use super::config_json::ConfigJson;
 use crate::error::Result;
-use crate::language_model::config_json::ConfigJson;
-use crate::language_model::{self, CausalLm, KeyValue};
 use crate::nn::{Init, Layers, TensorRole};
 
 /// A LLaMA's size, Hugging Face's `LlamaConfig` fields.
@@ -257,8 +257,7 @@ impl CausalLm for Llama {
         past: Option<&[KeyValue]>,
     ) -> wick_graph::Result<(ValueId, Vec<KeyValue>)> {
         let c = &self.config;
-        let [n, t, offset] =
-            language_model::positions(self, nn, tokens, past, c.num_hidden_layers)?;
+        let [n, t, offset] = causal_lm::positions(self, nn, tokens, past, c.num_hidden_layers)?;
         let (e, vocab) = (c.hidden_size, c.vocab_size);
         let init = Init::Normal(c.initializer_range);
         let (h, embed, presents) = nn.scope("model", |nn| {

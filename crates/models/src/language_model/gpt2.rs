@@ -27,9 +27,9 @@
 
 use wick_graph::ValueId;
 
+use super::causal_lm::{self, CausalLm, KeyValue};
+use super::config_json::ConfigJson;
 use crate::error::Result;
-use crate::language_model::config_json::ConfigJson;
-use crate::language_model::{self, CausalLm, KeyValue};
 use crate::nn::{Init, Layers, TensorRole};
 
 /// A GPT-2's size and dropout, Hugging Face's `GPT2Config` fields.
@@ -178,7 +178,7 @@ impl CausalLm for Gpt2 {
         past: Option<&[KeyValue]>,
     ) -> wick_graph::Result<(ValueId, Vec<KeyValue>)> {
         let c = &self.config;
-        let [n, t, offset] = language_model::positions(self, nn, tokens, past, c.n_layer)?;
+        let [n, t, offset] = causal_lm::positions(self, nn, tokens, past, c.n_layer)?;
         let std = Init::Normal(0.02);
         let (h, wte, presents) = nn.scope("transformer", |nn| {
             // The token and position tables, `[rows, n_embd]` each.
