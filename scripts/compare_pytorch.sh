@@ -14,6 +14,8 @@
 # gpt2_6l_384_train_b4_256: train_gpt's step (AdamW, dropout 0) on a GPT-2 of 6 layers, 384
 # wide, 6 heads, vocabulary 256, context 256, batch 4, against transformers' GPT2LMHeadModel
 # (scripts/torch_gpt_baseline.py; the Python needs transformers too).
+# llama_6l_384_train_b4_256: the same step on a LLaMA of 6 layers, 384 wide, 6 query heads
+# sharing 2 key/value heads, MLP 1024 wide, vocabulary 256, against LlamaForCausalLM.
 # Times: wick's median iteration (profile_resnet, training;
 # infer_resnet --bench p50, inference) and PyTorch's median step, both after warm-up, on
 # the threads rayon / torch use by default (every core).
@@ -27,10 +29,16 @@ THREADS=$(nproc)
 EX=target/release/examples
 OUT=$(mktemp)
 GPT_CONFIG=$(mktemp --suffix .json)
-trap 'rm -f "$OUT" "$GPT_CONFIG"' EXIT
+LLAMA_CONFIG=$(mktemp --suffix .json)
+trap 'rm -f "$OUT" "$GPT_CONFIG" "$LLAMA_CONFIG"' EXIT
 cat >"$GPT_CONFIG" <<'JSON'
 {"vocab_size": 256, "n_positions": 256, "n_embd": 384, "n_layer": 6, "n_head": 6,
  "embd_pdrop": 0.0, "attn_pdrop": 0.0, "resid_pdrop": 0.0}
+JSON
+cat >"$LLAMA_CONFIG" <<'JSON'
+{"model_type": "llama", "vocab_size": 256, "hidden_size": 384, "intermediate_size": 1024,
+ "num_hidden_layers": 6, "num_attention_heads": 6, "num_key_value_heads": 2,
+ "max_position_embeddings": 256}
 JSON
 
 # wick_case NAME: prints "ms rss_kib" for one wick run of case NAME.
@@ -43,6 +51,7 @@ wick_case() {
         resnet50_infer_b1) args="$EX/infer_resnet --model resnet50 --bench --warmup 3 --reps 20" ;;
         vit_b_16_train_b2_224) args="$EX/profile_resnet --model vit_b_16 --num-classes 10 --batch-size 2 --image-size 224 --iterations 8 --skip 3 --verbosity 1" ;;
         gpt2_6l_384_train_b4_256) args="$EX/train_gpt --config $GPT_CONFIG --context 256 --batch-size 4 --steps 10 --skip 3 --steps-per-epoch 1000 --verbosity 1" ;;
+        llama_6l_384_train_b4_256) args="$EX/train_gpt --config $LLAMA_CONFIG --context 256 --batch-size 4 --steps 10 --skip 3 --steps-per-epoch 1000 --verbosity 1" ;;
         convnext_tiny_train_b8_128) args="$EX/profile_resnet --model convnext_tiny --num-classes 10 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
         mobilenet_v2_train_b8_128) args="$EX/profile_resnet --model mobilenet_v2 --num-classes 10 --dropout 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
         efficientnet_b0_train_b8_128) args="$EX/profile_resnet --model efficientnet_b0 --num-classes 10 --dropout 0 --stochastic-depth 0 --batch-size 8 --image-size 128 --iterations 13 --skip 3 --verbosity 1" ;;
@@ -60,7 +69,7 @@ wick_case() {
             return ;;
     esac
     # Training: the graph passes train_resnet uses (profile_resnet defaults to none).
-    case $1 in gpt2_*) ;; *train*) args="$args --passes default" ;; esac
+    case $1 in gpt2_* | llama_*) ;; *train*) args="$args --passes default" ;; esac
     local log
     log=$( { /usr/bin/time -f "rss_kib %M" $args; } 2>&1 ) || { echo "wick_case $1 failed: $log" >&2; exit 1; }
     local ms
@@ -75,8 +84,10 @@ torch_case() {
     case $1 in
         vit_b_16_train_b2_224)
             log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_zoo_baseline.py --model vit_b_16 --batch 2 --size 224 --threads "$THREADS" --warmup 2 --reps 5; } 2>&1 ) ;;
-        gpt2_6l_384_train_b4_256)
-            log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_gpt_baseline.py --config "$GPT_CONFIG" --batch 4 --context 256 --threads "$THREADS"; } 2>&1 ) ;;
+        gpt2_6l_384_train_b4_256 | llama_6l_384_train_b4_256)
+            local config=$GPT_CONFIG
+            case $1 in llama_*) config=$LLAMA_CONFIG ;; esac
+            log=$( { /usr/bin/time -f "rss_kib %M" "$PYTHON" scripts/torch_gpt_baseline.py --config "$config" --batch 4 --context 256 --threads "$THREADS"; } 2>&1 ) ;;
         attention_t*)
             local t=${1#attention_t} causal=
             case $t in *_causal) t=${t%_causal}; causal=--causal ;; esac
@@ -117,7 +128,7 @@ print(f"| case | wick ms | PyTorch ms | wick / PyTorch | wick peak RSS MiB | PyT
 print("|---|---|---|---|---|---|")
 for case in ["resnet18_cifar_train_b8", "resnet18_cifar_train_b32", "resnet50_train_b2", "resnet50_infer_b1",
              "mobilenet_v2_train_b8_128", "efficientnet_b0_train_b8_128", "convnext_tiny_train_b8_128",
-             "vit_b_16_train_b2_224", "gpt2_6l_384_train_b4_256",
+             "vit_b_16_train_b2_224", "gpt2_6l_384_train_b4_256", "llama_6l_384_train_b4_256",
              "attention_t1024", "attention_t1024_causal", "attention_t4096"]:
     w, t = med(("wick", case), 0), med(("torch", case), 0)
     if w is None or t is None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch's GPT-2 training step, timed as scripts/compare_pytorch.sh compares it with
-`train_gpt`: Hugging Face's GPT2LMHeadModel (eager, its default SDPA attention) built from
-the same config.json, AdamW (lr 3e-3, weight decay 0.01, as train_gpt's defaults), the
+"""PyTorch's GPT-2 or LLaMA training step, timed as scripts/compare_pytorch.sh compares it
+with `train_gpt`: Hugging Face's GPT2LMHeadModel or LlamaForCausalLM (by the config's
+`model_type`; eager, its default SDPA attention) built from the same config.json, AdamW (lr 3e-3, weight decay 0.01, as train_gpt's defaults), the
 next-token cross-entropy over a batch of random byte tokens; the median of `--reps` steps
 after `--warmup`. Prints one JSON line with "median_ms".
 
@@ -12,7 +12,7 @@ import argparse
 import json
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from baseline_timing import median_ms  # same folder
 
@@ -29,9 +29,11 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     with open(a.config) as f:
-        # Generation's token ids are unused; the bytes' range holds them.
-        cfg = GPT2Config(**json.load(f), bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(cfg).train()
+        fields = json.load(f)
+    llama = fields.pop("model_type", "gpt2") == "llama"
+    # Generation's token ids are unused; the bytes' range holds them.
+    cfg = (LlamaConfig if llama else GPT2Config)(**fields, bos_token_id=0, eos_token_id=0)
+    model = (LlamaForCausalLM if llama else GPT2LMHeadModel)(cfg).train()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     # train_gpt predicts `context` tokens from `context + 1`: the same here.
     tokens = torch.randint(0, cfg.vocab_size, (a.batch, a.context + 1))
@@ -45,7 +47,7 @@ def main():
         opt.step()
 
     median = median_ms(step, a.warmup, a.reps)
-    print(json.dumps({"case": "gpt2", "config": a.config, "batch": a.batch, "context": a.context,
+    print(json.dumps({"case": "llama" if llama else "gpt2", "config": a.config, "batch": a.batch, "context": a.context,
                       "threads": a.threads, "median_ms": median,
                       "torch": torch.__version__}))
 
