@@ -1,10 +1,11 @@
-//! A LLaMA-style char-level decoder: RMS norms, rotary position embeddings on the queries
-//! and keys (their cos and sin tables computed in the graph from the positions and the
-//! inverse frequencies, as Hugging Face's rotary module does), causal attention and a
-//! SwiGLU MLP.
+//! A LLaMA-style char-level decoder written layer by layer (`wick::models::llama` is the
+//! full model): RMS norms, rotary position embeddings on the queries and keys (their cos
+//! and sin tables computed in the graph from the positions and the inverse frequencies),
+//! causal attention and a SwiGLU MLP.
 
 use candle_core::{DType, Device, Tensor};
 use wick::graph::{GraphBuilder, ValueId};
+use wick::models::llama::apply_rotary;
 use wick::models::nn::Layers;
 
 use crate::{char_windows, dense, language_model_loss, Probe};
@@ -78,22 +79,6 @@ fn inverse_frequencies() -> Vec<f32> {
         .collect()
 }
 
-/// `x·cos + rotate_half(x)·sin` for `x` `[N, heads, T, HEAD_DIM]`, where `rotate_half`
-/// of halves `(a, b)` is `(-b, a)`.
-fn rotate(
-    nn: &mut Layers,
-    x: ValueId,
-    (cos, sin): (ValueId, ValueId),
-) -> wick::graph::Result<ValueId> {
-    let b = nn.builder();
-    let halves = b.chunk(x, 2, -1)?;
-    let minus_b = b.neg(halves[1])?;
-    let rotated = b.concat(&[minus_b, halves[0]], 3)?;
-    let x_cos = b.mul(x, cos)?;
-    let r_sin = b.mul(rotated, sin)?;
-    b.add(x_cos, r_sin)
-}
-
 /// Causal self-attention with rotary positions on q and k, as layer `self_attn`.
 fn attention(
     nn: &mut Layers,
@@ -107,9 +92,9 @@ fn attention(
             let p = nn.builder().reshape(p, &[N, T, HEADS, HEAD_DIM])?;
             heads.push(nn.builder().transpose(p, 1, 2)?); // [N, heads, T, HEAD_DIM]
         }
-        let q = rotate(nn, heads[0], rope)?;
-        let k = rotate(nn, heads[1], rope)?;
         let b = nn.builder();
+        let q = apply_rotary(b, heads[0], rope)?;
+        let k = apply_rotary(b, heads[1], rope)?;
         let y = b.scaled_dot_product_attention(q, k, heads[2], None, 0.0, true, None)?;
         let y = b.transpose(y, 1, 2)?;
         let y = b.reshape(y, &[N, T, DIM])?;

@@ -104,7 +104,25 @@ pub trait CausalLm: Sized {
         sampling: Sampling,
         device: &Device,
     ) -> Result<Vec<u32>> {
-        generate(self, weights, prompt, n, sampling, device)
+        check_request(self, prompt, n, sampling)?;
+        let model = self.without_dropout();
+        let seed = match sampling {
+            Sampling::Temperature { seed, .. } => seed,
+            Sampling::Greedy => 0,
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut out = prompt.to_vec();
+        let mut step_input = prompt.to_vec();
+        let mut cache: Option<Vec<CachedLayer>> = None;
+        for _ in 0..n {
+            let (logits, presents) =
+                decode_step(&model, weights, &step_input, cache.as_deref(), device)?;
+            let token = choose(&logits, sampling, &mut rng);
+            out.push(token);
+            step_input = vec![token];
+            cache = Some(presents);
+        }
+        Ok(out)
     }
 }
 
@@ -192,36 +210,6 @@ fn choose(logits: &[f32], sampling: Sampling, rng: &mut rand::rngs::StdRng) -> u
             argmax()
         }
     }
-}
-
-/// [`CausalLm::generate`]: `prompt` and `n` tokens after it, one graph per step.
-fn generate<M: CausalLm>(
-    model: &M,
-    weights: &HashMap<String, Tensor>,
-    prompt: &[u32],
-    n: usize,
-    sampling: Sampling,
-    device: &Device,
-) -> Result<Vec<u32>> {
-    check_request(model, prompt, n, sampling)?;
-    let model = model.without_dropout();
-    let seed = match sampling {
-        Sampling::Temperature { seed, .. } => seed,
-        Sampling::Greedy => 0,
-    };
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut out = prompt.to_vec();
-    let mut step_input = prompt.to_vec();
-    let mut cache: Option<Vec<CachedLayer>> = None;
-    for _ in 0..n {
-        let (logits, presents) =
-            decode_step(&model, weights, &step_input, cache.as_deref(), device)?;
-        let token = choose(&logits, sampling, &mut rng);
-        out.push(token);
-        step_input = vec![token];
-        cache = Some(presents);
-    }
-    Ok(out)
 }
 
 /// An error unless the prompt is in the vocabulary, it and `n` more tokens fit in the

@@ -359,8 +359,8 @@ impl Llama {
         let k = split(nn, "k_proj", kv_heads)?;
         let mut v = split(nn, "v_proj", kv_heads)?;
         let b = nn.builder();
-        let q = rotate(b, q, rope)?;
-        let mut k = rotate(b, k, rope)?;
+        let q = apply_rotary(b, q, rope)?;
+        let mut k = apply_rotary(b, k, rope)?;
         if let Some((past_k, past_v)) = cached {
             k = b.concat(&[past_k, k], 2)?;
             v = b.concat(&[past_v, v], 2)?;
@@ -387,17 +387,16 @@ impl Llama {
         bias: bool,
     ) -> wick_graph::Result<ValueId> {
         let init = Init::Normal(self.config.initializer_range);
-        if bias {
-            nn.linear_with(path, x, cin, cout, init, Init::Constant(0.0))
-        } else {
-            nn.linear_without_bias(path, x, cin, cout, init)
-        }
+        let bias_init = bias.then_some(Init::Constant(0.0));
+        nn.linear_with(path, x, cin, cout, init, bias_init)
     }
 }
 
-/// `x·cos + rotate_half(x)·sin` for `x` `[N, heads, T, d]` and tables `[T, d]`, where
-/// `rotate_half` of halves `(a, b)` is `(-b, a)`: transformers' `apply_rotary_pos_emb`.
-fn rotate(
+/// Rotary position embedding of `x` `[N, heads, T, d]` by tables `[T, d]`
+/// ([`LlamaConfig::rotary_tables`], or computed in the graph):
+/// `x·cos + rotate_half(x)·sin`, where `rotate_half` of halves `(a, b)` is `(-b, a)`;
+/// transformers' `apply_rotary_pos_emb` for one of q and k.
+pub fn apply_rotary(
     b: &mut wick_graph::GraphBuilder,
     x: ValueId,
     (cos, sin): (ValueId, ValueId),

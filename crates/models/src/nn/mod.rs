@@ -408,42 +408,17 @@ impl<'a> Layers<'a> {
         } else {
             Init::Constant(0.0)
         };
-        self.linear_with(path, x, cin, cout, init, bias_init)
+        self.linear_with(path, x, cin, cout, init, Some(bias_init))
     }
 
-    /// [`linear`](Layers::linear) with the bias's initialiser given too.
+    /// [`linear`](Layers::linear) with the bias's initialiser given too; `None`: no bias
+    /// (`nn.Linear(cin, cout, bias=False)`).
     pub fn linear_with(
         &mut self,
         path: &str,
         x: ValueId,
         cin: usize,
         cout: usize,
-        init: Init,
-        bias_init: Init,
-    ) -> LayerResult {
-        self.dense(path, x, [cin, cout], init, Some(bias_init))
-    }
-
-    /// `nn.Linear(cin, cout, bias=False)` as layer `path`: [`linear`](Layers::linear)
-    /// without the bias.
-    pub fn linear_without_bias(
-        &mut self,
-        path: &str,
-        x: ValueId,
-        cin: usize,
-        cout: usize,
-        init: Init,
-    ) -> LayerResult {
-        self.dense(path, x, [cin, cout], init, None)
-    }
-
-    /// A fully connected layer over the last dimension of `x`, with a bias when
-    /// `bias_init` is given: one GEMM over the flattened rows.
-    fn dense(
-        &mut self,
-        path: &str,
-        x: ValueId,
-        [cin, cout]: [usize; 2],
         init: Init,
         bias_init: Option<Init>,
     ) -> LayerResult {
@@ -454,7 +429,7 @@ impl<'a> Layers<'a> {
                 None => None,
             };
             let shape = nn.b.shape(x).to_vec();
-            if shape.len() == 2 {
+            if shape.len() == 2 || shape.is_empty() {
                 return nn.b.linear(x, w, bias);
             }
             let rows = shape[..shape.len() - 1].iter().product();

@@ -70,7 +70,7 @@ pub fn densenet121(nn: &mut Layers, x: ValueId, cfg: &ModelConfig) -> wick_graph
         c,
         cfg.num_classes,
         Init::LinearDefault,
-        bias,
+        Some(bias),
     )
 }
 

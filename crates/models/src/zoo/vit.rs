@@ -106,7 +106,14 @@ fn vision_transformer(
     let first = b.narrow(x, 1, 0, 1)?;
     let first = b.squeeze(first, 1)?;
     let zeros = Init::Constant(0.0);
-    nn.linear_with("heads.head", first, v.hidden, cfg.num_classes, zeros, zeros)
+    nn.linear_with(
+        "heads.head",
+        first,
+        v.hidden,
+        cfg.num_classes,
+        zeros,
+        Some(zeros),
+    )
 }
 
 /// One `EncoderBlock`: `x + attention(ln_1(x))`, then `+ mlp(ln_2(·))`.
@@ -118,9 +125,23 @@ fn encoder_block(nn: &mut Layers, x: ValueId, v: &VitSize) -> wick_graph::Result
     let xavier =
         |fan_in: usize, fan_out: usize| Init::Uniform((6.0 / (fan_in + fan_out) as f64).sqrt());
     let bias = Init::Normal(1e-6);
-    let y = nn.linear_with("mlp.0", y, v.hidden, v.mlp, xavier(v.hidden, v.mlp), bias)?;
+    let y = nn.linear_with(
+        "mlp.0",
+        y,
+        v.hidden,
+        v.mlp,
+        xavier(v.hidden, v.mlp),
+        Some(bias),
+    )?;
     let y = nn.scope("mlp.1", |nn| nn.builder().gelu(y))?;
-    let y = nn.linear_with("mlp.3", y, v.mlp, v.hidden, xavier(v.mlp, v.hidden), bias)?;
+    let y = nn.linear_with(
+        "mlp.3",
+        y,
+        v.mlp,
+        v.hidden,
+        xavier(v.mlp, v.hidden),
+        Some(bias),
+    )?;
     nn.builder().add(y, x)
 }
 
