@@ -23,15 +23,14 @@ Usage: python3 scripts/make_llama_fixture.py [OUT_DIR]  (needs torch, transforme
 safetensors; default OUT_DIR fixtures/llama)
 """
 import contextlib
-import json
 import os
 import sys
 
 import torch
-import transformers
-from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
+
+from transformers_fixture import adamw_step, save  # same folder
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "fixtures/llama"
 os.makedirs(OUT, exist_ok=True)
@@ -78,39 +77,16 @@ def model(dtype):
 
 
 def run(dtype):
-    m = model(dtype)
-    out = m(input_ids=tokens[:, :-1])
-    full = m(input_ids=tokens).logits
-    loss = torch.nn.functional.cross_entropy(full[:, :-1].reshape(-1, config.vocab_size), tokens[:, 1:].reshape(-1))
-    hf = m(input_ids=tokens, labels=tokens).loss
-    assert abs(hf.item() - loss.item()) < 1e-5 * abs(loss.item()), (hf.item(), loss.item())
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, weight_decay=0.01)
-    loss.backward()
-    opt.step()
-    after = {k: v.detach().clone() for k, v in m.state_dict().items()}
-    return out.logits.detach(), loss.detach(), after
+    return adamw_step(model(dtype), tokens, config.vocab_size)
 
 
 names = list(base.state_dict())
-rel = lambda a, b: ((a.double() - b).abs().max() / b.abs().max()).item()
 with torch.no_grad():
     upcast_logits = model(torch.float64)(input_ids=tokens[:, :-1]).logits
 with native_precision():
-    logits, loss, after = run(torch.float64)
+    f64 = run(torch.float64)
     with torch.no_grad():
         generated = model(torch.float64).generate(tokens[:1, :3], max_new_tokens=8, do_sample=False)[0]
-logits32, loss32, after32 = run(torch.float32)
-update_err = max(rel(after32[k] - base.state_dict()[k], after[k] - base.state_dict()[k].double()) for k in names)
-tensors = {"tokens": tokens.contiguous(), "logits": logits.contiguous(), "loss": loss.reshape(1),
-           "generated": generated.contiguous()}
-for k in names:
-    tensors[f"weights.{k}"] = base.state_dict()[k].double().contiguous()
-    tensors[f"after.{k}"] = after[k].contiguous()
-meta = {"torch": torch.__version__, "transformers": transformers.__version__,
-        "f64_upcast_effect": f"{rel(upcast_logits, logits):.3e}",
-        "torch_f32_logits_err": f"{rel(logits32, logits):.3e}", "torch_f32_update_err": f"{update_err:.3e}",
-        "torch_f32_loss_err": f"{abs(loss32.double() - loss).item() / loss.item():.3e}"}
-save_file(tensors, os.path.join(OUT, "tiny.safetensors"), metadata=meta)
-with open(os.path.join(OUT, "tiny.config.json"), "w") as f:
-    f.write(config.to_json_string())
-print(f"{len(names)} parameters, loss {loss.item():.6f}, generated {generated.tolist()}, {meta}")
+f32 = run(torch.float32)
+effect = ((upcast_logits - f64[0]).abs().max() / f64[0].abs().max()).item()
+save(OUT, config, base, names, tokens, generated, f64, f32, {"f64_upcast_effect": f"{effect:.3e}"})
