@@ -279,9 +279,9 @@ impl CausalLm for Llama {
             let mut presents = Vec::with_capacity(c.num_hidden_layers);
             for i in 0..c.num_hidden_layers {
                 let cached = past.map(|p| p[i]);
-                let (y, kv) = nn.scope(&format!("layers.{i}"), |nn| {
-                    self.decoder_layer(nn, h, [n, t], rope, cached)
-                })?;
+                let at = LayerContext { n, t, rope, cached };
+                let (y, kv) =
+                    nn.scope(&format!("layers.{i}"), |nn| self.decoder_layer(nn, h, at))?;
                 h = y;
                 presents.push(kv);
             }
@@ -311,16 +311,12 @@ impl Llama {
         &self,
         nn: &mut Layers,
         x: ValueId,
-        [n, t]: [usize; 2],
-        rope: (ValueId, ValueId),
-        cached: Option<KeyValue>,
+        at: LayerContext,
     ) -> wick_graph::Result<(ValueId, KeyValue)> {
         let c = &self.config;
         let (e, eps) = (c.hidden_size, Some(c.rms_norm_eps));
         let y = nn.rms_norm("input_layernorm", x, e, eps)?;
-        let (y, kv) = nn.scope("self_attn", |nn| {
-            self.attention(nn, y, [n, t], rope, cached)
-        })?;
+        let (y, kv) = nn.scope("self_attn", |nn| self.attention(nn, y, at))?;
         let x = nn.builder().add(x, y)?;
         let y = nn.rms_norm("post_attention_layernorm", x, e, eps)?;
         let y = nn.scope("mlp", |nn| {
@@ -342,10 +338,9 @@ impl Llama {
         &self,
         nn: &mut Layers,
         x: ValueId,
-        [n, t]: [usize; 2],
-        rope: (ValueId, ValueId),
-        cached: Option<KeyValue>,
+        at: LayerContext,
     ) -> wick_graph::Result<(ValueId, KeyValue)> {
+        let LayerContext { n, t, rope, cached } = at;
         let c = &self.config;
         let (e, d, bias) = (c.hidden_size, c.head_dim, c.attention_bias);
         let (heads, kv_heads) = (c.num_attention_heads, c.num_key_value_heads);
@@ -390,6 +385,16 @@ impl Llama {
         let bias_init = bias.then_some(Init::Constant(0.0));
         nn.linear_with(path, x, cin, cout, init, bias_init)
     }
+}
+
+/// What a decoder layer reads besides its input: the batch `[n, t]`, the rotary tables
+/// `(cos, sin)` and the layer's cached keys and values.
+#[derive(Debug, Clone, Copy)]
+struct LayerContext {
+    n: usize,
+    t: usize,
+    rope: (ValueId, ValueId),
+    cached: Option<KeyValue>,
 }
 
 /// Rotary position embedding of `x` `[N, heads, T, d]` by tables `[T, d]`

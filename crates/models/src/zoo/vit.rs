@@ -124,24 +124,10 @@ fn encoder_block(nn: &mut Layers, x: ValueId, v: &VitSize) -> wick_graph::Result
     let y = nn.layer_norm("ln_2", x, v.hidden, EPS)?;
     let xavier =
         |fan_in: usize, fan_out: usize| Init::Uniform((6.0 / (fan_in + fan_out) as f64).sqrt());
-    let bias = Init::Normal(1e-6);
-    let y = nn.linear_with(
-        "mlp.0",
-        y,
-        v.hidden,
-        v.mlp,
-        xavier(v.hidden, v.mlp),
-        Some(bias),
-    )?;
+    let bias = Some(Init::Normal(1e-6));
+    let y = nn.linear_with("mlp.0", y, v.hidden, v.mlp, xavier(v.hidden, v.mlp), bias)?;
     let y = nn.scope("mlp.1", |nn| nn.builder().gelu(y))?;
-    let y = nn.linear_with(
-        "mlp.3",
-        y,
-        v.mlp,
-        v.hidden,
-        xavier(v.mlp, v.hidden),
-        Some(bias),
-    )?;
+    let y = nn.linear_with("mlp.3", y, v.mlp, v.hidden, xavier(v.mlp, v.hidden), bias)?;
     nn.builder().add(y, x)
 }
 
