@@ -16,19 +16,12 @@ updates (the scale wick's float32 is judged by).
 Usage: python3 scripts/make_gpt2_fixture.py [OUT_DIR]  (needs torch, transformers,
 safetensors; default OUT_DIR fixtures/gpt2)
 """
-import os
-import sys
-
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from transformers_fixture import adamw_step, save  # same folder
+from transformers_fixture import adamw_step, save, start  # same folder
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else "fixtures/gpt2"
-os.makedirs(OUT, exist_ok=True)
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
-torch.set_num_threads(1)
+OUT = start("fixtures/gpt2")
 config = GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4,
                     embd_pdrop=0.0, attn_pdrop=0.0, resid_pdrop=0.0, bos_token_id=0, eos_token_id=0,
                     attn_implementation="eager")

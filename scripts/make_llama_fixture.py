@@ -23,20 +23,14 @@ Usage: python3 scripts/make_llama_fixture.py [OUT_DIR]  (needs torch, transforme
 safetensors; default OUT_DIR fixtures/llama)
 """
 import contextlib
-import os
-import sys
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
-from transformers_fixture import adamw_step, save  # same folder
+from transformers_fixture import adamw_step, save, start  # same folder
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else "fixtures/llama"
-os.makedirs(OUT, exist_ok=True)
-torch.manual_seed(0)
-torch.use_deterministic_algorithms(True)
-torch.set_num_threads(1)
+OUT = start("fixtures/llama")
 config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
                      rms_norm_eps=1e-6, rope_theta=1000.0, tie_word_embeddings=False,

@@ -1,11 +1,23 @@
 """What scripts/make_gpt2_fixture.py and make_llama_fixture.py share: one AdamW step of a
 transformers causal language model on a batch, and the fixture file they write."""
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import save_file
+
+
+def start(default_out):
+    """The output folder (the first argument, else `default_out`), created; torch seeded
+    (0), deterministic and on one thread."""
+    out = sys.argv[1] if len(sys.argv) > 1 else default_out
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)
+    return out
 
 
 def adamw_step(m, tokens, vocab_size):
