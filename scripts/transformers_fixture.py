@@ -36,8 +36,8 @@ def adamw_step(m, tokens, vocab_size):
     return out.logits.detach(), loss.detach(), after
 
 
-def save(out_dir, config, base, names, tokens, generated, f64, f32, meta=None):
-    """tiny.safetensors and tiny.config.json in `out_dir`: the tokens, the float64 step's
+def save(out_dir, config, base, names, tokens, generated, f64, f32, meta=None, stem="tiny", extra=None):
+    """<stem>.safetensors and <stem>.config.json in `out_dir`, with the `extra` tensors: the tokens, the float64 step's
     logits, loss and parameters after it (`after.<name>`), the weights before it
     (`weights.<name>`), the generated tokens, and PyTorch float32's errors against float64
     on the logits, the loss and the updates (`f64`, `f32`: adamw_step's results)."""
@@ -46,14 +46,14 @@ def save(out_dir, config, base, names, tokens, generated, f64, f32, meta=None):
     state = base.state_dict()
     update_err = max(rel(after32[k] - state[k], after[k] - state[k].double()) for k in names)
     tensors = {"tokens": tokens.contiguous(), "logits": logits.contiguous(), "loss": loss.reshape(1),
-               "generated": generated.contiguous()}
+               "generated": generated.contiguous(), **(extra or {})}
     for k in names:
         tensors[f"weights.{k}"] = state[k].double().contiguous()
         tensors[f"after.{k}"] = after[k].contiguous()
     meta = {"torch": torch.__version__, "transformers": transformers.__version__, **(meta or {}),
             "torch_f32_logits_err": f"{rel(logits32, logits):.3e}", "torch_f32_update_err": f"{update_err:.3e}",
             "torch_f32_loss_err": f"{abs(loss32.double() - loss).item() / loss.item():.3e}"}
-    save_file(tensors, os.path.join(out_dir, "tiny.safetensors"), metadata=meta)
-    with open(os.path.join(out_dir, "tiny.config.json"), "w") as f:
+    save_file(tensors, os.path.join(out_dir, f"{stem}.safetensors"), metadata=meta)
+    with open(os.path.join(out_dir, f"{stem}.config.json"), "w") as f:
         f.write(config.to_json_string())
     print(f"{len(names)} parameters, loss {loss.item():.6f}, generated {generated.tolist()}, {meta}")

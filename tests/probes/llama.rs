@@ -5,7 +5,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use wick::graph::{GraphBuilder, ValueId};
-use wick::models::llama::apply_rotary;
+use wick::models::language_model::rotary::apply_rotary;
 use wick::models::nn::Layers;
 
 use crate::{char_windows, dense, language_model_loss, Probe};

@@ -2,13 +2,15 @@
 //! `scripts/make_llama_fixture.py`): grouped-query attention (4 query heads, 2 key/value
 //! heads), rope_theta 1000, an untied head; its config.json read as transformers 5 wrote
 //! it, its weights loaded by their names, the logits, the loss and every parameter after
-//! one AdamW step in float64 and float32, and generation with the key/value cache.
+//! one AdamW step in float64 and float32, and generation with the key/value cache; and the
+//! same with Llama 3's rotary scaling and a tied head (`fixtures/llama/llama3.*`).
 
 mod transformers_fixture;
 
 use candle_core::DType;
 use transformers_fixture::{check_adamw_step, check_generation, Fixture};
 use wick_graph::{GraphBuilder, Mode, ValueKind};
+use wick_models::language_model::rotary::RopeScaling;
 use wick_models::llama::{Llama, LlamaConfig};
 use wick_models::nn::Layers;
 use wick_models::CausalLm;
@@ -52,10 +54,34 @@ fn greedy_generation_with_the_cache_is_transformers() {
 }
 
 #[test]
+fn llama3_rotary_scaling_and_a_tied_head_match_transformers() {
+    let f = Fixture::read_stem("llama", "llama3");
+    let c = LlamaConfig::from_json(&f.config).unwrap();
+    assert!(c.tie_word_embeddings);
+    assert!(matches!(
+        c.rope_scaling,
+        RopeScaling::Llama3 { factor: 4.0, .. }
+    ));
+    // The scaled frequencies in float32, bit for bit transformers' (one in each band:
+    // kept, interpolated, divided by the factor).
+    let ours: Vec<f32> = c
+        .rotary()
+        .inverse_frequencies(DType::F32)
+        .iter()
+        .map(|&x| x as f32)
+        .collect();
+    let theirs: Vec<f32> = f.tensors["rope_inv_freq"].to_vec1().unwrap();
+    assert_eq!(ours, theirs);
+    let model = Llama::new(c);
+    check_adamw_step(&model, &f, 1e-12);
+    check_generation(&model, &f, (62, "max_position_embeddings = 64"));
+}
+
+#[test]
 fn the_rotary_tables_are_float32_as_transformers_computes_them() {
     let mut c = LlamaConfig::from_json(r#"{"hidden_size": 16, "num_attention_heads": 2}"#).unwrap();
     c.rope_theta = 10000.0;
-    let (cos, sin) = c.rotary_tables(3, 2, DType::F32).unwrap();
+    let (cos, sin) = c.rotary().tables(3, 2, DType::F32).unwrap();
     assert_eq!(cos.dims(), [2, 8]);
     // The two halves of a head share each angle; pair 0's frequency is 1.
     let cos: Vec<Vec<f32>> = cos.to_vec2().unwrap();
@@ -65,11 +91,11 @@ fn the_rotary_tables_are_float32_as_transformers_computes_them() {
     assert_eq!(sin[1][0], 4f32.sin());
     // Far along, each step's rounding to float32 shows: position 1234, pair 1, computed
     // in float32 arithmetic as transformers does, and not the float64 value rounded once.
-    let (far, _) = c.rotary_tables(1234, 1, DType::F32).unwrap();
+    let (far, _) = c.rotary().tables(1234, 1, DType::F32).unwrap();
     let far: Vec<Vec<f32>> = far.to_vec2().unwrap();
     let inv = 1.0f32 / 10000f32.powf(2.0 / 8.0);
     assert_eq!(far[0][1], (1234.0 * inv).cos());
-    let (far64, _) = c.rotary_tables(1234, 1, DType::F64).unwrap();
+    let (far64, _) = c.rotary().tables(1234, 1, DType::F64).unwrap();
     let far64: Vec<Vec<f64>> = far64.to_vec2().unwrap();
     assert_eq!(far64[0][1], (1234.0 * 10000f64.powf(-0.25)).cos());
     assert!((far[0][1] as f64 - far64[0][1]).abs() > 5e-7);
@@ -106,11 +132,15 @@ fn config_json_settings_llama_lacks_are_refused() {
         (r#"{"hidden_act": "gelu"}"#, "hidden_act"),
         (
             r#"{"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}"#,
-            "rope_scaling",
+            "`rope_scaling.low_freq_factor` is missing",
         ),
         (
             r#"{"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4}}"#,
-            "rope_parameters.rope_type",
+            "rope_type `yarn`",
+        ),
+        (
+            r#"{"rope_scaling": {"type": "linear", "factor": 2.0}}"#,
+            "rope_type `linear`",
         ),
         (
             r#"{"num_attention_heads": 6, "num_key_value_heads": 4}"#,
@@ -126,9 +156,24 @@ fn config_json_settings_llama_lacks_are_refused() {
         let e = LlamaConfig::from_json(text).unwrap_err().to_string();
         assert!(e.contains(needle), "{text}: {e}");
     }
-    // Earlier transformers versions write the base at the top level.
-    let old = LlamaConfig::from_json(r#"{"rope_theta": 500000.0}"#).unwrap();
+    // Earlier transformers versions write the base at the top level, and the scaling as
+    // `rope_scaling` (Llama 3.2 1B's config.json).
+    let old = LlamaConfig::from_json(
+        r#"{"rope_theta": 500000.0, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0, "original_max_position_embeddings": 8192,
+            "rope_type": "llama3"}}"#,
+    )
+    .unwrap();
     assert_eq!(old.rope_theta, 500000.0);
+    assert_eq!(
+        old.rope_scaling,
+        RopeScaling::Llama3 {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 8192.0
+        }
+    );
     let round = LlamaConfig::from_json(&old.to_json()).unwrap();
     assert_eq!(round, old);
     assert_eq!(

@@ -75,6 +75,16 @@ impl ConfigJson {
         Ok(())
     }
 
+    /// A real field above 0 that must be there; `why` says what needs it.
+    pub(crate) fn required_real(&self, key: &str, why: &str) -> Result<f64> {
+        let mut v = f64::NAN;
+        self.real(key, &mut v, false)?;
+        if v.is_nan() {
+            return Err(self.error(format!("`{}{key}` is missing ({why})", self.path)));
+        }
+        Ok(v)
+    }
+
     /// A boolean field into `into`.
     pub(crate) fn flag(&self, key: &str, into: &mut bool) -> Result<()> {
         if let Some(x) = self.get(key) {
@@ -86,6 +96,16 @@ impl ConfigJson {
             })?;
         }
         Ok(())
+    }
+
+    /// A string field, unless absent or `null`.
+    pub(crate) fn string(&self, key: &str) -> Result<Option<String>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(x) => x.as_str().map(|s| Some(s.to_string())).ok_or_else(|| {
+                self.error(format!("`{}{key}` must be a string, got {x}", self.path))
+            }),
+        }
     }
 
     /// An error unless boolean field `key` is absent or `want`: a setting of the

@@ -7,8 +7,9 @@
 //! from a `config.json` of Hugging Face's format; Llama 2 and TinyLlama checkpoints are
 //! of this architecture.
 //!
-//! The rotary cos and sin tables are computed in float32 (in float64 for a float64
-//! graph), as transformers computes them, and enter the graph as constants.
+//! The rotary cos and sin tables (the default rotary embedding or Llama 3.1's scaled one:
+//! [`rotary`](super::rotary)) are computed in float32 (in float64 for a float64 graph), as
+//! transformers computes them, and enter the graph as constants.
 //!
 //! # Examples
 //!
@@ -33,11 +34,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use candle_core::{DType, Device, Tensor};
 use wick_graph::ValueId;
 
 use super::causal_lm::{self, CausalLm, KeyValue};
 use super::config_json::ConfigJson;
+use super::rotary::{apply_rotary, RopeScaling, Rotary};
 use crate::error::Result;
 use crate::nn::{Init, Layers, TensorRole};
 
@@ -65,6 +66,9 @@ pub struct LlamaConfig {
     pub rms_norm_eps: f64,
     /// The rotary embedding's base (`rope_theta`, or `rope_parameters.rope_theta`).
     pub rope_theta: f64,
+    /// The rotary embedding's scaling (`rope_parameters`, or `rope_scaling` in files of
+    /// transformers before 5).
+    pub rope_scaling: RopeScaling,
     /// Whether the head is the token embedding.
     pub tie_word_embeddings: bool,
     /// Whether the attention's projections have biases.
@@ -91,6 +95,7 @@ impl LlamaConfig {
             max_position_embeddings: 2048,
             rms_norm_eps: 1e-6,
             rope_theta: 10000.0,
+            rope_scaling: RopeScaling::Default,
             tie_word_embeddings: false,
             attention_bias: false,
             mlp_bias: false,
@@ -101,8 +106,8 @@ impl LlamaConfig {
 
     /// The configuration in a `config.json` text: fields missing there take
     /// [`llama_7b`](LlamaConfig::llama_7b)'s values, as Hugging Face's `LlamaConfig`
-    /// does. An activation other than SiLU, and a rotary scaling other than the default,
-    /// are refused.
+    /// does. An activation other than SiLU, and a rotary scaling other than the default
+    /// and Llama 3.1's, are refused.
     pub fn from_json(text: &str) -> Result<Self> {
         let json = ConfigJson::parse("LLaMA", text)?;
         let mut c = LlamaConfig::llama_7b();
@@ -118,14 +123,10 @@ impl LlamaConfig {
         json.size("max_position_embeddings", &mut c.max_position_embeddings)?;
         json.real("rms_norm_eps", &mut c.rms_norm_eps, false)?;
         json.real("rope_theta", &mut c.rope_theta, false)?;
-        if let Some(rope) = json.object("rope_parameters") {
-            rope.real("rope_theta", &mut c.rope_theta, false)?;
-            rope.require_str("rope_type", "default")?;
-        }
-        if let Some(scaling) = json.get("rope_scaling") {
-            return Err(json.error(format!(
-                "`rope_scaling` {scaling} is not supported (only the default rotary embedding)"
-            )));
+        for key in ["rope_scaling", "rope_parameters"] {
+            if let Some(rope) = json.object(key) {
+                c.rope_scaling = RopeScaling::from_json(&rope, &mut c.rope_theta)?;
+            }
         }
         json.flag("tie_word_embeddings", &mut c.tie_word_embeddings)?;
         json.flag("attention_bias", &mut c.attention_bias)?;
@@ -165,7 +166,11 @@ impl LlamaConfig {
             "max_position_embeddings": self.max_position_embeddings,
             "rms_norm_eps": self.rms_norm_eps,
             "rope_theta": self.rope_theta,
-            "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
+            "rope_parameters": self.rope_scaling.to_json(self.rope_theta),
+            "rope_scaling": match self.rope_scaling {
+                RopeScaling::Default => serde_json::Value::Null,
+                scaling => scaling.to_json(self.rope_theta),
+            },
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": self.attention_bias,
             "mlp_bias": self.mlp_bias,
@@ -175,38 +180,13 @@ impl LlamaConfig {
         .to_string()
     }
 
-    /// The rotary tables of positions `offset..offset + t`, each `[t, head_dim]`:
-    /// `cos(p·θ_j)` and `sin(p·θ_j)` with `θ_j = rope_theta^(-2j/head_dim)` for both
-    /// halves of a head. Every step is rounded to float32 (transformers' float32
-    /// computation, whatever the model's dtype) unless `dtype` is F64.
-    pub fn rotary_tables(
-        &self,
-        offset: usize,
-        t: usize,
-        dtype: DType,
-    ) -> candle_core::Result<(Tensor, Tensor)> {
-        let round = |x: f64| {
-            if dtype == DType::F64 {
-                x
-            } else {
-                x as f32 as f64
-            }
-        };
-        let (d, half) = (self.head_dim, self.head_dim / 2);
-        let theta = round(self.rope_theta);
-        let inverse: Vec<f64> = (0..half)
-            .map(|j| round(1.0 / round(theta.powf(round((2 * j) as f64 / d as f64)))))
-            .collect();
-        let (mut cos, mut sin) = (Vec::with_capacity(t * d), Vec::with_capacity(t * d));
-        for p in offset..offset + t {
-            for j in 0..d {
-                let angle = round(p as f64 * inverse[j % half]);
-                cos.push(round(angle.cos()));
-                sin.push(round(angle.sin()));
-            }
+    /// The rotary embedding: `rope_theta`, its scaling and `head_dim`.
+    pub fn rotary(&self) -> Rotary {
+        Rotary {
+            theta: self.rope_theta,
+            scaling: self.rope_scaling,
+            head_dim: self.head_dim,
         }
-        let table = |v| Tensor::from_vec(v, (t, d), &Device::Cpu)?.to_dtype(dtype);
-        Ok((table(cos)?, table(sin)?))
     }
 }
 
@@ -270,7 +250,7 @@ impl CausalLm for Llama {
             )?;
             let mut h = nn.builder().embedding(tokens, embed, None)?;
             let dtype = nn.builder().dtype(h);
-            let (cos, sin) = c.rotary_tables(offset, t, dtype)?;
+            let (cos, sin) = c.rotary().tables(offset, t, dtype)?;
             let b = nn.builder();
             let rope = (
                 b.constant("model.rotary_emb.cos", &cos)?,
@@ -395,23 +375,6 @@ struct LayerContext {
     t: usize,
     rope: (ValueId, ValueId),
     cached: Option<KeyValue>,
-}
-
-/// Rotary position embedding of `x` `[N, heads, T, d]` by tables `[T, d]`
-/// ([`LlamaConfig::rotary_tables`], or computed in the graph):
-/// `x·cos + rotate_half(x)·sin`, where `rotate_half` of halves `(a, b)` is `(-b, a)`;
-/// transformers' `apply_rotary_pos_emb` for one of q and k.
-pub fn apply_rotary(
-    b: &mut wick_graph::GraphBuilder,
-    x: ValueId,
-    (cos, sin): (ValueId, ValueId),
-) -> wick_graph::Result<ValueId> {
-    let halves = b.chunk(x, 2, -1)?;
-    let minus_second = b.neg(halves[1])?;
-    let rotated = b.concat(&[minus_second, halves[0]], 3)?;
-    let x_cos = b.mul(x, cos)?;
-    let rotated_sin = b.mul(rotated, sin)?;
-    b.add(x_cos, rotated_sin)
 }
 
 /// Each of `x`'s heads `[N, kv_heads, T, d]` repeated `group` times in place,

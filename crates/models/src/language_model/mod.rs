@@ -8,6 +8,7 @@ pub(crate) mod config_json;
 pub mod gpt2;
 pub mod llama;
 pub mod model_type;
+pub mod rotary;
 
 pub use causal_lm::{CausalLm, KeyValue, LanguageModelOutput, Sampling};
 pub use model_type::LanguageModel;

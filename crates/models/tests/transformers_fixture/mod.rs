@@ -23,11 +23,16 @@ pub struct Fixture {
 impl Fixture {
     /// `fixtures/<name>/tiny.*`.
     pub fn read(name: &str) -> Fixture {
+        Fixture::read_stem(name, "tiny")
+    }
+
+    /// `fixtures/<name>/<stem>.*`.
+    pub fn read_stem(name: &str, stem: &str) -> Fixture {
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../fixtures")
             .join(name);
-        let config = std::fs::read_to_string(dir.join("tiny.config.json")).unwrap();
-        let bytes = std::fs::read(dir.join("tiny.safetensors")).unwrap();
+        let config = std::fs::read_to_string(dir.join(format!("{stem}.config.json"))).unwrap();
+        let bytes = std::fs::read(dir.join(format!("{stem}.safetensors"))).unwrap();
         let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
         let meta = header.metadata().clone().unwrap_or_default();
         let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).unwrap();
