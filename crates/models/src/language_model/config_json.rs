@@ -77,11 +77,11 @@ impl ConfigJson {
 
     /// A real field above 0 that must be there; `why` says what needs it.
     pub(crate) fn required_real(&self, key: &str, why: &str) -> Result<f64> {
-        let mut v = f64::NAN;
-        self.real(key, &mut v, false)?;
-        if v.is_nan() {
+        if self.get(key).is_none() {
             return Err(self.error(format!("`{}{key}` is missing ({why})", self.path)));
         }
+        let mut v = 0.0;
+        self.real(key, &mut v, false)?;
         Ok(v)
     }
 

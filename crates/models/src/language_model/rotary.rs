@@ -45,22 +45,18 @@ impl RopeScaling {
             None | Some("default") => Ok(RopeScaling::Default),
             Some("llama3") => {
                 let field = |key: &str| rope.required_real(key, "rope_type llama3");
-                let scaling = RopeScaling::Llama3 {
-                    factor: field("factor")?,
-                    low_freq_factor: field("low_freq_factor")?,
-                    high_freq_factor: field("high_freq_factor")?,
-                    original_max_position_embeddings: field("original_max_position_embeddings")?,
-                };
-                match scaling {
-                    RopeScaling::Llama3 {
-                        low_freq_factor: low,
-                        high_freq_factor: high,
-                        ..
-                    } if high <= low => Err(rope.error(format!(
+                let (low, high) = (field("low_freq_factor")?, field("high_freq_factor")?);
+                if high <= low {
+                    return Err(rope.error(format!(
                         "high_freq_factor {high} must be above low_freq_factor {low}"
-                    ))),
-                    _ => Ok(scaling),
+                    )));
                 }
+                Ok(RopeScaling::Llama3 {
+                    factor: field("factor")?,
+                    low_freq_factor: low,
+                    high_freq_factor: high,
+                    original_max_position_embeddings: field("original_max_position_embeddings")?,
+                })
             }
             Some(other) => Err(rope.error(format!(
                 "rope_type `{other}` is not supported (default, llama3)"
