@@ -180,4 +180,21 @@ fn config_json_settings_llama_lacks_are_refused() {
         LlamaConfig::from_json("{}").unwrap(),
         LlamaConfig::llama_7b()
     );
+    // A configuration built in code is checked when the model is recorded: an error, not
+    // a division by zero.
+    let zero_kv = LlamaConfig {
+        num_key_value_heads: 0,
+        ..LlamaConfig::llama_7b()
+    };
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let tokens = b.input("tokens", &[1, 4], DType::I64).unwrap();
+    let mut nn = Layers::new(&mut b);
+    let e = Llama::new(zero_kv)
+        .next_token_loss(&mut nn, tokens)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`num_key_value_heads` must be a positive integer"),
+        "{e}"
+    );
 }

@@ -134,19 +134,41 @@ impl LlamaConfig {
         json.real("attention_dropout", &mut c.attention_dropout, true)?;
         json.real("initializer_range", &mut c.initializer_range, false)?;
         json.require_str("hidden_act", "silu")?;
-        if !c.num_attention_heads.is_multiple_of(c.num_key_value_heads) {
-            return Err(json.error(format!(
-                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
-                c.num_attention_heads, c.num_key_value_heads
-            )));
-        }
-        if !c.head_dim.is_multiple_of(2) {
-            return Err(json.error(format!(
-                "head_dim {} is odd: the rotary embedding rotates pairs",
-                c.head_dim
-            )));
-        }
+        c.check().map_err(|e| json.error(e))?;
         Ok(c)
+    }
+
+    /// What makes the configuration unusable, if anything: a zero size, query heads
+    /// that the key/value heads do not divide, or an odd `head_dim`.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let sizes = [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        if let Some((name, _)) = sizes.iter().find(|(_, n)| *n == 0) {
+            return Err(format!("`{name}` must be a positive integer, got 0"));
+        }
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
+            return Err(format!(
+                "num_attention_heads {} is not a multiple of num_key_value_heads {}",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(format!(
+                "head_dim {} is odd: the rotary embedding rotates pairs",
+                self.head_dim
+            ));
+        }
+        Ok(())
     }
 
     /// The configuration in Hugging Face's format (the rotary base both as transformers
@@ -237,6 +259,8 @@ impl CausalLm for Llama {
         past: Option<&[KeyValue]>,
     ) -> wick_graph::Result<(ValueId, Vec<KeyValue>)> {
         let c = &self.config;
+        c.check()
+            .map_err(|e| wick_graph::GraphError::Usage(format!("LLaMA config: {e}")))?;
         let [n, t, offset] = causal_lm::positions(self, nn, tokens, past, c.num_hidden_layers)?;
         let (e, vocab) = (c.hidden_size, c.vocab_size);
         let init = Init::Normal(c.initializer_range);
