@@ -4,7 +4,9 @@
 //! packing (rows past a panel, columns past a panel, an odd depth, several depth blocks)
 //! and operands of both kinds, with transposed strides.
 
-use wick_ops::bf16::{bf16_to_f32, gemm, has_avx512_bf16, round_to_bf16, Bf16Path, Matrix, Values};
+use wick_ops::bf16::{
+    bf16_to_f32, gemm, has_amx, has_avx512_bf16, round_to_bf16, Bf16Path, Matrix, Values,
+};
 
 /// A small deterministic generator (xorshift), values in [-2, 2).
 struct Rng(u64);
@@ -20,14 +22,20 @@ impl Rng {
     }
 }
 
-/// The paths to check: the widening one always; the native one where the CPU has it.
+/// The paths to check: the widening one always; `vdpbf16ps` and AMX where the CPU has
+/// them.
 fn paths() -> Vec<Bf16Path> {
-    if has_avx512_bf16() {
-        vec![Bf16Path::Widening, Bf16Path::Native]
-    } else {
-        eprintln!("skipped: the native bf16 path (this CPU has no avx512_bf16)");
-        vec![Bf16Path::Widening]
+    let mut paths = vec![Bf16Path::Widening];
+    for (path, here, what) in [
+        (Bf16Path::Native, has_avx512_bf16(), "avx512_bf16"),
+        (Bf16Path::Amx, has_amx(), "amx_bf16"),
+    ] {
+        match here {
+            true => paths.push(path),
+            false => eprintln!("skipped: the {path:?} bf16 path (this CPU has no {what})"),
+        }
     }
+    paths
 }
 
 const SHAPES: [(usize, usize, usize); 9] = [
@@ -143,15 +151,19 @@ fn native_and_widening_paths_agree_to_float32_summation() {
         );
         d
     };
-    let (x, y) = (run(Bf16Path::Native), run(Bf16Path::Widening));
-    let worst = x
-        .iter()
-        .zip(&y)
-        .map(|(p, q)| (p - q).abs())
-        .fold(0f32, f32::max);
-    // Sums of 1000 products of magnitude <= 4: float32 summation error is ~1e-4 at most.
-    assert!(worst < 2e-3, "paths differ by {worst}");
-    assert!(x != vec![0.0; m * n]);
+    let y = run(Bf16Path::Widening);
+    for path in paths().into_iter().skip(1) {
+        let x = run(path);
+        let worst = x
+            .iter()
+            .zip(&y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(0f32, f32::max);
+        // Sums of 1000 products of magnitude <= 4: float32 summation error is ~1e-4 at
+        // most.
+        assert!(worst < 2e-3, "{path:?} and widening differ by {worst}");
+        assert!(x != vec![0.0; m * n]);
+    }
 }
 
 #[test]

@@ -11,14 +11,15 @@
 
 use rayon::prelude::*;
 
-use super::microkernel::{has_avx512_bf16, tile, tile_into, Bf16Path, TileOut};
-use super::pack::{pack_operand, pack_right_from_pairs, Side, KC, MR, NR};
+use super::microkernel::TileOut;
+use super::pack::{pack_operand, pack_right_from_pairs, Kernel, Side, AMX_MR, KC, NR};
+use super::path::Bf16Path;
 use crate::cpu::{threads, SendPtr};
 
 use super::operand::{Matrix, Values};
 
-/// Left panels per output tile (256 rows).
-const TILE_ROW_PANELS: usize = 32;
+/// Rows per output tile, at most (whole left panels: 192 for `vdpbf16ps`, 256 for AMX).
+const TILE_ROWS: usize = 256;
 /// Right panels per output tile, at most (384 columns).
 const TILE_COL_PANELS: usize = 8;
 
@@ -44,16 +45,17 @@ pub fn gemm(
         dst.len() > (m - 1) * drs + (n - 1) * dcs,
         "bf16 gemm: destination too small"
     );
-    if path == Bf16Path::Widening || !has_avx512_bf16() {
+    let Some(kernel) = path.or_slower().kernel() else {
         let (a, b) = (widened(a), widened(b));
         let (lhs, rhs) = ((&a.0[..], a.1), (&b.0[..], b.1));
         crate::cpu::gemm_strided(m, n, k, (dst, dst_strides), accumulate, lhs, rhs, true);
         return;
-    }
+    };
     // SAFETY: the destination is an exclusive borrow whose every addressed slot is in
-    // bounds (asserted above).
+    // bounds (asserted above); the CPU has the kernel's instructions (`or_slower`).
     unsafe {
         gemm_native(
+            kernel,
             (m, n, k),
             (dst.as_mut_ptr(), dst_strides),
             accumulate,
@@ -64,13 +66,15 @@ pub fn gemm(
     }
 }
 
-/// The native path into raw memory: `dst` is written (without reading it first unless
-/// `accumulate`) at every `i * drs + j * dcs`; `parallel` spreads tiles over the threads.
+/// The native path on `kernel` into raw memory: `dst` is written (without reading it
+/// first unless `accumulate`) at every `i * drs + j * dcs`; `parallel` spreads tiles over
+/// the threads.
 ///
 /// # Safety
-/// The CPU must have AVX512-BF16; `dst` must be valid for writes (and reads, with
-/// `accumulate`) at every addressed slot, and nothing else may access them meanwhile.
+/// The CPU must have `kernel`'s instructions; `dst` must be valid for writes (and reads,
+/// with `accumulate`) at every addressed slot, and nothing else may access them meanwhile.
 pub(crate) unsafe fn gemm_native(
+    kernel: Kernel,
     (m, n, k): (usize, usize, usize),
     (dst, dst_strides): (*mut f32, (usize, usize)),
     accumulate: bool,
@@ -102,6 +106,7 @@ pub(crate) unsafe fn gemm_native(
         // SAFETY: the same slots, addressed as the transpose (the caller's contract).
         return unsafe {
             gemm_native(
+                kernel,
                 (n, m, k),
                 (dst, (dcs, 1)),
                 accumulate,
@@ -112,11 +117,12 @@ pub(crate) unsafe fn gemm_native(
         };
     }
     with_buffers(|pa, pb| {
-        pack_operand(a, Side::Left, (m, k), pa, parallel);
-        pack_operand(b, Side::Right, (n, k), pb, parallel);
+        pack_operand(a, (Side::Left, kernel), (m, k), pa, parallel);
+        pack_operand(b, (Side::Right, kernel), (n, k), pb, parallel);
         // SAFETY: as this function's contract, passed on.
         unsafe {
             multiply(
+                kernel,
                 (m, n, k),
                 (pa, pb),
                 (dst, dst_strides),
@@ -132,16 +138,27 @@ pub(crate) unsafe fn gemm_native(
 /// per call instead of once per image.
 pub(crate) struct PackedLeft {
     panels: Vec<u32>,
+    kernel: Kernel,
     m: usize,
     k: usize,
 }
 
 impl PackedLeft {
-    /// `a` (`m × k`) packed for the native path.
-    pub(crate) fn new(a: &Matrix<'_>, (m, k): (usize, usize), parallel: bool) -> Self {
+    /// `a` (`m × k`) packed for the native path on `kernel`.
+    pub(crate) fn new(
+        kernel: Kernel,
+        a: &Matrix<'_>,
+        (m, k): (usize, usize),
+        parallel: bool,
+    ) -> Self {
         let mut panels = Vec::new();
-        pack_operand(a, Side::Left, (m, k), &mut panels, parallel);
-        PackedLeft { panels, m, k }
+        pack_operand(a, (Side::Left, kernel), (m, k), &mut panels, parallel);
+        PackedLeft {
+            panels,
+            kernel,
+            m,
+            k,
+        }
     }
 
     /// Its rows and depth.
@@ -154,7 +171,8 @@ impl PackedLeft {
 /// `k × n` and a destination whose row `i` starts at `dst + i * row_stride`, contiguous.
 ///
 /// # Safety
-/// As [`gemm_native`] (the CPU must have AVX512-BF16), for a row-major destination.
+/// As [`gemm_native`] (the CPU must have the kernel `a` is packed for), for a row-major
+/// destination.
 pub(crate) unsafe fn gemm_native_packed_left(
     a: &PackedLeft,
     n: usize,
@@ -163,20 +181,22 @@ pub(crate) unsafe fn gemm_native_packed_left(
     b: &Matrix<'_>,
     parallel: bool,
 ) {
-    let (m, k) = (a.m, a.k);
+    let (m, k, kernel) = (a.m, a.k, a.kernel);
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
+        let dst = (dst, (row_stride, 1));
         // SAFETY: passed on; no operand is read.
-        return unsafe { gemm_native((m, n, 0), (dst, (row_stride, 1)), accumulate, b, b, false) };
+        return unsafe { gemm_native(kernel, (m, n, 0), dst, accumulate, b, b, false) };
     }
     with_buffers(|_, pb| {
-        pack_operand(b, Side::Right, (n, k), pb, parallel);
+        pack_operand(b, (Side::Right, kernel), (n, k), pb, parallel);
         // SAFETY: as this function's contract, passed on; `a` holds the panels of an
-        // `m × k` operand, as `pack_operand` lays them out.
+        // `m × k` operand, as `pack_operand` lays them out for `kernel`.
         unsafe {
             multiply(
+                kernel,
                 (m, n, k),
                 (&a.panels, pb),
                 (dst, (row_stride, 1)),
@@ -194,8 +214,9 @@ pub(crate) unsafe fn gemm_native_packed_left(
 /// is at `dst + i * row_stride`, contiguous; every slot is written.
 ///
 /// # Safety
-/// As [`gemm_native`] (the CPU must have AVX512-BF16), for a row-major destination.
+/// As [`gemm_native`], for a row-major destination.
 pub(crate) unsafe fn gemm_native_right_pairs(
+    kernel: Kernel,
     (m, n, k): (usize, usize, usize),
     (dst, row_stride): (*mut f32, usize),
     a: &Matrix<'_>,
@@ -204,14 +225,16 @@ pub(crate) unsafe fn gemm_native_right_pairs(
 ) {
     if m == 0 || n == 0 || k == 0 {
         // SAFETY: passed on; no operand is read.
-        return unsafe { gemm_native((m, n, 0), (dst, (row_stride, 1)), false, a, a, false) };
+        let dst = (dst, (row_stride, 1));
+        return unsafe { gemm_native(kernel, (m, n, 0), dst, false, a, a, false) };
     }
     with_buffers(|pa, pb| {
-        pack_operand(a, Side::Left, (m, k), pa, parallel);
-        pack_right_from_pairs((n, k), pair_row, pb, parallel);
+        pack_operand(a, (Side::Left, kernel), (m, k), pa, parallel);
+        pack_right_from_pairs(kernel, (n, k), pair_row, pb, parallel);
+        let dst = (dst, (row_stride, 1));
         // SAFETY: as this function's contract, passed on; the panels are laid out for
-        // these shapes.
-        unsafe { multiply((m, n, k), (pa, pb), (dst, (row_stride, 1)), false, parallel) }
+        // these shapes and this kernel.
+        unsafe { multiply(kernel, (m, n, k), (pa, pb), dst, false, parallel) }
     })
 }
 
@@ -237,13 +260,14 @@ fn with_buffers<R>(f: impl FnOnce(&mut Vec<u32>, &mut Vec<u32>) -> R) -> R {
 /// # Safety
 /// As [`gemm_native`].
 unsafe fn multiply(
+    kernel: Kernel,
     (m, n, k): (usize, usize, usize),
     (pa, pb): (&[u32], &[u32]),
     (dst, dst_strides): (*mut f32, (usize, usize)),
     accumulate: bool,
     parallel: bool,
 ) {
-    let grid = Grid::new(m, n, k, parallel);
+    let grid = Grid::new(kernel, m, n, k, parallel);
     let out = SendPtr(dst);
     let run = |t: usize| {
         let out = &out;
@@ -269,6 +293,9 @@ unsafe fn multiply(
 
 /// How the output is cut into tiles for the threads.
 struct Grid {
+    kernel: Kernel,
+    /// Rows per left panel.
+    mr: usize,
     m: usize,
     n: usize,
     /// Depth pairs, and the padded row and column counts of the packed operands.
@@ -281,23 +308,27 @@ struct Grid {
 }
 
 impl Grid {
-    fn new(m: usize, n: usize, k: usize, parallel: bool) -> Self {
+    fn new(kernel: Kernel, m: usize, n: usize, k: usize, parallel: bool) -> Self {
         let threads = if parallel { threads() } else { 1 };
-        let (m_panels, n_panels) = (m.div_ceil(MR), n.div_ceil(NR));
+        let mr = kernel.mr();
+        let (m_panels, n_panels) = (m.div_ceil(mr), n.div_ceil(NR));
         let parallel = threads > 1 && m * n * k >= 1 << 20;
         // Enough tiles for every thread to take two when the columns alone give too few.
         let col_panels = TILE_COL_PANELS.min(n_panels.div_ceil(2 * threads).max(1));
         let col_tiles = n_panels.div_ceil(col_panels);
+        let most_row_panels = (TILE_ROWS / mr).max(1);
         let row_panels = if col_tiles >= 2 * threads {
-            TILE_ROW_PANELS
+            most_row_panels
         } else {
-            TILE_ROW_PANELS.min(m_panels.div_ceil(2 * threads).max(1))
+            most_row_panels.min(m_panels.div_ceil(2 * threads).max(1))
         };
         Grid {
+            kernel,
+            mr,
             m,
             n,
-            pairs: k.div_ceil(2),
-            m_pad: m_panels * MR,
+            pairs: kernel.pairs(k),
+            m_pad: m_panels * mr,
             n_pad: n_panels * NR,
             row_panels,
             col_panels,
@@ -306,7 +337,7 @@ impl Grid {
     }
 
     fn row_tiles(&self) -> usize {
-        (self.m_pad / MR).div_ceil(self.row_panels)
+        (self.m_pad / self.mr).div_ceil(self.row_panels)
     }
 
     fn tiles(&self) -> usize {
@@ -316,7 +347,8 @@ impl Grid {
     /// Tile `t`'s padded row and column ranges.
     fn tile(&self, t: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
         let (r, c) = (t % self.row_tiles(), t / self.row_tiles());
-        let rows = r * self.row_panels * MR..((r + 1) * self.row_panels * MR).min(self.m_pad);
+        let rows =
+            r * self.row_panels * self.mr..((r + 1) * self.row_panels * self.mr).min(self.m_pad);
         let cols = c * self.col_panels * NR..((c + 1) * self.col_panels * NR).min(self.n_pad);
         (rows, cols)
     }
@@ -339,9 +371,9 @@ unsafe fn tile_product(
         let add = accumulate || p0 > 0;
         for j0 in cols.clone().step_by(NR) {
             let b_panel = &pb[p0 * g.n_pad + j0 * len..][..len * NR];
-            for i0 in rows.clone().step_by(MR) {
-                let a_panel = &pa[p0 * g.m_pad + i0 * len..][..len * MR];
-                let (mr, nr) = (MR.min(g.m - i0.min(g.m)), NR.min(g.n - j0.min(g.n)));
+            for i0 in rows.clone().step_by(g.mr) {
+                let a_panel = &pa[p0 * g.m_pad + i0 * len..][..len * g.mr];
+                let (mr, nr) = (g.mr.min(g.m - i0.min(g.m)), NR.min(g.n - j0.min(g.n)));
                 if mr == 0 || nr == 0 {
                     continue;
                 }
@@ -353,11 +385,21 @@ unsafe fn tile_product(
                         cols: nr,
                     };
                     // SAFETY: rows i0.. and columns j0.. of this tile are real slots,
-                    // contiguous along a row, and this thread's alone.
-                    unsafe { tile_into(len, a_panel, b_panel, &out, add) };
+                    // contiguous along a row, and this thread's alone; the CPU has the
+                    // kernel's instructions (the caller's contract).
+                    unsafe { tile_into(g.kernel, len, (a_panel, b_panel), &out, add) };
                     continue;
                 }
-                let sums = tile(len, a_panel, b_panel);
+                let mut sums = [0f32; AMX_MR * NR];
+                let out = TileOut {
+                    dst: sums.as_mut_ptr(),
+                    row_stride: NR,
+                    rows: g.mr,
+                    cols: NR,
+                };
+                // SAFETY: `sums` holds mr rows of NR slots, row-major, and is this
+                // call's own.
+                unsafe { tile_into(g.kernel, len, (a_panel, b_panel), &out, false) };
                 for (i, row) in sums.chunks_exact(NR).take(mr).enumerate() {
                     let base = (i0 + i) * drs + j0 * dcs;
                     for (j, s) in row[..nr].iter().enumerate() {
@@ -368,6 +410,32 @@ unsafe fn tile_product(
                 }
             }
         }
+    }
+}
+
+/// One micro-kernel tile on `kernel` (`microkernel::tile_into`'s contract, with the
+/// panels laid out for `kernel`).
+///
+/// # Safety
+/// As the kernel's `tile_into`; the CPU must have its instructions.
+unsafe fn tile_into(
+    kernel: Kernel,
+    pairs: usize,
+    (a_panel, b_panel): (&[u32], &[u32]),
+    out: &TileOut,
+    add: bool,
+) {
+    match kernel {
+        // SAFETY: the caller's contract.
+        Kernel::Avx512 => unsafe {
+            super::microkernel::tile_into(pairs, a_panel, b_panel, out, add)
+        },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract; AMX depth blocks are whole tiles (`Grid::pairs`
+        // and KC are multiples of 16 pairs).
+        Kernel::Amx => unsafe { super::amx::tile_into(pairs, a_panel, b_panel, out, add) },
+        #[cfg(not(target_arch = "x86_64"))]
+        Kernel::Amx => unreachable!("AMX is x86-64 only"),
     }
 }
 

@@ -12,8 +12,13 @@ use rayon::prelude::*;
 use super::convert::round_to_bf16;
 use super::operand::{Matrix, Values};
 
-/// Rows of the left operand per panel (and of the micro-kernel's tile).
+/// Rows of the left operand per panel (and of the micro-kernel's tile) for `vdpbf16ps`.
 pub(crate) const MR: usize = 6;
+/// Rows of the left operand per panel for AMX: two tiles of 16 rows.
+pub(crate) const AMX_MR: usize = 32;
+/// Depth pairs per AMX tile row (64 bytes): AMX packings pad each depth block to a
+/// multiple of it with zero pairs.
+pub(crate) const AMX_PAIRS: usize = 16;
 /// Columns of the right operand per panel: four 16-lane vectors (channel counts are
 /// multiples of 64, so panels rarely carry padding).
 pub(crate) const NR: usize = 64;
@@ -21,6 +26,37 @@ pub(crate) const NR: usize = 64;
 /// KiB on Zen 4, 48 on Zen 5) and L2's nearest lines while every left panel streams past
 /// it (96 and 128 pairs measured alike; `cargo bench --bench bf16_gemm`).
 pub(crate) const KC: usize = 128;
+
+/// The native micro-kernel a packing is laid out for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// AVX512-BF16's `vdpbf16ps`: left panels of [`MR`] rows stored pair after pair
+    /// (`panel[q * MR + i]`: each row's pair is broadcast in turn).
+    Avx512,
+    /// AMX's `tdpbf16ps`: left panels of [`AMX_MR`] rows stored row after row
+    /// (`panel[i * len + q]`: a tile row is 16 consecutive pairs of one row), depth
+    /// padded to a multiple of [`AMX_PAIRS`] pairs.
+    Amx,
+}
+
+impl Kernel {
+    /// Rows per left panel.
+    pub(crate) const fn mr(self) -> usize {
+        match self {
+            Kernel::Avx512 => MR,
+            Kernel::Amx => AMX_MR,
+        }
+    }
+
+    /// The packed depth pairs of a product of depth `depth` (zero pairs pad it).
+    pub(crate) const fn pairs(self, depth: usize) -> usize {
+        let pairs = depth.div_ceil(2);
+        match self {
+            Kernel::Avx512 => pairs,
+            Kernel::Amx => pairs.div_ceil(AMX_PAIRS) * AMX_PAIRS,
+        }
+    }
+}
 
 /// A value that packs as a bfloat16: float32 (rounded) or bfloat16 bits (copied).
 trait PackValue: Copy + Send + Sync {
@@ -48,6 +84,10 @@ struct View {
     cols: usize,
     rs: usize,
     cs: usize,
+    /// Packed depth pairs: `cols.div_ceil(2)` or more (zero pairs past the depth).
+    pairs: usize,
+    /// Whether a panel holds row after row (AMX's left panels) instead of pair after pair.
+    row_major: bool,
 }
 
 /// Which operand a panel set holds: the left one (its rows are the panels' lanes, depth
@@ -58,19 +98,19 @@ pub(crate) enum Side {
     Right,
 }
 
-/// Packs the left operand (`lanes × depth`, panels of [`MR`]) or the right one
-/// (`depth × lanes`, panels of [`NR`]) into `out`'s first
-/// `lanes.div_ceil(panel) * panel * depth.div_ceil(2)` elements (`out` grows as needed;
+/// Packs the left operand (`lanes × depth`, panels of `kernel.mr()`) or the right one
+/// (`depth × lanes`, panels of [`NR`]) for `kernel` into `out`'s first
+/// `lanes.div_ceil(panel) * panel * kernel.pairs(depth)` elements (`out` grows as needed;
 /// every element of that prefix is written).
 pub(crate) fn pack_operand(
     x: &Matrix<'_>,
-    side: Side,
+    (side, kernel): (Side, Kernel),
     (lanes, depth): (usize, usize),
     out: &mut Vec<u32>,
     parallel: bool,
 ) {
     let ((rs, cs), panel) = match side {
-        Side::Left => (x.strides, MR),
+        Side::Left => (x.strides, kernel.mr()),
         Side::Right => ((x.strides.1, x.strides.0), NR),
     };
     let v = View {
@@ -78,6 +118,8 @@ pub(crate) fn pack_operand(
         cols: depth,
         rs,
         cs,
+        pairs: kernel.pairs(depth),
+        row_major: side == Side::Left && kernel == Kernel::Amx,
     };
     match x.values {
         Values::F32(d) => pack(d, v, panel, out, parallel),
@@ -92,12 +134,13 @@ pub(crate) fn pack_operand(
 /// registers), so no float32 matrix is written first. Depth blocks are filled in
 /// parallel when `parallel`.
 pub(crate) fn pack_right_from_pairs(
+    kernel: Kernel,
     (lanes, depth): (usize, usize),
     pair_row: &(dyn Fn(usize, &mut [u32]) + Sync),
     out: &mut Vec<u32>,
     parallel: bool,
 ) {
-    let pairs = depth.div_ceil(2);
+    let (real_pairs, pairs) = (depth.div_ceil(2), kernel.pairs(depth));
     let padded = lanes.div_ceil(NR) * NR;
     if out.len() < pairs * padded {
         out.resize(pairs * padded, 0);
@@ -109,10 +152,14 @@ pub(crate) fn pack_right_from_pairs(
     // at r0 * len, and holds pair q's NR lanes at q * NR.
     let fill = |(b, block): (usize, &mut [u32])| {
         let len = block.len() / padded;
-        // Lanes past `lanes` stay zero: `pair_row` sees only the real ones.
+        // Lanes past `lanes` stay zero: `pair_row` sees only the real ones; pairs past
+        // the depth are zero.
         let mut row = vec![0u32; padded];
         for q in 0..len {
-            pair_row(b * KC + q, &mut row[..lanes]);
+            match b * KC + q {
+                pair if pair < real_pairs => pair_row(pair, &mut row[..lanes]),
+                _ => row.fill(0),
+            }
             for r0 in (0..padded).step_by(NR) {
                 block[r0 * len + q * NR..][..NR].copy_from_slice(&row[r0..r0 + NR]);
             }
@@ -135,7 +182,7 @@ pub(crate) fn pack_right_from_pairs(
 /// `parallel` and the matrix is large. `out` is reused from call to call (fresh buffers
 /// would fault their pages in every time), so every element is written, padding included.
 fn pack<T: PackValue>(data: &[T], v: View, lanes: usize, out: &mut Vec<u32>, parallel: bool) {
-    let pairs = v.cols.div_ceil(2);
+    let pairs = v.pairs;
     let padded = v.rows.div_ceil(lanes) * lanes;
     if out.len() < pairs * padded {
         out.resize(pairs * padded, 0);
@@ -195,7 +242,8 @@ impl<T: PackValue> crate::cpu::WideKernel for FillPanel<'_, T> {
 }
 
 /// Writes one panel: rows `r0..r0 + lanes` of `v`, depth pairs `p0..` (as many as the
-/// panel holds), `panel[q * lanes + i]` holding row `r0 + i`'s pair `p0 + q`.
+/// panel holds), row `r0 + i`'s pair `p0 + q` at `panel[q * lanes + i]` (or at
+/// `panel[i * len + q]` when `v.row_major`), zeros past the matrix's rows and depth.
 #[inline(always)]
 fn fill_panel<T: PackValue>(
     data: &[T],
@@ -206,12 +254,9 @@ fn fill_panel<T: PackValue>(
 ) {
     let len = panel.len() / lanes;
     let rows = lanes.min(v.rows - r0);
-    if rows < lanes {
-        // Rows past the matrix's edge: zeros (the buffer holds an earlier call's data).
-        for q in 0..len {
-            panel[q * lanes + rows..(q + 1) * lanes].fill(0);
-        }
-    }
+    // Pairs of this panel that hold depth; the rest pad it.
+    let real = v.cols.div_ceil(2).saturating_sub(p0).min(len);
+    zero_padding(v.row_major, (lanes, len), (rows, real), panel);
     let at = |r: usize, c: usize| -> u32 {
         if c < v.cols {
             // In bounds: checked against the data's length in `pack`.
@@ -223,7 +268,7 @@ fn fill_panel<T: PackValue>(
     if v.cs == 1 {
         // Depth is contiguous along each row: round the row's run into a contiguous
         // bfloat16 run (one narrowing a vector), whose little-endian pairs are the packed
-        // elements, then copy them out with the panel's stride.
+        // elements, then copy them out (contiguous in a row-major panel).
         let c0 = 2 * p0;
         let run = v.cols.saturating_sub(c0).min(2 * len);
         let mut halves = [0u16; 2 * KC + 1];
@@ -233,13 +278,21 @@ fn fill_panel<T: PackValue>(
                 *h = x.bits();
             }
             halves[run] = 0;
-            for (q, pair) in halves[..run + 1].chunks_exact(2).enumerate() {
-                panel[q * lanes + i] = pair[0] as u32 | ((pair[1] as u32) << 16);
+            let pairs = halves[..run + 1].chunks_exact(2);
+            let zip = |pair: &[u16]| pair[0] as u32 | ((pair[1] as u32) << 16);
+            if v.row_major {
+                for (o, pair) in panel[i * len..].iter_mut().zip(pairs) {
+                    *o = zip(pair);
+                }
+            } else {
+                for (q, pair) in pairs.enumerate() {
+                    panel[q * lanes + i] = zip(pair);
+                }
             }
         }
-    } else if v.rs == 1 {
+    } else if v.rs == 1 && !v.row_major {
         // Rows are contiguous at each depth: two runs (the pair's depths) zipped into one.
-        for q in 0..len {
+        for q in 0..real {
             let c = 2 * (p0 + q);
             let out = &mut panel[q * lanes..q * lanes + rows];
             let even = &data[c * v.cs + r0..][..rows];
@@ -256,12 +309,35 @@ fn fill_panel<T: PackValue>(
         }
     } else {
         // Any other strides: element by element.
-        for q in 0..len {
+        for q in 0..real {
             let c = 2 * (p0 + q);
-            let out = &mut panel[q * lanes..q * lanes + rows];
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = at(r0 + i, c) | (at(r0 + i, c + 1) << 16);
+            for i in 0..rows {
+                let slot = if v.row_major {
+                    i * len + q
+                } else {
+                    q * lanes + i
+                };
+                panel[slot] = at(r0 + i, c) | (at(r0 + i, c + 1) << 16);
             }
+        }
+    }
+}
+
+/// Zeros a panel's padding (the buffer holds an earlier call's data): rows `rows..` and
+/// pairs `real..` of a panel of `lanes` rows by `len` pairs.
+fn zero_padding(
+    row_major: bool,
+    (lanes, len): (usize, usize),
+    (rows, real): (usize, usize),
+    panel: &mut [u32],
+) {
+    if row_major {
+        for (i, row) in panel.chunks_exact_mut(len).enumerate() {
+            row[if i < rows { real } else { 0 }..].fill(0);
+        }
+    } else {
+        for (q, pair) in panel.chunks_exact_mut(lanes).enumerate() {
+            pair[if q < real { rows } else { 0 }..].fill(0);
         }
     }
 }

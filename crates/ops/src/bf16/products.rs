@@ -12,8 +12,8 @@ use candle_core::DType;
 use half::slice::HalfFloatSliceExt;
 
 use super::gemm::{gemm_native, gemm_native_packed_left, widened, PackedLeft};
-use super::microkernel::has_avx512_bf16;
 use super::operand::Matrix;
+use super::path::Bf16Path;
 use crate::cpu::{self, Float};
 
 /// A GEMM operand of the CPU GEMM: values and their (row, column) strides.
@@ -110,11 +110,12 @@ pub(crate) fn gemm_uninit_with<T: Float>(
     };
     assert_eq!(dst.len(), m * n, "gemm destination must have m * n slots");
     cpu::check_operands((m, n, k), lhs, rhs);
-    if has_avx512_bf16() {
+    if let Some(kernel) = Bf16Path::current().kernel() {
         let dst = (dst.as_mut_ptr().cast::<f32>(), (n, 1));
         // SAFETY: an exclusive borrow of m * n slots, addressed row-major; without
-        // `accumulate` every slot is written before it is read; the CPU has the feature.
-        unsafe { gemm_native((m, n, k), dst, false, &a, &b, parallel) };
+        // `accumulate` every slot is written before it is read; the CPU has the kernel's
+        // instructions (`current` never names a faster path).
+        unsafe { gemm_native(kernel, (m, n, k), dst, false, &a, &b, parallel) };
     } else {
         let (a, b) = (widened(&a), widened(&b));
         // SAFETY: T is f32 (f32_operands succeeded): the same type and layout.
@@ -151,11 +152,11 @@ pub(crate) fn gemm_strided_with<T: Float>(
         "gemm destination too small"
     );
     cpu::check_operands((m, n, k), lhs, rhs);
-    if has_avx512_bf16() {
+    if let Some(kernel) = Bf16Path::current().kernel() {
         let dst = (dst.as_mut_ptr().cast::<f32>(), dst_strides);
         // SAFETY: the destination's bounds are checked above and it is an exclusive
-        // borrow; the CPU has the feature.
-        unsafe { gemm_native((m, n, k), dst, accumulate, &a, &b, parallel) };
+        // borrow; the CPU has the kernel's instructions.
+        unsafe { gemm_native(kernel, (m, n, k), dst, accumulate, &a, &b, parallel) };
     } else {
         let (a, b) = (widened(&a), widened(&b));
         // SAFETY: T is f32 (f32_operands succeeded): the same type and layout.
@@ -181,7 +182,8 @@ pub(crate) fn pack_left_once<T: Float>(
     (m, k): (usize, usize),
     (lhs, strides): Operand<'_, T>,
 ) -> Option<PackedLeft> {
-    if products != Products::Bf16 || !has_avx512_bf16() || m == 0 || k == 0 {
+    let kernel = Bf16Path::current().kernel()?;
+    if products != Products::Bf16 || m == 0 || k == 0 {
         return None;
     }
     let a = f32_matrix((lhs, strides))?;
@@ -189,7 +191,7 @@ pub(crate) fn pack_left_once<T: Float>(
         lhs.len() > (m - 1) * strides.0 + (k - 1) * strides.1,
         "gemm lhs too small"
     );
-    Some(PackedLeft::new(&a, (m, k), true))
+    Some(PackedLeft::new(kernel, &a, (m, k), true))
 }
 
 /// [`gemm_uninit_with`] whose left operand, when `packed` is given, is that one (`lhs`
@@ -266,10 +268,16 @@ mod tests {
 
     #[test]
     fn a_left_operand_packed_once_gives_the_products_bits() {
-        if !has_avx512_bf16() {
-            eprintln!("skipped: no avx512_bf16 here (a packed left operand is the native path's)");
-            return;
+        for path in [Bf16Path::Native, Bf16Path::Amx] {
+            if path.or_slower() != path {
+                eprintln!("skipped: this CPU lacks {path:?} (a packed left operand is native)");
+                continue;
+            }
+            path.scope(packed_left_gives_the_products_bits);
         }
+    }
+
+    fn packed_left_gives_the_products_bits() {
         // Edges everywhere: 13 rows (panels of 6), 70 columns (of 64), odd depth past one
         // block of pairs.
         let (m, n, k) = (13, 70, 301);

@@ -6,8 +6,8 @@
 use candle_core::Tensor;
 
 use super::gemm::gemm;
-use super::microkernel::Bf16Path;
 use super::operand::Matrix;
+use super::path::Bf16Path;
 use super::tensor::with_values;
 use crate::error::Result;
 

@@ -10,7 +10,7 @@
 use std::mem::MaybeUninit;
 
 use super::params::Geom;
-use crate::bf16::{as_f32, has_avx512_bf16, Matrix, Products};
+use crate::bf16::{as_f32, has_avx512_bf16, Bf16Path, Matrix, Products};
 
 /// Output pixels an image may have: one AVX-512 register of f32.
 const LANES: usize = 16;
@@ -49,9 +49,9 @@ pub(super) fn forward<T: 'static>(
     let (Some(xs), Some(ws)) = (as_f32(xs), as_f32(ws)) else {
         return false;
     };
-    if !fits(g) {
+    let Some(kernel) = Bf16Path::current().kernel().filter(|_| fits(g)) else {
         return false;
-    }
+    };
     let (m, n) = (g.c_out, g.n * g.pixels());
     assert_eq!(dst.len(), m * n, "packed_columns: destination size");
     assert_eq!(
@@ -67,9 +67,12 @@ pub(super) fn forward<T: 'static>(
         unsafe { pair_row(g, &taps, xs, q, row) }
     };
     let dst = (dst.as_mut_ptr().cast(), n);
-    // SAFETY: `fits` checked the CPU's features; `dst` is an exclusive borrow of m rows of
-    // n slots (f32: `as_f32` succeeded for T), each written.
-    unsafe { crate::bf16::gemm_native_right_pairs((m, n, g.k()), dst, &w, &pair_row, true) };
+    // SAFETY: `fits` checked the CPU's features, and `current` names no kernel the CPU
+    // lacks; `dst` is an exclusive borrow of m rows of n slots (f32: `as_f32` succeeded
+    // for T), each written.
+    unsafe {
+        crate::bf16::gemm_native_right_pairs(kernel, (m, n, g.k()), dst, &w, &pair_row, true)
+    };
     true
 }
 
@@ -197,7 +200,7 @@ fn round_to_bf16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bf16::{pack_operand, pack_right_from_pairs, Side};
+    use crate::bf16::{pack_operand, pack_right_from_pairs, Kernel, Side};
     use crate::conv::im2col::batch_columns;
     use crate::conv::Conv2dParams;
 
@@ -258,15 +261,24 @@ mod tests {
             let col = batch_columns(&g, &xs, 0);
             let np = g.n * g.pixels();
             let matrix = Matrix::new(&col, (np, 1));
-            let mut want = Vec::new();
-            pack_operand(&matrix, Side::Right, (np, g.k()), &mut want, false);
             let taps = taps(&g);
             // SAFETY: `fits` checked the CPU's features; the sizes are the geometry's.
             let pair_row = |q: usize, row: &mut [u32]| unsafe { pair_row(&g, &taps, &xs, q, row) };
-            // A buffer holding another product's panels: every element must be written.
-            let mut got = vec![0xdead_beef; want.len()];
-            pack_right_from_pairs((np, g.k()), &pair_row, &mut got, true);
-            assert!(got == want, "{g:?}: the panels differ");
+            // Both kernels' layouts (AMX's pads the depth to whole tiles).
+            for kernel in [Kernel::Avx512, Kernel::Amx] {
+                let mut want = Vec::new();
+                pack_operand(
+                    &matrix,
+                    (Side::Right, kernel),
+                    (np, g.k()),
+                    &mut want,
+                    false,
+                );
+                // A buffer holding another product's panels: every element must be written.
+                let mut got = vec![0xdead_beef; want.len()];
+                pack_right_from_pairs(kernel, (np, g.k()), &pair_row, &mut got, true);
+                assert!(got == want, "{g:?} {kernel:?}: the panels differ");
+            }
         }
     }
 }

@@ -6,7 +6,7 @@
 //! wrong element, a wrong stride or a missing rounding fails it by orders of magnitude.
 
 use candle_core::{DType, Device, Tensor};
-use wick_ops::bf16::{cast, has_avx512_bf16, Bf16Path};
+use wick_ops::bf16::{cast, has_amx, has_avx512_bf16, Bf16Path};
 use wick_ops::conv::ConvAlgorithm;
 use wick_ops::{conv, linear, Conv2dParams, Products};
 
@@ -155,7 +155,7 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
         (&[2, 3, 20, 20], &[8, 3, 7, 7], 2, 3, 1),
         (&[2, 8, 6, 6], &[8, 4, 3, 3], 1, 1, 2),
     ];
-    for path in [Bf16Path::Native, Bf16Path::Widening] {
+    for path in [Bf16Path::Amx, Bf16Path::Native, Bf16Path::Widening] {
         path.scope(|| {
             for (i, case) in cases.into_iter().enumerate() {
                 check_conv(i, case, (bf16, rounded64), Products::Bf16, true);

@@ -17,11 +17,16 @@ fn bits(t: &Tensor) -> Vec<u32> {
 
 #[test]
 fn widening_convolutions_are_float32_convolutions_of_the_rounded_operands() {
-    assert_eq!(
-        Bf16Path::Native.scope(Bf16Path::current),
-        Bf16Path::best(),
-        "the native path only where the CPU has it"
-    );
+    for (path, here) in [
+        (Bf16Path::Native, has_avx512_bf16()),
+        (Bf16Path::Amx, has_amx()),
+    ] {
+        assert_eq!(
+            path.scope(Bf16Path::current),
+            if here { path } else { Bf16Path::best() },
+            "{path:?} only where the CPU has it"
+        );
+    }
     assert_eq!(
         Bf16Path::Widening.scope(Bf16Path::current),
         Bf16Path::Widening

@@ -1,0 +1,209 @@
+//! The bfloat16 GEMM's micro-kernel on AMX (Intel Sapphire Rapids and later): an
+//! [`AMX_MR`] × [`NR`] tile of float32 sums over one block of packed depth pairs, as
+//! `tdpbf16ps` tile products. Each product multiplies a 16-row tile of the left panel
+//! (16 pairs of each row) by a 16-pair tile of the right panel (16 columns) into a
+//! 16 × 16 float32 accumulator tile: 8192 multiply-adds per instruction, against
+//! `vdpbf16ps`'s 32. Like it, it treats subnormal inputs as zero and sums in float32.
+//!
+//! Stable Rust has no AMX intrinsics, so the instructions are inline assembly on fixed
+//! tile registers, which the compiler never uses: the tile configuration and contents
+//! live on between the statements of one kernel call. Linux hands AMX's state to a
+//! process only after it asks, which `path::has_amx` does.
+
+use super::microkernel::TileOut;
+use super::pack::{AMX_MR, AMX_PAIRS, NR};
+use super::path::has_amx;
+
+/// `tile_into`'s tile, AMX's way: `out`'s real rows and columns get (or, with `add`, gain)
+/// `a_panel · b_panel` over `pairs` depth pairs.
+///
+/// # Safety
+/// `has_amx()` must be true. `a_panel` holds [`AMX_MR`] rows of `pairs` pairs, row after
+/// row; `b_panel` `pairs` rows of [`NR`] columns; `pairs` is a multiple of [`AMX_PAIRS`].
+/// `out.dst` must be valid for reads and writes at `i * out.row_stride + j` for
+/// `i < out.rows`, `j < out.cols` (`out.rows <= AMX_MR`, `out.cols <= NR`), and no other
+/// thread may touch those slots meanwhile.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn tile_into(
+    pairs: usize,
+    a_panel: &[u32],
+    b_panel: &[u32],
+    out: &TileOut,
+    add: bool,
+) {
+    assert!(pairs % AMX_PAIRS == 0, "AMX: depth blocks are whole tiles");
+    assert!(a_panel.len() >= pairs * AMX_MR && b_panel.len() >= pairs * NR);
+    assert!(out.rows <= AMX_MR && out.cols <= NR);
+    debug_assert!(has_amx());
+    configure();
+    for half in 0..NR / 32 {
+        let cols = out.cols.saturating_sub(32 * half).min(32);
+        if cols == 0 {
+            break;
+        }
+        let c = ColumnHalf {
+            pairs,
+            a: a_panel.as_ptr(),
+            b: b_panel.as_ptr().wrapping_add(32 * half),
+        };
+        let dst = out.dst.wrapping_add(32 * half);
+        if out.rows == AMX_MR && cols == 32 {
+            // The whole block is real: the accumulators load and store the destination.
+            // SAFETY: 32 rows of 32 real slots from `dst` (the caller's contract).
+            unsafe { c.run(dst, out.row_stride, add) };
+        } else {
+            let mut block = [0f32; AMX_MR * 32];
+            let real = |i: usize| i * out.row_stride;
+            if add {
+                for (i, row) in block.chunks_exact_mut(32).take(out.rows).enumerate() {
+                    // SAFETY: row i's first `cols` slots are real (the caller's contract).
+                    let src = unsafe { std::slice::from_raw_parts(dst.add(real(i)), cols) };
+                    row[..cols].copy_from_slice(src);
+                }
+            }
+            // SAFETY: the block is this call's own: 32 rows of 32 slots.
+            unsafe { c.run(block.as_mut_ptr(), 32, add) };
+            for (i, row) in block.chunks_exact(32).take(out.rows).enumerate() {
+                // SAFETY: as the reads above.
+                let to = unsafe { std::slice::from_raw_parts_mut(dst.add(real(i)), cols) };
+                to.copy_from_slice(&row[..cols]);
+            }
+        }
+    }
+}
+
+/// 32 columns of the micro-kernel's tile: accumulator tiles 0 and 1 hold rows 0-15
+/// (columns 0-15 and 16-31), 2 and 3 rows 16-31; tiles 4 and 5 take the left panel's
+/// two row tiles, 6 and 7 the right panel's two column tiles.
+#[cfg(target_arch = "x86_64")]
+struct ColumnHalf {
+    pairs: usize,
+    /// The left panel, and the right panel at this half's first column.
+    a: *const u32,
+    b: *const u32,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl ColumnHalf {
+    /// Runs the tile products into the 32 × 32 floats at `dst` (rows `stride` floats
+    /// apart), loading them first with `add`, zeroing the accumulators otherwise.
+    ///
+    /// # Safety
+    /// The tiles are configured on this thread; `dst` holds 32 rows of 32 floats, and the
+    /// panels are as [`tile_into`] requires.
+    unsafe fn run(&self, dst: *mut f32, stride: usize, add: bool) {
+        let c = |i: usize, j: usize| dst.wrapping_add(i * stride + j).cast::<u8>();
+        let row_bytes = 4 * stride;
+        // SAFETY: every tile access below stays in the panels and the 32 × 32 block (the
+        // caller's contract): tile rows are 64 bytes, 16 of them per tile.
+        unsafe {
+            if add {
+                load::<0>(c(0, 0), row_bytes);
+                load::<1>(c(0, 16), row_bytes);
+                load::<2>(c(16, 0), row_bytes);
+                load::<3>(c(16, 16), row_bytes);
+            } else {
+                zero::<0>();
+                zero::<1>();
+                zero::<2>();
+                zero::<3>();
+            }
+            let a_row_bytes = 4 * self.pairs;
+            let b_row_bytes = 4 * NR;
+            for q0 in (0..self.pairs).step_by(AMX_PAIRS) {
+                let a = self.a.add(q0).cast::<u8>();
+                let b = self.b.add(q0 * NR).cast::<u8>();
+                load::<4>(a, a_row_bytes);
+                load::<5>(a.add(16 * a_row_bytes), a_row_bytes);
+                load::<6>(b, b_row_bytes);
+                load::<7>(b.add(64), b_row_bytes);
+                product::<0, 4, 6>();
+                product::<1, 4, 7>();
+                product::<2, 5, 6>();
+                product::<3, 5, 7>();
+            }
+            store::<0>(c(0, 0), row_bytes);
+            store::<1>(c(0, 16), row_bytes);
+            store::<2>(c(16, 0), row_bytes);
+            store::<3>(c(16, 16), row_bytes);
+        }
+    }
+}
+
+thread_local! {
+    /// Whether this thread has loaded the tile configuration.
+    static CONFIGURED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Loads the tile configuration on this thread, once: palette 1, all eight tiles 16 rows
+/// of 64 bytes. Nothing else in the process configures tiles, so it stays loaded.
+#[cfg(target_arch = "x86_64")]
+fn configure() {
+    if CONFIGURED.with(|c| c.replace(true)) {
+        return;
+    }
+    #[repr(C, align(64))]
+    struct Config([u8; 64]);
+    let mut config = Config([0; 64]);
+    config.0[0] = 1;
+    for t in 0..8 {
+        // Bytes 16..32: each tile's row width in bytes (u16); bytes 48..56: its rows.
+        config.0[16 + 2 * t..18 + 2 * t].copy_from_slice(&64u16.to_le_bytes());
+        config.0[48 + t] = 16;
+    }
+    // SAFETY: a valid palette-1 configuration, 64 bytes; the process may use AMX (the
+    // caller checked `has_amx`).
+    unsafe {
+        std::arch::asm!("ldtilecfg [{}]", in(reg) config.0.as_ptr(), options(nostack, readonly));
+    }
+}
+
+/// Tile `T` = 16 rows of 64 bytes from `p`, rows `stride` bytes apart.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
+    // SAFETY: the caller's: 16 rows of 64 bytes readable.
+    unsafe {
+        std::arch::asm!(
+            "tileloadd tmm{t}, [{p} + {s} * 1]",
+            t = const T, p = in(reg) p, s = in(reg) stride,
+            options(nostack, readonly, preserves_flags),
+        );
+    }
+}
+
+/// Tile `T` to 16 rows of 64 bytes at `p`, rows `stride` bytes apart.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
+    // SAFETY: the caller's: 16 rows of 64 bytes writable.
+    unsafe {
+        std::arch::asm!(
+            "tilestored [{p} + {s} * 1], tmm{t}",
+            t = const T, p = in(reg) p, s = in(reg) stride,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
+/// Tile `T` = 0.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn zero<const T: u8>() {
+    // SAFETY: touches tile registers only.
+    unsafe { std::arch::asm!("tilezero tmm{t}", t = const T, options(nostack, preserves_flags)) }
+}
+
+/// Tile `C` += tile `A` · tile `B` (`tdpbf16ps`: bfloat16 pairs, float32 sums).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn product<const C: u8, const A: u8, const B: u8>() {
+    // SAFETY: touches tile registers only.
+    unsafe {
+        std::arch::asm!(
+            "tdpbf16ps tmm{c}, tmm{a}, tmm{b}",
+            c = const C, a = const A, b = const B,
+            options(nostack, preserves_flags),
+        )
+    }
+}
