@@ -2,8 +2,8 @@
 //! products a ResNet and a ViT spend their step in: each 3x3 stage of ResNet-18 on CIFAR
 //! at batch 32 as im2col products (`cout × cin·9 × pixels`), and `vit_b_16`'s QKV and MLP
 //! products at batch 2 (394 tokens). Paths: `f32` (the `gemm` crate, as the float32
-//! convolutions run), `bf16-native` (`vdpbf16ps`, on CPUs with avx512_bf16) and
-//! `bf16-widening` (any CPU). Operands are bfloat16 in memory, as after a cast node.
+//! convolutions run), `bf16-native` (`vdpbf16ps`, on CPUs with avx512_bf16),
+//! `bf16-amx` (AMX tiles, on CPUs with amx_bf16) and `bf16-widening` (any CPU). Operands are bfloat16 in memory, as after a cast node.
 //! Criterion's throughput is FLOP/s: read Gelem/s as GFLOP/s.
 //!
 //! `cargo bench --bench bf16_gemm`.
@@ -55,6 +55,9 @@ fn products(c: &mut Criterion) {
         let mut paths = vec![("bf16-widening", Bf16Path::Widening)];
         if bf16::has_avx512_bf16() {
             paths.push(("bf16-native", Bf16Path::Native));
+        }
+        if bf16::has_amx() {
+            paths.push(("bf16-amx", Bf16Path::Amx));
         }
         for (label, path) in paths {
             let mut dst = vec![0f32; m * n];
