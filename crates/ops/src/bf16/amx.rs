@@ -138,7 +138,7 @@ thread_local! {
 /// Loads the tile configuration on this thread, once: palette 1, all eight tiles 16 rows
 /// of 64 bytes. Nothing else in the process configures tiles, so it stays loaded.
 #[cfg(target_arch = "x86_64")]
-fn configure() {
+pub(crate) fn configure() {
     if CONFIGURED.with(|c| c.replace(true)) {
         return;
     }
@@ -161,7 +161,7 @@ fn configure() {
 /// Tile `T` = 16 rows of 64 bytes from `p`, rows `stride` bytes apart.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
+pub(crate) unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
     // SAFETY: the caller's: 16 rows of 64 bytes readable.
     unsafe {
         std::arch::asm!(
@@ -175,7 +175,7 @@ unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
 /// Tile `T` to 16 rows of 64 bytes at `p`, rows `stride` bytes apart.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
+pub(crate) unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
     // SAFETY: the caller's: 16 rows of 64 bytes writable.
     unsafe {
         std::arch::asm!(
@@ -189,7 +189,7 @@ unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
 /// Tile `T` = 0.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn zero<const T: u8>() {
+pub(crate) unsafe fn zero<const T: u8>() {
     // SAFETY: touches tile registers only.
     unsafe { std::arch::asm!("tilezero tmm{t}", t = const T, options(nostack, preserves_flags)) }
 }
@@ -197,7 +197,7 @@ unsafe fn zero<const T: u8>() {
 /// Tile `C` += tile `A` · tile `B` (`tdpbf16ps`: bfloat16 pairs, float32 sums).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn product<const C: u8, const A: u8, const B: u8>() {
+pub(crate) unsafe fn product<const C: u8, const A: u8, const B: u8>() {
     // SAFETY: touches tile registers only.
     unsafe {
         std::arch::asm!(

@@ -4,7 +4,7 @@
 //! and the choice of products ([`Products`]) autocast's kernels take, float16 included.
 
 #[cfg(target_arch = "x86_64")]
-mod amx;
+pub(crate) mod amx;
 mod convert;
 mod gemm;
 mod microkernel;

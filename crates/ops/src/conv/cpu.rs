@@ -26,7 +26,7 @@ use super::im2col::{
     scatter_outputs, transpose,
 };
 use super::params::{Geom, OP};
-use super::{depthwise, packed_columns, winograd, winograd_filter};
+use super::{amx_direct, depthwise, packed_columns, winograd, winograd_filter};
 use crate::bf16;
 use crate::cpu::{self, Float};
 use crate::error::Result;
@@ -69,11 +69,15 @@ fn fill_images<T: Float>(
     let mut out: Vec<T> = Vec::with_capacity(len);
     let slots = &mut out.spare_capacity_mut()[..len];
     if spread(g) == Spread::AcrossImages {
+        // The worker threads run the caller's bf16 path (a thread-local choice).
+        let path = bf16::Bf16Path::current();
         slots
             .par_chunks_mut(img_len)
             .enumerate()
             .with_min_len(g.n.div_ceil(cpu::threads()).max(1))
-            .for_each_init(Vec::new, |col, (n, block)| per_image(col, n, block, false));
+            .for_each_init(Vec::new, |col, (n, block)| {
+                path.scope(|| per_image(col, n, block, false))
+            });
     } else {
         let mut col = Vec::new();
         for (n, block) in slots.chunks_mut(img_len).enumerate() {
@@ -98,9 +102,10 @@ fn sum_over_images<T: Float>(
     }
     let threads = cpu::threads().min(g.n);
     let chunk = g.n.div_ceil(threads);
+    let path = bf16::Bf16Path::current();
     let partials: Vec<Vec<T>> = (0..threads)
         .into_par_iter()
-        .map(|t| partial(t * chunk..((t + 1) * chunk).min(g.n), false))
+        .map(|t| path.scope(|| partial(t * chunk..((t + 1) * chunk).min(g.n), false)))
         .collect();
     let mut iter = partials.into_iter();
     let mut total = iter.next().unwrap_or_else(|| vec![T::ZERO; len]);
@@ -186,6 +191,22 @@ fn forward_with<T: Float>(
             Ok(depthwise::forward(g, xs, ws, epi))
         });
     }
+    if amx_direct::fits::<T>(g) {
+        return cpu::from_slices::<T>(OP, x, w, (g.n, g.c_out, g.oh, g.ow), |xs, ws| {
+            let len = g.n * g.c_out * g.pixels();
+            let mut out: Vec<T> = Vec::with_capacity(len);
+            let slots = &mut out.spare_capacity_mut()[..len];
+            assert!(amx_direct::forward(g, xs, ws, slots), "amx_direct: fits");
+            if !epi.is_empty() {
+                for (n, image) in slots.chunks_mut(g.c_out * g.pixels()).enumerate() {
+                    epi.apply_columns(g, n, 0, image, (0, g.pixels()), true);
+                }
+            }
+            // SAFETY: `forward` wrote every output slot.
+            unsafe { out.set_len(len) };
+            Ok(out)
+        });
+    }
     if let Some(s) = winograd_shape(g) {
         return cpu::from_slices::<T>(OP, x, w, (g.n, g.c_out, g.oh, g.ow), |xs, ws| {
             let u = winograd::transform_weights(ws, g.c_out, g.c_in, false);
@@ -237,6 +258,20 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
     if depthwise::applies(g) {
         return cpu::from_slices::<T>(OP, grad_out, w, (g.n, g.c_in, g.h, g.w), |gs, ws| {
             Ok(depthwise::backward_data(g, gs, ws))
+        });
+    }
+    if amx_direct::fits::<T>(g) {
+        return cpu::from_slices::<T>(OP, grad_out, w, (g.n, g.c_in, g.h, g.w), |gs, ws| {
+            let len = g.n * g.c_in * g.h * g.w;
+            let mut out: Vec<T> = Vec::with_capacity(len);
+            let slots = &mut out.spare_capacity_mut()[..len];
+            assert!(
+                amx_direct::backward_data(g, gs, ws, slots),
+                "amx_direct: fits"
+            );
+            // SAFETY: `backward_data` wrote every slot.
+            unsafe { out.set_len(len) };
+            Ok(out)
         });
     }
     if let Some(s) = winograd_shape(g) {

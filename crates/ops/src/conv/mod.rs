@@ -7,6 +7,7 @@
 //!   the CPU under [`KernelPath::Generic`](crate::KernelPath)).
 
 mod algorithm;
+mod amx_direct;
 mod cpu;
 mod depthwise;
 mod depthwise_s1;

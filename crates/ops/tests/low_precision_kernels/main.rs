@@ -168,6 +168,30 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
     }
 }
 
+/// On AMX, stride-1 convolutions with channels in multiples of 32 run as direct tile
+/// products over pair planes (conv/amx_direct.rs): a 3x3 over images stacked to share
+/// the weights (9x9, batch 3), one image split by output channels, no padding on a
+/// non-square plane, a 5x5 kernel, and CIFAR's 4x4 planes over a batch.
+#[test]
+fn amx_direct_convolutions_match_float64() {
+    if !has_amx() {
+        eprintln!("skipped: no amx_bf16 here (the direct AMX convolutions)");
+        return;
+    }
+    let cases: [Case; 5] = [
+        (&[3, 32, 9, 9], &[64, 32, 3, 3], 1, 1, 1),
+        (&[1, 64, 6, 7], &[96, 64, 3, 3], 1, 0, 1),
+        (&[2, 32, 7, 5], &[32, 32, 3, 3], 1, 0, 1),
+        (&[4, 32, 6, 6], &[32, 32, 5, 5], 1, 2, 1),
+        (&[32, 64, 4, 4], &[64, 64, 3, 3], 1, 1, 1),
+    ];
+    Bf16Path::Amx.scope(|| {
+        for (i, case) in cases.into_iter().enumerate() {
+            check_conv(10 + i, case, (bf16, rounded64), Products::Bf16, false);
+        }
+    });
+}
+
 #[test]
 fn bf16_linear_matches_float64_forward_and_gradients() {
     for (i, (m, k, n)) in [(5, 7, 3), (64, 300, 130), (1, 768, 50)]
@@ -282,8 +306,13 @@ fn casts_round_trip_and_keep_the_shape() {
 /// 128 in the batch), and 7x7 outputs at batch 8 (128 tiles, but 98 tiles' worth of
 /// pixels). There a bf16 forward and input gradient are im2col's, bit for bit; with 8x8
 /// outputs at batch 8 (128 whole tiles) Winograd runs.
+/// These are `vdpbf16ps`'s rules: on AMX these layers run as direct tile products.
 #[test]
 fn bf16_products_keep_im2col_where_winograd_does_not_pay() {
+    Bf16Path::Native.scope(winograd_rules_of_the_native_path)
+}
+
+fn winograd_rules_of_the_native_path() {
     if !has_avx512_bf16() {
         // Without it, bfloat16 convolutions run the float32 kernels and their tile rules
         // (widening::widening_convolutions_are_float32_convolutions_of_the_rounded_operands).

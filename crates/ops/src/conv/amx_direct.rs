@@ -1,0 +1,381 @@
+//! Stride-1 convolutions with bfloat16 products as direct AMX tile products, with no
+//! im2col matrix: the forward pass, and the input gradient as the forward convolution of
+//! the output gradient with the weights flipped and transposed.
+//!
+//! Each image is rounded once into *pair planes*: plane `q` holds input channels `2q`
+//! and `2q + 1` as one `u32` per pixel (the bfloat16 pair a `tdpbf16ps` lane multiplies),
+//! zero-padded to `hp × wp`. An output position `o = y * wp + x` (over the padded width;
+//! columns `x >= ow` are computed and dropped) reads tap `(ty, tx)` at `o + ty * wp + tx`
+//! of every plane, so the right tile of a tap (16 channel pairs × 16 positions) is one
+//! strided tile load from the planes, shifted by the tap: the convolution is a sum over
+//! taps of tile products, as oneDNN's AMX convolutions run. Weights are packed per tap as
+//! rows of output channels holding their input-channel pairs.
+
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use super::params::Geom;
+#[cfg(target_arch = "x86_64")]
+use crate::bf16::amx;
+use crate::bf16::{round_to_bf16, Bf16Path, Products};
+use crate::cpu::{run_wide, threads, WideKernel};
+
+/// Output channels and positions per block of four accumulator tiles.
+const BLOCK: usize = 32;
+/// Channel pairs per tile row.
+const PAIRS: usize = 16;
+
+/// Whether the direct AMX kernels run `g` (float32 data, `T`): bfloat16 products on the
+/// AMX path, one group, stride and dilation 1, a kernel larger than 1x1 (a 1x1 is a plain
+/// GEMM), padding below the kernel's size, channel counts in and out that are multiples
+/// of 32 (whole tiles), and [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in
+/// force. It takes the place of Winograd there: with AMX's products the transforms cost
+/// more than the products they save.
+pub(super) fn fits<T: 'static>(g: &Geom) -> bool {
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>()
+        && g.products == Products::Bf16
+        && g.groups == 1
+        && g.p.stride == [1, 1]
+        && g.p.dilation == [1, 1]
+        && (g.kh, g.kw) != (1, 1)
+        && g.p.padding[0] < g.kh
+        && g.p.padding[1] < g.kw
+        && g.c_in % BLOCK == 0
+        && g.c_out % BLOCK == 0
+        && Bf16Path::current() == Bf16Path::Amx
+        && super::algorithm::ConvAlgorithm::current() == super::algorithm::ConvAlgorithm::Auto
+}
+
+/// One direct convolution: `c_in` channels of `h × w` into `c_out` of `oh × ow`, over
+/// stacks of `images` images (each padded to `hp × wp`, one under the other in the pair
+/// planes, so that small images share the weights' tile loads).
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    c_in: usize,
+    h: usize,
+    w: usize,
+    c_out: usize,
+    kh: usize,
+    kw: usize,
+    pad: [usize; 2],
+    oh: usize,
+    ow: usize,
+    hp: usize,
+    wp: usize,
+    images: usize,
+    /// The length of a pair plane: the padded stack, plus the slack the last block's
+    /// shifted tile loads read past it.
+    plane: usize,
+}
+
+impl Direct {
+    fn new(
+        (c_in, h, w): (usize, usize, usize),
+        (c_out, kh, kw): (usize, usize, usize),
+        pad: [usize; 2],
+        images: usize,
+    ) -> Self {
+        let (hp, wp) = (h + 2 * pad[0], w + 2 * pad[1]);
+        let (oh, ow) = (hp + 1 - kh, wp + 1 - kw);
+        let mut d = Direct {
+            c_in,
+            h,
+            w,
+            c_out,
+            kh,
+            kw,
+            pad,
+            oh,
+            ow,
+            hp,
+            wp,
+            images,
+            plane: 0,
+        };
+        let reach = d.positions().div_ceil(BLOCK) * BLOCK + (kh - 1) * wp + (kw - 1);
+        d.plane = reach.max(images * hp * wp);
+        d
+    }
+
+    fn pairs(&self) -> usize {
+        self.c_in / 2
+    }
+
+    /// Output positions of a stack, over the padded width (the last image's rows end it).
+    fn positions(&self) -> usize {
+        ((self.images - 1) * self.hp + self.oh) * self.wp
+    }
+
+    /// This convolution over stacks of `images` images.
+    fn stacking(self, images: usize) -> Self {
+        Direct::new(
+            (self.c_in, self.h, self.w),
+            (self.c_out, self.kh, self.kw),
+            self.pad,
+            images,
+        )
+    }
+}
+
+/// The bfloat16 pair of two float32 values: `even` in the low half.
+#[inline(always)]
+fn pair(even: f32, odd: f32) -> u32 {
+    round_to_bf16(even) as u32 | ((round_to_bf16(odd) as u32) << 16)
+}
+
+/// The weights as the left tiles read them: tap `t`'s output channel `co` holds its
+/// input-channel pairs at `[(t * c_out + co) * pairs..]`; `at(co, ci, t)` gives a weight.
+fn pack_weights(d: &Direct, at: impl Fn(usize, usize, usize) -> f32 + Sync) -> Vec<u32> {
+    let pairs = d.pairs();
+    let mut out = vec![0u32; d.kh * d.kw * d.c_out * pairs];
+    out.par_chunks_mut(pairs)
+        .enumerate()
+        .for_each(|(row, dst)| {
+            let (t, co) = (row / d.c_out, row % d.c_out);
+            for (q, slot) in dst.iter_mut().enumerate() {
+                *slot = pair(at(co, 2 * q, t), at(co, 2 * q + 1, t));
+            }
+        });
+    out
+}
+
+/// A stack of images' pair planes, written over `planes` (padding and slack zero).
+struct FillPlanes<'a> {
+    d: Direct,
+    /// The stack's images, one after another (`c_in × h × w` each).
+    images: &'a [f32],
+    planes: &'a mut [u32],
+}
+
+impl WideKernel for FillPlanes<'_> {
+    type Output = ();
+
+    #[inline(always)]
+    fn run(self) {
+        let Direct {
+            h,
+            w,
+            hp,
+            wp,
+            plane,
+            pad,
+            c_in,
+            ..
+        } = self.d;
+        self.planes.fill(0);
+        for (i, image) in self.images.chunks_exact(c_in * h * w).enumerate() {
+            for (q, dst) in self.planes.chunks_exact_mut(plane).enumerate() {
+                let (even, odd) = (&image[2 * q * h * w..], &image[(2 * q + 1) * h * w..]);
+                for y in 0..h {
+                    let row = &mut dst[(i * hp + y + pad[0]) * wp + pad[1]..][..w];
+                    let (e, o) = (&even[y * w..][..w], &odd[y * w..][..w]);
+                    for ((slot, e), o) in row.iter_mut().zip(e).zip(o) {
+                        *slot = pair(*e, *o);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out` (the stack's images, each with output channels `channels` of `oh × ow`, every
+/// slot written) = the convolution of the stack's pair planes with the packed weights.
+/// Each block of 32 output channels runs over every position of the stack while its
+/// weights stay in L2.
+///
+/// # Safety
+/// The CPU must have AMX (the AMX path is in force: [`fits`]); `weights` and `planes` are
+/// laid out for `d`, `channels` are whole blocks of `d`'s output channels.
+#[cfg(target_arch = "x86_64")]
+unsafe fn convolve_stack(
+    d: &Direct,
+    (weights, planes): (&[u32], &[u32]),
+    channels: std::ops::Range<usize>,
+    out: &mut [MaybeUninit<f32>],
+) {
+    use amx::{load, product, store, zero};
+    let pairs = d.pairs();
+    assert!(weights.len() >= d.kh * d.kw * d.c_out * pairs && planes.len() >= pairs * d.plane);
+    assert!(channels.end <= d.c_out && out.len() >= d.images * channels.len() * d.oh * d.ow);
+    amx::configure();
+    let mut block = [0f32; BLOCK * BLOCK];
+    let (a_row, b_row) = (4 * pairs, 4 * d.plane);
+    for cb in channels.clone().step_by(BLOCK) {
+        for ob in (0..d.positions()).step_by(BLOCK) {
+            // SAFETY: every left tile reads 16 rows of 16 pairs inside `weights` (rows of
+            // `pairs`, c_out of them per tap); every right tile 16 planes' 16 slots at
+            // `ob + shift + 16`, at most `plane` (its slack covers the last block); the
+            // block is this call's own, 32 rows of 32 floats.
+            unsafe {
+                zero::<0>();
+                zero::<1>();
+                zero::<2>();
+                zero::<3>();
+                for ty in 0..d.kh {
+                    for tx in 0..d.kw {
+                        let t = ty * d.kw + tx;
+                        let a_tap = weights.as_ptr().add((t * d.c_out + cb) * pairs);
+                        let b_tap = planes.as_ptr().add(ob + ty * d.wp + tx);
+                        for q0 in (0..pairs).step_by(PAIRS) {
+                            let a = a_tap.add(q0).cast::<u8>();
+                            let b = b_tap.add(q0 * d.plane).cast::<u8>();
+                            load::<4>(a, a_row);
+                            load::<5>(a.add(16 * a_row), a_row);
+                            load::<6>(b, b_row);
+                            load::<7>(b.add(64), b_row);
+                            product::<0, 4, 6>();
+                            product::<1, 4, 7>();
+                            product::<2, 5, 6>();
+                            product::<3, 5, 7>();
+                        }
+                    }
+                }
+                let c = block.as_mut_ptr().cast::<u8>();
+                store::<0>(c, 4 * BLOCK);
+                store::<1>(c.add(64), 4 * BLOCK);
+                store::<2>(c.add(16 * 4 * BLOCK), 4 * BLOCK);
+                store::<3>(c.add(16 * 4 * BLOCK + 64), 4 * BLOCK);
+            }
+            scatter(d, &block, (ob, cb - channels.start, channels.len()), out);
+        }
+    }
+}
+
+/// Copies a block's real positions (`x < ow`, `y < oh` within its image) into their
+/// output slots: its row `r` is channel `c0 + r` of the `channels` that `out` holds per
+/// image.
+fn scatter(
+    d: &Direct,
+    block: &[f32],
+    (ob, c0, channels): (usize, usize, usize),
+    out: &mut [MaybeUninit<f32>],
+) {
+    let plane_out = d.oh * d.ow;
+    let end = (ob + BLOCK).min(d.positions());
+    let mut o = ob;
+    while o < end {
+        let (row, x) = (o / d.wp, o % d.wp);
+        let run_end = (o - x + d.wp).min(end);
+        let (image, y) = (row / d.hp, row % d.hp);
+        if x < d.ow && y < d.oh {
+            let len = d.ow.min(run_end - o + x) - x;
+            let j = o - ob;
+            let at = (image * channels + c0) * plane_out + y * d.ow + x;
+            for (r, values) in block.chunks_exact(BLOCK).enumerate() {
+                let dst = &mut out[at + r * plane_out..][..len];
+                for (slot, v) in dst.iter_mut().zip(&values[j..j + len]) {
+                    slot.write(*v);
+                }
+            }
+        }
+        o = run_end;
+    }
+}
+
+/// Positions a stack should hold at least, so that the weights' tile loads are shared by
+/// enough blocks.
+const STACK_POSITIONS: usize = 512;
+
+/// Runs the direct convolution `d` (one image a stack) over `n` images (`xs`:
+/// `n × c_in × h × w`) into `dst` (`n × c_out × oh × ow`, every slot written): stacks of
+/// small images across threads, or single images, split by output channel blocks too
+/// when the batch is smaller than the thread count.
+fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit<f32>]) {
+    let (in_len, out_len) = (d.c_in * d.h * d.w, d.c_out * d.oh * d.ow);
+    assert_eq!(xs.len(), n * in_len, "amx_direct: input size");
+    assert_eq!(dst.len(), n * out_len, "amx_direct: output size");
+    let threads = threads();
+    let per_thread = n.div_ceil(threads).max(1);
+    let stack = STACK_POSITIONS.div_ceil(d.hp * d.wp).clamp(1, per_thread);
+    // Stacks in a multiple of the thread count, of near-equal sizes.
+    let stacks = n.div_ceil(stack).div_ceil(threads) * threads;
+    let stack = n.div_ceil(stacks.min(n)).max(1);
+    let blocks = d.c_out / BLOCK;
+    let splits = match stack {
+        1 => threads.div_ceil(n.max(1)).clamp(1, blocks),
+        _ => 1,
+    };
+    let per_split = blocks.div_ceil(splits) * BLOCK;
+    let mut tasks = Vec::new();
+    for (s, stack_out) in dst.chunks_mut(stack * out_len).enumerate() {
+        let images = stack_out.len() / out_len;
+        let mut rest = stack_out;
+        for lo in (0..d.c_out).step_by(per_split) {
+            let hi = (lo + per_split).min(d.c_out);
+            // With one split the part is the whole stack; else one image's channels.
+            let (part, tail) = rest.split_at_mut(images * (hi - lo) * d.oh * d.ow);
+            rest = tail;
+            tasks.push((s * stack, images, lo..hi, part));
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each_init(Vec::new, |planes, (first, images, channels, part)| {
+            let d = d.stacking(images);
+            planes.resize(d.pairs() * d.plane, 0);
+            run_wide(FillPlanes {
+                d,
+                images: &xs[first * in_len..(first + images) * in_len],
+                planes,
+            });
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `fits` put the AMX path in force (the CPU has AMX); the layouts are
+            // `d`'s, and `part` holds this task's images and channels.
+            unsafe {
+                convolve_stack(&d, (weights, planes), channels, part)
+            };
+        });
+}
+
+/// The forward convolution of `g` ([`fits`]) on float32 data: true when it ran (every
+/// slot of `dst`, `n × c_out × oh × ow`, written), false (nothing written) otherwise.
+pub(super) fn forward<T: 'static>(
+    g: &Geom,
+    xs: &[T],
+    ws: &[T],
+    dst: &mut [MaybeUninit<T>],
+) -> bool {
+    let (Some(xs), Some(ws)) = (crate::bf16::as_f32(xs), crate::bf16::as_f32(ws)) else {
+        return false;
+    };
+    if !fits::<T>(g) {
+        return false;
+    }
+    let d = Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1);
+    debug_assert_eq!((d.oh, d.ow), (g.oh, g.ow));
+    let taps = g.kh * g.kw;
+    let weights = pack_weights(&d, |co, ci, t| ws[(co * g.c_in + ci) * taps + t]);
+    // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
+    let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
+    run(&d, g.n, xs, &weights, dst);
+    true
+}
+
+/// The input gradient of `g` ([`fits`]) on float32 data, `gs` the output gradient
+/// (`n × c_out × oh × ow`): the forward convolution of `gs`, padded by `k - 1 - pad`, with
+/// the weights transposed and flipped. True when it ran (every slot of `dst`,
+/// `n × c_in × h × w`, written).
+pub(super) fn backward_data<T: 'static>(
+    g: &Geom,
+    gs: &[T],
+    ws: &[T],
+    dst: &mut [MaybeUninit<T>],
+) -> bool {
+    let (Some(gs), Some(ws)) = (crate::bf16::as_f32(gs), crate::bf16::as_f32(ws)) else {
+        return false;
+    };
+    if !fits::<T>(g) {
+        return false;
+    }
+    let pad = [g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]];
+    let d = Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1);
+    debug_assert_eq!((d.oh, d.ow), (g.h, g.w));
+    let taps = g.kh * g.kw;
+    // Tap t of the transposed kernel is tap taps - 1 - t of the forward one.
+    let weights = pack_weights(&d, |ci, co, t| ws[(co * g.c_in + ci) * taps + taps - 1 - t]);
+    // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
+    let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
+    run(&d, g.n, gs, &weights, dst);
+    true
+}
