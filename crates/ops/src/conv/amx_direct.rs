@@ -124,17 +124,34 @@ fn pair(even: f32, odd: f32) -> u32 {
     round_to_bf16(even) as u32 | ((round_to_bf16(odd) as u32) << 16)
 }
 
-/// The weights as the left tiles read them: tap `t`'s output channel `co` holds its
-/// input-channel pairs at `[(t * c_out + co) * pairs..]`; `at(co, ci, t)` gives a weight.
-fn pack_weights(d: &Direct, at: impl Fn(usize, usize, usize) -> f32 + Sync) -> Vec<u32> {
-    let pairs = d.pairs();
-    let mut out = vec![0u32; d.kh * d.kw * d.c_out * pairs];
-    out.par_chunks_mut(pairs)
+/// Output channels per weight-packing task: a group's weights are read in runs of this
+/// many channels' taps, whichever way the source is ordered.
+const PACK_GROUP: usize = 16;
+
+/// The weights as the left tiles read them: output channel `co` holds, tap after tap,
+/// its input-channel pairs (`[(co * taps + t) * pairs + q]`), so a tile of 16 channels'
+/// 16 pairs at tap `t` is rows `taps * pairs` apart. `taps_of(co, ci)` gives the
+/// kernel's taps of a channel pair, in order (reversed with `flip`).
+fn pack_weights<'a>(
+    d: &Direct,
+    taps_of: impl Fn(usize, usize) -> &'a [f32] + Sync,
+    flip: bool,
+) -> Vec<u32> {
+    let (pairs, taps) = (d.pairs(), d.kh * d.kw);
+    let mut out = vec![0u32; d.c_out * taps * pairs];
+    out.par_chunks_mut(PACK_GROUP * taps * pairs)
         .enumerate()
-        .for_each(|(row, dst)| {
-            let (t, co) = (row / d.c_out, row % d.c_out);
-            for (q, slot) in dst.iter_mut().enumerate() {
-                *slot = pair(at(co, 2 * q, t), at(co, 2 * q + 1, t));
+        .for_each(|(group, dst)| {
+            let channels = dst.len() / (taps * pairs);
+            for q in 0..pairs {
+                for o in 0..channels {
+                    let co = group * PACK_GROUP + o;
+                    let (even, odd) = (taps_of(co, 2 * q), taps_of(co, 2 * q + 1));
+                    for t in 0..taps {
+                        let from = if flip { taps - 1 - t } else { t };
+                        dst[(o * taps + t) * pairs + q] = pair(even[from], odd[from]);
+                    }
+                }
             }
         });
     out
@@ -200,7 +217,8 @@ unsafe fn convolve_stack(
     assert!(channels.end <= d.c_out && out.len() >= d.images * channels.len() * d.oh * d.ow);
     amx::configure();
     let mut block = [0f32; BLOCK * BLOCK];
-    let (a_row, b_row) = (4 * pairs, 4 * d.plane);
+    let taps = d.kh * d.kw;
+    let (a_row, b_row) = (4 * taps * pairs, 4 * d.plane);
     for cb in channels.clone().step_by(BLOCK) {
         for ob in (0..d.positions()).step_by(BLOCK) {
             // SAFETY: every left tile reads 16 rows of 16 pairs inside `weights` (rows of
@@ -215,7 +233,7 @@ unsafe fn convolve_stack(
                 for ty in 0..d.kh {
                     for tx in 0..d.kw {
                         let t = ty * d.kw + tx;
-                        let a_tap = weights.as_ptr().add((t * d.c_out + cb) * pairs);
+                        let a_tap = weights.as_ptr().add((cb * taps + t) * pairs);
                         let b_tap = planes.as_ptr().add(ob + ty * d.wp + tx);
                         for q0 in (0..pairs).step_by(PAIRS) {
                             let a = a_tap.add(q0).cast::<u8>();
@@ -345,7 +363,7 @@ pub(super) fn forward<T: 'static>(
     let d = Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1);
     debug_assert_eq!((d.oh, d.ow), (g.oh, g.ow));
     let taps = g.kh * g.kw;
-    let weights = pack_weights(&d, |co, ci, t| ws[(co * g.c_in + ci) * taps + t]);
+    let weights = pack_weights(&d, |co, ci| &ws[(co * g.c_in + ci) * taps..][..taps], false);
     // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
     let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
     run(&d, g.n, xs, &weights, dst);
@@ -373,7 +391,7 @@ pub(super) fn backward_data<T: 'static>(
     debug_assert_eq!((d.oh, d.ow), (g.h, g.w));
     let taps = g.kh * g.kw;
     // Tap t of the transposed kernel is tap taps - 1 - t of the forward one.
-    let weights = pack_weights(&d, |ci, co, t| ws[(co * g.c_in + ci) * taps + taps - 1 - t]);
+    let weights = pack_weights(&d, |ci, co| &ws[(co * g.c_in + ci) * taps..][..taps], true);
     // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
     let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
     run(&d, g.n, gs, &weights, dst);
