@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use super::params::Geom;
 #[cfg(target_arch = "x86_64")]
 use crate::bf16::amx;
-use crate::bf16::{round_to_bf16, Bf16Path, Products};
+use crate::bf16::{round_slice, round_to_bf16, Bf16Path, Products};
 use crate::cpu::{run_wide, threads, WideKernel};
 
 /// Output channels and positions per block of four accumulator tiles.
@@ -124,33 +124,29 @@ fn pair(even: f32, odd: f32) -> u32 {
     round_to_bf16(even) as u32 | ((round_to_bf16(odd) as u32) << 16)
 }
 
-/// Output channels per weight-packing task: a group's weights are read in runs of this
-/// many channels' taps, whichever way the source is ordered.
-const PACK_GROUP: usize = 16;
-
-/// The weights as the left tiles read them: output channel `co` holds, tap after tap,
-/// its input-channel pairs (`[(co * taps + t) * pairs + q]`), so a tile of 16 channels'
-/// 16 pairs at tap `t` is rows `taps * pairs` apart. `taps_of(co, ci)` gives the
-/// kernel's taps of a channel pair, in order (reversed with `flip`).
-fn pack_weights<'a>(
-    d: &Direct,
-    taps_of: impl Fn(usize, usize) -> &'a [f32] + Sync,
-    flip: bool,
-) -> Vec<u32> {
+/// The weights as the left tiles read them: output channel `o` holds, tap after tap,
+/// its input-channel pairs (`[(o * taps + t) * pairs + q]`), so a tile of 16 channels'
+/// 16 pairs at tap `t` is rows `taps * pairs` apart. `ws` is the forward convolution's
+/// `c_out × c_in × kh × kw` weight; `transposed` packs the input gradient's kernel (its
+/// output channels are the forward input channels, its taps reversed). The weights are
+/// rounded in one vectorized pass first, then only their bits move.
+fn pack_weights(d: &Direct, ws: &[f32], transposed: bool) -> Vec<u32> {
     let (pairs, taps) = (d.pairs(), d.kh * d.kw);
+    let mut bits = vec![0u16; ws.len()];
+    round_slice(ws, &mut bits);
+    // Where weight (o, i, t) of the packed kernel sits in `ws`.
+    let at = |o: usize, i: usize, t: usize| match transposed {
+        false => (o * d.c_in + i) * taps + t,
+        true => (i * d.c_out + o) * taps + taps - 1 - t,
+    };
     let mut out = vec![0u32; d.c_out * taps * pairs];
-    out.par_chunks_mut(PACK_GROUP * taps * pairs)
+    out.par_chunks_mut(taps * pairs)
         .enumerate()
-        .for_each(|(group, dst)| {
-            let channels = dst.len() / (taps * pairs);
-            for q in 0..pairs {
-                for o in 0..channels {
-                    let co = group * PACK_GROUP + o;
-                    let (even, odd) = (taps_of(co, 2 * q), taps_of(co, 2 * q + 1));
-                    for t in 0..taps {
-                        let from = if flip { taps - 1 - t } else { t };
-                        dst[(o * taps + t) * pairs + q] = pair(even[from], odd[from]);
-                    }
+        .for_each(|(o, dst)| {
+            for (t, row) in dst.chunks_exact_mut(pairs).enumerate() {
+                for (q, slot) in row.iter_mut().enumerate() {
+                    let (even, odd) = (bits[at(o, 2 * q, t)], bits[at(o, 2 * q + 1, t)]);
+                    *slot = even as u32 | ((odd as u32) << 16);
                 }
             }
         });
@@ -362,8 +358,7 @@ pub(super) fn forward<T: 'static>(
     }
     let d = Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1);
     debug_assert_eq!((d.oh, d.ow), (g.oh, g.ow));
-    let taps = g.kh * g.kw;
-    let weights = pack_weights(&d, |co, ci| &ws[(co * g.c_in + ci) * taps..][..taps], false);
+    let weights = pack_weights(&d, ws, false);
     // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
     let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
     run(&d, g.n, xs, &weights, dst);
@@ -389,9 +384,7 @@ pub(super) fn backward_data<T: 'static>(
     let pad = [g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]];
     let d = Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1);
     debug_assert_eq!((d.oh, d.ow), (g.h, g.w));
-    let taps = g.kh * g.kw;
-    // Tap t of the transposed kernel is tap taps - 1 - t of the forward one.
-    let weights = pack_weights(&d, |ci, co| &ws[(co * g.c_in + ci) * taps..][..taps], true);
+    let weights = pack_weights(&d, ws, true);
     // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
     let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
     run(&d, g.n, gs, &weights, dst);
