@@ -146,12 +146,20 @@ pub(super) fn forward<T: Float>(
     }
 }
 
+/// Whether `g`'s bfloat16 products run on AMX tiles: there Winograd's transforms cost
+/// more than the products they save (ResNet-18 CIFAR at batch 32, weight gradients: 12.4
+/// against im2col's 5.5 ms at 8x8, 7.2 against 6.1 at 16x16; `conv_passes` with
+/// `WICK_CONV_ALGORITHM=auto` and `im2col`).
+fn amx_products(g: &Geom) -> bool {
+    g.products == bf16::Products::Bf16 && bf16::Bf16Path::current() == bf16::Bf16Path::Amx
+}
+
 /// The Winograd shape of `g` when Winograd's F(2x2, 3x3) runs it: 3x3, stride 1, no
 /// dilation, one group, padding up to 2, at least [`winograd::MIN_CHANNELS`] channels in
 /// and out, enough output tiles to pay for the weight transform
 /// ([`winograd::enough_tiles`]; and per image, to pay for
-/// the transforms' short rows: [`winograd::min_tiles_per_image`]), not float16 products,
-/// and [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in force. float16
+/// the transforms' short rows: [`winograd::min_tiles_per_image`]), not float16 products
+/// nor bfloat16 ones on AMX ([`amx_products`]), and [`ConvAlgorithm::Auto`](super::algorithm::ConvAlgorithm) in force. float16
 /// products run on float32 arithmetic here, so Winograd's fewer products would save time
 /// but round its transformed tiles to float16 too: about three times the error of
 /// PyTorch's float16 convolutions (`autocast_pytorch`), where im2col matches them.
@@ -168,6 +176,7 @@ fn winograd_shape(g: &Geom) -> Option<winograd::Shape> {
         && g.c_in.min(g.c_out) >= winograd::MIN_CHANNELS
         && winograd::enough_tiles(tiles, g.n * g.pixels(), g.products)
         && per_image >= winograd::min_tiles_per_image(g.products)
+        && !amx_products(g)
         && super::algorithm::ConvAlgorithm::current() == super::algorithm::ConvAlgorithm::Auto;
     fits.then_some(winograd::Shape {
         n: g.n,

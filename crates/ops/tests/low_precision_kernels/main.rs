@@ -171,7 +171,7 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
 /// On AMX, stride-1 convolutions with channels in multiples of 32 run as direct tile
 /// products over pair planes (conv/amx_direct.rs): a 3x3 over images stacked to share
 /// the weights (9x9, batch 3), one image split by output channels, no padding on a
-/// non-square plane, a 5x5 kernel, and CIFAR's 4x4 planes over a batch.
+/// non-square plane, a 5x5 kernel, and 8x8 planes in stacks of 4.
 #[test]
 fn amx_direct_convolutions_match_float64() {
     if !has_amx() {
@@ -180,10 +180,10 @@ fn amx_direct_convolutions_match_float64() {
     }
     let cases: [Case; 5] = [
         (&[3, 32, 9, 9], &[64, 32, 3, 3], 1, 1, 1),
-        (&[1, 64, 6, 7], &[96, 64, 3, 3], 1, 0, 1),
-        (&[2, 32, 7, 5], &[32, 32, 3, 3], 1, 0, 1),
+        (&[1, 64, 12, 9], &[96, 64, 3, 3], 1, 0, 1),
+        (&[2, 32, 11, 7], &[32, 32, 3, 3], 1, 0, 1),
         (&[4, 32, 6, 6], &[32, 32, 5, 5], 1, 2, 1),
-        (&[32, 64, 4, 4], &[64, 64, 3, 3], 1, 1, 1),
+        (&[16, 32, 8, 8], &[64, 32, 3, 3], 1, 1, 1),
     ];
     Bf16Path::Amx.scope(|| {
         for (i, case) in cases.into_iter().enumerate() {
