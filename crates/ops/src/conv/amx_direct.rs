@@ -22,9 +22,9 @@ use crate::bf16::{round_slice, round_to_bf16, Bf16Path, Products};
 use crate::cpu::{run_wide, threads, WideKernel};
 
 /// Output channels and positions per block of four accumulator tiles.
-const BLOCK: usize = 32;
+pub(super) const BLOCK: usize = 32;
 /// Channel pairs per tile row.
-const PAIRS: usize = 16;
+pub(super) const PAIRS: usize = 16;
 
 /// Whether the direct AMX kernels run `g` (float32 data, `T`): bfloat16 products on the
 /// AMX path, one group, stride and dilation 1, a kernel larger than 1x1 (a 1x1 is a plain
@@ -54,26 +54,26 @@ pub(super) fn fits<T: 'static>(g: &Geom) -> bool {
 /// stacks of `images` images (each padded to `hp × wp`, one under the other in the pair
 /// planes, so that small images share the weights' tile loads).
 #[derive(Debug, Clone, Copy)]
-struct Direct {
-    c_in: usize,
-    h: usize,
-    w: usize,
-    c_out: usize,
-    kh: usize,
-    kw: usize,
-    pad: [usize; 2],
-    oh: usize,
-    ow: usize,
-    hp: usize,
-    wp: usize,
-    images: usize,
+pub(super) struct Direct {
+    pub(super) c_in: usize,
+    pub(super) h: usize,
+    pub(super) w: usize,
+    pub(super) c_out: usize,
+    pub(super) kh: usize,
+    pub(super) kw: usize,
+    pub(super) pad: [usize; 2],
+    pub(super) oh: usize,
+    pub(super) ow: usize,
+    pub(super) hp: usize,
+    pub(super) wp: usize,
+    pub(super) images: usize,
     /// The length of a pair plane: the padded stack, plus the slack the last block's
     /// shifted tile loads read past it.
-    plane: usize,
+    pub(super) plane: usize,
 }
 
 impl Direct {
-    fn new(
+    pub(super) fn new(
         (c_in, h, w): (usize, usize, usize),
         (c_out, kh, kw): (usize, usize, usize),
         pad: [usize; 2],
@@ -106,12 +106,12 @@ impl Direct {
     }
 
     /// Output positions of a stack, over the padded width (the last image's rows end it).
-    fn positions(&self) -> usize {
+    pub(super) fn positions(&self) -> usize {
         ((self.images - 1) * self.hp + self.oh) * self.wp
     }
 
     /// This convolution over stacks of `images` images.
-    fn stacking(self, images: usize) -> Self {
+    pub(super) fn stacking(self, images: usize) -> Self {
         Direct::new(
             (self.c_in, self.h, self.w),
             (self.c_out, self.kh, self.kw),
@@ -294,6 +294,16 @@ fn scatter(
 /// enough blocks.
 const STACK_POSITIONS: usize = 512;
 
+/// Images per stack for `n` images over `threads` threads: enough to hold
+/// [`STACK_POSITIONS`] positions, at most a thread's share, and stacks in a multiple of
+/// the thread count, of near-equal sizes.
+pub(super) fn stack_size(d: &Direct, n: usize, threads: usize) -> usize {
+    let per_thread = n.div_ceil(threads).max(1);
+    let stack = STACK_POSITIONS.div_ceil(d.hp * d.wp).clamp(1, per_thread);
+    let stacks = n.div_ceil(stack).div_ceil(threads) * threads;
+    n.div_ceil(stacks.min(n)).max(1)
+}
+
 /// Runs the direct convolution `d` (one image a stack) over `n` images (`xs`:
 /// `n × c_in × h × w`) into `dst` (`n × c_out × oh × ow`, every slot written): stacks of
 /// small images across threads, or single images, split by output channel blocks too
@@ -303,11 +313,7 @@ fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit
     assert_eq!(xs.len(), n * in_len, "amx_direct: input size");
     assert_eq!(dst.len(), n * out_len, "amx_direct: output size");
     let threads = threads();
-    let per_thread = n.div_ceil(threads).max(1);
-    let stack = STACK_POSITIONS.div_ceil(d.hp * d.wp).clamp(1, per_thread);
-    // Stacks in a multiple of the thread count, of near-equal sizes.
-    let stacks = n.div_ceil(stack).div_ceil(threads) * threads;
-    let stack = n.div_ceil(stacks.min(n)).max(1);
+    let stack = stack_size(d, n, threads);
     let blocks = d.c_out / BLOCK;
     let splits = match stack {
         1 => threads.div_ceil(n.max(1)).clamp(1, blocks),

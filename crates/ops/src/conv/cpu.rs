@@ -26,7 +26,7 @@ use super::im2col::{
     scatter_outputs, transpose,
 };
 use super::params::{Geom, OP};
-use super::{amx_direct, depthwise, packed_columns, winograd, winograd_filter};
+use super::{amx_direct, amx_filter, depthwise, packed_columns, winograd, winograd_filter};
 use crate::bf16;
 use crate::cpu::{self, Float};
 use crate::error::Result;
@@ -385,6 +385,12 @@ pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor)
         return cpu::from_slices::<T>(OP, grad_out, x, (g.c_out, 1, g.kh, g.kw), |gs, xs| {
             Ok(depthwise::backward_filter(g, gs, xs))
         });
+    }
+    if amx_direct::fits::<T>(g) {
+        let dw = cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
+            Ok(amx_filter::weight_gradient(g, gs, xs).expect("amx_filter: fits"))
+        })?;
+        return cpu::tensor(OP, dw, (g.c_out, g.c_in, g.kh, g.kw));
     }
     if let Some(s) = winograd_shape(g).filter(winograd_filter::pays) {
         return cpu::from_slices::<T>(OP, grad_out, x, (g.c_out, g.c_in, 3, 3), |gs, xs| {

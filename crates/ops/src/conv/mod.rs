@@ -8,6 +8,7 @@
 
 mod algorithm;
 mod amx_direct;
+mod amx_filter;
 mod cpu;
 mod depthwise;
 mod depthwise_s1;
