@@ -12,7 +12,7 @@
 
 use rayon::prelude::*;
 
-use super::amx_direct::{fits, stack_size, Direct, BLOCK, PAIRS};
+use super::amx_direct::{fits, Direct, BLOCK, PAIRS};
 use super::params::Geom;
 #[cfg(target_arch = "x86_64")]
 use crate::bf16::amx;
@@ -158,6 +158,20 @@ unsafe fn accumulate(d: &Direct, ops: &Operands, acc: &mut [f32]) {
     }
 }
 
+/// Bytes of one stack's operands to keep in L2 (2 MiB a core on Sapphire Rapids).
+const STACK_BYTES: usize = 1 << 20;
+
+/// Images per stack: as many as keep the operands within [`STACK_BYTES`] (every stack
+/// loads and stores each accumulator tile once per tap, so fewer stacks move less), at
+/// most a thread's share, cut into equal stacks.
+fn filter_stack_size(d: &Direct, n: usize, threads: usize) -> usize {
+    let per_image = d.hp * d.wp * 2 * (d.c_in + d.c_out);
+    let per_thread = n.div_ceil(threads).max(1);
+    let most = (STACK_BYTES / per_image).clamp(1, per_thread);
+    // Equal stacks: a thread's share in as few as fit.
+    per_thread.div_ceil(per_thread.div_ceil(most))
+}
+
 /// The weight gradient of `g` ([`fits`]) on float32 data (`gs`: the output gradient,
 /// `n × c_out × oh × ow`; `xs`: the input): `c_out × c_in × kh × kw`, or `None` when it
 /// does not run here.
@@ -171,7 +185,7 @@ pub(super) fn weight_gradient<T: 'static>(g: &Geom, gs: &[T], xs: &[T]) -> Optio
     assert_eq!(xs.len(), g.n * in_len, "amx_filter: input size");
     assert_eq!(gs.len(), g.n * out_len, "amx_filter: output gradient size");
     let threads = threads();
-    let stack = stack_size(&one, g.n, threads);
+    let stack = filter_stack_size(&one, g.n, threads);
     let stacks: Vec<usize> = (0..g.n).step_by(stack).collect();
     let taps = g.kh * g.kw;
     let len = taps * g.c_in * g.c_out;
@@ -200,21 +214,30 @@ pub(super) fn weight_gradient<T: 'static>(g: &Geom, gs: &[T], xs: &[T]) -> Optio
             acc
         })
         .collect();
-    let mut iter = partials.into_iter();
-    let mut total = iter.next().unwrap_or_else(|| vec![0f32; len]);
-    for part in iter {
-        for (a, b) in total.iter_mut().zip(part) {
-            *a += b;
-        }
-    }
-    // [t][ci][co] -> [co][ci][t]
+    // Summed and reordered [t][ci][co] -> [co][ci][t], 16 output channels a task: each
+    // read takes 16 contiguous sums from every partial.
     let mut dw = vec![0f32; len];
-    for (co, out) in dw.chunks_exact_mut(g.c_in * taps).enumerate() {
-        for (ci, taps_out) in out.chunks_exact_mut(taps).enumerate() {
-            for (t, slot) in taps_out.iter_mut().enumerate() {
-                *slot = total[(t * g.c_in + ci) * g.c_out + co];
+    let group = 16;
+    dw.par_chunks_mut(group * g.c_in * taps)
+        .enumerate()
+        .for_each(|(b, out)| {
+            let co0 = b * group;
+            let cos = out.len() / (g.c_in * taps);
+            let mut sums = [0f32; 16];
+            for ci in 0..g.c_in {
+                for t in 0..taps {
+                    let at = (t * g.c_in + ci) * g.c_out + co0;
+                    sums[..cos].fill(0.0);
+                    for part in &partials {
+                        for (s, v) in sums.iter_mut().zip(&part[at..at + cos]) {
+                            *s += v;
+                        }
+                    }
+                    for (j, s) in sums[..cos].iter().enumerate() {
+                        out[(j * g.c_in + ci) * taps + t] = *s;
+                    }
+                }
             }
-        }
-    }
+        });
     Some(dw)
 }
