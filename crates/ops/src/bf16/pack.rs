@@ -307,6 +307,18 @@ fn fill_panel<T: PackValue>(
                 }
             }
         }
+    } else if v.rs == 1 {
+        // A row-major panel of a matrix whose rows are contiguous at each depth (a
+        // transposed left operand): the pair's two runs zipped, written down a column.
+        for q in 0..real {
+            let c = 2 * (p0 + q);
+            let even = &data[c * v.cs + r0..][..rows];
+            let odd = (c + 1 < v.cols).then(|| &data[(c + 1) * v.cs + r0..][..rows]);
+            for i in 0..rows {
+                let high = odd.map_or(0, |odd| odd[i].bits() as u32);
+                panel[i * len + q] = even[i].bits() as u32 | (high << 16);
+            }
+        }
     } else {
         // Any other strides: element by element.
         for q in 0..real {

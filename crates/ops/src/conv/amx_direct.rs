@@ -8,8 +8,9 @@
 //! columns `x >= ow` are computed and dropped) reads tap `(ty, tx)` at `o + ty * wp + tx`
 //! of every plane, so the right tile of a tap (16 channel pairs × 16 positions) is one
 //! strided tile load from the planes, shifted by the tap: the convolution is a sum over
-//! taps of tile products, as oneDNN's AMX convolutions run. Weights are packed per tap as
-//! rows of output channels holding their input-channel pairs.
+//! taps of tile products, as oneDNN's AMX convolutions run. Weights are packed as rows
+//! of output channels holding, tap after tap, their input-channel pairs. The weight
+//! gradient is `amx_filter.rs`.
 
 use std::mem::MaybeUninit;
 
