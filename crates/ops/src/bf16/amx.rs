@@ -31,7 +31,10 @@ pub(crate) unsafe fn tile_into(
     out: &TileOut,
     add: bool,
 ) {
-    assert!(pairs % AMX_PAIRS == 0, "AMX: depth blocks are whole tiles");
+    assert!(
+        pairs.is_multiple_of(AMX_PAIRS),
+        "AMX: depth blocks are whole tiles"
+    );
     assert!(a_panel.len() >= pairs * AMX_MR && b_panel.len() >= pairs * NR);
     assert!(out.rows <= AMX_MR && out.cols <= NR);
     debug_assert!(has_amx());

@@ -290,35 +290,8 @@ fn fill_panel<T: PackValue>(
                 }
             }
         }
-    } else if v.rs == 1 && !v.row_major {
-        // Rows are contiguous at each depth: two runs (the pair's depths) zipped into one.
-        for q in 0..real {
-            let c = 2 * (p0 + q);
-            let out = &mut panel[q * lanes..q * lanes + rows];
-            let even = &data[c * v.cs + r0..][..rows];
-            if c + 1 < v.cols {
-                let odd = &data[(c + 1) * v.cs + r0..][..rows];
-                for ((o, e), d) in out.iter_mut().zip(even).zip(odd) {
-                    *o = e.bits() as u32 | ((d.bits() as u32) << 16);
-                }
-            } else {
-                for (o, e) in out.iter_mut().zip(even) {
-                    *o = e.bits() as u32;
-                }
-            }
-        }
     } else if v.rs == 1 {
-        // A row-major panel of a matrix whose rows are contiguous at each depth (a
-        // transposed left operand): the pair's two runs zipped, written down a column.
-        for q in 0..real {
-            let c = 2 * (p0 + q);
-            let even = &data[c * v.cs + r0..][..rows];
-            let odd = (c + 1 < v.cols).then(|| &data[(c + 1) * v.cs + r0..][..rows]);
-            for i in 0..rows {
-                let high = odd.map_or(0, |odd| odd[i].bits() as u32);
-                panel[i * len + q] = even[i].bits() as u32 | (high << 16);
-            }
-        }
+        fill_from_depth_runs(data, v, (lanes, len), (p0, r0), (rows, real), panel);
     } else {
         // Any other strides: element by element.
         for q in 0..real {
@@ -330,6 +303,45 @@ fn fill_panel<T: PackValue>(
                     q * lanes + i
                 };
                 panel[slot] = at(r0 + i, c) | (at(r0 + i, c + 1) << 16);
+            }
+        }
+    }
+}
+
+/// [`fill_panel`] for a matrix whose rows are contiguous at each depth (`v.rs == 1`):
+/// each pair's two runs (its even and odd depth) zipped, into a pair-major panel's
+/// contiguous run or down a row-major panel's column.
+#[inline(always)]
+fn fill_from_depth_runs<T: PackValue>(
+    data: &[T],
+    v: View,
+    (lanes, len): (usize, usize),
+    (p0, r0): (usize, usize),
+    (rows, real): (usize, usize),
+    panel: &mut [u32],
+) {
+    for q in 0..real {
+        let c = 2 * (p0 + q);
+        let even = &data[c * v.cs + r0..][..rows];
+        let odd = (c + 1 < v.cols).then(|| &data[(c + 1) * v.cs + r0..][..rows]);
+        if v.row_major {
+            for i in 0..rows {
+                let high = odd.map_or(0, |odd| odd[i].bits() as u32);
+                panel[i * len + q] = even[i].bits() as u32 | (high << 16);
+            }
+            continue;
+        }
+        let out = &mut panel[q * lanes..q * lanes + rows];
+        match odd {
+            Some(odd) => {
+                for ((o, e), d) in out.iter_mut().zip(even).zip(odd) {
+                    *o = e.bits() as u32 | ((d.bits() as u32) << 16);
+                }
+            }
+            None => {
+                for (o, e) in out.iter_mut().zip(even) {
+                    *o = e.bits() as u32;
+                }
             }
         }
     }

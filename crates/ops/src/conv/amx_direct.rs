@@ -44,8 +44,8 @@ pub(super) fn fits<T: 'static>(g: &Geom) -> bool {
         && (g.kh, g.kw) != (1, 1)
         && g.p.padding[0] < g.kh
         && g.p.padding[1] < g.kw
-        && g.c_in % BLOCK == 0
-        && g.c_out % BLOCK == 0
+        && g.c_in.is_multiple_of(BLOCK)
+        && g.c_out.is_multiple_of(BLOCK)
         && 2 * g.pixels() >= (g.h + 2 * g.p.padding[0]) * (g.w + 2 * g.p.padding[1])
         && Bf16Path::current() == Bf16Path::Amx
         && super::algorithm::ConvAlgorithm::current() == super::algorithm::ConvAlgorithm::Auto
