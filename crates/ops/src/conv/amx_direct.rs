@@ -52,8 +52,9 @@ pub(super) fn fits<T: 'static>(g: &Geom) -> bool {
 }
 
 /// One direct convolution: `c_in` channels of `h × w` into `c_out` of `oh × ow`, over
-/// stacks of `images` images (each padded to `hp × wp`, one under the other in the pair
-/// planes, so that small images share the weights' tile loads).
+/// stacks of `images` images (each padded to `hp × wp`, one under the other in the
+/// planes): the weight gradient's stacks share each accumulator tile's loads and stores
+/// (`amx_filter.rs`); the forward runs one image a stack.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Direct {
     pub(super) c_in: usize,
@@ -291,35 +292,20 @@ fn scatter(
     }
 }
 
-/// Positions a stack should hold at least, so that the weights' tile loads are shared by
-/// enough blocks.
-const STACK_POSITIONS: usize = 512;
-
-/// Images per stack for `n` images over `threads` threads: enough to hold
-/// [`STACK_POSITIONS`] positions, at most a thread's share, and stacks in a multiple of
-/// the thread count, of near-equal sizes.
-pub(super) fn stack_size(d: &Direct, n: usize, threads: usize) -> usize {
-    let per_thread = n.div_ceil(threads).max(1);
-    let stack = STACK_POSITIONS.div_ceil(d.hp * d.wp).clamp(1, per_thread);
-    let stacks = n.div_ceil(stack).div_ceil(threads) * threads;
-    n.div_ceil(stacks.min(n)).max(1)
-}
-
 /// Runs the direct convolution `d` (one image a stack) over `n` images (`xs`:
-/// `n × c_in × h × w`) into `dst` (`n × c_out × oh × ow`, every slot written): stacks of
-/// small images across threads, or single images, split by output channel blocks too
-/// when the batch is smaller than the thread count.
+/// `n × c_in × h × w`) into `dst` (`n × c_out × oh × ow`, every slot written): images
+/// across threads, split by output channel blocks too when the batch is smaller than the
+/// thread count.
 fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit<f32>]) {
     let (in_len, out_len) = (d.c_in * d.h * d.w, d.c_out * d.oh * d.ow);
     assert_eq!(xs.len(), n * in_len, "amx_direct: input size");
     assert_eq!(dst.len(), n * out_len, "amx_direct: output size");
-    let threads = threads();
-    let stack = stack_size(d, n, threads);
+    // One image a task: stacking small images to share the weights' tile loads measured
+    // slower (ResNet-18 CIFAR's 256-channel 8x8 layer at batch 32: forward 4.2-4.5
+    // against 5.0-5.3 ms in stacks of 6, 4 alternating `conv_passes` runs each).
+    let (threads, stack) = (threads(), 1);
     let blocks = d.c_out / BLOCK;
-    let splits = match stack {
-        1 => threads.div_ceil(n.max(1)).clamp(1, blocks),
-        _ => 1,
-    };
+    let splits = threads.div_ceil(n.max(1)).clamp(1, blocks);
     let per_split = blocks.div_ceil(splits) * BLOCK;
     let mut tasks = Vec::new();
     for (s, stack_out) in dst.chunks_mut(stack * out_len).enumerate() {

@@ -169,9 +169,9 @@ fn bf16_convolution_matches_float64_forward_and_gradients() {
 }
 
 /// On AMX, stride-1 convolutions with channels in multiples of 32 run as direct tile
-/// products over pair planes (conv/amx_direct.rs): a 3x3 over images stacked to share
-/// the weights (9x9, batch 3), one image split by output channels, no padding on a
-/// non-square plane, a 5x5 kernel, and 8x8 planes in stacks of 4.
+/// products over pair planes (conv/amx_direct.rs, conv/amx_filter.rs): a 3x3 on 9x9
+/// planes (the weight gradient in stacks of 2 images), one image split by output
+/// channels, no padding on a non-square plane, a 5x5 kernel, and 8x8 planes at batch 16.
 #[test]
 fn amx_direct_convolutions_match_float64() {
     if !has_amx() {
