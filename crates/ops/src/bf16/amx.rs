@@ -95,41 +95,98 @@ impl ColumnHalf {
     /// The tiles are configured on this thread; `dst` holds 32 rows of 32 floats, and the
     /// panels are as [`tile_into`] requires.
     unsafe fn run(&self, dst: *mut f32, stride: usize, add: bool) {
-        let c = |i: usize, j: usize| dst.wrapping_add(i * stride + j).cast::<u8>();
+        let c = dst.cast::<u8>();
         let row_bytes = 4 * stride;
         // SAFETY: every tile access below stays in the panels and the 32 × 32 block (the
         // caller's contract): tile rows are 64 bytes, 16 of them per tile.
         unsafe {
             if add {
-                load::<0>(c(0, 0), row_bytes);
-                load::<1>(c(0, 16), row_bytes);
-                load::<2>(c(16, 0), row_bytes);
-                load::<3>(c(16, 16), row_bytes);
+                load_block(c, row_bytes);
             } else {
-                zero::<0>();
-                zero::<1>();
-                zero::<2>();
-                zero::<3>();
+                zero_block();
             }
-            let a_row_bytes = 4 * self.pairs;
-            let b_row_bytes = 4 * NR;
+            let (a_row, b_row) = (4 * self.pairs, 4 * NR);
             for q0 in (0..self.pairs).step_by(AMX_PAIRS) {
-                let a = self.a.add(q0).cast::<u8>();
-                let b = self.b.add(q0 * NR).cast::<u8>();
-                load::<4>(a, a_row_bytes);
-                load::<5>(a.add(16 * a_row_bytes), a_row_bytes);
-                load::<6>(b, b_row_bytes);
-                load::<7>(b.add(64), b_row_bytes);
-                product::<0, 4, 6>();
-                product::<1, 4, 7>();
-                product::<2, 5, 6>();
-                product::<3, 5, 7>();
+                let (a, b) = (
+                    self.a.add(q0).cast::<u8>(),
+                    self.b.add(q0 * NR).cast::<u8>(),
+                );
+                step(a, a_row, b, b_row);
             }
-            store::<0>(c(0, 0), row_bytes);
-            store::<1>(c(0, 16), row_bytes);
-            store::<2>(c(16, 0), row_bytes);
-            store::<3>(c(16, 16), row_bytes);
+            store_block(c, row_bytes);
         }
+    }
+}
+
+/// Accumulator tiles 0-3 as one 32 × 32 float block at `c` (rows `stride` bytes apart):
+/// tile 0 its top left, 1 top right (64 bytes on), 2 bottom left (16 rows on), 3 bottom
+/// right.
+///
+/// # Safety
+/// The tiles are configured on this thread; the block's 32 rows of 128 bytes are readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn load_block(c: *const u8, stride: usize) {
+    // SAFETY: the caller's: four 16 × 64-byte quarters of the block.
+    unsafe {
+        load::<0>(c, stride);
+        load::<1>(c.add(64), stride);
+        load::<2>(c.add(16 * stride), stride);
+        load::<3>(c.add(16 * stride + 64), stride);
+    }
+}
+
+/// Accumulator tiles 0-3 stored as [`load_block`] reads them.
+///
+/// # Safety
+/// As [`load_block`], the block writable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn store_block(c: *mut u8, stride: usize) {
+    // SAFETY: the caller's: four 16 × 64-byte quarters of the block.
+    unsafe {
+        store::<0>(c, stride);
+        store::<1>(c.add(64), stride);
+        store::<2>(c.add(16 * stride), stride);
+        store::<3>(c.add(16 * stride + 64), stride);
+    }
+}
+
+/// Accumulator tiles 0-3 = 0.
+///
+/// # Safety
+/// The tiles are configured on this thread.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn zero_block() {
+    // SAFETY: touches tile registers only.
+    unsafe {
+        zero::<0>();
+        zero::<1>();
+        zero::<2>();
+        zero::<3>();
+    }
+}
+
+/// One depth step of the 32 × 32 block: left tiles from `a` and 16 rows on (rows `a_row`
+/// bytes apart), right tiles from `b` and 64 bytes on (rows `b_row` apart), their four
+/// products added into tiles 0-3.
+///
+/// # Safety
+/// The tiles are configured on this thread; the four tiles' rows are readable.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn step(a: *const u8, a_row: usize, b: *const u8, b_row: usize) {
+    // SAFETY: the caller's.
+    unsafe {
+        load::<4>(a, a_row);
+        load::<5>(a.add(16 * a_row), a_row);
+        load::<6>(b, b_row);
+        load::<7>(b.add(64), b_row);
+        product::<0, 4, 6>();
+        product::<1, 4, 7>();
+        product::<2, 5, 6>();
+        product::<3, 5, 7>();
     }
 }
 
@@ -164,7 +221,7 @@ pub(crate) fn configure() {
 /// Tile `T` = 16 rows of 64 bytes from `p`, rows `stride` bytes apart.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
+unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
     // SAFETY: the caller's: 16 rows of 64 bytes readable.
     unsafe {
         std::arch::asm!(
@@ -178,7 +235,7 @@ pub(crate) unsafe fn load<const T: u8>(p: *const u8, stride: usize) {
 /// Tile `T` to 16 rows of 64 bytes at `p`, rows `stride` bytes apart.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
+unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
     // SAFETY: the caller's: 16 rows of 64 bytes writable.
     unsafe {
         std::arch::asm!(
@@ -192,7 +249,7 @@ pub(crate) unsafe fn store<const T: u8>(p: *mut u8, stride: usize) {
 /// Tile `T` = 0.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn zero<const T: u8>() {
+unsafe fn zero<const T: u8>() {
     // SAFETY: touches tile registers only.
     unsafe { std::arch::asm!("tilezero tmm{t}", t = const T, options(nostack, preserves_flags)) }
 }
@@ -200,7 +257,7 @@ pub(crate) unsafe fn zero<const T: u8>() {
 /// Tile `C` += tile `A` · tile `B` (`tdpbf16ps`: bfloat16 pairs, float32 sums).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-pub(crate) unsafe fn product<const C: u8, const A: u8, const B: u8>() {
+unsafe fn product<const C: u8, const A: u8, const B: u8>() {
     // SAFETY: touches tile registers only.
     unsafe {
         std::arch::asm!(

@@ -212,7 +212,6 @@ unsafe fn convolve_stack(
     channels: std::ops::Range<usize>,
     out: &mut [MaybeUninit<f32>],
 ) {
-    use amx::{load, product, store, zero};
     let pairs = d.pairs();
     assert!(weights.len() >= d.kh * d.kw * d.c_out * pairs && planes.len() >= pairs * d.plane);
     assert!(channels.end <= d.c_out && out.len() >= d.images * channels.len() * d.oh * d.ow);
@@ -227,10 +226,7 @@ unsafe fn convolve_stack(
             // `ob + shift + 16`, at most `plane` (its slack covers the last block); the
             // block is this call's own, 32 rows of 32 floats.
             unsafe {
-                zero::<0>();
-                zero::<1>();
-                zero::<2>();
-                zero::<3>();
+                amx::zero_block();
                 for ty in 0..d.kh {
                     for tx in 0..d.kw {
                         let t = ty * d.kw + tx;
@@ -239,22 +235,11 @@ unsafe fn convolve_stack(
                         for q0 in (0..pairs).step_by(PAIRS) {
                             let a = a_tap.add(q0).cast::<u8>();
                             let b = b_tap.add(q0 * d.plane).cast::<u8>();
-                            load::<4>(a, a_row);
-                            load::<5>(a.add(16 * a_row), a_row);
-                            load::<6>(b, b_row);
-                            load::<7>(b.add(64), b_row);
-                            product::<0, 4, 6>();
-                            product::<1, 4, 7>();
-                            product::<2, 5, 6>();
-                            product::<3, 5, 7>();
+                            amx::step(a, a_row, b, b_row);
                         }
                     }
                 }
-                let c = block.as_mut_ptr().cast::<u8>();
-                store::<0>(c, 4 * BLOCK);
-                store::<1>(c.add(64), 4 * BLOCK);
-                store::<2>(c.add(16 * 4 * BLOCK), 4 * BLOCK);
-                store::<3>(c.add(16 * 4 * BLOCK + 64), 4 * BLOCK);
+                amx::store_block(block.as_mut_ptr().cast::<u8>(), 4 * BLOCK);
             }
             scatter(d, &block, (ob, cb - channels.start, channels.len()), out);
         }

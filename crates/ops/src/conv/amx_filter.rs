@@ -108,7 +108,6 @@ impl WideKernel for FillOperands<'_> {
 /// The CPU must have AMX (the AMX path is in force: [`fits`]); `ops` is laid out for `d`.
 #[cfg(target_arch = "x86_64")]
 unsafe fn accumulate(d: &Direct, ops: &Operands, acc: &mut [f32]) {
-    use amx::{load, product, store};
     let (c_in, c_out) = (d.c_in, d.c_out);
     assert!(acc.len() >= d.kh * d.kw * c_in * c_out);
     assert!(ops.x.len() >= c_in * ops.row && ops.dy.len() >= ops.pairs * c_out);
@@ -129,28 +128,14 @@ unsafe fn accumulate(d: &Direct, ops: &Operands, acc: &mut [f32]) {
                     // at most `shift + depth <= row`; right tiles 16 pair rows of 16
                     // pairs inside `dy`.
                     unsafe {
-                        load::<0>(c, acc_row);
-                        load::<1>(c.add(64), acc_row);
-                        load::<2>(c.add(16 * acc_row), acc_row);
-                        load::<3>(c.add(16 * acc_row + 64), acc_row);
+                        amx::load_block(c, acc_row);
                         let a_base = ops.x.as_ptr().add(ib * ops.row + shift).cast::<u8>();
                         let b_base = ops.dy.as_ptr().add(cb).cast::<u8>();
                         for p0 in (0..ops.pairs).step_by(PAIRS) {
-                            let a = a_base.add(4 * p0);
-                            let b = b_base.add(p0 * dy_row);
-                            load::<4>(a, x_row);
-                            load::<5>(a.add(16 * x_row), x_row);
-                            load::<6>(b, dy_row);
-                            load::<7>(b.add(64), dy_row);
-                            product::<0, 4, 6>();
-                            product::<1, 4, 7>();
-                            product::<2, 5, 6>();
-                            product::<3, 5, 7>();
+                            let (a, b) = (a_base.add(4 * p0), b_base.add(p0 * dy_row));
+                            amx::step(a, x_row, b, dy_row);
                         }
-                        store::<0>(c, acc_row);
-                        store::<1>(c.add(64), acc_row);
-                        store::<2>(c.add(16 * acc_row), acc_row);
-                        store::<3>(c.add(16 * acc_row + 64), acc_row);
+                        amx::store_block(c, acc_row);
                     }
                 }
             }
