@@ -82,8 +82,9 @@ impl Bf16Path {
 
     /// Runs `f` with `self` in force on this thread (as far as the CPU allows: see
     /// [`current`](Bf16Path::current)), then restores the previous choice (also when `f`
-    /// panics). Kernels read it once, on the thread that calls them: a switch for tests
-    /// and measurements of the path a CPU without AVX512-BF16 takes.
+    /// panics). Kernels read it on the thread that calls them (a convolution hands it to
+    /// its worker threads): a switch for tests and side-by-side measurements of a slower
+    /// path than the CPU's best.
     pub fn scope<R>(self, f: impl FnOnce() -> R) -> R {
         crate::route::with_setting(&CHOSEN, Some(self), f)
     }
@@ -107,10 +108,13 @@ pub fn has_amx() -> bool {
     *USABLE.get_or_init(|| {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         {
-            // CPUID leaf 7: EDX bit 22 is AMX-BF16, bit 24 AMX-TILE.
-            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-            let cpu = edx & (1 << 22) != 0 && edx & (1 << 24) != 0;
-            cpu && has_avx512_bf16() && request_tile_data()
+            // CPUID leaf 7 (which every CPU with AVX-512 has): EDX bit 22 is AMX-BF16,
+            // bit 24 AMX-TILE.
+            let tiles = || {
+                let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+                edx & (1 << 22) != 0 && edx & (1 << 24) != 0
+            };
+            has_avx512_bf16() && tiles() && request_tile_data()
         }
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
         false
