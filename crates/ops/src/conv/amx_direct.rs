@@ -288,37 +288,33 @@ fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit
     // One image a task: stacking small images to share the weights' tile loads measured
     // slower (ResNet-18 CIFAR's 256-channel 8x8 layer at batch 32: forward 4.2-4.5
     // against 5.0-5.3 ms in stacks of 6, 4 alternating `conv_passes` runs each).
-    let (threads, stack) = (threads(), 1);
     let blocks = d.c_out / BLOCK;
-    let splits = threads.div_ceil(n.max(1)).clamp(1, blocks);
+    let splits = threads().div_ceil(n.max(1)).clamp(1, blocks);
     let per_split = blocks.div_ceil(splits) * BLOCK;
     let mut tasks = Vec::new();
-    for (s, stack_out) in dst.chunks_mut(stack * out_len).enumerate() {
-        let images = stack_out.len() / out_len;
-        let mut rest = stack_out;
+    for (image, image_out) in dst.chunks_mut(out_len).enumerate() {
+        let mut rest = image_out;
         for lo in (0..d.c_out).step_by(per_split) {
             let hi = (lo + per_split).min(d.c_out);
-            // With one split the part is the whole stack; else one image's channels.
-            let (part, tail) = rest.split_at_mut(images * (hi - lo) * d.oh * d.ow);
+            let (part, tail) = rest.split_at_mut((hi - lo) * d.oh * d.ow);
             rest = tail;
-            tasks.push((s * stack, images, lo..hi, part));
+            tasks.push((image, lo..hi, part));
         }
     }
     tasks
         .into_par_iter()
-        .for_each_init(Vec::new, |planes, (first, images, channels, part)| {
-            let d = d.stacking(images);
+        .for_each_init(Vec::new, |planes, (image, channels, part)| {
             planes.resize(d.pairs() * d.plane, 0);
             run_wide(FillPlanes {
-                d,
-                images: &xs[first * in_len..(first + images) * in_len],
+                d: *d,
+                images: &xs[image * in_len..][..in_len],
                 planes,
             });
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `fits` put the AMX path in force (the CPU has AMX); the layouts are
-            // `d`'s, and `part` holds this task's images and channels.
+            // `d`'s (a stack of one image), and `part` holds this task's channels of it.
             unsafe {
-                convolve_stack(&d, (weights, planes), channels, part)
+                convolve_stack(d, (weights, planes), channels, part)
             };
         });
 }

@@ -72,8 +72,7 @@ impl WideKernel for FillOperands<'_> {
             ..
         } = self.d;
         let Operands { x, row, dy, .. } = self.ops;
-        x.fill(0);
-        dy.fill(0);
+        // Both start zeroed (`Operands::new`): padding and junk positions stay zero.
         for (i, image) in self.xs.chunks_exact(c_in * h * w).enumerate() {
             for (plane, dst) in image.chunks_exact(h * w).zip(x.chunks_exact_mut(*row)) {
                 for (y, values) in plane.chunks_exact(w).enumerate() {
