@@ -6,6 +6,15 @@ use serde_json::Value;
 
 use crate::error::{ModelError, Result};
 
+/// Reads each named positive-integer field of `$config` from the `config.json` key of
+/// the same name (Hugging Face's keys are the config structs' field names).
+macro_rules! read_sizes {
+    ($json:expr, $config:expr; $($field:ident),+ $(,)?) => {
+        $($json.size(stringify!($field), &mut $config.$field)?;)+
+    };
+}
+pub(crate) use read_sizes;
+
 /// A parsed `config.json` of one model family.
 pub(crate) struct ConfigJson {
     v: Value,

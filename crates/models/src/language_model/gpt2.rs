@@ -28,7 +28,7 @@
 use wick_graph::ValueId;
 
 use super::causal_lm::{self, CausalLm, KeyValue};
-use super::config_json::ConfigJson;
+use super::config_json::{read_sizes, ConfigJson};
 use crate::error::Result;
 use crate::nn::{Init, Layers, TensorRole};
 
@@ -80,11 +80,7 @@ impl Gpt2Config {
     pub fn from_json(text: &str) -> Result<Self> {
         let json = ConfigJson::parse("GPT-2", text)?;
         let mut c = Gpt2Config::small();
-        json.size("vocab_size", &mut c.vocab_size)?;
-        json.size("n_positions", &mut c.n_positions)?;
-        json.size("n_embd", &mut c.n_embd)?;
-        json.size("n_layer", &mut c.n_layer)?;
-        json.size("n_head", &mut c.n_head)?;
+        read_sizes!(json, c; vocab_size, n_positions, n_embd, n_layer, n_head);
         c.n_inner = 4 * c.n_embd;
         json.size("n_inner", &mut c.n_inner)?;
         // Settings of GPT2LMHeadModel this implementation does not have: refused, not

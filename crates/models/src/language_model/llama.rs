@@ -37,7 +37,7 @@
 use wick_graph::ValueId;
 
 use super::causal_lm::{self, CausalLm, KeyValue};
-use super::config_json::ConfigJson;
+use super::config_json::{read_sizes, ConfigJson};
 use super::rotary::{apply_rotary, RopeScaling, Rotary};
 use crate::error::Result;
 use crate::nn::{Init, Layers, TensorRole};
@@ -111,11 +111,8 @@ impl LlamaConfig {
     pub fn from_json(text: &str) -> Result<Self> {
         let json = ConfigJson::parse("LLaMA", text)?;
         let mut c = LlamaConfig::llama_7b();
-        json.size("vocab_size", &mut c.vocab_size)?;
-        json.size("hidden_size", &mut c.hidden_size)?;
-        json.size("intermediate_size", &mut c.intermediate_size)?;
-        json.size("num_hidden_layers", &mut c.num_hidden_layers)?;
-        json.size("num_attention_heads", &mut c.num_attention_heads)?;
+        read_sizes!(json, c; vocab_size, hidden_size, intermediate_size);
+        read_sizes!(json, c; num_hidden_layers, num_attention_heads);
         c.num_key_value_heads = c.num_attention_heads;
         json.size("num_key_value_heads", &mut c.num_key_value_heads)?;
         c.head_dim = c.hidden_size / c.num_attention_heads;
