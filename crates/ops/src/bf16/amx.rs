@@ -1,5 +1,5 @@
 //! The bfloat16 GEMM's micro-kernel on AMX (Intel Sapphire Rapids and later): an
-//! [`AMX_MR`] × [`NR`] tile of float32 sums over one block of packed depth pairs, as
+//! [`AMX_MR`] × [`AMX_NR`] tile of float32 sums over one block of packed depth pairs, as
 //! `tdpbf16ps` tile products. Each product multiplies a 16-row tile of the left panel
 //! (16 pairs of each row) by a 16-pair tile of the right panel (16 columns) into a
 //! 16 × 16 float32 accumulator tile: 8192 multiply-adds per instruction, against
@@ -11,18 +11,21 @@
 //! process only after it asks, which `path::has_amx` does.
 
 use super::microkernel::TileOut;
-use super::pack::{AMX_MR, AMX_PAIRS, NR};
+use super::pack::{AMX_MR, AMX_NR, AMX_PAIRS};
 use super::path::has_amx;
 
 /// `tile_into`'s tile, AMX's way: `out`'s real rows and columns get (or, with `add`, gain)
-/// `a_panel · b_panel` over `pairs` depth pairs.
+/// `a_panel · b_panel` over `pairs` depth pairs. Accumulator tiles 0 and 1 hold rows
+/// 0-15 (columns 0-15 and 16-31), 2 and 3 rows 16-31; tiles 4 and 5 take the left
+/// panel's two row tiles, 6 and 7 the right panel's two column tiles.
 ///
 /// # Safety
-/// `has_amx()` must be true. `a_panel` holds [`AMX_MR`] rows of `pairs` pairs, row after
-/// row; `b_panel` `pairs` rows of [`NR`] columns; `pairs` is a multiple of [`AMX_PAIRS`].
-/// `out.dst` must be valid for reads and writes at `i * out.row_stride + j` for
-/// `i < out.rows`, `j < out.cols` (`out.rows <= AMX_MR`, `out.cols <= NR`), and no other
-/// thread may touch those slots meanwhile.
+/// `has_amx()` must be true. `a_panel` holds [`AMX_MR`] rows of `pairs` pairs in blocks
+/// of [`AMX_PAIRS`] pairs, each block's rows one after another (`pack`'s tiled layout);
+/// `b_panel` `pairs` rows of [`AMX_NR`] columns; `pairs` is a multiple of
+/// [`AMX_PAIRS`]. `out.dst` must be valid for reads and writes at
+/// `i * out.row_stride + j` for `i < out.rows`, `j < out.cols` (`out.rows <= AMX_MR`,
+/// `out.cols <= AMX_NR`), and no other thread may touch those slots meanwhile.
 #[cfg(target_arch = "x86_64")]
 pub(crate) unsafe fn tile_into(
     pairs: usize,
@@ -35,86 +38,67 @@ pub(crate) unsafe fn tile_into(
         pairs.is_multiple_of(AMX_PAIRS),
         "AMX: depth blocks are whole tiles"
     );
-    assert!(a_panel.len() >= pairs * AMX_MR && b_panel.len() >= pairs * NR);
-    assert!(out.rows <= AMX_MR && out.cols <= NR);
+    assert!(a_panel.len() >= pairs * AMX_MR && b_panel.len() >= pairs * AMX_NR);
+    assert!(out.rows <= AMX_MR && out.cols <= AMX_NR);
     debug_assert!(has_amx());
     configure();
-    for half in 0..NR / 32 {
-        let cols = out.cols.saturating_sub(32 * half).min(32);
-        if cols == 0 {
-            break;
+    let (a, b) = (a_panel.as_ptr(), b_panel.as_ptr());
+    if out.rows == AMX_MR && out.cols == AMX_NR {
+        // The whole block is real: the accumulators load and store the destination.
+        // SAFETY: 32 rows of 32 real slots from `dst` (the caller's contract).
+        unsafe { run(pairs, (a, b), out.dst, out.row_stride, add) };
+        return;
+    }
+    let mut block = [0f32; AMX_MR * AMX_NR];
+    let real = |i: usize| i * out.row_stride;
+    let cols = out.cols;
+    if add {
+        for (i, row) in block.chunks_exact_mut(AMX_NR).take(out.rows).enumerate() {
+            // SAFETY: row i's first `cols` slots are real (the caller's contract).
+            let src = unsafe { std::slice::from_raw_parts(out.dst.add(real(i)), cols) };
+            row[..cols].copy_from_slice(src);
         }
-        let c = ColumnHalf {
-            pairs,
-            a: a_panel.as_ptr(),
-            b: b_panel.as_ptr().wrapping_add(32 * half),
-        };
-        let dst = out.dst.wrapping_add(32 * half);
-        if out.rows == AMX_MR && cols == 32 {
-            // The whole block is real: the accumulators load and store the destination.
-            // SAFETY: 32 rows of 32 real slots from `dst` (the caller's contract).
-            unsafe { c.run(dst, out.row_stride, add) };
-        } else {
-            let mut block = [0f32; AMX_MR * 32];
-            let real = |i: usize| i * out.row_stride;
-            if add {
-                for (i, row) in block.chunks_exact_mut(32).take(out.rows).enumerate() {
-                    // SAFETY: row i's first `cols` slots are real (the caller's contract).
-                    let src = unsafe { std::slice::from_raw_parts(dst.add(real(i)), cols) };
-                    row[..cols].copy_from_slice(src);
-                }
-            }
-            // SAFETY: the block is this call's own: 32 rows of 32 slots.
-            unsafe { c.run(block.as_mut_ptr(), 32, add) };
-            for (i, row) in block.chunks_exact(32).take(out.rows).enumerate() {
-                // SAFETY: as the reads above.
-                let to = unsafe { std::slice::from_raw_parts_mut(dst.add(real(i)), cols) };
-                to.copy_from_slice(&row[..cols]);
-            }
-        }
+    }
+    // SAFETY: the block is this call's own: 32 rows of 32 slots.
+    unsafe { run(pairs, (a, b), block.as_mut_ptr(), AMX_NR, add) };
+    for (i, row) in block.chunks_exact(AMX_NR).take(out.rows).enumerate() {
+        // SAFETY: as the reads above.
+        let to = unsafe { std::slice::from_raw_parts_mut(out.dst.add(real(i)), cols) };
+        to.copy_from_slice(&row[..cols]);
     }
 }
 
-/// 32 columns of the micro-kernel's tile: accumulator tiles 0 and 1 hold rows 0-15
-/// (columns 0-15 and 16-31), 2 and 3 rows 16-31; tiles 4 and 5 take the left panel's
-/// two row tiles, 6 and 7 the right panel's two column tiles.
+/// Runs the tile products into the 32 × 32 floats at `dst` (rows `stride` floats apart),
+/// loading them first with `add`, zeroing the accumulators otherwise.
+///
+/// # Safety
+/// The tiles are configured on this thread; `dst` holds 32 rows of 32 floats, and the
+/// panels are as [`tile_into`] requires.
 #[cfg(target_arch = "x86_64")]
-struct ColumnHalf {
+unsafe fn run(
     pairs: usize,
-    /// The left panel, and the right panel at this half's first column.
-    a: *const u32,
-    b: *const u32,
-}
-
-#[cfg(target_arch = "x86_64")]
-impl ColumnHalf {
-    /// Runs the tile products into the 32 × 32 floats at `dst` (rows `stride` floats
-    /// apart), loading them first with `add`, zeroing the accumulators otherwise.
-    ///
-    /// # Safety
-    /// The tiles are configured on this thread; `dst` holds 32 rows of 32 floats, and the
-    /// panels are as [`tile_into`] requires.
-    unsafe fn run(&self, dst: *mut f32, stride: usize, add: bool) {
-        let c = dst.cast::<u8>();
-        let row_bytes = 4 * stride;
-        // SAFETY: every tile access below stays in the panels and the 32 × 32 block (the
-        // caller's contract): tile rows are 64 bytes, 16 of them per tile.
-        unsafe {
-            if add {
-                load_block(c, row_bytes);
-            } else {
-                zero_block();
-            }
-            let (a_row, b_row) = (4 * self.pairs, 4 * NR);
-            for q0 in (0..self.pairs).step_by(AMX_PAIRS) {
-                let (a, b) = (
-                    self.a.add(q0).cast::<u8>(),
-                    self.b.add(q0 * NR).cast::<u8>(),
-                );
-                step(a, a_row, b, b_row);
-            }
-            store_block(c, row_bytes);
+    (a, b): (*const u32, *const u32),
+    dst: *mut f32,
+    stride: usize,
+    add: bool,
+) {
+    let c = dst.cast::<u8>();
+    let row_bytes = 4 * stride;
+    // SAFETY: every tile access below stays in the panels and the 32 × 32 block (the
+    // caller's contract): tile rows are 64 bytes, 16 of them per tile.
+    unsafe {
+        if add {
+            load_block(c, row_bytes);
+        } else {
+            zero_block();
         }
+        // A step's left tiles are one 2 KiB block, its right tiles 16 rows of 128 bytes.
+        let (a_row, b_row) = (4 * AMX_PAIRS, 4 * AMX_NR);
+        for q0 in (0..pairs).step_by(AMX_PAIRS) {
+            let (a, b) = (a.add(q0 * AMX_MR), b.add(q0 * AMX_NR));
+            step(a.cast(), a_row, b.cast(), b_row);
+        }
+        store_block(c, row_bytes);
     }
 }
 
@@ -180,11 +164,11 @@ pub(crate) unsafe fn step(a: *const u8, a_row: usize, b: *const u8, b_row: usize
     // SAFETY: the caller's.
     unsafe {
         load::<4>(a, a_row);
-        load::<5>(a.add(16 * a_row), a_row);
         load::<6>(b, b_row);
-        load::<7>(b.add(64), b_row);
         product::<0, 4, 6>();
+        load::<7>(b.add(64), b_row);
         product::<1, 4, 7>();
+        load::<5>(a.add(16 * a_row), a_row);
         product::<2, 5, 6>();
         product::<3, 5, 7>();
     }

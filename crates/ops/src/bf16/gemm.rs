@@ -12,7 +12,8 @@
 use rayon::prelude::*;
 
 use super::microkernel::TileOut;
-use super::pack::{pack_operand, pack_right_from_pairs, Kernel, Side, AMX_MR, KC, NR};
+use super::pack::{pack_operand, pack_right_from_pairs, Kernel, Side};
+use super::panels::Panels;
 use super::path::Bf16Path;
 use crate::cpu::{threads, SendPtr};
 
@@ -20,8 +21,8 @@ use super::operand::{Matrix, Values};
 
 /// Rows per output tile, at most (whole left panels: 192 for `vdpbf16ps`, 256 for AMX).
 const TILE_ROWS: usize = 256;
-/// Right panels per output tile, at most (384 columns).
-const TILE_COL_PANELS: usize = 8;
+/// Columns per output tile, at most (whole right panels).
+const TILE_COLS: usize = 384;
 
 /// `dst = [dst +] a · b` for `a` `m × k` and `b` `k × n`, bfloat16 products summed in
 /// float32, through `path`'s kernel, over every thread. `dst`'s element (i, j) is
@@ -124,7 +125,7 @@ pub(crate) unsafe fn gemm_native(
             multiply(
                 kernel,
                 (m, n, k),
-                (pa, pb),
+                (&pa[..], &pb[..]),
                 (dst, dst_strides),
                 accumulate,
                 parallel,
@@ -137,7 +138,7 @@ pub(crate) unsafe fn gemm_native(
 /// which every image (or Winograd chunk) of the batch multiplies, are then packed once
 /// per call instead of once per image.
 pub(crate) struct PackedLeft {
-    panels: Vec<u32>,
+    panels: Panels,
     kernel: Kernel,
     m: usize,
     k: usize,
@@ -151,7 +152,7 @@ impl PackedLeft {
         (m, k): (usize, usize),
         parallel: bool,
     ) -> Self {
-        let mut panels = Vec::new();
+        let mut panels = Panels::default();
         pack_operand(a, (Side::Left, kernel), (m, k), &mut panels, parallel);
         PackedLeft {
             panels,
@@ -198,7 +199,7 @@ pub(crate) unsafe fn gemm_native_packed_left(
             multiply(
                 kernel,
                 (m, n, k),
-                (&a.panels, pb),
+                (&a.panels[..], &pb[..]),
                 (dst, (row_stride, 1)),
                 accumulate,
                 parallel,
@@ -234,24 +235,24 @@ pub(crate) unsafe fn gemm_native_right_pairs(
         let dst = (dst, (row_stride, 1));
         // SAFETY: as this function's contract, passed on; the panels are laid out for
         // these shapes and this kernel.
-        unsafe { multiply(kernel, (m, n, k), (pa, pb), dst, false, parallel) }
+        unsafe { multiply(kernel, (m, n, k), (&pa[..], &pb[..]), dst, false, parallel) }
     })
 }
 
 thread_local! {
     /// Each thread's packing buffers, reused from product to product.
-    static BUFFERS: std::cell::RefCell<(Vec<u32>, Vec<u32>)> = Default::default();
+    static BUFFERS: std::cell::RefCell<(Panels, Panels)> = Default::default();
 }
 
 /// Runs `f` with this thread's packing buffers (fresh ones inside a product that is
 /// already using them: a product nested in another's parallel work).
-fn with_buffers<R>(f: impl FnOnce(&mut Vec<u32>, &mut Vec<u32>) -> R) -> R {
+fn with_buffers<R>(f: impl FnOnce(&mut Panels, &mut Panels) -> R) -> R {
     BUFFERS.with(|b| match b.try_borrow_mut() {
         Ok(mut b) => {
             let (pa, pb) = &mut *b;
             f(pa, pb)
         }
-        Err(_) => f(&mut Vec::new(), &mut Vec::new()),
+        Err(_) => f(&mut Panels::default(), &mut Panels::default()),
     })
 }
 
@@ -294,8 +295,10 @@ unsafe fn multiply(
 /// How the output is cut into tiles for the threads.
 struct Grid {
     kernel: Kernel,
-    /// Rows per left panel.
+    /// Rows per left panel, columns per right panel, depth pairs per block.
     mr: usize,
+    nr: usize,
+    kc: usize,
     m: usize,
     n: usize,
     /// Depth pairs, and the padded row and column counts of the packed operands.
@@ -310,11 +313,11 @@ struct Grid {
 impl Grid {
     fn new(kernel: Kernel, m: usize, n: usize, k: usize, parallel: bool) -> Self {
         let threads = if parallel { threads() } else { 1 };
-        let mr = kernel.mr();
-        let (m_panels, n_panels) = (m.div_ceil(mr), n.div_ceil(NR));
+        let (mr, nr) = (kernel.mr(), kernel.nr());
+        let (m_panels, n_panels) = (m.div_ceil(mr), n.div_ceil(nr));
         let parallel = threads > 1 && m * n * k >= 1 << 20;
         // Enough tiles for every thread to take two when the columns alone give too few.
-        let col_panels = TILE_COL_PANELS.min(n_panels.div_ceil(2 * threads).max(1));
+        let col_panels = (TILE_COLS / nr).min(n_panels.div_ceil(2 * threads).max(1));
         let col_tiles = n_panels.div_ceil(col_panels);
         let most_row_panels = (TILE_ROWS / mr).max(1);
         let row_panels = if col_tiles >= 2 * threads {
@@ -325,11 +328,13 @@ impl Grid {
         Grid {
             kernel,
             mr,
+            nr,
+            kc: kernel.kc(),
             m,
             n,
             pairs: kernel.pairs(k),
             m_pad: m_panels * mr,
-            n_pad: n_panels * NR,
+            n_pad: n_panels * nr,
             row_panels,
             col_panels,
             parallel,
@@ -341,7 +346,7 @@ impl Grid {
     }
 
     fn tiles(&self) -> usize {
-        self.row_tiles() * (self.n_pad / NR).div_ceil(self.col_panels)
+        self.row_tiles() * (self.n_pad / self.nr).div_ceil(self.col_panels)
     }
 
     /// Tile `t`'s padded row and column ranges.
@@ -349,7 +354,8 @@ impl Grid {
         let (r, c) = (t % self.row_tiles(), t / self.row_tiles());
         let rows =
             r * self.row_panels * self.mr..((r + 1) * self.row_panels * self.mr).min(self.m_pad);
-        let cols = c * self.col_panels * NR..((c + 1) * self.col_panels * NR).min(self.n_pad);
+        let width = self.col_panels * self.nr;
+        let cols = c * width..((c + 1) * width).min(self.n_pad);
         (rows, cols)
     }
 }
@@ -366,14 +372,14 @@ unsafe fn tile_product(
     (dst, (drs, dcs)): (*mut f32, (usize, usize)),
     accumulate: bool,
 ) {
-    for p0 in (0..g.pairs).step_by(KC) {
-        let len = KC.min(g.pairs - p0);
+    for p0 in (0..g.pairs).step_by(g.kc) {
+        let len = g.kc.min(g.pairs - p0);
         let add = accumulate || p0 > 0;
-        for j0 in cols.clone().step_by(NR) {
-            let b_panel = &pb[p0 * g.n_pad + j0 * len..][..len * NR];
+        for j0 in cols.clone().step_by(g.nr) {
+            let b_panel = &pb[p0 * g.n_pad + j0 * len..][..len * g.nr];
             for i0 in rows.clone().step_by(g.mr) {
                 let a_panel = &pa[p0 * g.m_pad + i0 * len..][..len * g.mr];
-                let (mr, nr) = (g.mr.min(g.m - i0.min(g.m)), NR.min(g.n - j0.min(g.n)));
+                let (mr, nr) = (g.mr.min(g.m - i0.min(g.m)), g.nr.min(g.n - j0.min(g.n)));
                 if mr == 0 || nr == 0 {
                     continue;
                 }
@@ -390,17 +396,19 @@ unsafe fn tile_product(
                     unsafe { tile_into(g.kernel, len, (a_panel, b_panel), &out, add) };
                     continue;
                 }
-                let mut sums = [0f32; AMX_MR * NR];
+                // Room for either kernel's tile (6 × 64 or 32 × 32).
+                let mut sums = [0f32; 1024];
+                debug_assert!(g.mr * g.nr <= sums.len());
                 let out = TileOut {
                     dst: sums.as_mut_ptr(),
-                    row_stride: NR,
+                    row_stride: g.nr,
                     rows: g.mr,
-                    cols: NR,
+                    cols: g.nr,
                 };
-                // SAFETY: `sums` holds mr rows of NR slots, row-major, and is this
+                // SAFETY: `sums` holds mr rows of nr slots, row-major, and is this
                 // call's own.
                 unsafe { tile_into(g.kernel, len, (a_panel, b_panel), &out, false) };
-                for (i, row) in sums.chunks_exact(NR).take(mr).enumerate() {
+                for (i, row) in sums.chunks_exact(g.nr).take(mr).enumerate() {
                     let base = (i0 + i) * drs + j0 * dcs;
                     for (j, s) in row[..nr].iter().enumerate() {
                         // SAFETY: (i0 + i, j0 + j) is a real element of this tile.
@@ -432,7 +440,7 @@ unsafe fn tile_into(
         },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the caller's contract; AMX depth blocks are whole tiles (`Grid::pairs`
-        // and KC are multiples of 16 pairs).
+        // and AMX_KC are multiples of 16 pairs).
         Kernel::Amx => unsafe { super::amx::tile_into(pairs, a_panel, b_panel, out, add) },
         #[cfg(not(target_arch = "x86_64"))]
         Kernel::Amx => unreachable!("AMX is x86-64 only"),

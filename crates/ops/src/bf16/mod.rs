@@ -10,6 +10,7 @@ mod gemm;
 mod microkernel;
 mod operand;
 mod pack;
+mod panels;
 mod path;
 mod products;
 mod tensor;
@@ -21,6 +22,8 @@ pub(crate) use gemm::{gemm_native_right_pairs, PackedLeft};
 pub use operand::{Matrix, Values};
 #[cfg(test)]
 pub(crate) use pack::{pack_operand, pack_right_from_pairs, Kernel, Side};
+#[cfg(test)]
+pub(crate) use panels::Panels;
 pub use path::{has_amx, has_avx512_bf16, Bf16Path};
 pub use products::Products;
 pub(crate) use products::{

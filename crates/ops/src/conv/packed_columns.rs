@@ -200,7 +200,7 @@ fn round_to_bf16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512i {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bf16::{pack_operand, pack_right_from_pairs, Kernel, Side};
+    use crate::bf16::{pack_operand, pack_right_from_pairs, Kernel, Panels, Side};
     use crate::conv::im2col::batch_columns;
     use crate::conv::Conv2dParams;
 
@@ -266,7 +266,7 @@ mod tests {
             let pair_row = |q: usize, row: &mut [u32]| unsafe { pair_row(&g, &taps, &xs, q, row) };
             // Both kernels' layouts (AMX's pads the depth to whole tiles).
             for kernel in [Kernel::Avx512, Kernel::Amx] {
-                let mut want = Vec::new();
+                let mut want = Panels::default();
                 pack_operand(
                     &matrix,
                     (Side::Right, kernel),
@@ -275,9 +275,10 @@ mod tests {
                     false,
                 );
                 // A buffer holding another product's panels: every element must be written.
-                let mut got = vec![0xdead_beef; want.len()];
+                let mut got = Panels::default();
+                got.prefix(want.len()).fill(0xdead_beef);
                 pack_right_from_pairs(kernel, (np, g.k()), &pair_row, &mut got, true);
-                assert!(got == want, "{g:?} {kernel:?}: the panels differ");
+                assert!(got[..] == want[..], "{g:?} {kernel:?}: the panels differ");
             }
         }
     }
