@@ -22,6 +22,7 @@ pub(crate) use gemm::{gemm_native_right_pairs, PackedLeft};
 pub use operand::{Matrix, Values};
 #[cfg(test)]
 pub(crate) use pack::{pack_operand, pack_right_from_pairs, Kernel, Side};
+pub(crate) use panels::Aligned;
 #[cfg(test)]
 pub(crate) use panels::Panels;
 pub use path::{has_amx, has_avx512_bf16, Bf16Path};
