@@ -19,7 +19,7 @@ use rayon::prelude::*;
 use super::params::Geom;
 #[cfg(target_arch = "x86_64")]
 use crate::bf16::amx;
-use crate::bf16::{round_slice, round_to_bf16, Bf16Path, Products};
+use crate::bf16::{round_slice, round_to_bf16, Aligned, Bf16Path, Products};
 use crate::cpu::{run_wide, threads, WideKernel};
 
 /// Output channels and positions per block of four accumulator tiles.
@@ -99,7 +99,9 @@ impl Direct {
             plane: 0,
         };
         let reach = d.positions().div_ceil(BLOCK) * BLOCK + (kh - 1) * wp + (kw - 1);
-        d.plane = reach.max(images * hp * wp);
+        // Whole cache lines: every plane starts on one (its tile rows then straddle lines
+        // only by the tap's shift).
+        d.plane = reach.max(images * hp * wp).next_multiple_of(16);
         d
     }
 
@@ -135,7 +137,7 @@ fn pair(even: f32, odd: f32) -> u32 {
 /// `c_out × c_in × kh × kw` weight; `transposed` packs the input gradient's kernel (its
 /// output channels are the forward input channels, its taps reversed). The weights are
 /// rounded in one vectorized pass first, then only their bits move.
-fn pack_weights(d: &Direct, ws: &[f32], transposed: bool) -> Vec<u32> {
+fn pack_weights(d: &Direct, ws: &[f32], transposed: bool) -> Aligned<u32> {
     let (pairs, taps) = (d.pairs(), d.kh * d.kw);
     let mut bits = vec![0u16; ws.len()];
     round_slice(ws, &mut bits);
@@ -144,7 +146,7 @@ fn pack_weights(d: &Direct, ws: &[f32], transposed: bool) -> Vec<u32> {
         false => (o * d.c_in + i) * taps + t,
         true => (i * d.c_out + o) * taps + taps - 1 - t,
     };
-    let mut out = vec![0u32; d.c_out * taps * pairs];
+    let mut out = Aligned::zeros(d.c_out * taps * pairs);
     out.par_chunks_mut(taps * pairs)
         .enumerate()
         .for_each(|(o, dst)| {
@@ -216,7 +218,10 @@ unsafe fn convolve_stack(
     assert!(weights.len() >= d.kh * d.kw * d.c_out * pairs && planes.len() >= pairs * d.plane);
     assert!(channels.end <= d.c_out && out.len() >= d.images * channels.len() * d.oh * d.ow);
     amx::configure();
-    let mut block = [0f32; BLOCK * BLOCK];
+    #[repr(align(64))]
+    struct Block([f32; BLOCK * BLOCK]);
+    let mut block = Block([0f32; BLOCK * BLOCK]);
+    let block = &mut block.0;
     let taps = d.kh * d.kw;
     let (a_row, b_row) = (4 * taps * pairs, 4 * d.plane);
     for cb in channels.clone().step_by(BLOCK) {
@@ -241,7 +246,7 @@ unsafe fn convolve_stack(
                 }
                 amx::store_block(block.as_mut_ptr().cast::<u8>(), 4 * BLOCK);
             }
-            scatter(d, &block, (ob, cb - channels.start, channels.len()), out);
+            scatter(d, block, (ob, cb - channels.start, channels.len()), out);
         }
     }
 }
@@ -303,12 +308,12 @@ fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit
     }
     tasks
         .into_par_iter()
-        .for_each_init(Vec::new, |planes, (image, channels, part)| {
-            planes.resize(d.pairs() * d.plane, 0);
+        .for_each_init(Aligned::default, |planes, (image, channels, part)| {
+            let planes = planes.prefix(d.pairs() * d.plane);
             run_wide(FillPlanes {
                 d: *d,
                 images: &xs[image * in_len..][..in_len],
-                planes,
+                planes: &mut *planes,
             });
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `fits` put the AMX path in force (the CPU has AMX); the layouts are

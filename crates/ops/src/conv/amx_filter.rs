@@ -16,31 +16,31 @@ use super::amx_direct::{fits, Direct, BLOCK, PAIRS};
 use super::params::Geom;
 #[cfg(target_arch = "x86_64")]
 use crate::bf16::amx;
-use crate::bf16::round_to_bf16;
+use crate::bf16::{round_to_bf16, Aligned};
 use crate::cpu::{run_wide, threads, WideKernel};
 
 /// One stack's operands: the padded input planes (`c_in` rows of `row` bfloat16 values)
 /// and the output gradient's position pairs (`pairs` rows of `c_out` pairs).
 struct Operands {
-    x: Vec<u16>,
+    x: Aligned<u16>,
     row: usize,
-    dy: Vec<u32>,
+    dy: Aligned<u32>,
     pairs: usize,
 }
 
 impl Operands {
     /// Sized for `d`'s stacks: depth rounded to whole tile rows, input rows long enough
-    /// for the farthest tap's shifted reads.
+    /// for the farthest tap's shifted reads and whole cache lines.
     fn new(d: &Direct) -> Self {
         let depth = d.positions().div_ceil(2 * PAIRS) * 2 * PAIRS;
         let reach = (d.kh - 1) * d.wp + (d.kw - 1);
         let row = (depth + reach + 2)
             .max(d.images * d.hp * d.wp)
-            .next_multiple_of(2);
+            .next_multiple_of(32);
         Operands {
-            x: vec![0; d.c_in * row],
+            x: Aligned::zeros(d.c_in * row),
             row,
-            dy: vec![0; depth / 2 * d.c_out],
+            dy: Aligned::zeros(depth / 2 * d.c_out),
             pairs: depth / 2,
         }
     }
@@ -174,10 +174,10 @@ pub(super) fn weight_gradient<T: 'static>(g: &Geom, gs: &[T], xs: &[T]) -> Optio
     let taps = g.kh * g.kw;
     let len = taps * g.c_in * g.c_out;
     let per_thread = stacks.len().div_ceil(threads);
-    let partials: Vec<Vec<f32>> = stacks
+    let partials: Vec<Aligned<f32>> = stacks
         .par_chunks(per_thread.max(1))
         .map(|firsts| {
-            let mut acc = vec![0f32; len];
+            let mut acc = Aligned::zeros(len);
             for &first in firsts {
                 let images = stack.min(g.n - first);
                 let d = one.stacking(images);
