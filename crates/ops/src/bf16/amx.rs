@@ -10,39 +10,34 @@
 //! live on between the statements of one kernel call. Linux hands AMX's state to a
 //! process only after it asks, which `path::has_amx` does.
 
-use super::microkernel::TileOut;
+use super::microkernel::{TileOut, TilePanels};
 use super::pack::{AMX_MR, AMX_NR, AMX_PAIRS};
 use super::path::has_amx;
 
 /// `tile_into`'s tile, AMX's way: `out`'s real rows and columns get (or, with `add`, gain)
-/// `a_panel · b_panel` over `pairs` depth pairs. Accumulator tiles 0 and 1 hold rows
+/// `p.a · p.b` over `p.pairs` depth pairs. Accumulator tiles 0 and 1 hold rows
 /// 0-15 (columns 0-15 and 16-31), 2 and 3 rows 16-31; tiles 4 and 5 take the left
 /// panel's two row tiles, 6 and 7 the right panel's two column tiles.
 ///
 /// # Safety
-/// `has_amx()` must be true. `a_panel` holds [`AMX_MR`] rows of `pairs` pairs in blocks
+/// `has_amx()` must be true. `p.a` holds [`AMX_MR`] rows of `pairs` pairs in blocks
 /// of [`AMX_PAIRS`] pairs, each block's rows one after another (`pack`'s tiled layout);
-/// `b_panel` `pairs` rows of [`AMX_NR`] columns; `pairs` is a multiple of
+/// `p.b` `pairs` rows of [`AMX_NR`] columns; `pairs` is a multiple of
 /// [`AMX_PAIRS`]. `out.dst` must be valid for reads and writes at
 /// `i * out.row_stride + j` for `i < out.rows`, `j < out.cols` (`out.rows <= AMX_MR`,
 /// `out.cols <= AMX_NR`), and no other thread may touch those slots meanwhile.
 #[cfg(target_arch = "x86_64")]
-pub(crate) unsafe fn tile_into(
-    pairs: usize,
-    a_panel: &[u32],
-    b_panel: &[u32],
-    out: &TileOut,
-    add: bool,
-) {
+pub(crate) unsafe fn tile_into(p: TilePanels<'_>, out: &TileOut, add: bool) {
+    let TilePanels { pairs, a, b } = p;
     assert!(
         pairs.is_multiple_of(AMX_PAIRS),
         "AMX: depth blocks are whole tiles"
     );
-    assert!(a_panel.len() >= pairs * AMX_MR && b_panel.len() >= pairs * AMX_NR);
+    assert!(a.len() >= pairs * AMX_MR && b.len() >= pairs * AMX_NR);
     assert!(out.rows <= AMX_MR && out.cols <= AMX_NR);
     debug_assert!(has_amx());
     configure();
-    let (a, b) = (a_panel.as_ptr(), b_panel.as_ptr());
+    let (a, b) = (a.as_ptr(), b.as_ptr());
     if out.rows == AMX_MR && out.cols == AMX_NR {
         // The whole block is real: the accumulators load and store the destination.
         // SAFETY: 32 rows of 32 real slots from `dst` (the caller's contract).

@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use super::microkernel::TileOut;
+use super::microkernel::{TileOut, TilePanels};
 use super::pack::{pack_operand, pack_right_from_pairs, Kernel, Side};
 use super::panels::Panels;
 use super::path::Bf16Path;
@@ -378,7 +378,12 @@ unsafe fn tile_product(
         for j0 in cols.clone().step_by(g.nr) {
             let b_panel = &pb[p0 * g.n_pad + j0 * len..][..len * g.nr];
             for i0 in rows.clone().step_by(g.mr) {
-                let a_panel = &pa[p0 * g.m_pad + i0 * len..][..len * g.mr];
+                let a = &pa[p0 * g.m_pad + i0 * len..][..len * g.mr];
+                let panels = TilePanels {
+                    pairs: len,
+                    a,
+                    b: b_panel,
+                };
                 let (mr, nr) = (g.mr.min(g.m - i0.min(g.m)), g.nr.min(g.n - j0.min(g.n)));
                 if mr == 0 || nr == 0 {
                     continue;
@@ -393,7 +398,7 @@ unsafe fn tile_product(
                     // SAFETY: rows i0.. and columns j0.. of this tile are real slots,
                     // contiguous along a row, and this thread's alone; the CPU has the
                     // kernel's instructions (the caller's contract).
-                    unsafe { tile_into(g.kernel, len, (a_panel, b_panel), &out, add) };
+                    unsafe { tile_into(g.kernel, panels, &out, add) };
                     continue;
                 }
                 // Room for either kernel's tile (6 × 64 or 32 × 32).
@@ -407,7 +412,7 @@ unsafe fn tile_product(
                 };
                 // SAFETY: `sums` holds mr rows of nr slots, row-major, and is this
                 // call's own.
-                unsafe { tile_into(g.kernel, len, (a_panel, b_panel), &out, false) };
+                unsafe { tile_into(g.kernel, panels, &out, false) };
                 for (i, row) in sums.chunks_exact(g.nr).take(mr).enumerate() {
                     let base = (i0 + i) * drs + j0 * dcs;
                     for (j, s) in row[..nr].iter().enumerate() {
@@ -426,22 +431,14 @@ unsafe fn tile_product(
 ///
 /// # Safety
 /// As the kernel's `tile_into`; the CPU must have its instructions.
-unsafe fn tile_into(
-    kernel: Kernel,
-    pairs: usize,
-    (a_panel, b_panel): (&[u32], &[u32]),
-    out: &TileOut,
-    add: bool,
-) {
+unsafe fn tile_into(kernel: Kernel, p: TilePanels<'_>, out: &TileOut, add: bool) {
     match kernel {
         // SAFETY: the caller's contract.
-        Kernel::Avx512 => unsafe {
-            super::microkernel::tile_into(pairs, a_panel, b_panel, out, add)
-        },
+        Kernel::Avx512 => unsafe { super::microkernel::tile_into(p, out, add) },
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the caller's contract; AMX depth blocks are whole tiles (`Grid::pairs`
         // and AMX_KC are multiples of 16 pairs).
-        Kernel::Amx => unsafe { super::amx::tile_into(pairs, a_panel, b_panel, out, add) },
+        Kernel::Amx => unsafe { super::amx::tile_into(p, out, add) },
         #[cfg(not(target_arch = "x86_64"))]
         Kernel::Amx => unreachable!("AMX is x86-64 only"),
     }

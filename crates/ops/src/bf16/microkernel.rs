@@ -8,6 +8,15 @@
 use super::pack::{MR, NR};
 use super::path::has_avx512_bf16;
 
+/// A tile's operands: `pairs` depth pairs of a left panel (`a`) and a right one (`b`),
+/// laid out for the kernel that reads them.
+#[derive(Clone, Copy)]
+pub(crate) struct TilePanels<'a> {
+    pub pairs: usize,
+    pub a: &'a [u32],
+    pub b: &'a [u32],
+}
+
 /// The tile's real rows and columns, and where they go: row `i`'s `nr` columns start at
 /// `dst + i * row_stride`, contiguous.
 pub(crate) struct TileOut {
@@ -17,7 +26,7 @@ pub(crate) struct TileOut {
     pub cols: usize,
 }
 
-/// The tile `a_panel · b_panel` over `pairs` depth pairs, added to (with `add`) or
+/// The tile `p.a · p.b` over `p.pairs` depth pairs, added to (with `add`) or
 /// written over the destination's real rows and columns, which the accumulators load
 /// and store directly (masked at the edges), with no tile in between.
 ///
@@ -25,20 +34,15 @@ pub(crate) struct TileOut {
 /// As [`tile`]'s panels; `out.dst` must be valid for reads and writes at
 /// `i * out.row_stride + j` for `i < out.rows`, `j < out.cols`, with `out.rows <= MR`
 /// and `out.cols <= NR`, and no other thread may touch those slots meanwhile.
-pub(crate) unsafe fn tile_into(
-    pairs: usize,
-    a_panel: &[u32],
-    b_panel: &[u32],
-    out: &TileOut,
-    add: bool,
-) {
-    assert!(a_panel.len() >= pairs * MR && b_panel.len() >= pairs * NR);
+pub(crate) unsafe fn tile_into(p: TilePanels<'_>, out: &TileOut, add: bool) {
+    let TilePanels { pairs, a, b } = p;
+    assert!(a.len() >= pairs * MR && b.len() >= pairs * NR);
     assert!(out.rows <= MR && out.cols <= NR);
     assert!(has_avx512_bf16(), "the native bf16 path needs avx512_bf16");
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's contract, the panels' sizes and the CPU's features (asserted).
     unsafe {
-        native_into(pairs, a_panel.as_ptr(), b_panel.as_ptr(), out, add)
+        native_into(pairs, a.as_ptr(), b.as_ptr(), out, add)
     }
     #[cfg(not(target_arch = "x86_64"))]
     unreachable!("avx512_bf16 is x86-64 only")
