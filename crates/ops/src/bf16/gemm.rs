@@ -6,8 +6,9 @@
 //!
 //! Both operands are packed once ([`super::pack`]); tiles of the output (up to 256 rows
 //! by up to 384 columns) are then spread over the threads, each walking depth blocks,
-//! then right panels, then left panels, so that one right panel stays in L1 while the
-//! left block streams from L2.
+//! then right panels, then left panels. On `vdpbf16ps` one right panel (32 KiB) stays in
+//! L1 while the left block streams from L2; AMX's longer depth blocks trade that for
+//! fewer accumulator loads and stores (docs/mixed-precision.md, "On AMX").
 
 use rayon::prelude::*;
 
