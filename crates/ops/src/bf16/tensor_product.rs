@@ -5,7 +5,7 @@
 
 use candle_core::Tensor;
 
-use super::gemm::gemm;
+use super::gemm::{gemm, gemm_native};
 use super::operand::Matrix;
 use super::path::Bf16Path;
 use super::tensor::with_values;
@@ -21,10 +21,25 @@ pub(crate) fn tensor_product(
 ) -> Result<Tensor> {
     let out = with_values(op, lhs, |l| {
         with_values(op, rhs, |r| {
-            let mut out = vec![0f32; rows * cols];
             let (a, b) = (Matrix::new(l, ls), Matrix::new(r, rs));
-            let dst = (&mut out[..], (cols, 1));
-            gemm(Bf16Path::current(), (rows, cols, depth), dst, false, &a, &b);
+            let Some(kernel) = Bf16Path::current().kernel() else {
+                let mut out = vec![0f32; rows * cols];
+                let dst = (&mut out[..], (cols, 1));
+                gemm(Bf16Path::current(), (rows, cols, depth), dst, false, &a, &b);
+                return Ok(out);
+            };
+            // The native kernels write every slot: the output is not zeroed first (a
+            // linear layer's output is megabytes, written through memory twice then).
+            let mut out: Vec<f32> = Vec::with_capacity(rows * cols);
+            let dst = (
+                out.spare_capacity_mut().as_mut_ptr().cast::<f32>(),
+                (cols, 1),
+            );
+            // SAFETY: `rows * cols` slots of this call's own buffer, addressed row-major;
+            // the CPU has the kernel's instructions (`current` never names a faster path).
+            unsafe { gemm_native(kernel, (rows, cols, depth), dst, false, &a, &b, true) };
+            // SAFETY: without `accumulate`, gemm_native wrote every slot.
+            unsafe { out.set_len(rows * cols) };
             Ok(out)
         })
     })?;
