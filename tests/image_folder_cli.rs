@@ -12,30 +12,29 @@ use common::{assert_mentions, run, run_ok};
 
 /// A 3-class folder of about 40x32 images: 16 training and 4 validation images a class.
 fn make_folder(dir: &Path) {
-    run_ok(
-        dir,
-        "make_image_folder",
-        &[
-            "--out",
-            "shapes",
-            "--classes",
-            "3",
-            "--train-per-class",
-            "16",
-            "--val-per-class",
-            "4",
-            "--size",
-            "40x32",
-        ],
-    );
+    let args = "--out shapes --classes 3 --train-per-class 16 --val-per-class 4 --size 40x32";
+    run_ok(dir, "make_image_folder", &words(args));
+}
+
+/// A fresh scratch folder (named from `prefix`) holding [`make_folder`]'s images.
+fn scratch_folder(prefix: &str) -> tempfile::TempDir {
+    let d = common::scratch(prefix);
+    make_folder(d.path());
+    d
+}
+
+/// A command line's arguments, split at white space.
+fn words(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// ResNet-18 on 24x24 crops, batch 8 (6 steps an epoch), AdamW, seed 3.
 #[rustfmt::skip]
 const RUN: [&str; 10] = ["--data-dir", "shapes", "--image-size", "24", "--batch-size", "8", "--seed", "3", "--optimizer", "adamw"];
 
-fn train(dir: &Path, extra: &[&str]) -> String {
-    let args: Vec<&str> = RUN.iter().copied().chain(extra.iter().copied()).collect();
+/// `train_resnet` with [`RUN`]'s arguments and then `extra`'s, asserting that it succeeded.
+fn train(dir: &Path, extra: &str) -> String {
+    let args: Vec<&str> = RUN.iter().copied().chain(words(extra)).collect();
     run_ok(dir, "train_resnet", &args)
 }
 
@@ -51,25 +50,12 @@ fn epoch_losses(log: &str) -> Vec<f64> {
 
 #[test]
 fn an_image_folder_trains_resumes_exactly_and_names_its_classes() {
-    let d = common::scratch("wick-folder-");
+    let d = scratch_folder("wick-folder-");
     let dir = d.path();
-    make_folder(dir);
     let out = train(
         dir,
-        &[
-            "--epochs",
-            "6",
-            "--save",
-            "reference.safetensors",
-            "--log",
-            "m.jsonl",
-            "--checkpoint-dir",
-            "ck",
-            "--checkpoint-every",
-            "12",
-            "--keep",
-            "10",
-        ],
+        "--epochs 6 --save reference.safetensors --log m.jsonl \
+         --checkpoint-dir ck --checkpoint-every 12 --keep 10",
     );
     assert!(
         out.contains("RandomResizedCrop + RandomHorizontalFlip"),
@@ -128,20 +114,8 @@ fn an_image_folder_trains_resumes_exactly_and_names_its_classes() {
     }
     train(
         dir,
-        &[
-            "--epochs",
-            "6",
-            "--save",
-            "resumed.safetensors",
-            "--resume",
-            "ck",
-            "--loader-threads",
-            "3",
-            "--checkpoint-every",
-            "12",
-            "--keep",
-            "10",
-        ],
+        "--epochs 6 --save resumed.safetensors --resume ck --loader-threads 3 \
+         --checkpoint-every 12 --keep 10",
     );
     let resumed = std::fs::read(dir.join("resumed.safetensors")).unwrap();
     assert!(
@@ -152,23 +126,11 @@ fn an_image_folder_trains_resumes_exactly_and_names_its_classes() {
 
 #[test]
 fn the_profile_names_the_slowest_input_stage_per_loader_thread() {
-    let d = common::scratch("wick-folder-prof-");
+    let d = scratch_folder("wick-folder-prof-");
     let dir = d.path();
-    make_folder(dir);
     let out = train(
         dir,
-        &[
-            "--steps",
-            "10",
-            "--loader-threads",
-            "2",
-            "--verbosity",
-            "2",
-            "--json",
-            "p.json",
-            "--trace",
-            "t.json",
-        ],
+        "--steps 10 --loader-threads 2 --verbosity 2 --json p.json --trace t.json",
     );
     assert!(out.contains("Slowest input stage : "), "{out}");
     assert!(out.contains("  loader 1 : "), "{out}");
@@ -199,9 +161,8 @@ fn the_profile_names_the_slowest_input_stage_per_loader_thread() {
 
 #[test]
 fn a_corrupt_image_is_named_or_skipped_and_counted() {
-    let d = common::scratch("wick-folder-bad-");
+    let d = scratch_folder("wick-folder-bad-");
     let dir = d.path();
-    make_folder(dir);
     let bad = dir.join("shapes/train/cross/0003.jpg");
     let bytes = std::fs::read(&bad).unwrap();
     std::fs::write(&bad, &bytes[..bytes.len() / 3]).unwrap();
@@ -231,7 +192,6 @@ type Breakage<'a> = (&'a str, &'a dyn Fn(&Path), &'a [&'a str]);
 fn a_folder_that_is_not_an_image_folder_is_refused_clearly() {
     let d = common::scratch("wick-folder-refused-");
     let dir = d.path();
-    make_folder(dir);
     let cases: [Breakage; 3] = [
         (
             "empty class",

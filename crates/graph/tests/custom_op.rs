@@ -141,6 +141,17 @@ struct TwoHalvesBackward {
     present: [bool; 2],
 }
 
+/// The two halves of `x` along dimension 1.
+fn halves(x: &Tensor) -> std::result::Result<[Tensor; 2], OpError> {
+    let h = x.dim(1).map_err(candle_err)? / 2;
+    let half = |start| x.narrow(1, start, h).map_err(candle_err);
+    Ok([half(0)?, half(h)?])
+}
+
+fn candle_err(e: candle_core::Error) -> OpError {
+    OpError::candle("two_halves", e)
+}
+
 fn halves_kernel(phase: KernelPhase) -> Kernel {
     // A name made at run time: custom kernels may take owned names.
     let name = format!(
@@ -160,11 +171,9 @@ impl NodeOp for TwoHalves {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = arg(inputs, 0, "two_halves")?;
-        let h = x.dim(1).unwrap() / 2;
-        let c = |e| OpError::candle("two_halves", e);
-        let a = x.narrow(1, 0, h).and_then(|a| a * 2.0).map_err(c)?;
-        let b = x.narrow(1, h, h).and_then(|b| b.sqr()).map_err(c)?;
+        let [a, b] = halves(arg(inputs, 0, "two_halves")?)?;
+        let a = (a * 2.0).map_err(candle_err)?;
+        let b = b.sqr().map_err(candle_err)?;
         Ok(vec![Some(a), Some(b)])
     }
 
@@ -193,23 +202,21 @@ impl NodeOp for TwoHalvesBackward {
     }
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
-        let x = arg(inputs, 0, "two_halves")?;
-        let h = x.dim(1).unwrap() / 2;
-        let c = |e| OpError::candle("two_halves", e);
+        let [xa, xb] = halves(arg(inputs, 0, "two_halves")?)?;
         let mut next = 1;
-        let mut half =
-            |present: bool, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>, start: usize| {
-                let xs = x.narrow(1, start, h).map_err(c)?;
-                if !present {
-                    return xs.zeros_like().map_err(c);
-                }
-                let g = arg(inputs, next, "two_halves")?;
-                next += 1;
-                (g * f(&xs).map_err(c)?).map_err(c)
-            };
-        let ga = half(self.present[0], &|xs| xs.ones_like()? * 2.0, 0)?;
-        let gb = half(self.present[1], &|xs| xs * 2.0, h)?;
-        one(Tensor::cat(&[ga, gb], 1).map_err(c)?)
+        // A half's gradient: its output's gradient times the derivative `f` of the half,
+        // or zeros where that output has no gradient.
+        let mut half = |present: bool, f: &dyn Fn(&Tensor) -> candle_core::Result<Tensor>, xs| {
+            if !present {
+                return Tensor::zeros_like(xs).map_err(candle_err);
+            }
+            let g = arg(inputs, next, "two_halves")?;
+            next += 1;
+            (g * f(xs).map_err(candle_err)?).map_err(candle_err)
+        };
+        let ga = half(self.present[0], &|xs| xs.ones_like()? * 2.0, &xa)?;
+        let gb = half(self.present[1], &|xs| xs * 2.0, &xb)?;
+        one(Tensor::cat(&[ga, gb], 1).map_err(candle_err)?)
     }
 }
 

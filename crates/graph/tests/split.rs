@@ -40,3 +40,26 @@ fn one_node_splits_and_one_joins_the_gradients_with_zeros_for_an_unread_piece() 
     let row: Vec<f64> = g.get(1).unwrap().get(2).unwrap().to_vec1().unwrap();
     assert_eq!(row, [2.0, 2.0, 2.0, 0.0, 0.0, 0.0, 1.0]);
 }
+
+#[test]
+fn zero_pieces_or_a_dimension_out_of_range_is_an_error_naming_the_op() {
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[2, 6], DType::F32).unwrap();
+    let e = b.split(x, 0, -1).unwrap_err().to_string();
+    assert!(
+        e.contains("split") && e.contains("split_size must be positive"),
+        "{e}"
+    );
+    let e = b.chunk(x, 0, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("chunk") && e.contains("chunks must be positive"),
+        "{e}"
+    );
+    let e = b.chunk(x, 2, 2).unwrap_err().to_string();
+    assert!(e.contains("chunk"), "{e}");
+    assert_eq!(
+        b.chunk(x, 4, 1).unwrap().len(),
+        3,
+        "pieces of 2, as PyTorch's"
+    );
+}

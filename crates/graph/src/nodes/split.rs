@@ -54,14 +54,7 @@ impl GraphBuilder {
     /// # Ok::<(), wick_graph::GraphError>(())
     /// ```
     pub fn split(&mut self, x: ValueId, split_size: usize, dim: isize) -> Result<Vec<ValueId>> {
-        let xs = self.shape(x).to_vec();
-        let d = dim_index("split", xs.len(), dim).map_err(self.build_err("split"))?;
-        if split_size == 0 {
-            return Err(self.build_err("split")(OpError::invalid(
-                "split",
-                "split_size must be positive",
-            )));
-        }
+        let (xs, d) = self.pieces_of("split", x, dim, ("split_size", split_size))?;
         let n = xs[d];
         let sizes: Vec<usize> = (0..n.div_ceil(split_size).max(1))
             .map(|i| split_size.min(n - i * split_size))
@@ -82,15 +75,27 @@ impl GraphBuilder {
     /// `torch.chunk(x, chunks, dim)`: at most `chunks` pieces of `ceil(n / chunks)` along
     /// `dim`, as PyTorch's.
     pub fn chunk(&mut self, x: ValueId, chunks: usize, dim: isize) -> Result<Vec<ValueId>> {
-        let xs = self.shape(x).to_vec();
-        let d = dim_index("chunk", xs.len(), dim).map_err(self.build_err("chunk"))?;
-        if chunks == 0 {
-            return Err(self.build_err("chunk")(OpError::invalid(
-                "chunk",
-                "chunks must be positive",
-            )));
-        }
+        let (xs, d) = self.pieces_of("chunk", x, dim, ("chunks", chunks))?;
         self.split(x, xs[d].div_ceil(chunks).max(1), dim)
+    }
+
+    /// `x`'s shape and the index of `dim` in it, for `op` cutting `x` into pieces along
+    /// `dim`; an error names the op when `dim` is out of range or the `count` (its name
+    /// and value) is 0.
+    fn pieces_of(
+        &self,
+        op: &'static str,
+        x: ValueId,
+        dim: isize,
+        (name, count): (&str, usize),
+    ) -> Result<(Vec<usize>, usize)> {
+        let xs = self.shape(x).to_vec();
+        let d = dim_index(op, xs.len(), dim).map_err(self.build_err(op))?;
+        if count == 0 {
+            let e = OpError::invalid(op, format!("{name} must be positive"));
+            return Err(self.build_err(op)(e));
+        }
+        Ok((xs, d))
     }
 }
 
