@@ -28,7 +28,7 @@ pub(crate) use panels::Panels;
 pub use path::{has_amx, has_avx512_bf16, Bf16Path};
 pub use products::Products;
 pub(crate) use products::{
-    as_f32, gemm_strided_packed, gemm_strided_with, gemm_uninit_packed, gemm_uninit_with,
+    as_f32, f32_call, gemm_strided_packed, gemm_strided_with, gemm_uninit_packed, gemm_uninit_with,
     pack_left_once,
 };
 pub use tensor::cast;

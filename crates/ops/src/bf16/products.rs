@@ -76,6 +76,21 @@ pub(crate) fn as_f32<T: 'static>(s: &[T]) -> Option<&[f32]> {
         .then(|| unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<f32>(), s.len()) })
 }
 
+/// A kernel call's two inputs and its destination as float32 slices, when `T` is f32.
+pub(crate) type F32Call<'a> = (&'a [f32], &'a [f32], &'a mut [MaybeUninit<f32>]);
+
+/// [`as_f32`] for a call's two inputs and its destination.
+pub(crate) fn f32_call<'a, T: 'static>(
+    a: &'a [T],
+    b: &'a [T],
+    dst: &'a mut [MaybeUninit<T>],
+) -> Option<F32Call<'a>> {
+    let (a, b) = (as_f32(a)?, as_f32(b)?);
+    // SAFETY: T is f32 (`as_f32` succeeded): the same type, length and layout.
+    let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
+    Some((a, b, dst))
+}
+
 /// An operand as a bfloat16 GEMM operand, when `T` is f32.
 fn f32_matrix<'a, T: 'static>((values, strides): Operand<'a, T>) -> Option<Matrix<'a>> {
     Some(Matrix::new(as_f32(values)?, strides))

@@ -332,18 +332,12 @@ pub(super) fn forward<T: 'static>(
     ws: &[T],
     dst: &mut [MaybeUninit<T>],
 ) -> bool {
-    let (Some(xs), Some(ws)) = (crate::bf16::as_f32(xs), crate::bf16::as_f32(ws)) else {
+    let Some((xs, ws, dst)) = crate::bf16::f32_call(xs, ws, dst).filter(|_| fits::<T>(g)) else {
         return false;
     };
-    if !fits::<T>(g) {
-        return false;
-    }
     let d = Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1);
     debug_assert_eq!((d.oh, d.ow), (g.oh, g.ow));
-    let weights = pack_weights(&d, ws, false);
-    // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
-    let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
-    run(&d, g.n, xs, &weights, dst);
+    run(&d, g.n, xs, &pack_weights(&d, ws, false), dst);
     true
 }
 
@@ -357,18 +351,12 @@ pub(super) fn backward_data<T: 'static>(
     ws: &[T],
     dst: &mut [MaybeUninit<T>],
 ) -> bool {
-    let (Some(gs), Some(ws)) = (crate::bf16::as_f32(gs), crate::bf16::as_f32(ws)) else {
+    let Some((gs, ws, dst)) = crate::bf16::f32_call(gs, ws, dst).filter(|_| fits::<T>(g)) else {
         return false;
     };
-    if !fits::<T>(g) {
-        return false;
-    }
     let pad = [g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]];
     let d = Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1);
     debug_assert_eq!((d.oh, d.ow), (g.h, g.w));
-    let weights = pack_weights(&d, ws, true);
-    // SAFETY: T is f32 (`as_f32` succeeded): the same type and layout.
-    let dst = unsafe { &mut *(dst as *mut [MaybeUninit<T>] as *mut [MaybeUninit<f32>]) };
-    run(&d, g.n, gs, &weights, dst);
+    run(&d, g.n, gs, &pack_weights(&d, ws, true), dst);
     true
 }

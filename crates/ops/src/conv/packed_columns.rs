@@ -10,7 +10,7 @@
 use std::mem::MaybeUninit;
 
 use super::params::Geom;
-use crate::bf16::{as_f32, has_avx512_bf16, Bf16Path, Matrix, Products};
+use crate::bf16::{f32_call, has_avx512_bf16, Bf16Path, Matrix, Products};
 
 /// Output pixels an image may have: one AVX-512 register of f32.
 const LANES: usize = 16;
@@ -46,7 +46,7 @@ pub(super) fn forward<T: 'static>(
     ws: &[T],
     dst: &mut [MaybeUninit<T>],
 ) -> bool {
-    let (Some(xs), Some(ws)) = (as_f32(xs), as_f32(ws)) else {
+    let Some((xs, ws, dst)) = f32_call(xs, ws, dst) else {
         return false;
     };
     let Some(kernel) = Bf16Path::current().kernel().filter(|_| fits(g)) else {
@@ -68,7 +68,7 @@ pub(super) fn forward<T: 'static>(
     };
     let dst = (dst.as_mut_ptr().cast(), n);
     // SAFETY: `fits` checked the CPU's features, and `current` names no kernel the CPU
-    // lacks; `dst` is an exclusive borrow of m rows of n slots (f32: `as_f32` succeeded
+    // lacks; `dst` is an exclusive borrow of m rows of n slots (f32: `f32_call` succeeded
     // for T), each written.
     unsafe {
         crate::bf16::gemm_native_right_pairs(kernel, (m, n, g.k()), dst, &w, &pair_row, true)

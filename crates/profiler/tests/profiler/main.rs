@@ -30,6 +30,20 @@ impl<T: Copy> Shared<T> {
     }
 }
 
+/// An inference graph of one ReLU on an `[n, 8]` input `x`, set to ones.
+fn relu_inference(n: usize) -> Executor {
+    use candle_core::{DType, Device, Tensor};
+    use wick_graph::{GraphBuilder, Mode};
+    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
+    let x = b.input("x", &[n, 8], DType::F32).unwrap();
+    let y = b.relu(x).unwrap();
+    b.output(y);
+    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let ones = Tensor::ones((n, 8), DType::F32, &Device::Cpu).unwrap();
+    exec.set("x", &ones).unwrap();
+    exec
+}
+
 /// A fake clock: the time of each mark is a function of the iteration (set by the test
 /// before each run) and the mark's slot. It counts the marks it was asked for.
 struct FakeTimer {

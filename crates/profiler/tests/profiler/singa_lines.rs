@@ -326,19 +326,8 @@ fn event_timer_creates_events_once_and_synchronises_once_per_iteration() {
 /// of forward nodes); verbosity 3 without communication ops says why it lists no op.
 #[test]
 fn inference_prints_only_its_phase_and_verbosity_three_explains_an_empty_list() {
-    use candle_core::{DType, Device, Tensor};
-    use wick_graph::{Executor, GraphBuilder, Mode};
-    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    let x = b.input("x", &[4, 8], DType::F32).unwrap();
-    let y = b.relu(x).unwrap();
-    b.output(y);
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let mut exec = relu_inference(4);
     exec.add_hook(TimeProfiler::new(1, 0)).unwrap();
-    exec.set(
-        "x",
-        &Tensor::ones((4, 8), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
     exec.run().unwrap();
     let text = exec.hook::<TimeProfiler>().unwrap().profile().to_string();
     assert!(text.contains("Forward Propagation Time : "), "{text}");

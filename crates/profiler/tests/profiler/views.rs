@@ -267,25 +267,14 @@ fn a_pytorch_schedule_times_its_active_iterations_and_is_recorded_in_the_json() 
 /// profiler is attached and again between the cycles, in the untimed iterations.
 #[test]
 fn peaks_are_probed_between_the_schedule_cycles() {
-    use candle_core::{DType, Device, Tensor};
-    use wick_graph::{Executor, GraphBuilder, Mode};
     use wick_profiler::{RecordLevel, Schedule, TimeProfiler};
 
-    let mut b = GraphBuilder::new(Mode::Eval, DType::F32);
-    let x = b.input("x", &[8, 8], DType::F32).unwrap();
-    let y = b.relu(x).unwrap();
-    b.output(y);
-    let mut exec = Executor::new(b.finish(), &Device::Cpu);
+    let mut exec = relu_inference(8);
     // wait=1, active=1, repeat=2: the second and fourth iterations timed, a probe after
     // the second.
     let schedule = Schedule::new(1, 0, 1, 2);
     let profiler = TimeProfiler::with_schedule(schedule, RecordLevel::Phases).with_peak_probes();
     exec.add_hook(profiler).unwrap();
-    exec.set(
-        "x",
-        &Tensor::ones((8, 8), DType::F32, &Device::Cpu).unwrap(),
-    )
-    .unwrap();
     let probes = |exec: &Executor| exec.hook::<TimeProfiler>().unwrap().peak_probes_taken();
     assert_eq!(probes(&exec), 1, "when attached");
     let mut seen = Vec::new();
