@@ -115,13 +115,14 @@ fn step_section(b: &mut String, p: &Profile) {
             )
         })
         .collect();
+    let (mean, median) = (
+        ms("iteration_sec", p.iteration_sec),
+        ms("iteration_median_sec", p.iteration_median_sec),
+    );
+    let (timed, phases) = (p.timed_iterations, phase_ms.join(", "));
     let _ = write!(
         b,
-        "<h2>Step</h2><p>Iteration {} (mean of {} timed; median {}); {}.</p>",
-        ms("iteration_sec", p.iteration_sec),
-        p.timed_iterations,
-        ms("iteration_median_sec", p.iteration_median_sec),
-        phase_ms.join(", ")
+        "<h2>Step</h2><p>Iteration {mean} (mean of {timed} timed; median {median}); {phases}.</p>"
     );
     // The whole step, with the text report's parts and shares.
     if let Some(s) = &p.step {
@@ -138,13 +139,14 @@ fn step_section(b: &mut String, p: &Profile) {
                 (name, sec, color)
             })
             .collect();
+        let (wall, run) = (
+            ms("step.wall_sec", s.wall_sec),
+            ms("step.run_sec", s.run_sec),
+        );
+        let (intervals, waits) = (s.intervals, 100.0 * s.input_share());
         let _ = write!(
             b,
-            "<p id=\"input-verdict\">Whole step {} (mean of the {} timed iterations that the next step's start closes; over them the graph run is {}): {:.1}% waits for data.</p>",
-            ms("step.wall_sec", s.wall_sec),
-            s.intervals,
-            ms("step.run_sec", s.run_sec),
-            100.0 * s.input_share()
+            "<p id=\"input-verdict\">Whole step {wall} (mean of the {intervals} timed iterations that the next step's start closes; over them the graph run is {run}): {waits:.1}% waits for data.</p>"
         );
         b.push_str(&stacked("step-breakdown", &parts, "% of the whole step"));
     }
