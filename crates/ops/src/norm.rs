@@ -134,7 +134,7 @@ pub fn layer_norm(
     eps: f64,
 ) -> Result<Tensor> {
     check_layer_norm(x.dims(), weight.map(|w| w.dims()), bias.map(|b| b.dims()))?;
-    row_norm(RowNorm::Layer, x, (weight, bias), eps)
+    row_norm(RowNorm::Layer, x, [weight, bias], eps)
 }
 
 /// A norm over the last dimension (layer or RMS), its shapes checked by the caller: on
@@ -142,15 +142,16 @@ pub fn layer_norm(
 fn row_norm(
     norm: RowNorm,
     x: &Tensor,
-    (weight, bias): (Option<&Tensor>, Option<&Tensor>),
+    weight_bias: [Option<&Tensor>; 2],
     eps: f64,
 ) -> Result<Tensor> {
     let op = norm.op();
+    let [weight, bias] = weight_bias;
     let kernel = || {
         use crate::layer_norm_cpu::forward;
         crate::cpu::dispatch_float!(op, x.dtype(), forward(norm, x, (weight, bias), eps))
     };
-    if let Some(y) = cpu_forward(op, x, [weight, bias], kernel) {
+    if let Some(y) = cpu_forward(op, x, weight_bias, kernel) {
         return y;
     }
     let (xhat, _) = normalize_rows(norm, op, x, eps)?;
@@ -323,7 +324,7 @@ pub fn check_rms_norm(x: &[usize], weight: Option<&[usize]>) -> Result<()> {
 /// [d], weight, eps)`, `nn.RMSNorm`): `x / √(mean(x²) + eps) · weight`.
 pub fn rms_norm(x: &Tensor, weight: Option<&Tensor>, eps: f64) -> Result<Tensor> {
     check_rms_norm(x.dims(), weight.map(|w| w.dims()))?;
-    row_norm(RowNorm::Rms, x, (weight, None), eps)
+    row_norm(RowNorm::Rms, x, [weight, None], eps)
 }
 
 /// RMS norm's input and weight gradients, recomputing the statistics from `x`.
