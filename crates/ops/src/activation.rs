@@ -12,7 +12,7 @@ use candle_core::{DType, Tensor};
 
 use crate::activation_lanes::{lanes, wide_f32, GELU_TANH_C, SQRT_2_OVER_PI};
 use crate::cpu::{self, dispatch_float, Float};
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::route::{route, Route};
 
 /// An activation function. [`LeakyRelu`](Activation::LeakyRelu)'s negative slope is a
@@ -310,16 +310,7 @@ fn forward_generic(kind: Activation, slope: f64, x: &Tensor) -> candle_core::Res
 pub fn backward(kind: Activation, slope: f64, grad_y: &Tensor, saved: &Tensor) -> Result<Tensor> {
     let op = kind.backward_name();
     crate::shape::same(op, "output gradient", grad_y.dims(), "saved", saved.dims())?;
-    if grad_y.dtype() != saved.dtype() {
-        return Err(OpError::invalid(
-            op,
-            format!(
-                "output gradient has dtype {:?} but the saved tensor {:?}",
-                grad_y.dtype(),
-                saved.dtype()
-            ),
-        ));
-    }
+    crate::cpu::same_dtype(op, saved.dtype(), &[("output gradient", grad_y)])?;
     if route(saved.device()) == Route::Cpu && matches!(saved.dtype(), DType::F32 | DType::F64) {
         return dispatch_float!(op, saved.dtype(), backward_cpu(kind, slope, grad_y, saved));
     }

@@ -32,16 +32,7 @@ fn check(kind: Activation, h: &Tensor, b: &Tensor) -> Result<usize> {
     }
     let c = *h.dims().last().unwrap_or(&0);
     crate::shape::same(op, "bias", b.dims(), "the input's last dimension", &[c])?;
-    if h.dtype() != b.dtype() {
-        return Err(OpError::invalid(
-            op,
-            format!(
-                "the bias has dtype {:?} but the input {:?}",
-                b.dtype(),
-                h.dtype()
-            ),
-        ));
-    }
+    crate::cpu::same_dtype(op, h.dtype(), &[("the bias", b)])?;
     Ok(c)
 }
 

@@ -53,7 +53,7 @@ fn bad_input_names_the_kernel_and_the_shapes() {
     let b32 = b6.to_dtype(DType::F32).unwrap();
     assert_error_names(
         bias_activation(kind, &h, &b32),
-        &["BiasGELUTanh", "F32", "F64"],
+        &["BiasGELUTanh", "the bias", "F32", "F64"],
     );
     let g = rand_tensor(3, &[4, 5]);
     assert_error_names(

@@ -96,6 +96,11 @@ fn activations_in_f32_round_the_f64_result() {
         let d64 = activation::backward(kind, slope, &g64, &s64).unwrap();
         let d32 = d32.to_dtype(DType::F64).unwrap();
         assert_close(&format!("{kind:?} f32 gradient"), &d32, &d64, 1e-6);
+        // An output gradient of another dtype than the saved tensor is refused.
+        assert_error_names(
+            activation::backward(kind, slope, &g64, &s32),
+            &[kind.backward_name(), "output gradient", "F64", "F32"],
+        );
     }
 }
 
