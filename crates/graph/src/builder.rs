@@ -369,9 +369,9 @@ impl GraphBuilder {
     pub(crate) fn expect_float(&self, op: &'static str, what: &str, v: ValueId) -> Result<()> {
         let dtype = self.dtype_of(v);
         if !dtype.is_float() {
-            return Err(self.build_err(op)(OpError::invalid(
+            return Err(self.build_err(op)(wick_ops::invalid!(
                 op,
-                format!("{what} must be a float tensor, got {dtype:?}"),
+                "{what} must be a float tensor, got {dtype:?}"
             )));
         }
         Ok(())
@@ -381,9 +381,9 @@ impl GraphBuilder {
     pub(crate) fn expect_same_dtype(&self, op: &'static str, a: ValueId, b: ValueId) -> Result<()> {
         let (da, db) = (self.dtype_of(a), self.dtype_of(b));
         if da != db {
-            return Err(self.build_err(op)(OpError::invalid(
+            return Err(self.build_err(op)(wick_ops::invalid!(
                 op,
-                format!("the operands have dtypes {da:?} and {db:?}"),
+                "the operands have dtypes {da:?} and {db:?}"
             )));
         }
         Ok(())

@@ -16,18 +16,16 @@ use crate::activation::{self, derivative64, forward64, Activation};
 use crate::activation_lanes::lanes;
 use crate::broadcast::{self, BinaryOp};
 use crate::cpu::{self, Float, WideKernel};
-use crate::error::{OpError, Result};
+use crate::error::Result;
 
 /// Checks `h [.., C]` against the bias `b [C]` and the kind.
 fn check(kind: Activation, h: &Tensor, b: &Tensor) -> Result<usize> {
     let op = kind.bias_name();
     if !kind.fuses_with_bias() {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!(
-                "{} does not fuse with a bias (GELU, GELU tanh and SiLU do)",
-                kind.name()
-            ),
+            "{} does not fuse with a bias (GELU, GELU tanh and SiLU do)",
+            kind.name()
         ));
     }
     let c = *h.dims().last().unwrap_or(&0);

@@ -5,16 +5,16 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 
 const OP: &str = "dropout";
 
 /// Checks a drop probability: in `[0, 1)`.
 pub fn check_probability(p: f64) -> Result<()> {
     if !(0.0..1.0).contains(&p) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!("the drop probability must be in [0, 1), got {p}"),
+            "the drop probability must be in [0, 1), got {p}"
         ));
     }
     Ok(())
@@ -112,5 +112,5 @@ pub fn read_step(step: &Tensor) -> Result<u64> {
         .ctx(OP)?
         .to_scalar::<i64>()
         .ctx(OP)?;
-    u64::try_from(v).map_err(|_| OpError::invalid(OP, format!("the step counter is negative: {v}")))
+    u64::try_from(v).map_err(|_| crate::invalid!(OP, "the step counter is negative: {v}"))
 }

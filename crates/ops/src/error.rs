@@ -39,6 +39,15 @@ pub enum OpError {
     },
 }
 
+/// An [`OpError::Invalid`] for `op` whose message is `format!`'s: `invalid!(op, "{a:?} and
+/// {b:?} differ")` is `OpError::invalid(op, format!("{a:?} and {b:?} differ"))`.
+#[macro_export]
+macro_rules! invalid {
+    ($op:expr, $($message:tt)+) => {
+        $crate::OpError::invalid($op, format!($($message)+))
+    };
+}
+
 /// The result type of wick-ops.
 pub type Result<T> = std::result::Result<T, OpError>;
 

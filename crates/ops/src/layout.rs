@@ -10,9 +10,9 @@ pub fn concat_shape(shapes: &[&[usize]], dim: usize) -> Result<Vec<usize>> {
         return Err(OpError::invalid(OP, "nothing to concatenate"));
     };
     if dim >= first.len() {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!("dimension {dim} is out of range for shape {first:?}"),
+            "dimension {dim} is out of range for shape {first:?}"
         ));
     }
     let mut out = first.to_vec();
@@ -23,10 +23,7 @@ pub fn concat_shape(shapes: &[&[usize]], dim: usize) -> Result<Vec<usize>> {
                 .enumerate()
                 .all(|(d, (a, b))| d == dim || a == b);
         if !agrees {
-            return Err(OpError::invalid(
-                OP,
-                format!("input {i} has shape {s:?}, which does not match input 0's {first:?} outside dimension {dim}"),
-            ));
+            return Err(crate::invalid!(OP, "input {i} has shape {s:?}, which does not match input 0's {first:?} outside dimension {dim}"));
         }
         out[dim] += s[dim];
     }
@@ -41,9 +38,9 @@ pub fn permute_shape(shape: &[usize], dims: &[usize]) -> Result<Vec<usize>> {
             .iter()
             .all(|&d| d < shape.len() && !std::mem::replace(&mut seen[d], true));
     if !valid {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             "permute",
-            format!("{dims:?} is not a permutation of the dimensions of {shape:?}"),
+            "{dims:?} is not a permutation of the dimensions of {shape:?}"
         ));
     }
     Ok(dims.iter().map(|&d| shape[d]).collect())
@@ -62,9 +59,9 @@ pub fn inverse_permutation(dims: &[usize]) -> Vec<usize> {
 pub fn check_reshape(from: &[usize], to: &[usize]) -> Result<()> {
     let (a, b) = (from.iter().product::<usize>(), to.iter().product::<usize>());
     if a != b {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             "reshape",
-            format!("cannot reshape {from:?} ({a} elements) to {to:?} ({b} elements)"),
+            "cannot reshape {from:?} ({a} elements) to {to:?} ({b} elements)"
         ));
     }
     Ok(())

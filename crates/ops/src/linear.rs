@@ -4,7 +4,7 @@ use candle_core::Tensor;
 
 use crate::broadcast::BinaryOp;
 use crate::cpu::{self, dispatch_float};
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::{linear_cpu, linear_low_precision};
 
 const OP: &str = "linear";
@@ -27,22 +27,22 @@ pub fn linear_output_shape(
     bias: Option<&[usize]>,
 ) -> Result<[usize; 2]> {
     let (&[n, fin], &[out, win]) = (input, weight) else {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!("input must be [N, in] and weight [out, in], got input {input:?} and weight {weight:?}"),
+            "input must be [N, in] and weight [out, in], got input {input:?} and weight {weight:?}"
         ));
     };
     if fin != win {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!("input {input:?} has {fin} features but weight {weight:?} expects {win}"),
+            "input {input:?} has {fin} features but weight {weight:?} expects {win}"
         ));
     }
     if let Some(b) = bias {
         if b != [out] {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("bias must have shape [{out}], got {b:?}"),
+                "bias must have shape [{out}], got {b:?}"
             ));
         }
     }

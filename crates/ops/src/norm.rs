@@ -20,9 +20,9 @@ const GROUP_NORM: &str = "group_norm";
 /// Checks that `dim` is a dimension of `shape`.
 pub fn check_dim(op: &'static str, shape: &[usize], dim: usize) -> Result<()> {
     if dim >= shape.len() {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("dimension {dim} is out of range for shape {shape:?}"),
+            "dimension {dim} is out of range for shape {shape:?}"
         ));
     }
     Ok(())
@@ -345,9 +345,9 @@ pub fn check_layer_norm2d(
     bias: Option<&[usize]>,
 ) -> Result<()> {
     if x.len() < 2 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             LAYER_NORM_2D,
-            format!("the input must be [N, C, ...], got {x:?}"),
+            "the input must be [N, C, ...], got {x:?}"
         ));
     }
     for (what, s) in [("weight", weight), ("bias", bias)] {
@@ -429,15 +429,16 @@ pub fn layer_norm2d_backward(
 /// Checks a group norm's settings against an input `[N, C, ...]`.
 pub fn check_group_norm(x: &[usize], groups: usize, weight: Option<&[usize]>) -> Result<()> {
     if x.len() < 2 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             GROUP_NORM,
-            format!("the input must be [N, C, ...], got {x:?}"),
+            "the input must be [N, C, ...], got {x:?}"
         ));
     }
     if groups == 0 || !x[1].is_multiple_of(groups) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             GROUP_NORM,
-            format!("{} channels do not split into {groups} groups", x[1]),
+            "{} channels do not split into {groups} groups",
+            x[1]
         ));
     }
     if let Some(w) = weight {

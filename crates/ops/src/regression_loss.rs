@@ -65,13 +65,11 @@ fn check_tensors(kind: ElementwiseLoss, x: &Tensor, t: &Tensor) -> Result<()> {
             DType::F16 | DType::BF16 | DType::F32 | DType::F64
         )
     {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             kind.op(),
-            format!(
-                "input and target must have one float dtype, got {:?} and {:?}",
-                x.dtype(),
-                t.dtype()
-            ),
+            "input and target must have one float dtype, got {:?} and {:?}",
+            x.dtype(),
+            t.dtype()
         ));
     }
     Ok(())
@@ -181,9 +179,9 @@ fn check_probabilities(op: &'static str, p: &Tensor) -> Result<()> {
         .enumerate()
         .find(|(_, v)| !(0.0..=1.0).contains(*v))
     {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("every input must be a probability in [0, 1]; element {i} is {v}"),
+            "every input must be a probability in [0, 1]; element {i} is {v}"
         ));
     }
     Ok(())

@@ -58,12 +58,13 @@ fn matrix(
 pub fn check(input: &[usize], out: [usize; 2]) -> Result<[usize; 4]> {
     let dims = nchw(OP, "input", input)?;
     if out[0] == 0 || out[1] == 0 || dims[2] == 0 || dims[3] == 0 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "cannot resample {}x{} to {}x{}",
-                dims[2], dims[3], out[0], out[1]
-            ),
+            "cannot resample {}x{} to {}x{}",
+            dims[2],
+            dims[3],
+            out[0],
+            out[1]
         ));
     }
     Ok(dims)

@@ -1,21 +1,19 @@
 //! Shape helpers shared by the op families.
 
-use crate::error::{OpError, Result};
+use crate::error::Result;
 
 /// Checks that `dims` has rank 4 (NCHW) with no empty dimension, and returns it as an array.
 pub fn nchw(op: &'static str, what: &str, dims: &[usize]) -> Result<[usize; 4]> {
     match dims {
-        [n, c, h, w] if dims.contains(&0) => Err(OpError::invalid(
+        [n, c, h, w] if dims.contains(&0) => Err(crate::invalid!(
             op,
-            format!(
-                "{what} has shape {:?}: every dimension must be at least 1",
-                [n, c, h, w]
-            ),
+            "{what} has shape {:?}: every dimension must be at least 1",
+            [n, c, h, w]
         )),
         &[n, c, h, w] => Ok([n, c, h, w]),
-        _ => Err(OpError::invalid(
+        _ => Err(crate::invalid!(
             op,
-            format!("{what} must be 4-D (N, C, H, W), got shape {dims:?}"),
+            "{what} must be 4-D (N, C, H, W), got shape {dims:?}"
         )),
     }
 }
@@ -32,9 +30,9 @@ pub fn same(op: &'static str, a_name: &str, a: &[usize], b_name: &str, b: &[usiz
     if a == b {
         Ok(())
     } else {
-        Err(OpError::invalid(
+        Err(crate::invalid!(
             op,
-            format!("{a_name} has shape {a:?} but {b_name} has shape {b:?}; they must be equal"),
+            "{a_name} has shape {a:?} but {b_name} has shape {b:?}; they must be equal"
         ))
     }
 }
@@ -51,22 +49,16 @@ pub fn window_out(
     dilation: usize,
 ) -> Result<usize> {
     if stride == 0 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("stride along {axis} must be at least 1, got 0"),
+            "stride along {axis} must be at least 1, got 0"
         ));
     }
     if kernel == 0 || dilation == 0 {
-        return Err(OpError::invalid(
-            op,
-            format!("kernel size and dilation along {axis} must be at least 1, got kernel {kernel}, dilation {dilation}"),
-        ));
+        return Err(crate::invalid!(op, "kernel size and dilation along {axis} must be at least 1, got kernel {kernel}, dilation {dilation}"));
     }
     let too_large = || {
-        OpError::invalid(
-            op,
-            format!("size {size}, kernel {kernel}, padding {pad} or dilation {dilation} along {axis} is too large"),
-        )
+        crate::invalid!(op, "size {size}, kernel {kernel}, padding {pad} or dilation {dilation} along {axis} is too large")
     };
     let effective = dilation
         .checked_mul(kernel - 1)
@@ -77,12 +69,7 @@ pub fn window_out(
         .and_then(|p| p.checked_add(size))
         .ok_or_else(too_large)?;
     if effective > padded {
-        return Err(OpError::invalid(
-            op,
-            format!(
-                "kernel of extent {effective} along {axis} is larger than the padded input ({size} + 2*{pad} = {padded})"
-            ),
-        ));
+        return Err(crate::invalid!(op, "kernel of extent {effective} along {axis} is larger than the padded input ({size} + 2*{pad} = {padded})"));
     }
     Ok((padded - effective) / stride + 1)
 }

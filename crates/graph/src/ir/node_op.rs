@@ -133,7 +133,7 @@ pub fn arg<'a>(
         .get(i)
         .copied()
         .flatten()
-        .ok_or_else(|| OpError::invalid(op, format!("input {i} is not set")))
+        .ok_or_else(|| wick_ops::invalid!(op, "input {i} is not set"))
 }
 
 /// One output wrapped as [`Outputs`].

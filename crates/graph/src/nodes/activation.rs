@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use wick_ops::activation::{self, Activation};
-use wick_ops::{Kernel, OpError};
+use wick_ops::Kernel;
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -44,9 +44,9 @@ impl GraphBuilder {
         let op = kind.name();
         self.forward_only(op)?;
         if !slope.is_finite() {
-            return Err(self.build_err(op)(OpError::invalid(
+            return Err(self.build_err(op)(wick_ops::invalid!(
                 op,
-                format!("the negative slope must be finite, got {slope}"),
+                "the negative slope must be finite, got {slope}"
             )));
         }
         let xs = self.shape(x).to_vec();

@@ -43,9 +43,9 @@ impl GraphBuilder {
         let [n, c, h, w] =
             wick_ops::shape::nchw(OP, "input", self.shape(x)).map_err(self.build_err(OP))?;
         if out_h == 0 || out_w == 0 || h == 0 || w == 0 {
-            return Err(self.build_err(OP)(OpError::invalid(
+            return Err(self.build_err(OP)(wick_ops::invalid!(
                 OP,
-                format!("cannot pool {h}x{w} to {out_h}x{out_w}"),
+                "cannot pool {h}x{w} to {out_h}x{out_w}"
             )));
         }
         let op = AdaptiveAvgPool {

@@ -40,14 +40,12 @@ pub struct DistWait {
 fn flatten(inputs: &Inputs<'_>, bucket: usize) -> Result<Vec<f32>, OpError> {
     let mut flat = Vec::new();
     for (i, t) in inputs.iter().enumerate() {
-        let t = t.ok_or_else(|| OpError::invalid(OP, format!("gradient {i} is not set")))?;
+        let t = t.ok_or_else(|| wick_ops::invalid!(OP, "gradient {i} is not set"))?;
         if t.dtype() != DType::F32 {
-            return Err(OpError::invalid(
+            return Err(wick_ops::invalid!(
                 OP,
-                format!(
-                    "bucket {bucket}: gradient {i} is {:?}; the all-reduce takes f32",
-                    t.dtype()
-                ),
+                "bucket {bucket}: gradient {i} is {:?}; the all-reduce takes f32",
+                t.dtype()
             ));
         }
         let v = t
@@ -61,13 +59,11 @@ fn flatten(inputs: &Inputs<'_>, bucket: usize) -> Result<Vec<f32>, OpError> {
 
 impl DistAllReduce {
     fn failed(&self, values: usize, e: String) -> OpError {
-        OpError::invalid(
+        wick_ops::invalid!(
             OP,
-            format!(
-                "bucket {} ({values} values) on {}: {e}",
-                self.bucket,
-                self.queue.who()
-            ),
+            "bucket {} ({values} values) on {}: {e}",
+            self.bucket,
+            self.queue.who()
         )
     }
 }
@@ -94,13 +90,11 @@ impl NodeOp for DistWait {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let sum = self.queue.finish_bucket(self.bucket).map_err(|e| {
-            OpError::invalid(
+            wick_ops::invalid!(
                 "dist_wait",
-                format!(
-                    "DistAllReduce of bucket {} on {}: {e}",
-                    self.bucket,
-                    self.queue.who()
-                ),
+                "DistAllReduce of bucket {} on {}: {e}",
+                self.bucket,
+                self.queue.who()
             )
         })?;
         let scale = 1.0 / self.queue.comm().size() as f32;
@@ -109,17 +103,14 @@ impl NodeOp for DistWait {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let t =
-                    t.ok_or_else(|| OpError::invalid(OP, format!("gradient {i} is not set")))?;
+                let t = t.ok_or_else(|| wick_ops::invalid!(OP, "gradient {i} is not set"))?;
                 let len = t.elem_count();
                 let part = sum.get(at..at + len).ok_or_else(|| {
-                    OpError::invalid(
+                    wick_ops::invalid!(
                         OP,
-                        format!(
-                            "bucket {}: the engine returned {} values",
-                            self.bucket,
-                            sum.len()
-                        ),
+                        "bucket {}: the engine returned {} values",
+                        self.bucket,
+                        sum.len()
                     )
                 })?;
                 at += len;

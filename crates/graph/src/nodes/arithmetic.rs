@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use wick_ops::broadcast::{self, BinaryOp, Operand};
-use wick_ops::{Kernel, OpError};
+use wick_ops::Kernel;
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -45,13 +45,11 @@ impl GraphBuilder {
         let (sa, sb) = (self.shape(a).to_vec(), self.shape(b).to_vec());
         let out = broadcast::broadcast_shape(name, &sa, &sb).map_err(self.build_err(name))?;
         if self.dtype_of(a) != self.dtype_of(b) {
-            return Err(self.build_err(name)(OpError::invalid(
+            return Err(self.build_err(name)(wick_ops::invalid!(
                 name,
-                format!(
-                    "operands have dtypes {:?} and {:?}",
-                    self.dtype_of(a),
-                    self.dtype_of(b)
-                ),
+                "operands have dtypes {:?} and {:?}",
+                self.dtype_of(a),
+                self.dtype_of(b)
             )));
         }
         let flops = broadcast::flops(&out);
@@ -76,9 +74,9 @@ impl GraphBuilder {
     pub fn scale(&mut self, x: ValueId, factor: f64) -> Result<ValueId> {
         self.forward_only("scale")?;
         if !factor.is_finite() {
-            return Err(self.build_err("scale")(OpError::invalid(
+            return Err(self.build_err("scale")(wick_ops::invalid!(
                 "scale",
-                format!("the factor must be finite, got {factor}"),
+                "the factor must be finite, got {factor}"
             )));
         }
         let xs = self.shape(x).to_vec();

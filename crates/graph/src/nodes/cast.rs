@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use candle_core::{DType, Tensor, TensorId};
 use wick_ops::tensor::TensorKernel;
-use wick_ops::{bf16, Kernel, OpError};
+use wick_ops::{bf16, Kernel};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -57,9 +57,9 @@ impl GraphBuilder {
         }
         let floats = [DType::F32, DType::BF16, DType::F16, DType::F64];
         if !floats.contains(&from) || !floats.contains(&dtype) {
-            return Err(self.build_err(OP)(OpError::invalid(
+            return Err(self.build_err(OP)(wick_ops::invalid!(
                 OP,
-                format!("casts convert between float dtypes, not {from:?} to {dtype:?}"),
+                "casts convert between float dtypes, not {from:?} to {dtype:?}"
             )));
         }
         let new = ("to", self.shape(x).to_vec(), dtype);

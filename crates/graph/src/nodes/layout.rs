@@ -45,13 +45,11 @@ impl GraphBuilder {
         let out = layout::concat_shape(&refs, dim).map_err(self.build_err("concat"))?;
         let dtype = self.dtype_of(parts[0]);
         if let Some(p) = parts.iter().find(|p| self.dtype_of(**p) != dtype) {
-            return Err(self.build_err("concat")(OpError::invalid(
+            return Err(self.build_err("concat")(wick_ops::invalid!(
                 "concat",
-                format!(
-                    "`{}` has dtype {:?}, the first part {dtype:?}",
-                    self.graph.values[p.0].name,
-                    self.dtype_of(*p)
-                ),
+                "`{}` has dtype {:?}, the first part {dtype:?}",
+                self.graph.values[p.0].name,
+                self.dtype_of(*p)
             )));
         }
         let new = vec![("concat", out, dtype)];
@@ -73,12 +71,10 @@ impl GraphBuilder {
     pub fn transpose(&mut self, x: ValueId, a: usize, b: usize) -> Result<ValueId> {
         let mut dims: Vec<usize> = (0..self.shape(x).len()).collect();
         if a >= dims.len() || b >= dims.len() {
-            return Err(self.build_err("transpose")(OpError::invalid(
+            return Err(self.build_err("transpose")(wick_ops::invalid!(
                 "transpose",
-                format!(
-                    "dimensions {a} and {b} are out of range for shape {:?}",
-                    self.shape(x)
-                ),
+                "dimensions {a} and {b} are out of range for shape {:?}",
+                self.shape(x)
             )));
         }
         dims.swap(a, b);

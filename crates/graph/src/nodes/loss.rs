@@ -31,10 +31,10 @@ impl GraphBuilder {
         match (ls.as_slice(), ys.as_slice()) {
             (&[n, _], &[m]) if n == m => {}
             _ => {
-                return Err(self.build_err(OP)(OpError::invalid(
-                    OP,
-                    format!("logits must be [N, classes] and labels [N], got logits {ls:?} and labels {ys:?}"),
-                )))
+                return Err(self.build_err(OP)(wick_ops::invalid!(
+                OP,
+                "logits must be [N, classes] and labels [N], got logits {ls:?} and labels {ys:?}"
+            )))
             }
         }
         let flops = loss::cross_entropy_flops(&ls);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use wick_ops::norm::{self, NormGrads};
 use wick_ops::tensor::dim_index;
-use wick_ops::{Kernel, OpError};
+use wick_ops::Kernel;
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -120,9 +120,7 @@ impl GraphBuilder {
         let dtype = self.dtype_of(x);
         let eps = eps
             .or_else(|| norm::rms_norm_default_eps(dtype))
-            .ok_or_else(|| {
-                OpError::invalid("rms_norm", format!("the input is {dtype:?}, not a float"))
-            })
+            .ok_or_else(|| wick_ops::invalid!("rms_norm", "the input is {dtype:?}, not a float"))
             .map_err(self.build_err("rms_norm"))?;
         self.record_norm(NormKind::Rms, x, weight, None, eps)
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use wick_ops::regression_loss::{self, ElementwiseLoss};
-use wick_ops::{Kernel, OpError, Operand};
+use wick_ops::{Kernel, Operand};
 
 use crate::builder::GraphBuilder;
 use crate::error::Result;
@@ -77,13 +77,11 @@ impl GraphBuilder {
         let (xs, ts) = (self.shape(x).to_vec(), self.shape(t).to_vec());
         regression_loss::check(kind, &xs, &ts).map_err(self.build_err(op))?;
         if self.dtype_of(x) != self.dtype_of(t) {
-            return Err(self.build_err(op)(OpError::invalid(
+            return Err(self.build_err(op)(wick_ops::invalid!(
                 op,
-                format!(
-                    "input has dtype {:?} and target {:?}",
-                    self.dtype_of(x),
-                    self.dtype_of(t)
-                ),
+                "input has dtype {:?} and target {:?}",
+                self.dtype_of(x),
+                self.dtype_of(t)
             )));
         }
         let flops = regression_loss::flops(kind, &xs);

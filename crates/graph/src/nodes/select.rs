@@ -222,9 +222,9 @@ impl GraphBuilder {
         let d = dim_index("index_select", xs.len(), dim).map_err(self.build_err("index_select"))?;
         let is = self.shape(index).to_vec();
         if is.len() != 1 {
-            return Err(self.build_err("index_select")(OpError::invalid(
+            return Err(self.build_err("index_select")(wick_ops::invalid!(
                 "index_select",
-                format!("the index must be 1-D, got shape {is:?}"),
+                "the index must be 1-D, got shape {is:?}"
             )));
         }
         let mut out = xs;
@@ -288,9 +288,10 @@ impl GraphBuilder {
         let out = kernels::embedding_shape(self.shape(indices), &ws)
             .map_err(self.build_err("embedding"))?;
         if let Some(p) = padding_idx.filter(|&p| p >= ws[0]) {
-            return Err(self.build_err("embedding")(OpError::invalid(
+            return Err(self.build_err("embedding")(wick_ops::invalid!(
                 "embedding",
-                format!("padding_idx {p} is out of range for {} embeddings", ws[0]),
+                "padding_idx {p} is out of range for {} embeddings",
+                ws[0]
             )));
         }
         self.record_select(SelectKind::Embedding { padding_idx }, weight, indices, out)

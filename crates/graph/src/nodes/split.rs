@@ -92,7 +92,7 @@ impl GraphBuilder {
         let xs = self.shape(x).to_vec();
         let d = dim_index(op, xs.len(), dim).map_err(self.build_err(op))?;
         if count == 0 {
-            let e = OpError::invalid(op, format!("{name} must be positive"));
+            let e = wick_ops::invalid!(op, "{name} must be positive");
             return Err(self.build_err(op)(e));
         }
         Ok((xs, d))

@@ -48,7 +48,7 @@ pub struct SyncBatchNormTrainBackward {
 fn sum_over_ranks(queue: &CommQueue, mut local: Vec<f32>, what: &str) -> Result<Vec<f32>, OpError> {
     queue
         .all_reduce_now(&mut local, what)
-        .map_err(|e| OpError::invalid(OP, format!("{what} on {}: {e}", queue.who())))?;
+        .map_err(|e| wick_ops::invalid!(OP, "{what} on {}: {e}", queue.who()))?;
     Ok(local)
 }
 

@@ -19,7 +19,7 @@ mod params;
 use candle_core::{DType, Tensor};
 
 use crate::cpu::dispatch_float;
-use crate::error::{OpError, Result};
+use crate::error::Result;
 use crate::route::{route, Route};
 pub use params::{lse_dtype, Attention, AttentionGrads, AttentionOutput, AttentionShape};
 use params::{Call, OP};
@@ -103,9 +103,10 @@ pub fn scaled_dot_product_attention_backward(
         ("log-sum-exp", &saved.lse, shape.lse()),
     ] {
         if t.dims() != want.as_slice() {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("the {name} has shape {:?}, expected {want:?}", t.dims()),
+                "the {name} has shape {:?}, expected {want:?}",
+                t.dims()
             ));
         }
     }

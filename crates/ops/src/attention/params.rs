@@ -27,9 +27,9 @@ impl AttentionShape {
     /// The shapes of `q`, `k` and `v`, or an error naming all three.
     pub fn new(q: &[usize], k: &[usize], v: &[usize]) -> Result<Self> {
         let bad = |why: &str| {
-            Err(OpError::invalid(
+            Err(crate::invalid!(
                 OP,
-                format!("query {q:?}, key {k:?}, value {v:?}: {why}"),
+                "query {q:?}, key {k:?}, value {v:?}: {why}"
             ))
         };
         if q.len() < 2 || q.len() != k.len() || q.len() != v.len() {
@@ -66,12 +66,7 @@ impl AttentionShape {
     /// or `dtype` (additive), broadcasting to the scores `[.., L, S]`.
     pub fn check_mask(&self, dims: &[usize], mask_dtype: DType, dtype: DType) -> Result<()> {
         if mask_dtype != DType::U8 && mask_dtype != dtype {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "attn_mask has dtype {mask_dtype:?}: it must be U8 (a boolean mask, nonzero = may attend) or the query's {dtype:?} (added to the scores)"
-                ),
-            ));
+            return Err(crate::invalid!(OP, "attn_mask has dtype {mask_dtype:?}: it must be U8 (a boolean mask, nonzero = may attend) or the query's {dtype:?} (added to the scores)"));
         }
         self.mask_strides(OP, dims).map(|_| ())
     }
@@ -88,9 +83,9 @@ impl AttentionShape {
     pub(super) fn mask_strides(&self, op: &'static str, dims: &[usize]) -> Result<Vec<usize>> {
         let full = self.scores();
         if dims.len() > full.len() {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 op,
-                format!("attn_mask {dims:?} has more dimensions than the scores {full:?}"),
+                "attn_mask {dims:?} has more dimensions than the scores {full:?}"
             ));
         }
         let offset = full.len() - dims.len();
@@ -99,9 +94,9 @@ impl AttentionShape {
         for (i, &d) in dims.iter().enumerate().rev() {
             let want = full[offset + i];
             if d != want && d != 1 {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     op,
-                    format!("attn_mask {dims:?} does not broadcast to the scores {full:?}"),
+                    "attn_mask {dims:?} does not broadcast to the scores {full:?}"
                 ));
             }
             if d != 1 {
@@ -180,16 +175,14 @@ impl Attention {
     /// probability in `[0, 1)`, and a mask that is either given or causal, not both.
     pub fn check(&self, has_mask: bool) -> Result<()> {
         if !self.scale.is_finite() {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("scale must be finite, got {}", self.scale),
+                "scale must be finite, got {}",
+                self.scale
             ));
         }
         crate::dropout::check_probability(self.dropout_p).map_err(|_| {
-            OpError::invalid(
-                OP,
-                format!("dropout_p must be in [0, 1), got {}", self.dropout_p),
-            )
+            crate::invalid!(OP, "dropout_p must be in [0, 1), got {}", self.dropout_p)
         })?;
         if has_mask && self.causal {
             return Err(OpError::invalid(

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 
 use super::params::{BatchNormGrads, BatchNormOutput, Layer, OutputGrad, Stats, OP};
 use crate::cpu::{self, dispatch_float, Float};
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::shape::nchw;
 
 /// Training-mode forward; with `relu`, the output pass writes `relu(y)`.
@@ -414,13 +414,11 @@ fn affine_per_channel<T: Float>(
     let mut y: Vec<T> = Vec::with_capacity(len);
     cpu::with_slice::<T, _>(OP, x, |xs| {
         if xs.len() != len {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!(
-                    "input {:?} does not have shape {:?}",
-                    x.dims(),
-                    [n, c, h, w]
-                ),
+                "input {:?} does not have shape {:?}",
+                x.dims(),
+                [n, c, h, w]
             ));
         }
         y.spare_capacity_mut()[..len]
@@ -509,12 +507,10 @@ fn backward_per_channel<T: Float>(
         cpu::with_opt_slice::<T, _>(OP, relu_out, |zs| {
             cpu::with_slice::<T, _>(OP, x, |xs| {
                 if gs.len() != len || xs.len() != len || zs.is_some_and(|z| z.len() != len) {
-                    return Err(OpError::invalid(
+                    return Err(crate::invalid!(
                         OP,
-                        format!(
-                            "gradient, input and ReLU output must all be {:?}",
-                            [n, c, h, w]
-                        ),
+                        "gradient, input and ReLU output must all be {:?}",
+                        [n, c, h, w]
                     ));
                 }
                 let slots = &mut dx.spare_capacity_mut()[..len];

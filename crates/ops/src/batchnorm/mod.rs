@@ -21,7 +21,7 @@ pub use params::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 
 use candle_core::{DType, Tensor};
 
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::route::{route, Route};
 
 /// Batch norm forward in training mode (`BatchNormForwardTraining`).
@@ -58,12 +58,10 @@ fn train(
 ) -> Result<BatchNormOutput> {
     let (layer, [n, _, h, w]) = Layer::checked(x, per_channel, p)?;
     if n * h * w < 2 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "training mode needs more than one value per channel, input {:?}",
-                x.dims()
-            ),
+            "training mode needs more than one value per channel, input {:?}",
+            x.dims()
         ));
     }
     match route(x.device()) {

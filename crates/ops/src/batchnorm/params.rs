@@ -4,7 +4,7 @@
 
 use candle_core::Tensor;
 
-use crate::error::{OpError, Result};
+use crate::error::Result;
 use crate::shape::nchw;
 
 pub(crate) const OP: &str = "batch_norm";
@@ -64,9 +64,10 @@ impl BatchNorm2dParams {
         let dims = nchw(OP, "input", input)?;
         check_per_channel(input, channel_params)?;
         if self.eps.is_nan() || self.eps <= 0.0 {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("eps must be positive, got {}", self.eps),
+                "eps must be positive, got {}",
+                self.eps
             ));
         }
         Ok(dims)
@@ -78,12 +79,7 @@ impl BatchNorm2dParams {
     pub fn check_training_input(&self, input: &[usize]) -> Result<()> {
         let [n, _, h, w] = nchw(OP, "input", input)?;
         if n * h * w <= 1 {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "training needs more than one value per channel (N x H x W > 1) to estimate the variance, got input {input:?}"
-                ),
-            ));
+            return Err(crate::invalid!(OP, "training needs more than one value per channel (N x H x W > 1) to estimate the variance, got input {input:?}"));
         }
         Ok(())
     }
@@ -114,9 +110,9 @@ pub(crate) fn check_per_channel(
 ) -> Result<()> {
     let c = nchw(OP, "input", input)?[1];
     match channel_params.iter().find(|(_, shape)| *shape != [c]) {
-        Some((name, shape)) => Err(OpError::invalid(
+        Some((name, shape)) => Err(crate::invalid!(
             OP,
-            format!("{name} must have shape [{c}] for input {input:?}, got {shape:?}"),
+            "{name} must have shape [{c}] for input {input:?}, got {shape:?}"
         )),
         None => Ok(()),
     }

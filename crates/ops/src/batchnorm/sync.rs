@@ -69,12 +69,10 @@ pub fn train_from_stats(
         &[("mean", stats.mean.dims()), ("var", stats.var.dims())],
     )?;
     if stats.count < 2 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "training mode needs more than one value per channel over all replicas, got {}",
-                stats.count
-            ),
+            "training mode needs more than one value per channel over all replicas, got {}",
+            stats.count
         ));
     }
     let inv_std = (&stats.var + p.eps)

@@ -107,12 +107,10 @@ pub(crate) fn check_operands(
         .iter()
         .find(|(_, t)| t.dtype() != DType::F32 && t.dtype() != low)
     {
-        Some((name, t)) => Err(OpError::invalid(
+        Some((name, t)) => Err(crate::invalid!(
             op,
-            format!(
-                "a {low:?}-product {what}'s {name} must be F32 or {low:?}, got {:?}",
-                t.dtype()
-            ),
+            "a {low:?}-product {what}'s {name} must be F32 or {low:?}, got {:?}",
+            t.dtype()
         )),
         None => Ok(()),
     }

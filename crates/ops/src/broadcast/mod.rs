@@ -12,7 +12,7 @@ pub use op::{BinaryOp, Operand};
 use candle_core::Tensor;
 
 use crate::cpu::{self, dispatch_float, Float};
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 
 /// The broadcast shape of `a` and `b` by PyTorch's rules: dimensions are aligned from the
 /// right, and each pair must be equal or contain a 1.
@@ -30,9 +30,9 @@ pub fn broadcast_shape(op: &'static str, a: &[usize], b: &[usize]) -> Result<Vec
             (x, y) if x == y => Ok(x),
             (1, y) => Ok(y),
             (x, 1) => Ok(x),
-            _ => Err(OpError::invalid(
+            _ => Err(crate::invalid!(
                 op,
-                format!("shapes {a:?} and {b:?} do not broadcast (dimension {i} differs and neither is 1)"),
+                "shapes {a:?} and {b:?} do not broadcast (dimension {i} differs and neither is 1)"
             )),
         })
         .collect()
@@ -74,9 +74,11 @@ pub fn forward(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 fn same_dtype(op: &'static str, a: &Tensor, b: &Tensor) -> Result<()> {
     if a.dtype() != b.dtype() {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("operands have dtypes {:?} and {:?}", a.dtype(), b.dtype()),
+            "operands have dtypes {:?} and {:?}",
+            a.dtype(),
+            b.dtype()
         ));
     }
     Ok(())
@@ -146,12 +148,10 @@ pub fn sum_to_shape(op: &'static str, t: &Tensor, shape: &[usize]) -> Result<Ten
             );
         }
         if broadcast_shape(op, t.dims(), shape)? != t.dims() {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 op,
-                format!(
-                    "{shape:?} does not broadcast to the gradient's {:?}",
-                    t.dims()
-                ),
+                "{shape:?} does not broadcast to the gradient's {:?}",
+                t.dims()
             ));
         }
         return dispatch_float!(op, t.dtype(), row_kernels::sum_to_shape(op, t, shape));

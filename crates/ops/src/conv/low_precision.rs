@@ -13,7 +13,7 @@ use candle_core::{DType, Tensor};
 
 use super::params::{Epilogue, Geom, OP};
 use crate::bf16::{Bf16Path, Products};
-use crate::error::{OpError, Result};
+use crate::error::Result;
 
 /// The products a convolution with these operands runs: those of its 16-bit operands'
 /// dtype, or native; an error naming both when bfloat16 and float16 meet.
@@ -25,12 +25,10 @@ pub(super) fn products_of(operands: &[(&str, &Tensor)]) -> Result<Products> {
         }
         match found {
             Some((other, d)) if d != t.dtype() => {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     OP,
-                    format!(
-                        "the {other} is {d:?} and the {name} {:?}: one 16-bit dtype per product",
-                        t.dtype()
-                    ),
+                    "the {other} is {d:?} and the {name} {:?}: one 16-bit dtype per product",
+                    t.dtype()
                 ))
             }
             _ => found = Some((name, t.dtype())),
@@ -50,12 +48,10 @@ pub(super) fn check(
     crate::bf16::check_operands(OP, "convolution", low, operands)?;
     for (name, t) in [("bias", epilogue.bias), ("residual", epilogue.residual)] {
         if let Some(t) = t.filter(|t| t.dtype() != DType::F32) {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!(
-                    "a {low:?}-product convolution's {name} must be F32, got {:?}",
-                    t.dtype()
-                ),
+                "a {low:?}-product convolution's {name} must be F32, got {:?}",
+                t.dtype()
             ));
         }
     }

@@ -31,7 +31,7 @@ use candle_core::Tensor;
 use crate::bf16::Products;
 
 use crate::cpu::{self as cpu_data, dispatch_float};
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 use crate::route::{route, Route};
 use crate::shape::nchw;
 
@@ -272,12 +272,10 @@ pub fn conv2d_backward_bias_flops(grad_out: &[usize]) -> u64 {
 fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
     let expected = [g.n, g.c_out, g.oh, g.ow];
     if grad_out.dims() != expected {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "output gradient has shape {:?}, expected {expected:?}",
-                grad_out.dims()
-            ),
+            "output gradient has shape {:?}, expected {expected:?}",
+            grad_out.dims()
         ));
     }
     Ok(())

@@ -114,23 +114,10 @@ impl Conv2dParams {
             return Err(OpError::invalid(OP, "groups must be at least 1, got 0"));
         }
         if c_in % self.groups != 0 || c_out % self.groups != 0 {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "input channels ({c_in}, input {input:?}) and output channels ({c_out}, weight {weight:?}) must both divide by groups ({})",
-                    self.groups
-                ),
-            ));
+            return Err(crate::invalid!(OP, "input channels ({c_in}, input {input:?}) and output channels ({c_out}, weight {weight:?}) must both divide by groups ({})", self.groups));
         }
         if cin_g * self.groups != c_in {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "channel mismatch: input {input:?} has {c_in} channels but weight {weight:?} expects {} ({cin_g} per group x {} groups)",
-                    cin_g * self.groups,
-                    self.groups
-                ),
-            ));
+            return Err(crate::invalid!(OP, "channel mismatch: input {input:?} has {c_in} channels but weight {weight:?} expects {} ({cin_g} per group x {} groups)", cin_g * self.groups, self.groups));
         }
         let oh = window_out(
             OP,
@@ -176,12 +163,10 @@ impl Conv2dParams {
     /// Checks a bias shape against a weight shape.
     pub fn check_bias(&self, weight: &[usize], bias: &[usize]) -> Result<()> {
         if bias.len() != 1 || weight.first() != bias.first() {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!(
-                    "bias must have shape [{}] for weight {weight:?}, got {bias:?}",
-                    weight.first().copied().unwrap_or(0)
-                ),
+                "bias must have shape [{}] for weight {weight:?}, got {bias:?}",
+                weight.first().copied().unwrap_or(0)
             ));
         }
         Ok(())

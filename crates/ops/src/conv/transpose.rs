@@ -27,32 +27,26 @@ pub fn output_shape(
     let [n, c_in, h, w] = nchw(OP, "input", input)?;
     let [wc_in, cout_g, kh, kw] = nchw(OP, "weight", weight)?;
     if wc_in != c_in {
-        return Err(OpError::invalid(
-            OP,
-            format!("input has {c_in} channels but the weight {weight:?} expects {wc_in} ([C_in, C_out / groups, kh, kw])"),
-        ));
+        return Err(crate::invalid!(OP, "input has {c_in} channels but the weight {weight:?} expects {wc_in} ([C_in, C_out / groups, kh, kw])"));
     }
     let side = |i: usize, len: usize, k: usize| -> Result<usize> {
         let op = output_padding[i];
         if op >= p.stride[i].max(p.dilation[i]) {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!(
-                    "output padding {op} must be smaller than the stride {} or the dilation {}",
-                    p.stride[i], p.dilation[i]
-                ),
+                "output padding {op} must be smaller than the stride {} or the dilation {}",
+                p.stride[i],
+                p.dilation[i]
             ));
         }
         let full = (len.max(1) - 1) * p.stride[i] + p.dilation[i] * (k - 1) + op + 1;
         full.checked_sub(2 * p.padding[i])
             .filter(|v| *v > 0)
             .ok_or_else(|| {
-                OpError::invalid(
+                crate::invalid!(
                     OP,
-                    format!(
-                        "padding {} leaves no output from an input side of {len}",
-                        p.padding[i]
-                    ),
+                    "padding {} leaves no output from an input side of {len}",
+                    p.padding[i]
                 )
             })
     };
@@ -60,9 +54,9 @@ pub fn output_shape(
     // The convolution back from the output must give the input's shape.
     let back = p.output_shape(&out, weight)?;
     if back != [n, c_in, h, w] {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!("no output size maps back to the input {input:?} with these settings"),
+            "no output size maps back to the input {input:?} with these settings"
         ));
     }
     Ok(out)

@@ -280,12 +280,10 @@ pub(crate) fn same_dtype(
 ) -> Result<()> {
     for (name, t) in tensors {
         if t.dtype() != dtype {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 op,
-                format!(
-                    "{name} has dtype {:?} but the op runs in {dtype:?}",
-                    t.dtype()
-                ),
+                "{name} has dtype {:?} but the op runs in {dtype:?}",
+                t.dtype()
             ));
         }
     }
@@ -307,13 +305,11 @@ pub(crate) fn zip_map<T: Float>(
     use rayon::prelude::*;
     let len = a.elem_count();
     if b.elem_count() != len {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!(
-                "operands of shapes {:?} and {:?} differ in size",
-                a.dims(),
-                b.dims()
-            ),
+            "operands of shapes {:?} and {:?} differ in size",
+            a.dims(),
+            b.dims()
         ));
     }
     let mut out: Vec<T> = Vec::with_capacity(len);

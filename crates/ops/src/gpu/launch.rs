@@ -38,9 +38,9 @@ pub struct Launch {
 }
 
 fn too_large(op: &'static str, what: &str, value: u64) -> OpError {
-    OpError::invalid(
+    crate::invalid!(
         op,
-        format!("{what} {value} is past what wick's CUDA kernels index (2^31 - 1)"),
+        "{what} {value} is past what wick's CUDA kernels index (2^31 - 1)"
     )
 }
 

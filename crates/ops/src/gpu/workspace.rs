@@ -133,7 +133,7 @@ impl Workspace {
             #[cfg(feature = "cuda")]
             Device::Cuda(dev) if bytes > 0 => {
                 let len = usize::try_from(bytes)
-                    .map_err(|_| crate::OpError::invalid("workspace", format!("{bytes} bytes")))?;
+                    .map_err(|_| crate::invalid!("workspace", "{bytes} bytes"))?;
                 // SAFETY: a kernel writes every scratch value it later reads (the callers
                 // in `gpu` upload or compute each region before reading it).
                 let buffer = unsafe { dev.cuda_stream().alloc::<u8>(len) }.map_err(

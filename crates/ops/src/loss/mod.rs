@@ -13,31 +13,28 @@ const OP: &str = "cross_entropy";
 /// Checks logits [N, C] against labels [N] (shapes and an integer dtype).
 fn check(logits: &Tensor, labels: &Tensor) -> Result<(usize, usize)> {
     let &[n, c] = logits.dims() else {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!("logits must be [N, classes], got {:?}", logits.dims()),
+            "logits must be [N, classes], got {:?}",
+            logits.dims()
         ));
     };
     if labels.dims() != [n] {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "labels must have shape [{n}] for logits {:?}, got {:?}",
-                logits.dims(),
-                labels.dims()
-            ),
+            "labels must have shape [{n}] for logits {:?}, got {:?}",
+            logits.dims(),
+            labels.dims()
         ));
     }
     if n == 0 {
         return Err(OpError::invalid(OP, "the batch is empty"));
     }
     if !is_integer(labels.dtype()) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "labels must be integers (u8, u32, i16, i32 or i64), got {:?}",
-                labels.dtype()
-            ),
+            "labels must be integers (u8, u32, i16, i32 or i64), got {:?}",
+            labels.dtype()
         ));
     }
     Ok((n, c))
@@ -55,9 +52,9 @@ pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
             .to_vec1::<i64>()
             .ctx(OP)?,
         other => {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("labels must be integers (u8, u32, i16, i32 or i64), got {other:?}"),
+                "labels must be integers (u8, u32, i16, i32 or i64), got {other:?}"
             ))
         }
     };
@@ -66,12 +63,10 @@ pub fn check_labels(labels: &Tensor, classes: usize) -> Result<()> {
         .enumerate()
         .find(|(_, &v)| v < 0 || v >= classes as i64)
     {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "label {bad} at position {i} is outside the class range 0..{classes} (labels {:?})",
-                labels.dims()
-            ),
+            "label {bad} at position {i} is outside the class range 0..{classes} (labels {:?})",
+            labels.dims()
         ));
     }
     Ok(())
@@ -138,12 +133,10 @@ pub fn cross_entropy_backward(
 ) -> Result<Tensor> {
     let (n, c) = check(logits, labels)?;
     if grad_loss.elem_count() != 1 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "loss gradient must be a scalar, got shape {:?}",
-                grad_loss.dims()
-            ),
+            "loss gradient must be a scalar, got shape {:?}",
+            grad_loss.dims()
         ));
     }
     #[cfg(feature = "cuda")]

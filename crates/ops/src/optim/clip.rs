@@ -2,7 +2,7 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::error::{CandleContext, OpError, Result};
+use crate::error::{CandleContext, Result};
 
 /// The factor `clip_grad_norm_` multiplies every gradient by: `min(1, max_norm / (‖g‖ + 1e-6))`
 /// with `‖g‖` the L2 norm of all the gradients together (accumulated in f64). Returns the
@@ -10,9 +10,9 @@ use crate::error::{CandleContext, OpError, Result};
 pub fn clip_factor(grads: &[&Tensor], max_norm: f64) -> Result<(f64, f64)> {
     const CLIP: &str = "clip_grad_norm";
     if !(max_norm.is_finite() && max_norm > 0.0) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             CLIP,
-            format!("max_norm must be positive, got {max_norm}"),
+            "max_norm must be positive, got {max_norm}"
         ));
     }
     let mut sum = 0.0f64;

@@ -30,12 +30,10 @@ fn addresses<T: candle_core::cuda::CudaDType>(
         .iter()
         .map(|t| {
             if !t.is_contiguous() {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     op,
-                    format!(
-                        "the multi-tensor update needs contiguous tensors, got {:?} strided",
-                        t.dims()
-                    ),
+                    "the multi-tensor update needs contiguous tensors, got {:?} strided",
+                    t.dims()
                 ));
             }
             let (storage, layout) = t.storage_and_layout();

@@ -34,13 +34,7 @@ impl SgdParams {
     pub fn validate(&self) -> Result<()> {
         let valid = |v: f64| v.is_finite() && v >= 0.0;
         if !valid(self.lr) || !valid(self.momentum) || !valid(self.weight_decay) {
-            return Err(OpError::invalid(
-                "sgd",
-                format!(
-                    "lr, momentum and weight decay must be finite and non-negative, got lr {}, momentum {}, weight decay {}",
-                    self.lr, self.momentum, self.weight_decay
-                ),
-            ));
+            return Err(crate::invalid!("sgd", "lr, momentum and weight decay must be finite and non-negative, got lr {}, momentum {}, weight decay {}", self.lr, self.momentum, self.weight_decay));
         }
         if self.nesterov && (self.momentum <= 0.0 || self.dampening != 0.0) {
             return Err(OpError::invalid(
@@ -154,13 +148,7 @@ impl AdamParams {
             || !beta(self.beta1)
             || !beta(self.beta2)
         {
-            return Err(OpError::invalid(
-                "adam",
-                format!(
-                    "lr, eps and weight decay must be finite and non-negative and betas in [0, 1), got lr {}, betas ({}, {}), eps {}, weight decay {}",
-                    self.lr, self.beta1, self.beta2, self.eps, self.weight_decay
-                ),
-            ));
+            return Err(crate::invalid!("adam", "lr, eps and weight decay must be finite and non-negative and betas in [0, 1), got lr {}, betas ({}, {}), eps {}, weight decay {}", self.lr, self.beta1, self.beta2, self.eps, self.weight_decay));
         }
         Ok(())
     }

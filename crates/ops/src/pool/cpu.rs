@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::params::{Geom, MaxPoolOutput};
 use crate::cpu::{self, Float};
-use crate::error::{OpError, Result};
+use crate::error::Result;
 
 const MAX: &str = "max_pool2d";
 const AVG: &str = "avg_pool2d";
@@ -128,9 +128,11 @@ pub(super) fn max_backward<T: Float>(
     cpu::with_slice::<T, _>(MAX, grad_y, |gs| {
         cpu::with_slice::<u32, _>(MAX, indices, |is| {
             if let Some(bad) = is.iter().find(|&&i| i as usize >= hw) {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     MAX,
-                    format!("index {bad} is outside a {}x{} plane", g.h, g.w),
+                    "index {bad} is outside a {}x{} plane",
+                    g.h,
+                    g.w
                 ));
             }
             dx.par_chunks_mut(hw)

@@ -96,9 +96,10 @@ pub fn max_pool2d_backward(
         &[("output gradient", grad_y), ("indices", indices)],
     )?;
     if indices.dtype() != DType::U32 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             kind.op_name(),
-            format!("indices must be u32, got {:?}", indices.dtype()),
+            "indices must be u32, got {:?}",
+            indices.dtype()
         ));
     }
     match route(grad_y.device()) {

@@ -2,7 +2,7 @@
 
 use candle_core::Tensor;
 
-use crate::error::{OpError, Result};
+use crate::error::Result;
 use crate::shape::{nchw, window_out};
 
 /// Max or average pooling: which function is called says which; this names it in errors.
@@ -52,12 +52,11 @@ impl Pool2dParams {
         let [n, c, h, w] = nchw(op, "input", input)?;
         for axis in 0..2 {
             if self.padding[axis] * 2 > self.kernel[axis] {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     op,
-                    format!(
-                        "padding {:?} must be at most half the kernel {:?} (input {input:?})",
-                        self.padding, self.kernel
-                    ),
+                    "padding {:?} must be at most half the kernel {:?} (input {input:?})",
+                    self.padding,
+                    self.kernel
                 ));
             }
         }

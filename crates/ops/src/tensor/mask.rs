@@ -7,7 +7,7 @@ use candle_core::{DType, Tensor};
 use super::{candle, cpu_kernels};
 use crate::broadcast::{broadcast_shape, sum_to_shape};
 use crate::cpu::dispatch_float;
-use crate::error::{OpError, Result};
+use crate::error::Result;
 
 /// An element-wise comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -93,9 +93,9 @@ pub fn compare(cmp: Comparison, a: &Tensor, b: Rhs<'_>) -> Result<Tensor> {
 /// An error unless `dtype` can be a mask (`u8`, as comparisons give).
 pub fn check_mask_dtype(op: &'static str, dtype: DType) -> Result<()> {
     if dtype != DType::U8 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("the mask must be u8 (as comparisons give), got {dtype:?}"),
+            "the mask must be u8 (as comparisons give), got {dtype:?}"
         ));
     }
     Ok(())
@@ -146,9 +146,9 @@ pub fn where_backward(gy: &Tensor, cond: &Tensor, to_a: bool, shape: &[usize]) -
 pub fn check_masked_fill(x: &[usize], mask: &[usize]) -> Result<()> {
     let shape = broadcast_shape("masked_fill", x, mask)?;
     if shape != x {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             "masked_fill",
-            format!("the mask {mask:?} does not broadcast to the input {x:?}"),
+            "the mask {mask:?} does not broadcast to the input {x:?}"
         ));
     }
     Ok(())

@@ -8,7 +8,7 @@ use super::{candle, matmul_cpu};
 use crate::bf16::Products;
 use crate::broadcast::{broadcast_shape, sum_to_shape};
 use crate::cpu::{self, dispatch_float};
-use crate::error::{OpError, Result};
+use crate::error::Result;
 
 const OP: &str = "matmul";
 
@@ -24,13 +24,11 @@ fn f16_operands(x: &Tensor, y: &Tensor) -> Result<Option<(Tensor, Tensor)>> {
         return Ok(None);
     }
     if x.dtype() == candle_core::DType::BF16 || y.dtype() == candle_core::DType::BF16 {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             OP,
-            format!(
-                "operands of dtypes {:?} and {:?}: one 16-bit dtype per product",
-                x.dtype(),
-                y.dtype()
-            ),
+            "operands of dtypes {:?} and {:?}: one 16-bit dtype per product",
+            x.dtype(),
+            y.dtype()
         ));
     }
     Ok(Some((f16_values(x)?, f16_values(y)?)))
@@ -143,9 +141,9 @@ impl MatMulShape {
     /// The shapes of `matmul(a, b)`, or an error naming both shapes.
     pub fn new(a: &[usize], b: &[usize]) -> Result<Self> {
         if a.is_empty() || b.is_empty() {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("both operands need at least one dimension, got {a:?} and {b:?}"),
+                "both operands need at least one dimension, got {a:?} and {b:?}"
             ));
         }
         let a_nd = if a.len() == 1 {
@@ -161,9 +159,9 @@ impl MatMulShape {
         let (ra, rb) = (a_nd.len(), b_nd.len());
         let (m, k, k2, n) = (a_nd[ra - 2], a_nd[ra - 1], b_nd[rb - 2], b_nd[rb - 1]);
         if k != k2 {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("{a:?} @ {b:?}: the inner sizes {k} and {k2} differ"),
+                "{a:?} @ {b:?}: the inner sizes {k} and {k2} differ"
             ));
         }
         let batch = broadcast_shape(OP, &a_nd[..ra - 2], &b_nd[..rb - 2])?;
@@ -242,13 +240,7 @@ impl MatMulShape {
             .iter()
             .all(|t| matches!(t.dtype(), DType::F32 | DType::BF16));
         if !floats {
-            return Err(OpError::invalid(
-                OP,
-                format!(
-                    "bf16 products of {:?} @ {:?} ({:?} and {:?}): the other operand must be f32 or bf16",
-                    self.a, self.b, x.dtype(), y.dtype()
-                ),
-            ));
+            return Err(crate::invalid!(OP, "bf16 products of {:?} @ {:?} ({:?} and {:?}): the other operand must be f32 or bf16", self.a, self.b, x.dtype(), y.dtype()));
         }
         let cpu = crate::route::route(x.device()) == crate::route::Route::Cpu;
         if self.flat() && cpu {

@@ -41,13 +41,11 @@ pub fn dim_index(op: &'static str, rank: usize, dim: isize) -> Result<usize> {
     let r = rank as isize;
     let d = if dim < 0 { dim + r } else { dim };
     if d < 0 || d >= r {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!(
-                "dimension {dim} is out of range for a tensor of rank {rank} (expected {} to {})",
-                -r,
-                r - 1
-            ),
+            "dimension {dim} is out of range for a tensor of rank {rank} (expected {} to {})",
+            -r,
+            r - 1
         ));
     }
     Ok(d as usize)
@@ -66,9 +64,10 @@ pub fn dims_index(op: &'static str, rank: usize, dims: &[isize]) -> Result<Vec<u
         .collect::<Result<Vec<_>>>()?;
     out.sort_unstable();
     if let Some(w) = out.windows(2).find(|w| w[0] == w[1]) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("dimension {} is named twice in {dims:?}", w[0]),
+            "dimension {} is named twice in {dims:?}",
+            w[0]
         ));
     }
     Ok(out)

@@ -99,18 +99,16 @@ impl NllLoss {
                 .collect(),
         };
         if target != expected {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("input {input:?} needs target {expected:?}, got {target:?}"),
+                "input {input:?} needs target {expected:?}, got {target:?}"
             ));
         }
         if !(0.0..=1.0).contains(&self.label_smoothing) {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!(
-                    "label_smoothing must be in [0, 1], got {}",
-                    self.label_smoothing
-                ),
+                "label_smoothing must be in [0, 1], got {}",
+                self.label_smoothing
             ));
         }
         Ok(match self.reduction {
@@ -243,9 +241,9 @@ impl Rows {
                 valid.push(0.0);
                 safe.push(0u32);
             } else if v < 0 || v as usize >= classes {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     OP,
-                    format!("target {v} (element {i}) is out of range for {classes} classes"),
+                    "target {v} (element {i}) is out of range for {classes} classes"
                 ));
             } else {
                 valid.push(1.0);

@@ -30,16 +30,17 @@ impl Reduce {
         let name = op.op_name();
         let dims = dims_index(name, shape.len(), dims)?;
         if !op.differentiable() && dims.len() != 1 {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 name,
-                format!("takes one dimension, got {} of shape {shape:?}", dims.len()),
+                "takes one dimension, got {} of shape {shape:?}",
+                dims.len()
             ));
         }
         if let Some(&d) = dims.iter().find(|&&d| shape[d] == 0) {
             if !matches!(op, Reduction::Sum | Reduction::Mean | Reduction::LogSumExp) {
-                return Err(OpError::invalid(
+                return Err(crate::invalid!(
                     name,
-                    format!("dimension {d} of shape {shape:?} is empty: no {name} exists"),
+                    "dimension {d} of shape {shape:?} is empty: no {name} exists"
                 ));
             }
         }

@@ -13,9 +13,9 @@ use crate::route::{route, Route};
 pub fn narrow_shape(shape: &[usize], dim: usize, start: usize, len: usize) -> Result<Vec<usize>> {
     let n = shape[dim];
     if start.checked_add(len).is_none_or(|end| end > n) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             "narrow",
-            format!("start {start} + length {len} is past dimension {dim} of size {n} (shape {shape:?})"),
+            "start {start} + length {len} is past dimension {dim} of size {n} (shape {shape:?})"
         ));
     }
     let mut out = shape.to_vec();
@@ -135,9 +135,10 @@ pub fn expand(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     if route(x.device()) == Route::Cpu {
         // The shape rule first: the rows assume `x` broadcasts to `shape`.
         if crate::broadcast::broadcast_shape(OP, x.dims(), shape)? != shape {
-            return Err(OpError::invalid(
+            return Err(crate::invalid!(
                 OP,
-                format!("{:?} does not broadcast to {shape:?}", x.dims()),
+                "{:?} does not broadcast to {shape:?}",
+                x.dims()
             ));
         }
         match x.dtype() {
@@ -155,9 +156,9 @@ pub fn expand(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
 /// An error unless `index` has an index dtype; `what` names it.
 pub fn check_index_dtype(op: &'static str, what: &str, dtype: DType) -> Result<()> {
     if !is_index_dtype(dtype) {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("{what} must be integer (u8, u32 or i64), got {dtype:?}"),
+            "{what} must be integer (u8, u32 or i64), got {dtype:?}"
         ));
     }
     Ok(())
@@ -180,9 +181,9 @@ pub fn check_index_range(
         .enumerate()
         .find(|(_, &v)| (v < 0 || v as usize >= size) && Some(v) != skip);
     if let Some((i, v)) = bad {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             op,
-            format!("index {v} (element {i} of the indices) is out of range for size {size}"),
+            "index {v} (element {i} of the indices) is out of range for size {size}"
         ));
     }
     Ok(())
@@ -223,9 +224,9 @@ pub fn gather_shape(x: &[usize], dim: isize, index: &[usize]) -> Result<(usize, 
             .enumerate()
             .all(|(i, (&a, &b))| i == d || a <= b);
     if !fits {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             "gather",
-            format!("index shape {index:?} does not fit input shape {x:?} along dimension {d}"),
+            "index shape {index:?} does not fit input shape {x:?} along dimension {d}"
         ));
     }
     Ok((d, index.to_vec()))
@@ -252,9 +253,9 @@ pub fn gather_backward(gy: &Tensor, shape: &[usize], dim: usize, index: &Tensor)
 /// The shape of `F.embedding(indices, weight)`: `indices`' shape then the embedding size.
 pub fn embedding_shape(indices: &[usize], weight: &[usize]) -> Result<Vec<usize>> {
     let [_, d] = weight else {
-        return Err(OpError::invalid(
+        return Err(crate::invalid!(
             "embedding",
-            format!("the weight must be [num_embeddings, embedding_dim], got {weight:?}"),
+            "the weight must be [num_embeddings, embedding_dim], got {weight:?}"
         ));
     };
     let mut out = indices.to_vec();

@@ -164,12 +164,7 @@ impl Unary {
     /// An error for a constant that is not finite (or a clamp with `min > max`).
     pub fn check(self) -> Result<()> {
         let op = self.op_name();
-        let bad = |what: &str, v: f64| {
-            Err(OpError::invalid(
-                op,
-                format!("{what} must be finite, got {v}"),
-            ))
-        };
+        let bad = |what: &str, v: f64| Err(crate::invalid!(op, "{what} must be finite, got {v}"));
         match self {
             Unary::Pow(p) if !p.is_finite() => bad("the exponent", p),
             Unary::AddScalar(c) | Unary::Fill(c) if !c.is_finite() => bad("the constant", c),

@@ -6,6 +6,7 @@ use serde::Serialize;
 use wick_ops::KernelClass;
 
 use crate::profile::data::Profile;
+use crate::profile::stats::giga_per_sec;
 
 /// One row of the per-class table: every node whose kernel is of one class.
 #[derive(Debug, Clone, Serialize)]
@@ -29,20 +30,12 @@ pub struct ClassRow {
 impl ClassRow {
     /// Its FLOP rate, GFLOP/s (0 when no time was measured).
     pub fn gflops(&self) -> f64 {
-        rate(self.flops, self.total_sec)
+        giga_per_sec(self.flops, self.total_sec)
     }
 
     /// Its memory traffic, GB/s (0 when no time was measured).
     pub fn gbytes_per_sec(&self) -> f64 {
-        rate(self.bytes, self.total_sec)
-    }
-}
-
-fn rate(amount: u64, sec: f64) -> f64 {
-    if sec > 0.0 {
-        amount as f64 / sec / 1e9
-    } else {
-        0.0
+        giga_per_sec(self.bytes, self.total_sec)
     }
 }
 

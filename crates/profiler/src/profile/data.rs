@@ -144,11 +144,7 @@ pub struct OpTypeRow {
 impl OpTypeRow {
     /// Its FLOP rate, GFLOP/s (0 when no time was measured).
     pub fn gflops(&self) -> f64 {
-        if self.total_sec > 0.0 {
-            self.flops as f64 / self.total_sec / 1e9
-        } else {
-            0.0
-        }
+        super::stats::giga_per_sec(self.flops, self.total_sec)
     }
 }
 

@@ -59,11 +59,7 @@ pub struct BucketProfile {
 impl BucketProfile {
     /// Algorithm bandwidth, bytes / time, in GB/s (NCCL-tests' `algbw`).
     pub fn algbw_gbs(&self) -> f64 {
-        if self.comm_sec > 0.0 {
-            self.bytes as f64 / self.comm_sec / 1e9
-        } else {
-            0.0
-        }
+        super::stats::giga_per_sec(self.bytes, self.comm_sec)
     }
 
     /// Bus bandwidth for an all-reduce over `ranks`, `algbw * 2 (n - 1) / n` in GB/s

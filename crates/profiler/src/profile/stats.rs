@@ -1,5 +1,15 @@
 //! Statistics over timed samples.
 
+/// `amount` per second in units of 10⁹ (GFLOP/s, GB/s) over `sec`; 0 when no time was
+/// measured.
+pub(crate) fn giga_per_sec(amount: u64, sec: f64) -> f64 {
+    if sec > 0.0 {
+        amount as f64 / sec / 1e9
+    } else {
+        0.0
+    }
+}
+
 /// The median of `values` (the mean of the middle two for an even count; 0 when empty).
 pub(crate) fn median(values: &[f64]) -> f64 {
     if values.is_empty() {

@@ -59,11 +59,7 @@ pub const PARTLY_INPUT_BOUND: f64 = 0.05;
 impl StepProfile {
     /// The share of the step spent waiting for data.
     pub fn input_share(&self) -> f64 {
-        if self.wall_sec > 0.0 {
-            self.input_wait_sec / self.wall_sec
-        } else {
-            0.0
-        }
+        self.share(self.input_wait_sec)
     }
 
     /// The input-bound verdict from [`input_share`](StepProfile::input_share).

@@ -67,6 +67,5 @@ pub(crate) fn step_of(step: &Tensor) -> Result<u64, OpError> {
         .to_dtype(candle_core::DType::I64)
         .and_then(|s| s.to_scalar::<i64>())
         .map_err(|e| OpError::candle("step", e))?;
-    u64::try_from(v)
-        .map_err(|_| OpError::invalid("step", format!("the step counter is negative: {v}")))
+    u64::try_from(v).map_err(|_| wick_ops::invalid!("step", "the step counter is negative: {v}"))
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use wick_ops::optim::adam;
-use wick_ops::{AdamParams, DeviceKind, Kernel, OpError};
+use wick_ops::{AdamParams, DeviceKind, Kernel};
 
 use super::{checked, param_sizes};
 use crate::error::Result;
@@ -29,7 +29,7 @@ impl NodeOp for AdamUpdate {
         let param = arg(inputs, 0, "adam")?;
         let grad = arg(inputs, 1, "adam")?;
         let done = wick_ops::dropout::read_step(arg(inputs, 2, "adam")?)
-            .map_err(|e| OpError::invalid("adam", format!("the step input: {e}")))?;
+            .map_err(|e| wick_ops::invalid!("adam", "the step input: {e}"))?;
         let state = |i: usize| inputs.get(i).copied().flatten();
         let (p, m, v) = adam::adam_step(param, grad, state(3), state(4), done + 1, &self.params)?;
         Ok(vec![Some(p), Some(m), Some(v)])
@@ -86,7 +86,7 @@ impl NodeOp for AdamUpdateMultiTensor {
 
     fn execute(&self, inputs: &Inputs<'_>) -> KernelResult {
         let done = wick_ops::dropout::read_step(arg(inputs, 0, "adam")?)
-            .map_err(|e| wick_ops::OpError::invalid("adam", format!("the step input: {e}")))?;
+            .map_err(|e| wick_ops::invalid!("adam", "the step input: {e}"))?;
         let mut members = Vec::with_capacity(self.members);
         for k in 0..self.members {
             let at = Self::param_input(k);

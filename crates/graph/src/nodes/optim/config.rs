@@ -291,9 +291,9 @@ impl GraphBuilder {
 
     fn record_clip(&mut self, pairs: &mut [(ValueId, ValueId)], max_norm: f64) -> Result<ValueId> {
         if !(max_norm.is_finite() && max_norm > 0.0) {
-            return Err(self.build_err("clip_grad_norm")(OpError::invalid(
+            return Err(self.build_err("clip_grad_norm")(wick_ops::invalid!(
                 "clip_grad_norm",
-                format!("max_norm must be positive, got {max_norm}"),
+                "max_norm must be positive, got {max_norm}"
             )));
         }
         let inputs: Vec<ValueId> = pairs.iter().map(|(_, g)| *g).collect();

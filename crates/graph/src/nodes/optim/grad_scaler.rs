@@ -85,7 +85,7 @@ impl UnscaleGradients {
             Some(t) => wick_ops::dropout::read_step(t),
             None => wick_ops::dropout::read_step(arg(inputs, n + 3, OP)?),
         }
-        .map_err(|e| OpError::invalid(OP, format!("the update count: {e}")))?;
+        .map_err(|e| wick_ops::invalid!(OP, "the update count: {e}"))?;
         let done = done as i64;
         Ok((done, done + i64::from(!found)))
     }
