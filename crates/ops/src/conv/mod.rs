@@ -270,13 +270,12 @@ pub fn conv2d_backward_bias_flops(grad_out: &[usize]) -> u64 {
 }
 
 fn check_grad_out(g: &Geom, grad_out: &Tensor) -> Result<()> {
-    let expected = [g.n, g.c_out, g.oh, g.ow];
-    if grad_out.dims() != expected {
-        return Err(crate::invalid!(
-            OP,
-            "output gradient has shape {:?}, expected {expected:?}",
-            grad_out.dims()
-        ));
-    }
-    Ok(())
+    let output = [g.n, g.c_out, g.oh, g.ow];
+    crate::shape::same(
+        OP,
+        "output gradient",
+        grad_out.dims(),
+        "the output",
+        &output,
+    )
 }

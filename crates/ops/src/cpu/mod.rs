@@ -41,6 +41,16 @@ pub(crate) trait Float:
     fn powf(self, p: Self) -> Self;
 }
 
+/// `fn f(self) -> Self` for each `f`, as the standard library's method of that name.
+macro_rules! std_methods {
+    ($t:ident: $($f:ident),*) => {$(
+        #[inline(always)]
+        fn $f(self) -> Self {
+            $t::$f(self)
+        }
+    )*};
+}
+
 macro_rules! impl_float {
     ($($t:ident: $exp:path),*) => {$(
         impl Float for $t {
@@ -55,26 +65,7 @@ macro_rules! impl_float {
             fn exp(self) -> Self {
                 $exp(self)
             }
-            #[inline(always)]
-            fn ln(self) -> Self {
-                $t::ln(self)
-            }
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                $t::sqrt(self)
-            }
-            #[inline(always)]
-            fn abs(self) -> Self {
-                $t::abs(self)
-            }
-            #[inline(always)]
-            fn sin(self) -> Self {
-                $t::sin(self)
-            }
-            #[inline(always)]
-            fn cos(self) -> Self {
-                $t::cos(self)
-            }
+            std_methods!($t: ln, sqrt, abs, sin, cos);
             #[inline(always)]
             fn powf(self, p: Self) -> Self {
                 $t::powf(self, p)

@@ -57,12 +57,17 @@ fn cpu_kernel_matches_the_permuted_layer_norm() {
     }
 }
 
+/// An input `x` of shape `dims`, an output gradient `g` like it and a per-channel weight
+/// and bias, drawn from seeds `seed` to `seed + 3`.
+fn inputs(dims: [usize; 4], seed: u64) -> [Tensor; 4] {
+    let c = [dims[1]];
+    [(0, &dims[..]), (1, &dims[..]), (2, &c[..]), (3, &c[..])]
+        .map(|(i, d)| rand_tensor(seed + i, d))
+}
+
 #[test]
 fn float32_is_as_close_to_float64_as_its_rounding() {
-    let dims = [2, 64, 9, 9];
-    let x = rand_tensor(5, &dims);
-    let g = rand_tensor(6, &dims);
-    let (w, b) = (rand_tensor(7, &[64]), rand_tensor(8, &[64]));
+    let [x, g, w, b] = inputs([2, 64, 9, 9], 5);
     let want = run(&x, &g, Some(&w), Some(&b));
     let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
     let got = run(&f32(&x), &f32(&g), Some(&f32(&w)), Some(&f32(&b)));
@@ -74,10 +79,7 @@ fn float32_is_as_close_to_float64_as_its_rounding() {
 
 #[test]
 fn gradients_match_finite_differences() {
-    let dims = [2, 4, 3, 3];
-    let x = rand_tensor(9, &dims);
-    let g = rand_tensor(10, &dims);
-    let (w, b) = (rand_tensor(11, &[4]), rand_tensor(12, &[4]));
+    let [x, g, w, b] = inputs([2, 4, 3, 3], 9);
     let grads = norm::layer_norm2d_backward(&g, &x, Some(&w), true, 1e-6).unwrap();
     let through_x = |x: &Tensor| norm::layer_norm2d(x, Some(&w), Some(&b), 1e-6).unwrap();
     let through_w = |w: &Tensor| norm::layer_norm2d(&x, Some(w), Some(&b), 1e-6).unwrap();
