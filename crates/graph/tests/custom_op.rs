@@ -53,8 +53,8 @@ impl NodeOp for CubeBackward {
     fn kernel(&self) -> Kernel {
         Kernel::Custom(CustomKernel {
             name: "CubeBackward",
-            class: KernelClass::Elementwise,
             phase: KernelPhase::Backward,
+            ..CUBE
         })
     }
 
