@@ -19,7 +19,7 @@ safetensors; default OUT_DIR fixtures/gpt2)
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from transformers_fixture import adamw_step, save, start  # same folder
+from transformers_fixture import adamw_step, copy_as, save, start  # same folder
 
 OUT = start("fixtures/gpt2")
 config = GPT2Config(vocab_size=50, n_positions=16, n_embd=32, n_layer=2, n_head=4,
@@ -29,14 +29,8 @@ base = GPT2LMHeadModel(config).eval()
 tokens = torch.randint(0, 50, (2, 9))
 
 
-def run_model(dtype):
-    m = GPT2LMHeadModel(config).eval()
-    m.load_state_dict(base.state_dict())
-    return m.to(dtype)
-
-
 def run(dtype):
-    return adamw_step(run_model(dtype), tokens, config.vocab_size)
+    return adamw_step(copy_as(base, dtype), tokens, config.vocab_size)
 
 
 names = [k for k in base.state_dict() if k != "lm_head.weight" and not k.endswith((".attn.bias", ".attn.masked_bias"))]
@@ -45,6 +39,6 @@ f32 = run(torch.float32)
 # Greedy generation (transformers' generate, its key/value cache) of 8 tokens after the
 # first sequence's first 3, in float64.
 with torch.no_grad():
-    generated = run_model(torch.float64).generate(tokens[:1, :3], max_new_tokens=8,
+    generated = copy_as(base, torch.float64).generate(tokens[:1, :3], max_new_tokens=8,
                                                   do_sample=False, pad_token_id=0)[0]
 save(OUT, config, base, names, tokens, generated, f64, f32)

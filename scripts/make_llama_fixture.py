@@ -32,7 +32,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.models.llama import modeling_llama
 
-from transformers_fixture import adamw_step, save, start  # same folder
+from transformers_fixture import adamw_step, copy_as, save, start  # same folder
 
 OUT = start("fixtures/llama")
 
@@ -80,21 +80,16 @@ def make(stem, config):
     base = LlamaForCausalLM(config).eval()
     tokens = torch.randint(0, config.vocab_size, (2, 9))
 
-    def model(dtype):
-        m = LlamaForCausalLM(config).eval()
-        m.load_state_dict(base.state_dict())
-        return m.to(dtype)
-
     def run(dtype):
-        return adamw_step(model(dtype), tokens, config.vocab_size)
+        return adamw_step(copy_as(base, dtype), tokens, config.vocab_size)
 
     names = [k for k in base.state_dict() if not (config.tie_word_embeddings and k == "lm_head.weight")]
     with torch.no_grad():
-        upcast_logits = model(torch.float64)(input_ids=tokens[:, :-1]).logits
+        upcast_logits = copy_as(base, torch.float64)(input_ids=tokens[:, :-1]).logits
     with native_precision():
         f64 = run(torch.float64)
         with torch.no_grad():
-            generated = model(torch.float64).generate(tokens[:1, :3], max_new_tokens=8, do_sample=False)[0]
+            generated = copy_as(base, torch.float64).generate(tokens[:1, :3], max_new_tokens=8, do_sample=False)[0]
     f32 = run(torch.float32)
     effect = ((upcast_logits - f64[0]).abs().max() / f64[0].abs().max()).item()
     extra = {}

@@ -20,6 +20,13 @@ def start(default_out):
     return out
 
 
+def copy_as(base, dtype):
+    """A fresh model of `base`'s class and config holding its weights, in `dtype`."""
+    m = type(base)(base.config).eval()
+    m.load_state_dict(base.state_dict())
+    return m.to(dtype)
+
+
 def adamw_step(m, tokens, vocab_size):
     """The logits of tokens[:, :-1], the next-token loss against tokens[:, 1:] (checked
     against transformers' own `labels` loss, which it computes in float32), and every
