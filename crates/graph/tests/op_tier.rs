@@ -159,15 +159,22 @@ fn every_new_backward_rule_matches_finite_differences_from_a_sum_of_losses() {
     assert_eq!(params, 8, "every parameter has a gradient");
 }
 
+/// A training graph of an input `x` times a parameter `w`, both of `shape`, and a target
+/// `t` like them: the builder and `[x, x * w, t]`.
+fn x_times_w(shape: &[usize]) -> (GraphBuilder, [ValueId; 3]) {
+    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
+    let x = b.input("x", shape, DType::F32).unwrap();
+    let w = b.param("w", shape).unwrap();
+    let y = b.mul(x, w).unwrap();
+    let t = b.input("t", shape, DType::F32).unwrap();
+    (b, [x, y, t])
+}
+
 #[test]
 fn the_loss_of_backward_must_be_a_scalar_that_a_parameter_reaches() {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let x = b.input("x", &[2, 3], DType::F32).unwrap();
-    let w = b.param("w", &[2, 3]).unwrap();
-    let y = b.mul(x, w).unwrap();
+    let (mut b, [x, y, t]) = x_times_w(&[2, 3]);
     let err = b.backward(y).unwrap_err().to_string();
     assert_mentions(&err, &["must be a scalar", "[2, 3]"]);
-    let t = b.input("t", &[2, 3], DType::F32).unwrap();
     let no_param = b.mse_loss(x, t).unwrap();
     let err = b.backward(no_param).unwrap_err().to_string();
     assert!(err.contains("no parameter flows into"), "{err}");
@@ -286,11 +293,7 @@ fn adamw_in_the_graph_follows_the_kernel_with_groups_and_clipping() {
 
 #[test]
 fn a_second_optimizer_call_says_what_is_wrong() {
-    let mut b = GraphBuilder::new(Mode::Train, DType::F32);
-    let x = b.input("x", &[1, 2], DType::F32).unwrap();
-    let w = b.param("w", &[1, 2]).unwrap();
-    let y = b.mul(x, w).unwrap();
-    let t = b.input("t", &[1, 2], DType::F32).unwrap();
+    let (mut b, [_, y, t]) = x_times_w(&[1, 2]);
     let loss = b.mse_loss(y, t).unwrap();
     let early = b.optimize(
         &Default::default(),

@@ -324,39 +324,43 @@ fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit
         });
 }
 
-/// The forward convolution of `g` ([`fits`]) on float32 data: true when it ran (every
-/// slot of `dst`, `n × c_out × oh × ow`, written), false (nothing written) otherwise.
-pub(super) fn forward<T: 'static>(
-    g: &Geom,
-    xs: &[T],
-    ws: &[T],
-    dst: &mut [MaybeUninit<T>],
-) -> bool {
-    let Some((xs, ws, dst)) = crate::bf16::f32_call(xs, ws, dst).filter(|_| fits::<T>(g)) else {
-        return false;
-    };
-    let d = Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1);
-    debug_assert_eq!((d.oh, d.ow), (g.oh, g.ow));
-    run(&d, g.n, xs, &pack_weights(&d, ws, false), dst);
-    true
+/// The product of a convolution that [`convolve`] computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// The output, `n × c_out × oh × ow`, from the input.
+    Forward,
+    /// The input gradient, `n × c_in × h × w`, from the output gradient: the forward
+    /// convolution of the output gradient, padded by `k - 1 - pad`, with the weights
+    /// transposed and flipped.
+    BackwardData,
 }
 
-/// The input gradient of `g` ([`fits`]) on float32 data, `gs` the output gradient
-/// (`n × c_out × oh × ow`): the forward convolution of `gs`, padded by `k - 1 - pad`, with
-/// the weights transposed and flipped. True when it ran (every slot of `dst`,
-/// `n × c_in × h × w`, written).
-pub(super) fn backward_data<T: 'static>(
+/// `pass` of the convolution `g` ([`fits`]) on float32 data, from `input` (the input, or
+/// the output gradient) and the weights `ws`: true when it ran (every slot of `dst`
+/// written), false (nothing written) otherwise.
+pub(super) fn convolve<T: 'static>(
     g: &Geom,
-    gs: &[T],
+    pass: Pass,
+    input: &[T],
     ws: &[T],
     dst: &mut [MaybeUninit<T>],
 ) -> bool {
-    let Some((gs, ws, dst)) = crate::bf16::f32_call(gs, ws, dst).filter(|_| fits::<T>(g)) else {
+    let Some((input, ws, dst)) = crate::bf16::f32_call(input, ws, dst).filter(|_| fits::<T>(g))
+    else {
         return false;
     };
-    let pad = [g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]];
-    let d = Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1);
-    debug_assert_eq!((d.oh, d.ow), (g.h, g.w));
-    run(&d, g.n, gs, &pack_weights(&d, ws, true), dst);
+    let d = match pass {
+        Pass::Forward => Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1),
+        Pass::BackwardData => {
+            let pad = [g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]];
+            Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1)
+        }
+    };
+    let transposed = pass == Pass::BackwardData;
+    debug_assert_eq!(
+        (d.oh, d.ow),
+        if transposed { (g.h, g.w) } else { (g.oh, g.ow) }
+    );
+    run(&d, g.n, input, &pack_weights(&d, ws, transposed), dst);
     true
 }

@@ -205,13 +205,14 @@ fn forward_with<T: Float>(
             let len = g.n * g.c_out * g.pixels();
             let mut out: Vec<T> = Vec::with_capacity(len);
             let slots = &mut out.spare_capacity_mut()[..len];
-            assert!(amx_direct::forward(g, xs, ws, slots), "amx_direct: fits");
+            let ran = amx_direct::convolve(g, amx_direct::Pass::Forward, xs, ws, slots);
+            assert!(ran, "amx_direct: fits");
             if !epi.is_empty() {
                 for (n, image) in slots.chunks_mut(g.c_out * g.pixels()).enumerate() {
                     epi.apply_columns(g, n, 0, image, (0, g.pixels()), true);
                 }
             }
-            // SAFETY: `forward` wrote every output slot.
+            // SAFETY: `convolve` wrote every output slot.
             unsafe { out.set_len(len) };
             Ok(out)
         });
@@ -274,11 +275,9 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
             let len = g.n * g.c_in * g.h * g.w;
             let mut out: Vec<T> = Vec::with_capacity(len);
             let slots = &mut out.spare_capacity_mut()[..len];
-            assert!(
-                amx_direct::backward_data(g, gs, ws, slots),
-                "amx_direct: fits"
-            );
-            // SAFETY: `backward_data` wrote every slot.
+            let ran = amx_direct::convolve(g, amx_direct::Pass::BackwardData, gs, ws, slots);
+            assert!(ran, "amx_direct: fits");
+            // SAFETY: `convolve` wrote every slot.
             unsafe { out.set_len(len) };
             Ok(out)
         });
