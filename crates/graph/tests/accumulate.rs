@@ -122,11 +122,7 @@ fn k_micro_batches_give_the_weights_of_one_k_times_batch() {
             }
             for name in ["l1.weight", "l2.weight"] {
                 let (a, b) = (values(&whole, name), values(&micro, name));
-                let worst = a
-                    .iter()
-                    .zip(&b)
-                    .map(|(x, y)| (x - y).abs())
-                    .fold(0.0, f64::max);
+                let worst = wick_ops::max_abs_diff_values(&a, &b);
                 assert!(
                     worst < 1e-12,
                     "{config:?} {name} after cycle {cycle}: {worst:.2e}"

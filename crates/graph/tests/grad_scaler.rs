@@ -230,11 +230,7 @@ fn under_f16_autocast_scaling_keeps_small_gradients_from_flushing_to_zero() {
         plain.iter().all(|u| *u == 0.0),
         "unscaled f16 gradients flush to zero"
     );
-    let worst = exact
-        .iter()
-        .zip(&scaled)
-        .map(|(e, s)| (e - s).abs())
-        .fold(0.0, f64::max);
+    let worst = wick_ops::max_abs_diff_values(&scaled, &exact);
     let largest = exact.iter().fold(0.0f64, |m, e| m.max(e.abs()));
     assert!(
         worst <= 2f64.powi(-9) * largest,

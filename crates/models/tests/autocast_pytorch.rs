@@ -155,12 +155,8 @@ fn torch_run(expected: &StateDict, tag: &str) -> Run {
 fn compare(model: &str, expected: &StateDict, run: &Run, tag: &str) -> Distance {
     let torch = distance(&torch_run(expected, tag), expected);
     let wick = distance(run, expected);
-    let follow = run
-        .losses
-        .iter()
-        .zip(f64s(&expected[&format!("losses_{tag}")]))
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+    let torch_losses = f64s(&expected[&format!("losses_{tag}")]);
+    let follow = wick_ops::max_abs_diff_values(&run.losses, &torch_losses);
     for (who, d) in [("wick", wick), ("PyTorch", torch)] {
         println!(
             "  {who:>7} {tag}: loss {:.2e}, updates {:.2e} / {:.2e}",

@@ -56,6 +56,15 @@ pub fn max_rel_diff(actual: &Tensor, expected: &Tensor) -> Result<f64> {
     Ok(if scale > 0.0 { diff / scale } else { diff })
 }
 
+/// [`max_abs_diff`] of host values (the tests' float64 copies of tensors); NaN, which
+/// passes no tolerance, when the lengths differ or one side has a NaN the other lacks.
+pub fn max_abs_diff_values(actual: &[f64], expected: &[f64]) -> f64 {
+    if actual.len() != expected.len() {
+        return f64::NAN;
+    }
+    values_diff_and_scale(actual, expected).0
+}
+
 /// [`max_rel_diff`] of host values (the tests' float64 copies of tensors); NaN, which
 /// passes no tolerance, when the lengths differ.
 pub fn max_rel_diff_values(actual: &[f64], expected: &[f64]) -> f64 {
@@ -107,6 +116,9 @@ mod tests {
 
     #[test]
     fn differences_are_measured_and_nan_never_passes() {
+        assert_eq!(max_abs_diff_values(&[1.0, -2.0], &[1.5, -2.0]), 0.5);
+        assert!(max_abs_diff_values(&[1.0, f64::NAN], &[1.0, 2.0]).is_nan());
+        assert!(max_abs_diff_values(&[1.0], &[1.0, 2.0]).is_nan());
         assert_eq!(max_abs_diff(&t(&[1.0, 2.0]), &t(&[1.0, 2.5])).unwrap(), 0.5);
         assert_eq!(
             max_rel_diff(&t(&[1.0, 3.0]), &t(&[2.0, 4.0])).unwrap(),

@@ -63,7 +63,7 @@ pub use activation::Activation;
 pub use batchnorm::{BatchNorm2dParams, BatchNormGrads, BatchNormOutput};
 pub use bf16::Products;
 pub use broadcast::{BinaryOp, Operand};
-pub use compare::{max_abs_diff, max_rel_diff};
+pub use compare::{max_abs_diff, max_abs_diff_values, max_rel_diff, max_rel_diff_values};
 pub use conv::Conv2dParams;
 pub use cuda_launches::CudaLaunches;
 pub use device_kind::DeviceKind;

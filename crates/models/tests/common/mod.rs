@@ -59,19 +59,10 @@ pub fn scratch(prefix: &str) -> tempfile::TempDir {
 }
 
 /// The largest element-wise difference of `a` from `b`, relative to `b`'s largest
-/// magnitude, in f64.
+/// magnitude, in f64 (NaN, which passes no tolerance, where one side has a NaN).
 pub fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    let v = |t: &Tensor| -> Vec<f64> {
-        let t = t.to_dtype(DType::F64).unwrap();
-        t.flatten_all().unwrap().to_vec1().unwrap()
-    };
-    let (a, b) = (v(a), v(b));
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(1e-300f64, |m, x| m.max(x.abs()));
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs() / scale)
-        .fold(0.0, f64::max)
+    let flat = |t: &Tensor| t.flatten_all().unwrap();
+    wick_ops::max_rel_diff(&flat(a), &flat(b)).unwrap()
 }
 
 /// A layer's output and gradients against a PyTorch fixture: the loss `sum(out *
@@ -104,7 +95,7 @@ impl VjpCheck {
     }
 
     /// Runs the graph; the worst [`rel_err`] of the output against `f["out"]` and of each
-    /// parameter's gradient against `f["grad_<fixture name>"]`.
+    /// parameter's gradient against `f["grad_<fixture name>"]` (NaN when any is NaN).
     pub fn worst_error(
         &mut self,
         f: &std::collections::HashMap<String, Tensor>,
@@ -116,9 +107,19 @@ impl VjpCheck {
         for &(p, g) in &self.grads {
             let name = &self.exec.graph().value(p).name;
             let expected = &f[&format!("grad_{}", fixture_name(name))];
-            worst = worst.max(rel_err(value(g), expected));
+            // f64::max would drop a NaN; the worst error must keep it.
+            worst = nan_max(worst, rel_err(value(g), expected));
         }
         worst
+    }
+}
+
+/// The larger of `a` and `b`, NaN when either is.
+pub fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
     }
 }
 
