@@ -93,6 +93,17 @@ fn planted(case: &str, files: &[(&str, &str)]) -> String {
     text
 }
 
+/// Asserts that the check finds the 2-file cycle `cycle` in the planted `files`
+/// (`case` names the scratch folder), and prints its report.
+fn assert_cycle(case: &str, files: &[(&str, &str)], cycle: &str) {
+    let text = planted(case, files);
+    println!("{text}");
+    assert!(
+        text.contains(&format!("cycle of 2 files: {cycle}")),
+        "{text}"
+    );
+}
+
 #[test]
 fn the_check_finds_a_planted_cycle_through_a_reexport() {
     let files = |conv: &'static str| {
@@ -106,12 +117,9 @@ fn the_check_finds_a_planted_cycle_through_a_reexport() {
             ("ops/conv.rs", conv),
         ]
     };
-    let text = planted(
-        "reexport",
-        &files("pub struct Conv(crate::Thing);\nconst S: &str = \"crate::x\";\n"),
-    );
-    println!("{text}");
-    assert!(text.contains("cycle of 2 files: a, ops::conv"), "{text}");
+    let files_with_back_edge =
+        files("pub struct Conv(crate::Thing);\nconst S: &str = \"crate::x\";\n");
+    assert_cycle("reexport", &files_with_back_edge, "a, ops::conv");
     // Without the back edge through the re-export, it is a DAG.
     assert!(planted("reexport-dag", &files("pub struct Conv;\n")).is_empty());
 }
@@ -129,15 +137,8 @@ fn the_check_finds_a_planted_cycle_through_a_child_call() {
             ("passes/fold.rs", child),
         ]
     };
-    let text = planted(
-        "child",
-        &files("use super::remove_nodes;\npub fn run() { remove_nodes() }\n"),
-    );
-    println!("{text}");
-    assert!(
-        text.contains("cycle of 2 files: passes, passes::fold"),
-        "{text}"
-    );
+    let child_imports_back = files("use super::remove_nodes;\npub fn run() { remove_nodes() }\n");
+    assert_cycle("child", &child_imports_back, "passes, passes::fold");
     assert!(planted("child-dag", &files("pub fn run() {}\n")).is_empty());
 }
 
@@ -152,12 +153,8 @@ fn the_check_reads_code_after_a_test_module() {
             ("b.rs", after),
         ]
     };
-    let text = planted(
-        "after-test",
-        &b("pub struct B;\n#[cfg(test)]\nmod tests {\n    fn f() { if true { } }\n}\npub fn g() -> crate::a::A { crate::a::A }\n"),
-    );
-    println!("{text}");
-    assert!(text.contains("cycle of 2 files: a, b"), "{text}");
+    let back_edge_after_tests = b("pub struct B;\n#[cfg(test)]\nmod tests {\n    fn f() { if true { } }\n}\npub fn g() -> crate::a::A { crate::a::A }\n");
+    assert_cycle("after-test", &back_edge_after_tests, "a, b");
     let test_only = planted(
         "test-only",
         &b("pub struct B;\n#[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n"),
