@@ -166,12 +166,11 @@ fn three_steps(optimizer: &OptimizerConfig) -> Runs {
 
 /// Both replicas applied the same averaged gradients, within `tol` of the whole batch's
 /// weights, and a replica that did not average differs (the check can fail).
-fn assert_replicas_match_the_whole_batch((replicas, expected, alone): Runs, tol: f32) {
+fn assert_replicas_match_the_whole_batch((replicas, expected, alone): Runs, tol: f64) {
     assert_eq!(replicas[0], replicas[1], "the replicas diverged");
     for (name, (got, want)) in PARAMS.iter().zip(replicas[0].iter().zip(&expected)) {
-        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let diff = got.iter().zip(want).map(|(a, b)| (a - b).abs());
-        let err = diff.fold(0f32, f32::max) / scale;
+        let f64s = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+        let err = wick_ops::max_rel_diff_values(&f64s(got), &f64s(want));
         assert!(
             err < tol,
             "{name}: replicas {err:.2e} from the whole batch after 3 steps"
