@@ -192,10 +192,7 @@ fn build(a: &Args) -> Result<(wick::graph::Graph, [ValueId; 4], Vec<nn::TensorSp
     let loss = b.in_layer("loss", |b| b.cross_entropy(logits, labels))?;
     b.output(loss);
     let grads = b.backward(loss)?;
-    let adamw = Optimizer::Adam(AdamParams {
-        weight_decay: 0.05,
-        ..AdamParams::adamw(a.lr)
-    });
+    let adamw = Optimizer::Adam(AdamParams::adamw(a.lr).with_weight_decay(0.05));
     let optimizer = OptimizerConfig::from(adamw)
         .no_weight_decay_on(ParamSelector::OneDimensional)
         .clip_grad_norm(1.0);

@@ -302,14 +302,8 @@ fn optimizer(a: &Args) -> Result<OptimizerConfig> {
             weight_decay: a.weight_decay,
             ..Default::default()
         }),
-        "adam" => Optimizer::Adam(AdamParams {
-            weight_decay: a.weight_decay,
-            ..AdamParams::adam(a.lr)
-        }),
-        "adamw" => Optimizer::Adam(AdamParams {
-            weight_decay: a.weight_decay,
-            ..AdamParams::adamw(a.lr)
-        }),
+        "adam" => Optimizer::Adam(AdamParams::adam(a.lr).with_weight_decay(a.weight_decay)),
+        "adamw" => Optimizer::Adam(AdamParams::adamw(a.lr).with_weight_decay(a.weight_decay)),
         other => anyhow::bail!("--optimizer {other}: expected sgd, adam or adamw"),
     };
     Ok(OptimizerConfig::from(optimizer).no_weight_decay_on(ParamSelector::OneDimensional))

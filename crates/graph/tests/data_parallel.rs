@@ -189,10 +189,7 @@ fn two_replicas_on_half_batches_end_with_the_whole_batch_weights() {
 fn adamw_with_clipping_on_two_replicas_ends_with_the_whole_batch_weights() {
     // The all-reduce must average the backward pass's gradients before the clipping node
     // reads them (clipping each rank's half would change the result).
-    let adamw = AdamParams {
-        weight_decay: 0.01,
-        ..AdamParams::adamw(0.05)
-    };
+    let adamw = AdamParams::adamw(0.05);
     let config = OptimizerConfig::from(Optimizer::Adam(adamw))
         .no_weight_decay_on(ParamSelector::OneDimensional)
         .clip_grad_norm(0.05);

@@ -39,10 +39,7 @@ fn adam_executor(merged: bool) -> Executor {
     let net = small_net(&mut b, DType::F64, 2, 8, 3).unwrap();
     let grads = b.backward(net.loss).unwrap();
     let config = OptimizerConfig {
-        default: Optimizer::Adam(AdamParams {
-            weight_decay: 0.01,
-            ..AdamParams::adamw(0.01)
-        }),
+        default: Optimizer::Adam(AdamParams::adamw(0.01)),
         groups: vec![ParamGroup {
             select: ParamSelector::OneDimensional,
             optimizer: Optimizer::Adam(AdamParams::adam(0.02)),

@@ -213,10 +213,7 @@ fn regression(config: &OptimizerConfig) -> (Executor, Vec<ValueId>) {
 
 #[test]
 fn adamw_in_the_graph_follows_the_kernel_with_groups_and_clipping() {
-    let adamw = AdamParams {
-        weight_decay: 0.1,
-        ..AdamParams::adamw(0.05)
-    };
+    let adamw = AdamParams::adamw(0.05).with_weight_decay(0.1);
     let config = OptimizerConfig::from(Optimizer::Adam(adamw))
         .no_weight_decay_on(ParamSelector::OneDimensional)
         .clip_grad_norm(0.5);

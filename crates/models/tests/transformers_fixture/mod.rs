@@ -87,10 +87,7 @@ pub fn adamw_step<M: CausalLm>(model: &M, f: &Fixture, dtype: DType) -> StepErro
     b.output(out.logits);
     b.output(out.loss);
     let grads = b.backward(out.loss).unwrap();
-    let adamw = Optimizer::Adam(AdamParams {
-        lr: 1e-2,
-        ..AdamParams::adamw(1e-2)
-    });
+    let adamw = Optimizer::Adam(AdamParams::adamw(1e-2));
     b.optimize(&grads, &OptimizerConfig::from(adamw)).unwrap();
     let mut exec = Executor::new(b.finish(), &Device::Cpu);
     // Every parameter the model creates is in the checkpoint, under its Hugging Face name.

@@ -116,6 +116,15 @@ impl AdamParams {
         }
     }
 
+    /// These settings with weight decay `weight_decay` (the `weight_decay=` argument of
+    /// `torch.optim.Adam` and `AdamW`).
+    pub fn with_weight_decay(self, weight_decay: f64) -> Self {
+        AdamParams {
+            weight_decay,
+            ..self
+        }
+    }
+
     /// The constants of step `step` (1-based), each computed in f64 and to be rounded
     /// once to the element type, as PyTorch's Python scalars are: every kernel (CPU, CUDA)
     /// takes these, so that they compute the same update.

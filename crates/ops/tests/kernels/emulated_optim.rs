@@ -167,10 +167,7 @@ fn emulated_adam_and_adamw_update_every_parameter_in_one_launch_as_the_per_tenso
     let launch = Launch::multi_tensor(&table);
     for p in [
         AdamParams::adam(1e-2),
-        AdamParams {
-            weight_decay: 1e-2,
-            ..AdamParams::adam(1e-2)
-        },
+        AdamParams::adam(1e-2).with_weight_decay(1e-2),
         AdamParams::adamw(1e-2),
     ] {
         let params = draw(1, 1.0);

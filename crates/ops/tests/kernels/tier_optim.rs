@@ -83,10 +83,7 @@ fn cpu_adam_matches_the_generic_path_over_three_steps() {
     use candle_core::DType;
     use wick_ops::KernelPath;
     let settings = [
-        AdamParams {
-            weight_decay: 0.01,
-            ..AdamParams::adam(1e-2)
-        },
+        AdamParams::adam(1e-2).with_weight_decay(0.01),
         AdamParams::adamw(1e-2),
         AdamParams::adam(3e-3),
     ];
