@@ -190,7 +190,7 @@ type Breakage<'a> = (&'a str, &'a dyn Fn(&Path), &'a [&'a str]);
 
 #[test]
 fn a_folder_that_is_not_an_image_folder_is_refused_clearly() {
-    let d = common::scratch("wick-folder-refused-");
+    let d = scratch_folder("wick-folder-refused-");
     let dir = d.path();
     let cases: [Breakage; 3] = [
         (
