@@ -13,7 +13,7 @@
 use rayon::prelude::*;
 
 use super::microkernel::{TileOut, TilePanels};
-use super::pack::{pack_operand, pack_right_from_pairs, Kernel, Side};
+use super::pack::{pack_operand, pack_right_from_pairs, Kernel, Side, AMX_MR, AMX_NR, MR, NR};
 use super::panels::Panels;
 use super::path::Bf16Path;
 use crate::cpu::{threads, SendPtr};
@@ -22,6 +22,13 @@ use super::operand::{Matrix, Values};
 
 /// Rows per output tile, at most (whole left panels: 192 for `vdpbf16ps`, 256 for AMX).
 const TILE_ROWS: usize = 256;
+/// Floats in either kernel's tile (6 × 64 for `vdpbf16ps`, 32 × 32 for AMX).
+const TILE_FLOATS: usize = if MR * NR > AMX_MR * AMX_NR {
+    MR * NR
+} else {
+    AMX_MR * AMX_NR
+};
+
 /// Columns per output tile, at most (whole right panels).
 const TILE_COLS: usize = 384;
 
@@ -402,8 +409,7 @@ unsafe fn tile_product(
                     unsafe { tile_into(g.kernel, panels, &out, add) };
                     continue;
                 }
-                // Room for either kernel's tile (6 × 64 or 32 × 32).
-                let mut sums = [0f32; 1024];
+                let mut sums = [0f32; TILE_FLOATS];
                 debug_assert!(g.mr * g.nr <= sums.len());
                 let out = TileOut {
                     dst: sums.as_mut_ptr(),

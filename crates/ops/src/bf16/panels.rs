@@ -7,7 +7,7 @@
 use std::ops::{Deref, DerefMut};
 
 /// A reusable buffer whose contents start on a cache line.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Aligned<T> {
     buf: Vec<T>,
     start: usize,

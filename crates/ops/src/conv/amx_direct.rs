@@ -325,7 +325,7 @@ fn run(d: &Direct, n: usize, xs: &[f32], weights: &[u32], dst: &mut [MaybeUninit
 }
 
 /// The product of a convolution that [`convolve`] computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub(super) enum Pass {
     /// The output, `n × c_out × oh × ow`, from the input.
     Forward,
@@ -349,18 +349,20 @@ pub(super) fn convolve<T: 'static>(
     else {
         return false;
     };
-    let d = match pass {
-        Pass::Forward => Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1),
+    // The direct convolution that computes `pass`, whether its weights are transposed
+    // and flipped, and the planes it writes.
+    let (d, transposed, out_hw) = match pass {
+        Pass::Forward => {
+            let d = Direct::new((g.c_in, g.h, g.w), (g.c_out, g.kh, g.kw), g.p.padding, 1);
+            (d, false, (g.oh, g.ow))
+        }
         Pass::BackwardData => {
             let pad = [g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]];
-            Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1)
+            let d = Direct::new((g.c_out, g.oh, g.ow), (g.c_in, g.kh, g.kw), pad, 1);
+            (d, true, (g.h, g.w))
         }
     };
-    let transposed = pass == Pass::BackwardData;
-    debug_assert_eq!(
-        (d.oh, d.ow),
-        if transposed { (g.h, g.w) } else { (g.oh, g.ow) }
-    );
+    debug_assert_eq!((d.oh, d.ow), out_hw);
     run(&d, g.n, input, &pack_weights(&d, ws, transposed), dst);
     true
 }
