@@ -97,9 +97,23 @@ unsafe fn run(
     }
 }
 
-/// Accumulator tiles 0-3 as one 32 × 32 float block at `c` (rows `stride` bytes apart):
-/// tile 0 its top left, 1 top right (64 bytes on), 2 bottom left (16 rows on), 3 bottom
-/// right.
+/// `$tile::<q>(address, stride)` for accumulator tile `q` of the 32 × 32 float block at
+/// `$c` (rows `$stride` bytes apart): tile 0 its top left, 1 top right (64 bytes on), 2
+/// bottom left (16 rows on), 3 bottom right. Expands to raw-pointer calls: use it inside
+/// `unsafe`.
+#[cfg(target_arch = "x86_64")]
+macro_rules! each_quarter {
+    ($tile:ident, $c:expr, $stride:expr) => {{
+        let (c, stride) = ($c, $stride);
+        $tile::<0>(c, stride);
+        $tile::<1>(c.add(64), stride);
+        $tile::<2>(c.add(16 * stride), stride);
+        $tile::<3>(c.add(16 * stride + 64), stride);
+    }};
+}
+
+/// Accumulator tiles 0-3 as one 32 × 32 float block at `c` (rows `stride` bytes apart),
+/// in `each_quarter!`'s layout.
 ///
 /// # Safety
 /// The tiles are configured on this thread; the block's 32 rows of 128 bytes are readable.
@@ -107,12 +121,7 @@ unsafe fn run(
 #[inline(always)]
 pub(crate) unsafe fn load_block(c: *const u8, stride: usize) {
     // SAFETY: the caller's: four 16 × 64-byte quarters of the block.
-    unsafe {
-        load::<0>(c, stride);
-        load::<1>(c.add(64), stride);
-        load::<2>(c.add(16 * stride), stride);
-        load::<3>(c.add(16 * stride + 64), stride);
-    }
+    unsafe { each_quarter!(load, c, stride) }
 }
 
 /// Accumulator tiles 0-3 stored as [`load_block`] reads them.
@@ -123,12 +132,7 @@ pub(crate) unsafe fn load_block(c: *const u8, stride: usize) {
 #[inline(always)]
 pub(crate) unsafe fn store_block(c: *mut u8, stride: usize) {
     // SAFETY: the caller's: four 16 × 64-byte quarters of the block.
-    unsafe {
-        store::<0>(c, stride);
-        store::<1>(c.add(64), stride);
-        store::<2>(c.add(16 * stride), stride);
-        store::<3>(c.add(16 * stride + 64), stride);
-    }
+    unsafe { each_quarter!(store, c, stride) }
 }
 
 /// Accumulator tiles 0-3 = 0.

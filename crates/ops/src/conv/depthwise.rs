@@ -69,6 +69,21 @@ fn for_each_tap(g: &Geom, mut f: impl FnMut(usize, Range<usize>, Range<usize>, i
     }
 }
 
+/// Calls `f(tap, oy, iy, ox_range, x0)` for every tap and every output row `oy` it
+/// reaches: the input row `iy` it reads, the output columns, and the input column of the
+/// first of them (the next ones `stride` apart).
+#[inline(always)]
+fn for_each_row(g: &Geom, mut f: impl FnMut(usize, usize, usize, Range<usize>, usize)) {
+    let [sy, sx] = g.p.stride;
+    for_each_tap(g, |t, ys, xr, offy, offx| {
+        let x0 = ((xr.start * sx) as isize + offx) as usize;
+        for oy in ys {
+            let iy = ((oy * sy) as isize + offy) as usize;
+            f(t, oy, iy, xr.clone(), x0);
+        }
+    })
+}
+
 /// `o[i] += x[i * stride] · w` (contiguous slices at stride 1, so the loop vectorises).
 #[inline(always)]
 fn axpy<T: Float>(o: &mut [T], x: &[T], stride: usize, w: T) {
@@ -130,22 +145,17 @@ pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<
         return depthwise_s1::forward(g, xs, ws, epi);
     }
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
-    let [sy, sx] = g.p.stride;
+    let sx = g.p.stride[1];
     let mut out = vec![T::ZERO; g.n * g.c_out * p];
     out.par_chunks_mut(p).enumerate().for_each(|(plane, o)| {
         let (n, c) = (plane / g.c_in, plane % g.c_in);
         let x = &xs[plane * hw..][..hw];
         let w = &ws[c * taps..][..taps];
         crate::cpu::vectorized(|| {
-            for_each_tap(g, |t, ys, xr, offy, offx| {
-                let wt = w[t];
-                for oy in ys {
-                    let iy = (oy * sy) as isize + offy;
-                    let row = &x[iy as usize * g.w..][..g.w];
-                    let orow = &mut o[oy * g.ow..][..g.ow];
-                    let x0 = (xr.start * sx) as isize + offx;
-                    axpy(&mut orow[xr.clone()], &row[x0 as usize..], sx, wt);
-                }
+            for_each_row(g, |t, oy, iy, xr, x0| {
+                let row = &x[iy * g.w..][..g.w];
+                let orow = &mut o[oy * g.ow..][..g.ow];
+                axpy(&mut orow[xr], &row[x0..], sx, w[t]);
             })
         });
         if !epi.is_empty() {
@@ -161,22 +171,17 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
         return depthwise_s1::backward_data(g, gs, ws);
     }
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
-    let [sy, sx] = g.p.stride;
+    let sx = g.p.stride[1];
     let mut dx = vec![T::ZERO; g.n * g.c_in * hw];
     dx.par_chunks_mut(hw).enumerate().for_each(|(plane, d)| {
         let c = plane % g.c_in;
         let gy = &gs[plane * p..][..p];
         let w = &ws[c * taps..][..taps];
         crate::cpu::vectorized(|| {
-            for_each_tap(g, |t, ys, xr, offy, offx| {
-                let wt = w[t];
-                for oy in ys {
-                    let iy = ((oy * sy) as isize + offy) as usize;
-                    let grow = &gy[oy * g.ow..][..g.ow];
-                    let drow = &mut d[iy * g.w..][..g.w];
-                    let x0 = ((xr.start * sx) as isize + offx) as usize;
-                    scatter_axpy(&mut drow[x0..], sx, &grow[xr.clone()], wt);
-                }
+            for_each_row(g, |t, oy, iy, xr, x0| {
+                let grow = &gy[oy * g.ow..][..g.ow];
+                let drow = &mut d[iy * g.w..][..g.w];
+                scatter_axpy(&mut drow[x0..], sx, &grow[xr], w[t]);
             })
         });
     });
