@@ -20,6 +20,7 @@ use wick_graph::Precision;
 use wick_models::checkpoint::{read_safetensors, StateDict};
 use wick_models::init::formula;
 use wick_models::{ImageSize, ModelConfig, Session, Stem, TrainOptions, WeightInit};
+use wick_ops::compare::Spread;
 use wick_ops::SgdParams;
 
 /// wick's bf16 error may be this many times PyTorch autocast's.
@@ -97,22 +98,19 @@ fn train(config: ModelConfig, batch: usize, size: usize, precision: Precision) -
 #[derive(Debug, Clone, Copy)]
 struct Distance {
     loss: f64,
-    update_median: f64,
-    update_worst: f64,
+    updates: Spread,
 }
 
 fn distance(run: &Run, expected: &StateDict) -> Distance {
     let reference = f64s(&expected["losses_f64"]);
     assert_eq!(run.losses.len(), reference.len(), "one loss per step");
-    let mut relative: Vec<f64> = run
+    let relative = run
         .losses
         .iter()
         .zip(&reference)
-        .map(|(a, b)| ((a - b) / b).abs())
-        .collect();
-    relative.sort_by(f64::total_cmp);
-    let loss = relative[relative.len() / 2];
-    let mut errors: Vec<f64> = run
+        .map(|(a, b)| ((a - b) / b).abs());
+    let loss = Spread::of(relative).median;
+    let errors: Vec<f64> = run
         .updates
         .iter()
         .map(|(name, got)| {
@@ -129,11 +127,9 @@ fn distance(run: &Run, expected: &StateDict) -> Distance {
         .count();
     assert_eq!(errors.len(), entries, "every state entry of PyTorch's");
     assert!(errors.iter().all(|e| e.is_finite()), "{errors:?}");
-    errors.sort_by(f64::total_cmp);
     Distance {
         loss,
-        update_median: errors[errors.len() / 2],
-        update_worst: errors[errors.len() - 1],
+        updates: Spread::of(errors),
     }
 }
 
@@ -160,15 +156,15 @@ fn compare(model: &str, expected: &StateDict, run: &Run, tag: &str) -> Distance 
     for (who, d) in [("wick", wick), ("PyTorch", torch)] {
         println!(
             "  {who:>7} {tag}: loss {:.2e}, updates {:.2e} / {:.2e}",
-            d.loss, d.update_median, d.update_worst
+            d.loss, d.updates.median, d.updates.worst
         );
     }
     println!("  wick {tag} vs PyTorch {tag}: max loss difference {follow:.2e}");
     let within = |a: f64, b: f64| a <= K * b;
     assert!(
         within(wick.loss, torch.loss)
-            && within(wick.update_median, torch.update_median)
-            && within(wick.update_worst, torch.update_worst),
+            && within(wick.updates.median, torch.updates.median)
+            && within(wick.updates.worst, torch.updates.worst),
         "{model}: wick {tag} {wick:?} is not within {K}x PyTorch autocast's {torch:?}"
     );
     wick
@@ -188,7 +184,7 @@ fn check(model: &str, config: ModelConfig, batch: usize, size: usize) {
     for (who, d) in [("wick", wick_f32), ("PyTorch", torch_f32)] {
         println!(
             "  {who:>7} f32: loss {:.2e}, updates {:.2e} / {:.2e}",
-            d.loss, d.update_median, d.update_worst
+            d.loss, d.updates.median, d.updates.worst
         );
     }
     let bf16 = train(config, batch, size, Precision::Bf16Autocast);
@@ -204,7 +200,7 @@ fn check(model: &str, config: ModelConfig, batch: usize, size: usize) {
     assert_eq!(f16.scaling, Some(torch_scaling), "{model}: loss scaling");
     for (tag, d) in [("bf16", wick_bf16), ("f16", wick_f16)] {
         assert!(
-            d.update_median > 4.0 * wick_f32.update_median,
+            d.updates.median > 4.0 * wick_f32.updates.median,
             "{model}: {tag} {d:?} is as close as float32 {wick_f32:?}: the products ran in f32"
         );
     }

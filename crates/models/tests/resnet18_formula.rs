@@ -17,6 +17,7 @@ use candle_core::{DType, Device, Tensor};
 use wick_models::checkpoint::{read_safetensors, StateDict};
 use wick_models::init::formula;
 use wick_models::{Session, WeightInit};
+use wick_ops::compare::{ErrorSpreads, Spread};
 use wick_ops::max_rel_diff;
 
 fn fixture(name: &str) -> PathBuf {
@@ -42,38 +43,14 @@ fn rel(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs()
 }
 
-/// The median and the worst of a set of per-tensor errors.
-#[derive(Debug, Clone, Copy)]
-struct Spread {
-    median: f64,
-    worst: f64,
-}
-
-impl Spread {
-    fn of(mut errors: Vec<f64>) -> Spread {
-        assert!(!errors.is_empty());
-        assert!(
-            errors.iter().all(|e| !e.is_nan()),
-            "a NaN error: {errors:?}"
-        );
-        errors.sort_by(f64::total_cmp);
-        Spread {
-            median: errors[errors.len() / 2],
-            worst: errors[errors.len() - 1],
-        }
-    }
-}
-
 /// Asserts that wick's spread of errors is within `k` times PyTorch float32's, median and
-/// worst alike, printing both.
-fn assert_within(what: &str, wick: Spread, torch: Spread, k: f64) {
-    println!(
-        "{what}: wick median {:.2e} worst {:.2e}; PyTorch f32 median {:.2e} worst {:.2e}",
-        wick.median, wick.worst, torch.median, torch.worst
-    );
+/// worst alike, printing both; `errors` holds a (wick, PyTorch float32) pair per tensor.
+fn assert_within(what: &str, errors: &[(f64, f64)], k: f64) {
+    let spreads = ErrorSpreads::new(errors);
+    println!("{what}: {spreads}");
     assert!(
-        wick.median <= k * torch.median && wick.worst <= k * torch.worst,
-        "{what}: wick {wick:?} is not within {k}x PyTorch float32's {torch:?}"
+        spreads.within(k, Spread::ZERO),
+        "{what}: wick is not within {k}x PyTorch float32: {spreads}"
     );
 }
 
@@ -162,39 +139,26 @@ fn first_step_logits_loss_and_gradients_match_float64_as_closely_as_pytorch_floa
         "train logits: wick {wick:.2e} vs PyTorch f32 {torch:.2e}"
     );
 
-    let (mut wick_norms, mut torch_norms) = (vec![], vec![]);
-    let (mut wick_full, mut torch_full) = (vec![], vec![]);
+    // Per gradient, (wick's, PyTorch float32's) relative error against float64.
+    let (mut norms, mut full) = (vec![], vec![]);
     for (key, t64) in &exp {
         if let Some(name) = key.strip_prefix("grad_norm_f64.") {
             let g = s
                 .gradient(name)
                 .unwrap_or_else(|| panic!("no gradient for {name}"));
-            wick_norms.push(rel(norm(g), scalar(t64)));
-            torch_norms.push(rel(
-                scalar(&exp[&format!("grad_norm_f32.{name}")]),
-                scalar(t64),
-            ));
+            let torch = scalar(&exp[&format!("grad_norm_f32.{name}")]);
+            norms.push((rel(norm(g), scalar(t64)), rel(torch, scalar(t64))));
         } else if let Some(name) = key.strip_prefix("grad_f64.") {
             let g = s.gradient(name).unwrap();
-            wick_full.push(max_rel_diff(g, t64).unwrap());
-            torch_full.push(max_rel_diff(&exp[&format!("grad_f32.{name}")], t64).unwrap());
+            let torch = max_rel_diff(&exp[&format!("grad_f32.{name}")], t64).unwrap();
+            full.push((max_rel_diff(g, t64).unwrap(), torch));
         }
     }
-    assert_eq!(wick_norms.len(), 62, "every parameter's gradient norm");
-    assert_eq!(wick_full.len(), 44, "every small gradient");
+    assert_eq!(norms.len(), 62, "every parameter's gradient norm");
+    assert_eq!(full.len(), 44, "every small gradient");
     // One step of rounding: twice PyTorch's float32 spread, median and worst.
-    assert_within(
-        "gradient norms",
-        Spread::of(wick_norms),
-        Spread::of(torch_norms),
-        2.0,
-    );
-    assert_within(
-        "small gradients",
-        Spread::of(wick_full),
-        Spread::of(torch_full),
-        2.0,
-    );
+    assert_within("gradient norms", &norms, 2.0);
+    assert_within("small gradients", &full, 2.0);
 }
 
 /// `after - before` for every floating-point entry.
@@ -231,37 +195,24 @@ fn updates_after_one_and_three_steps_and_the_losses_match_float64_as_closely_as_
             }
         }
         let upd = updates(&w0, &after);
-        let (mut wn, mut tn, mut wf, mut tf) = (vec![], vec![], vec![], vec![]);
+        let (mut norms, mut full) = (vec![], vec![]);
         for (key, t64) in &exp {
             if let Some(name) = key.strip_prefix(&format!("update{step}_norm_f64.")) {
-                wn.push(rel(norm(&upd[name]), scalar(t64)));
-                tn.push(rel(
-                    scalar(&exp[&format!("update{step}_norm_f32.{name}")]),
-                    scalar(t64),
-                ));
+                let torch = scalar(&exp[&format!("update{step}_norm_f32.{name}")]);
+                norms.push((rel(norm(&upd[name]), scalar(t64)), rel(torch, scalar(t64))));
             } else if let Some(name) = key.strip_prefix(&format!("update{step}_f64.")) {
-                wf.push(max_rel_diff(&upd[name], t64).unwrap());
-                tf.push(max_rel_diff(&exp[&format!("update{step}_f32.{name}")], t64).unwrap());
+                let torch = max_rel_diff(&exp[&format!("update{step}_f32.{name}")], t64).unwrap();
+                full.push((max_rel_diff(&upd[name], t64).unwrap(), torch));
             }
         }
-        assert_eq!(wn.len(), 102, "every floating-point state-dict entry");
-        assert_eq!(wf.len(), 84);
+        assert_eq!(norms.len(), 102, "every floating-point state-dict entry");
+        assert_eq!(full.len(), 84);
         // After one step, twice PyTorch's spread. After three, each step's rounding is
         // amplified by the next (the loss falls 9x in the third step), and two float32
         // runs that round differently drift apart: four times.
         let k = if step == 1 { 2.0 } else { 4.0 };
-        assert_within(
-            &format!("update norms after {step}"),
-            Spread::of(wn),
-            Spread::of(tn),
-            k,
-        );
-        assert_within(
-            &format!("small updates after {step}"),
-            Spread::of(wf),
-            Spread::of(tf),
-            k,
-        );
+        assert_within(&format!("update norms after {step}"), &norms, k);
+        assert_within(&format!("small updates after {step}"), &full, k);
     }
     let l64 = exp["losses_f64"]
         .to_dtype(DType::F64)

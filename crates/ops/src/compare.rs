@@ -79,6 +79,85 @@ pub fn max_rel_diff_values(actual: &[f64], expected: &[f64]) -> f64 {
     }
 }
 
+/// The median and the largest of a set of errors (NaN for both when it is empty; the
+/// largest is NaN when any error is).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The middle error (the upper one of an even count).
+    pub median: f64,
+    /// The largest error.
+    pub worst: f64,
+}
+
+impl Spread {
+    /// No error at all (as a floor: none).
+    pub const ZERO: Spread = Spread {
+        median: 0.0,
+        worst: 0.0,
+    };
+
+    /// The spread of `errors`.
+    pub fn of(errors: impl IntoIterator<Item = f64>) -> Spread {
+        let mut v: Vec<f64> = errors.into_iter().collect();
+        if v.is_empty() {
+            return Spread {
+                median: f64::NAN,
+                worst: f64::NAN,
+            };
+        }
+        v.sort_by(f64::total_cmp);
+        let worst = if v.iter().any(|e| e.is_nan()) {
+            f64::NAN
+        } else {
+            v[v.len() - 1]
+        };
+        Spread {
+            median: v[v.len() / 2],
+            worst,
+        }
+    }
+}
+
+/// How far a model's entries are from float64 in wick and in PyTorch's float32, as the
+/// comparisons against PyTorch judge them: by the median and the worst relative error.
+/// Its `Display` gives both spreads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ErrorSpreads {
+    /// wick's relative errors against float64.
+    pub wick: Spread,
+    /// PyTorch float32's relative errors against float64.
+    pub pytorch: Spread,
+}
+
+impl ErrorSpreads {
+    /// The spreads of `errors`, one `(wick, PyTorch float32)` pair per entry.
+    pub fn new(errors: &[(f64, f64)]) -> ErrorSpreads {
+        ErrorSpreads {
+            wick: Spread::of(errors.iter().map(|e| e.0)),
+            pytorch: Spread::of(errors.iter().map(|e| e.1)),
+        }
+    }
+
+    /// Whether wick's median and worst are each at most `k` times PyTorch's, PyTorch's
+    /// taken as at least `floor` (its median and worst: entries PyTorch's float32
+    /// computes exactly would otherwise allow no error at all). A NaN never passes.
+    pub fn within(&self, k: f64, floor: Spread) -> bool {
+        let (w, p) = (self.wick, self.pytorch);
+        w.median <= k * p.median.max(floor.median) && w.worst <= k * p.worst.max(floor.worst)
+    }
+}
+
+impl std::fmt::Display for ErrorSpreads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (w, p) = (self.wick, self.pytorch);
+        write!(
+            f,
+            "wick median {:.2e} worst {:.2e}; PyTorch float32 median {:.2e} worst {:.2e}",
+            w.median, w.worst, p.median, p.worst
+        )
+    }
+}
+
 /// `(max |a - b|, max |b|)` in one pass over both tensors' host values.
 fn diff_and_scale(a: &Tensor, b: &Tensor) -> Result<(f64, f64)> {
     crate::shape::same(OP, "left", a.dims(), "right", b.dims())?;
@@ -133,5 +212,45 @@ mod tests {
             .is_nan());
         assert_eq!(max_abs_diff(&t(&[f32::NAN]), &t(&[f32::NAN])).unwrap(), 0.0);
         assert!(max_abs_diff(&t(&[1.0]), &t(&[1.0, 2.0])).is_err());
+    }
+
+    #[test]
+    fn spreads_take_the_median_and_the_worst_and_a_nan_fails() {
+        let s = Spread::of([3.0, 1.0, 2.0, 10.0]);
+        assert_eq!((s.median, s.worst), (3.0, 10.0));
+        assert!(Spread::of([]).median.is_nan());
+        let nan = Spread::of([1.0, -f64::NAN, 2.0]);
+        assert!(nan.worst.is_nan());
+        let none = Spread {
+            median: 0.0,
+            worst: 0.0,
+        };
+        let errors = [(2e-7, 1e-7), (4e-7, 1e-7), (8e-7, 2e-7)];
+        let spreads = ErrorSpreads::new(&errors);
+        assert_eq!(
+            spreads.wick,
+            Spread {
+                median: 4e-7,
+                worst: 8e-7
+            }
+        );
+        assert!(spreads.within(4.0, none));
+        assert!(!spreads.within(3.0, none));
+        // PyTorch exact: only the floor allows wick an error.
+        let exact = ErrorSpreads::new(&[(1e-8, 0.0), (2e-8, 0.0)]);
+        assert!(!exact.within(4.0, none));
+        assert!(exact.within(
+            4.0,
+            Spread {
+                median: 1e-8,
+                worst: 1e-8
+            }
+        ));
+        let with_nan = ErrorSpreads::new(&[(f64::NAN, 1.0), (0.0, 1.0)]);
+        assert!(!with_nan.within(4.0, none));
+        assert_eq!(
+            spreads.to_string(),
+            "wick median 4.00e-7 worst 8.00e-7; PyTorch float32 median 1.00e-7 worst 2.00e-7"
+        );
     }
 }
