@@ -11,13 +11,13 @@
 //! `cargo bench --bench conv_layers` (`-- 'resnet18'`, `-- 'b32 512->512'` or `-- '@8 '` to
 //! filter).
 
-mod resnet_convs;
+mod model_convs;
 
 use candle_core::{Device, Tensor};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use resnet_convs::resnet_convs;
+use model_convs::model_convs;
 use std::time::Duration;
-use wick::models::{Depth, Stem};
+use wick::models::Stem;
 use wick::ops::conv;
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -28,14 +28,14 @@ fn bench(c: &mut Criterion) {
     wick::allocator::keep_freed_memory();
     let dev = Device::Cpu;
     let models = [
-        ("resnet50 b2", Depth::R50, Stem::ImageNet, 2, 224),
-        ("resnet18-cifar b8", Depth::R18, Stem::Cifar, 8, 32),
-        ("resnet18-cifar b32", Depth::R18, Stem::Cifar, 32, 32),
+        ("resnet50 b2", "resnet50", Stem::ImageNet, 2, 224),
+        ("resnet18-cifar b8", "resnet18", Stem::Cifar, 8, 32),
+        ("resnet18-cifar b32", "resnet18", Stem::Cifar, 32, 32),
     ];
     let shapes = models
         .into_iter()
-        .flat_map(|(model, depth, stem, batch, image)| {
-            resnet_convs(depth, stem, batch, image)
+        .flat_map(|(model, name, stem, batch, image)| {
+            model_convs(name, stem, batch, image)
                 .into_iter()
                 .map(move |layer| (model, layer))
         });

@@ -1,4 +1,4 @@
-//! Every distinct convolution of a ResNet, its three passes (forward, input gradient,
+//! Every distinct convolution of a model of wick's registry, its three passes (forward, input gradient,
 //! weight gradient) timed as plain medians in float32 or with autocast's bf16 products
 //! (a bf16 weight, a float32 input rounded as the GEMM reads it): the wick side of
 //! `scripts/compare_conv_passes.sh`, which runs PyTorch's (`scripts/torch_conv_passes.py`)
@@ -6,16 +6,19 @@
 //!
 //! `conv 64->64 3x3 s1 @32 count 4 forward 6.1 input_grad 6.3 weight_grad 10.2` (ms)
 //!
-//! `cargo bench --bench conv_passes -- [--precision f32|bf16] [--model resnet18-cifar|resnet50]
-//! [--batch N] [--reps N] [--only TEXT]` (`--only 7x7`: the convolutions whose name holds it)
+//! `cargo bench --bench conv_passes -- [--precision f32|bf16] [--model resnet18-cifar|NAME]
+//! [--image N] [--batch N] [--reps N] [--only TEXT]`: NAME is any registered model
+//! (`resnet50`, `mobilenet_v2`, ...), at `--image` pixels (default 224; 32 for
+//! `resnet18-cifar`, ResNet-18 with the CIFAR stem); `--only 7x7` keeps the convolutions
+//! whose name holds it (`--only g`: the grouped and depthwise ones).
 
-mod resnet_convs;
+mod model_convs;
 
 use std::time::Instant;
 
 use candle_core::{DType, Device, Tensor};
-use resnet_convs::{resnet_convs, ResNetConv};
-use wick::models::{Depth, Stem};
+use model_convs::{model_convs, ModelConv};
+use wick::models::Stem;
 use wick::ops::{conv, Products};
 
 /// Transparent huge pages under every big block (see `wick::allocator`).
@@ -49,7 +52,7 @@ fn median_ms(reps: usize, f: impl Fn()) -> f64 {
 
 /// The three passes of `c` (ms): the stem's input gradient (3 channels, never computed in
 /// training) is 0.
-fn passes(c: &ResNetConv, products: Products, reps: usize) -> [f64; 3] {
+fn passes(c: &ModelConv, products: Products, reps: usize) -> [f64; 3] {
     let dev = Device::Cpu;
     let (xs, ws, p) = (c.input, c.weight, c.params);
     let x = Tensor::randn(0f32, 1.0, xs.as_slice(), &dev).expect("x");
@@ -88,15 +91,16 @@ fn main() {
         "bf16" => Products::of(DType::BF16),
         other => panic!("--precision f32 or bf16, not {other}"),
     };
-    let (depth, stem, image) = match arg(&args, "--model", "resnet18-cifar".to_string()).as_str() {
-        "resnet18-cifar" => (Depth::R18, Stem::Cifar, 32),
-        "resnet50" => (Depth::R50, Stem::ImageNet, 224),
-        other => panic!("--model resnet18-cifar or resnet50, not {other}"),
+    let model = arg(&args, "--model", "resnet18-cifar".to_string());
+    let (name, stem, image) = match model.as_str() {
+        "resnet18-cifar" => ("resnet18", Stem::Cifar, 32),
+        name => (name, Stem::ImageNet, 224),
     };
+    let image = arg(&args, "--image", image);
     let batch = arg(&args, "--batch", 32);
     let reps = arg(&args, "--reps", 9);
     let only = arg(&args, "--only", String::new());
-    for c in resnet_convs(depth, stem, batch, image) {
+    for c in model_convs(name, stem, batch, image) {
         if !c.name().contains(&only) {
             continue;
         }

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Each distinct convolution of a ResNet, its three passes timed alone in wick
+# Each distinct convolution of a model, its three passes timed alone in wick
 # (benches/conv_passes.rs) and in PyTorch (scripts/torch_conv_passes.py), alternating
 # over rounds, each run its own process: the medians over rounds per layer and pass,
 # wick / PyTorch, and the totals weighted by how many of the network's convolutions
 # have each shape. Says which layers and passes hold a step's gap.
 #
 #   PYTHON=/path/to/venv/bin/python bash scripts/compare_conv_passes.sh [ROUNDS]
-#   PRECISION=bf16 (default) or f32; MODEL=resnet18-cifar (default) or resnet50;
-#   BATCH=32; REPS=9 (timed calls per pass and run); THREADS (default: every core)
+#   PRECISION=bf16 (default) or f32; MODEL=resnet18-cifar (default) or a model both
+#   wick's registry and torchvision have (resnet50, mobilenet_v2, ...); IMAGE (default
+#   224; 32 for resnet18-cifar); BATCH=32; REPS=9 (timed calls per pass and run);
+#   THREADS (default: every core)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -21,13 +23,14 @@ OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 cargo bench --bench conv_passes --no-run 2>/dev/null
 ARGS=(--precision "$PRECISION" --model "$MODEL" --batch "$BATCH" --reps "$REPS")
+if [[ -n ${IMAGE:-} ]]; then ARGS+=(--image "$IMAGE"); fi
 for round in $(seq "$ROUNDS"); do
     RAYON_NUM_THREADS=$THREADS cargo bench -q --bench conv_passes -- "${ARGS[@]}" 2>/dev/null |
         sed -n "s/^conv /wick $round /p" | tee -a "$OUT"
     "$PYTHON" scripts/torch_conv_passes.py "${ARGS[@]}" --threads "$THREADS" --warmup 1 |
         sed -n "s/^conv /torch $round /p" | tee -a "$OUT"
 done
-# A line: SIDE ROUND CIN->COUT KxK sS @H count C forward F input_grad D weight_grad W
+# A line: SIDE ROUND CIN->COUT[gG] KxK sS @H count C forward F input_grad D weight_grad W
 awk '
 function median(s, n,   a, i, j, t) {
     n = split(s, a, " ")
