@@ -26,7 +26,10 @@ impl ModelConv {
             1 => String::new(),
             g => format!("g{g}"),
         };
-        format!("{cin}->{cout}{groups} {k}x{k} s{} @{h}", self.params.stride[0])
+        format!(
+            "{cin}->{cout}{groups} {k}x{k} s{} @{h}",
+            self.params.stride[0]
+        )
     }
 }
 

@@ -1,8 +1,9 @@
 //! Depthwise convolution at stride 1 and dilation 1 (ConvNeXt's 7x7, MobileNet's 3x3):
 //! each plane is first copied into a zero-padded scratch plane, so every tap reads inside
 //! it, and each output row is built 16 values at a time in registers over all k² taps
-//! before it is stored once. The taps are summed in the same order as the general loops
-//! (row by row), so the forward gives their values.
+//! before it is stored once; planes narrower than 16 (MobileNet's 14x14, 7x7 and 4x4) are
+//! built 16 values at a time over the padded width, across rows. The taps are summed in
+//! the same order as the general loops (row by row), so the forward gives their values.
 
 use rayon::prelude::*;
 
@@ -55,7 +56,9 @@ fn padded_input<'b, T: Float>(
     (pad_into(buf, x, (g.h, g.w), (ph, pw), shape), pcols)
 }
 
-/// `out [rows x cols] = padded ⋆ taps` (correlation, `kh x kw` taps, row-major).
+/// `out [rows x cols] = padded ⋆ taps` (correlation, `kh x kw` taps, row-major; the
+/// padded plane is `rows + kh - 1` rows of `pcols = cols + kw - 1`). `flat` is scratch
+/// for planes narrower than a register block.
 struct Correlate<'a, T> {
     padded: &'a [T],
     pcols: usize,
@@ -63,12 +66,16 @@ struct Correlate<'a, T> {
     k: (usize, usize),
     out: &'a mut [T],
     cols: usize,
+    flat: &'a mut Vec<T>,
 }
 
 impl<T: Float> WideKernel for Correlate<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
+        if self.cols < LANES {
+            return correlate_flat(self);
+        }
         let (padded, pcols, taps, k) = (self.padded, self.pcols, self.taps, self.k);
         for (oy, orow) in self.out.chunks_exact_mut(self.cols).enumerate() {
             let mut ox = 0;
@@ -93,6 +100,43 @@ impl<T: Float> WideKernel for Correlate<'_, T> {
                 ox += 1;
             }
         }
+    }
+}
+
+/// [`Correlate`] of a plane narrower than a register block (MobileNet's 7x7 and 4x4):
+/// the outputs over the padded width, `j = oy * pcols + ox`, are one run
+/// `Σ_taps padded[j + ky * pcols + kx] · w`, so each block of 16 spans rows (the columns
+/// past `cols` are computed and dropped). The same sums in the same order as row blocks.
+#[inline(always)]
+fn correlate_flat<T: Float>(c: Correlate<'_, T>) {
+    let (padded, pcols, taps, k) = (c.padded, c.pcols, c.taps, c.k);
+    let rows = c.out.len() / c.cols;
+    if rows == 0 {
+        return;
+    }
+    // The last output read stays inside the padded plane: span - 1 + (kh - 1) * pcols +
+    // kw - 1 is its last element.
+    let span = (rows - 1) * pcols + c.cols;
+    // Every element is written below: grow the scratch, never clear it.
+    if c.flat.len() < span {
+        c.flat.resize(span, T::ZERO);
+    }
+    let flat = &mut c.flat[..span];
+    let mut j = 0;
+    while j + LANES <= span {
+        correlate_block::<T, LANES>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
+        j += LANES;
+    }
+    while j + LANES / 4 <= span {
+        correlate_block::<T, { LANES / 4 }>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
+        j += LANES / 4;
+    }
+    while j < span {
+        correlate_block::<T, 1>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
+        j += 1;
+    }
+    for (oy, orow) in c.out.chunks_exact_mut(c.cols).enumerate() {
+        orow.copy_from_slice(&flat[oy * pcols..][..c.cols]);
     }
 }
 
@@ -125,7 +169,7 @@ pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<
     let (p, taps) = (g.pixels(), g.kh * g.kw);
     out.par_chunks_mut(p)
         .enumerate()
-        .for_each_init(Vec::new, |buf, (plane, o)| {
+        .for_each_init(Default::default, |(buf, flat), (plane, o)| {
             let (n, c) = (plane / g.c_in, plane % g.c_in);
             let (xp, pcols) = padded_input(g, buf, xs, plane);
             let w = &ws[c * taps..][..taps];
@@ -136,6 +180,7 @@ pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<
                 k: (g.kh, g.kw),
                 out: o,
                 cols: g.ow,
+                flat,
             });
             if !epi.is_empty() {
                 epi.apply_row(g, n, c, 0, o);
@@ -158,7 +203,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
     let mut dx = vec![T::ZERO; g.n * g.c_in * hw];
     dx.par_chunks_mut(hw)
         .enumerate()
-        .for_each_init(Vec::new, |buf, (plane, d)| {
+        .for_each_init(Default::default, |(buf, flat), (plane, d)| {
             let c = plane % g.c_in;
             let gp = pad_into(
                 buf,
@@ -174,6 +219,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
                 k: (g.kh, g.kw),
                 out: d,
                 cols: g.w,
+                flat,
             });
         });
     dx
