@@ -73,7 +73,7 @@ impl<T: Float> WideKernel for Correlate<'_, T> {
     type Output = ();
     #[inline(always)]
     fn run(self) {
-        if self.cols < LANES {
+        if runs_flat(self.out.len(), self.cols, self.pcols) {
             return correlate_flat(self);
         }
         let (padded, pcols, taps, k) = (self.padded, self.pcols, self.taps, self.k);
@@ -103,7 +103,26 @@ impl<T: Float> WideKernel for Correlate<'_, T> {
     }
 }
 
-/// [`Correlate`] of a plane narrower than a register block (MobileNet's 7x7 and 4x4):
+/// Register blocks of 16, 8, 4 and 1 outputs that cover `len` outputs.
+fn blocks(len: usize) -> usize {
+    len / LANES + len % LANES / (LANES / 2) + len % (LANES / 2) / (LANES / 4) + len % (LANES / 4)
+}
+
+/// The outputs over the padded width (rows `pcols` apart) that cover `rows` rows of `cols`.
+fn flat_span(rows: usize, cols: usize, pcols: usize) -> usize {
+    (rows - 1) * pcols + cols
+}
+
+/// Whether [`correlate_flat`] runs an output of `len` values in rows of `cols` (padded
+/// rows of `pcols`): for rows narrower than a register block, when its blocks and its copy
+/// of each row cost less than the rows' own blocks (7x7 and 14x14 planes; 8x8 and 4x4
+/// rows fill their blocks, and the copies would cost more than they save).
+fn runs_flat(len: usize, cols: usize, pcols: usize) -> bool {
+    let rows = len / cols.max(1);
+    cols < LANES && rows > 0 && blocks(flat_span(rows, cols, pcols)) + rows < rows * blocks(cols)
+}
+
+/// [`Correlate`] of a plane narrower than a register block (MobileNet's 7x7 and 14x14):
 /// the outputs over the padded width, `j = oy * pcols + ox`, are one run
 /// `Σ_taps padded[j + ky * pcols + kx] · w`, so each block of 16 spans rows (the columns
 /// past `cols` are computed and dropped). The same sums in the same order as row blocks.
@@ -111,12 +130,9 @@ impl<T: Float> WideKernel for Correlate<'_, T> {
 fn correlate_flat<T: Float>(c: Correlate<'_, T>) {
     let (padded, pcols, taps, k) = (c.padded, c.pcols, c.taps, c.k);
     let rows = c.out.len() / c.cols;
-    if rows == 0 {
-        return;
-    }
     // The last output read stays inside the padded plane: span - 1 + (kh - 1) * pcols +
     // kw - 1 is its last element.
-    let span = (rows - 1) * pcols + c.cols;
+    let span = flat_span(rows, c.cols, pcols);
     // Every element is written below: grow the scratch, never clear it.
     if c.flat.len() < span {
         c.flat.resize(span, T::ZERO);
@@ -126,6 +142,10 @@ fn correlate_flat<T: Float>(c: Correlate<'_, T>) {
     while j + LANES <= span {
         correlate_block::<T, LANES>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
         j += LANES;
+    }
+    while j + LANES / 2 <= span {
+        correlate_block::<T, { LANES / 2 }>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
+        j += LANES / 2;
     }
     while j + LANES / 4 <= span {
         correlate_block::<T, { LANES / 4 }>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
@@ -311,4 +331,25 @@ pub(super) fn backward_filter<T: Float>(g: &Geom, gs: &[T], xs: &[T]) -> Vec<T> 
         }
     });
     dw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `runs_flat` for a `side x side` plane under a `k x k` filter with `k / 2` padding.
+    fn flat(side: usize, k: usize) -> bool {
+        runs_flat(side * side, side, side + k - 1)
+    }
+
+    #[test]
+    fn narrow_planes_run_flat_where_it_takes_fewer_blocks() {
+        assert_eq!(blocks(7), 4);
+        assert_eq!(blocks(61), 3 + 1 + 1 + 1);
+        // 7x7 and 14x14 rows end in single outputs: flat.
+        assert!(flat(7, 3) && flat(14, 3) && flat(7, 5));
+        // 4x4 and 8x8 rows fill their blocks; a row of 16 or more has its own blocks.
+        assert!(!flat(4, 3) && !flat(4, 5) && !flat(8, 3) && !flat(8, 5));
+        assert!(!flat(16, 3) && !flat(56, 3) && !flat(1, 3));
+    }
 }
