@@ -1,9 +1,10 @@
 //! Depthwise convolution at stride 1 and dilation 1 (ConvNeXt's 7x7, MobileNet's 3x3):
 //! each plane is first copied into a zero-padded scratch plane, so every tap reads inside
 //! it, and each output row is built 16 values at a time in registers over all k² taps
-//! before it is stored once; planes narrower than 16 (MobileNet's 14x14, 7x7 and 4x4) are
-//! built 16 values at a time over the padded width, across rows. The taps are summed in
-//! the same order as the general loops (row by row), so the forward gives their values.
+//! before it is stored once; planes whose rows would leave blocks part-filled (MobileNet's
+//! 14x14 and 7x7) are built 16 values at a time over the padded width, across rows. The
+//! taps are summed in the same order as the general loops (row by row), so the forward
+//! gives their values.
 
 use rayon::prelude::*;
 
