@@ -1,8 +1,9 @@
-//! Every distinct convolution of a model of wick's registry, its three passes (forward, input gradient,
-//! weight gradient) timed as plain medians in float32 or with autocast's bf16 products
-//! (a bf16 weight, a float32 input rounded as the GEMM reads it): the wick side of
-//! `scripts/compare_conv_passes.sh`, which runs PyTorch's (`scripts/torch_conv_passes.py`)
-//! beside it and says which layers and passes hold the gap. One line per convolution:
+//! Every distinct convolution of a model of wick's registry, its three passes (forward,
+//! input gradient, weight gradient) timed as plain medians in float32 or with autocast's
+//! bf16 products (a bf16 weight, a float32 input rounded as the GEMM reads it): the wick
+//! side of `scripts/compare_conv_passes.sh`, which runs PyTorch's
+//! (`scripts/torch_conv_passes.py`) beside it and says which layers and passes hold the
+//! gap. One line per convolution:
 //!
 //! `conv 64->64 3x3 s1 @32 count 4 forward 6.1 input_grad 6.3 weight_grad 10.2` (ms)
 //!
