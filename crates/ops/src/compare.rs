@@ -158,6 +158,16 @@ impl std::fmt::Display for ErrorSpreads {
     }
 }
 
+/// `max(a, b)`, NaN when either is (`f64::max` drops a NaN, so a fold with it would let
+/// a NaN error pass every bound).
+pub fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
 /// `(max |a - b|, max |b|)` in one pass over both tensors' host values.
 fn diff_and_scale(a: &Tensor, b: &Tensor) -> Result<(f64, f64)> {
     crate::shape::same(OP, "left", a.dims(), "right", b.dims())?;
@@ -175,12 +185,7 @@ fn values_diff_and_scale(a: &[f64], b: &[f64]) -> (f64, f64) {
             } else {
                 (x - y).abs()
             };
-            let m = if d.is_nan() || m.is_nan() {
-                f64::NAN
-            } else {
-                m.max(d)
-            };
-            (m, scale.max(y.abs()))
+            (nan_max(m, d), scale.max(y.abs()))
         })
 }
 

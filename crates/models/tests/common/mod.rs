@@ -107,19 +107,9 @@ impl VjpCheck {
         for &(p, g) in &self.grads {
             let name = &self.exec.graph().value(p).name;
             let expected = &f[&format!("grad_{}", fixture_name(name))];
-            // f64::max would drop a NaN; the worst error must keep it.
-            worst = nan_max(worst, rel_err(value(g), expected));
+            worst = wick_ops::compare::nan_max(worst, rel_err(value(g), expected));
         }
         worst
-    }
-}
-
-/// The larger of `a` and `b`, NaN when either is.
-pub fn nan_max(a: f64, b: f64) -> f64 {
-    if a.is_nan() || b.is_nan() {
-        f64::NAN
-    } else {
-        a.max(b)
     }
 }
 

@@ -22,15 +22,14 @@ use super::operand::{Matrix, Values};
 
 /// Rows per output tile, at most (whole left panels: 192 for `vdpbf16ps`, 256 for AMX).
 const TILE_ROWS: usize = 256;
+/// Columns per output tile, at most (whole right panels).
+const TILE_COLS: usize = 384;
 /// Floats in either kernel's tile (6 × 64 for `vdpbf16ps`, 32 × 32 for AMX).
 const TILE_FLOATS: usize = if MR * NR > AMX_MR * AMX_NR {
     MR * NR
 } else {
     AMX_MR * AMX_NR
 };
-
-/// Columns per output tile, at most (whole right panels).
-const TILE_COLS: usize = 384;
 
 /// `dst = [dst +] a · b` for `a` `m × k` and `b` `k × n`, bfloat16 products summed in
 /// float32, through `path`'s kernel, over every thread. `dst`'s element (i, j) is

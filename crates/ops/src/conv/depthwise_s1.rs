@@ -58,8 +58,8 @@ fn padded_input<'b, T: Float>(
 }
 
 /// `out [rows x cols] = padded ⋆ taps` (correlation, `kh x kw` taps, row-major; the
-/// padded plane is `rows + kh - 1` rows of `pcols = cols + kw - 1`). `flat` is scratch
-/// for planes narrower than a register block.
+/// padded plane is `rows + kh - 1` rows of `pcols = cols + kw - 1`). `flat`: the scratch
+/// of [`correlate_flat`], for planes that [`runs_flat`] gives to it.
 struct Correlate<'a, T> {
     padded: &'a [T],
     pcols: usize,
@@ -67,15 +67,15 @@ struct Correlate<'a, T> {
     k: (usize, usize),
     out: &'a mut [T],
     cols: usize,
-    flat: &'a mut Vec<T>,
+    flat: Option<&'a mut Vec<T>>,
 }
 
 impl<T: Float> WideKernel for Correlate<'_, T> {
     type Output = ();
     #[inline(always)]
-    fn run(self) {
-        if runs_flat(self.out.len(), self.cols, self.pcols) {
-            return correlate_flat(self);
+    fn run(mut self) {
+        if let Some(scratch) = self.flat.take() {
+            return correlate_flat(self, scratch);
         }
         let (padded, pcols, taps, k) = (self.padded, self.pcols, self.taps, self.k);
         for (oy, orow) in self.out.chunks_exact_mut(self.cols).enumerate() {
@@ -128,17 +128,17 @@ fn runs_flat(len: usize, cols: usize, pcols: usize) -> bool {
 /// `Σ_taps padded[j + ky * pcols + kx] · w`, so each block of 16 spans rows (the columns
 /// past `cols` are computed and dropped). The same sums in the same order as row blocks.
 #[inline(always)]
-fn correlate_flat<T: Float>(c: Correlate<'_, T>) {
+fn correlate_flat<T: Float>(c: Correlate<'_, T>, scratch: &mut Vec<T>) {
     let (padded, pcols, taps, k) = (c.padded, c.pcols, c.taps, c.k);
     let rows = c.out.len() / c.cols;
     // The last output read stays inside the padded plane: span - 1 + (kh - 1) * pcols +
     // kw - 1 is its last element.
     let span = flat_span(rows, c.cols, pcols);
     // Every element is written below: grow the scratch, never clear it.
-    if c.flat.len() < span {
-        c.flat.resize(span, T::ZERO);
+    if scratch.len() < span {
+        scratch.resize(span, T::ZERO);
     }
-    let flat = &mut c.flat[..span];
+    let flat = &mut scratch[..span];
     let mut j = 0;
     while j + LANES <= span {
         correlate_block::<T, LANES>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
@@ -188,6 +188,7 @@ fn correlate_block<T: Float, const L: usize>(
 pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<'_, T>) -> Vec<T> {
     let mut out = vec![T::ZERO; g.n * g.c_out * g.pixels()];
     let (p, taps) = (g.pixels(), g.kh * g.kw);
+    let by_flat = runs_flat(p, g.ow, g.w + 2 * g.p.padding[1]);
     out.par_chunks_mut(p)
         .enumerate()
         .for_each_init(Default::default, |(buf, flat), (plane, o)| {
@@ -201,7 +202,7 @@ pub(super) fn forward<T: Float>(g: &Geom, xs: &[T], ws: &[T], epi: &CpuEpilogue<
                 k: (g.kh, g.kw),
                 out: o,
                 cols: g.ow,
-                flat,
+                flat: by_flat.then_some(flat),
             });
             if !epi.is_empty() {
                 epi.apply_row(g, n, c, 0, o);
@@ -216,6 +217,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
     let (hw, p, taps) = (g.h * g.w, g.pixels(), g.kh * g.kw);
     let (top, left) = (g.kh - 1 - g.p.padding[0], g.kw - 1 - g.p.padding[1]);
     let (prows, pcols) = (g.h + g.kh - 1, g.w + g.kw - 1);
+    let by_flat = runs_flat(hw, g.w, pcols);
     // Every channel's filter reversed once, not once per plane.
     let flipped: Vec<T> = ws
         .chunks_exact(taps)
@@ -240,7 +242,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
                 k: (g.kh, g.kw),
                 out: d,
                 cols: g.w,
-                flat,
+                flat: by_flat.then_some(flat),
             });
         });
     dx

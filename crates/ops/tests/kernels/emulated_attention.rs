@@ -206,17 +206,11 @@ fn max_rel(a: &[f64], b: &[f64]) -> f64 {
         .filter(|x| x.is_finite())
         .fold(1e-300f64, |m, x| m.max(x.abs()));
     // Equal values (masked -inf included) differ by 0; a NaN on either side makes the
-    // result NaN, which fails every bound (`f64::max` would drop it).
+    // result NaN, which fails every bound.
     a.iter()
         .zip(b)
         .map(|(x, y)| if x == y { 0.0 } else { (x - y).abs() / scale })
-        .fold(0.0, |m, d| {
-            if m.is_nan() || d.is_nan() {
-                f64::NAN
-            } else {
-                m.max(d)
-            }
-        })
+        .fold(0.0, wick_ops::compare::nan_max)
 }
 
 #[test]
