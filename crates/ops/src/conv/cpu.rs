@@ -4,7 +4,8 @@
 //!
 //! One driver decides how every pass spreads over threads ([`Spread`]):
 //! - small images (under [`WHOLE_BATCH_BELOW_PIXELS`] output pixels): one GEMM over the
-//!   whole batch (columns `n * pixels + p`), all threads inside the GEMM;
+//!   whole batch (columns `n * pixels + p`), all threads inside the GEMM
+//!   (`whole_batch.rs`);
 //! - several images and threads: images split across threads, each running
 //!   single-threaded GEMMs into its own reused im2col buffer;
 //! - a batch of one (or one thread): image by image, every thread inside the GEMM and the
@@ -21,19 +22,16 @@ use candle_core::Tensor;
 use rayon::prelude::*;
 
 use super::epilogue::CpuEpilogue;
-use super::im2col::{
-    batch_columns, batch_rows, col2im, col2im_pixels, col2im_plane, gather_outputs, im2col,
-    scatter_outputs, transpose,
-};
+use super::im2col::{col2im, im2col, transpose};
 use super::params::{Geom, OP};
-use super::{amx_direct, amx_filter, depthwise, packed_columns, winograd, winograd_filter};
+use super::{amx_direct, amx_filter, depthwise, whole_batch, winograd, winograd_filter};
 use crate::bf16;
 use crate::cpu::{self, Float};
 use crate::error::Result;
 
 /// Below this many output pixels per image, a convolution runs as one GEMM over the whole
 /// batch (packing the weights once) instead of one GEMM per image.
-pub(super) const WHOLE_BATCH_BELOW_PIXELS: usize = 256;
+const WHOLE_BATCH_BELOW_PIXELS: usize = 256;
 
 /// How a convolution pass spreads over the CPU's threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,7 +233,7 @@ fn forward_with<T: Float>(
         });
     }
     if spread(g) == Spread::WholeBatch {
-        return forward_whole_batch::<T>(g, x, w, epi);
+        return whole_batch::forward::<T>(g, x, w, epi);
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
@@ -286,7 +284,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -
         return winograd_backward_data::<T>(g, &s, grad_out, w);
     }
     if spread(g) == Spread::WholeBatch {
-        return backward_data_whole_batch::<T>(g, grad_out, w);
+        return whole_batch::backward_data::<T>(g, grad_out, w);
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
@@ -397,7 +395,7 @@ pub(super) fn backward_filter<T: Float>(g: &Geom, grad_out: &Tensor, x: &Tensor)
         });
     }
     if spread(g) == Spread::WholeBatch {
-        return backward_filter_whole_batch::<T>(g, grad_out, x);
+        return whole_batch::backward_filter::<T>(g, grad_out, x);
     }
     let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
     let in_group = g.cin_g() * g.h * g.w;
@@ -451,122 +449,4 @@ fn filter_tensor<T: Float>(g: &Geom, dw: Vec<T>, column_major: bool) -> Result<T
         transpose(src, k, cout_g, dst);
     }
     cpu::tensor(OP, out, (g.c_out, g.cin_g(), g.kh, g.kw))
-}
-
-// ---------------------------------------------------------------------------------------
-// Small images: one GEMM over the whole batch (columns n*P + p), all threads in the GEMM.
-
-fn forward_whole_batch<T: Float>(
-    g: &Geom,
-    x: &Tensor,
-    w: &Tensor,
-    epi: &CpuEpilogue<'_, T>,
-) -> Result<Tensor> {
-    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
-    let np = g.n * p;
-    let len = g.n * g.c_out * p;
-    // Written once (each group's planes by scatter_outputs), not zeroed first.
-    let mut out: Vec<T> = Vec::with_capacity(len);
-    cpu::with_slices::<T, _>(OP, x, w, |xs, ws| {
-        for grp in 0..g.groups {
-            let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-            let mut tmp: Vec<T> = Vec::with_capacity(cout_g * np);
-            let dst = &mut tmp.spare_capacity_mut()[..cout_g * np];
-            if !packed_columns::forward(g, xs, w_g, dst) {
-                let col = batch_columns(g, xs, grp);
-                let (lhs, rhs) = ((w_g, (k, 1)), (&col[..], (np, 1)));
-                bf16::gemm_uninit_with(g.products, (cout_g, np, k), dst, lhs, rhs, true);
-            }
-            // SAFETY: gemm_uninit wrote all cout_g * np slots.
-            unsafe { tmp.set_len(cout_g * np) };
-            scatter_outputs(g, &tmp, &mut out.spare_capacity_mut()[..len], grp);
-        }
-        Ok(())
-    })?;
-    // SAFETY: every (image, channel) plane of p slots belongs to exactly one group, and
-    // scatter_outputs wrote each group's planes whole (m holds cout_g * n * p values).
-    unsafe { out.set_len(len) };
-    if !epi.is_empty() {
-        let per_image = g.c_out * g.pixels();
-        out.par_chunks_mut(per_image)
-            .enumerate()
-            .for_each(|(n, image)| epi.apply(g, n, 0, image));
-    }
-    cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
-}
-
-fn backward_data_whole_batch<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
-    let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
-    let np = g.n * p;
-    let in_img = g.c_in * g.h * g.w;
-    let mut dx = vec![T::ZERO; g.n * in_img];
-    cpu::with_slices::<T, _>(OP, grad_out, w, |gs, ws| {
-        let mut col = vec![T::ZERO; k * np];
-        for grp in 0..g.groups {
-            let gy = gather_outputs(g, gs, grp);
-            let w_g = &ws[grp * cout_g * k..][..cout_g * k];
-            // col (k × np) = w_gᵀ (k × cout_g) · gy (cout_g × np). When col is taller
-            // than w_g is wide it is stored column-major (each pixel's window values
-            // contiguous): the gemm crate runs such products up to twice as fast.
-            let column_major = k > cout_g;
-            let col_strides = if column_major { (1, k) } else { (np, 1) };
-            let (lhs, rhs) = ((w_g, (1, k)), (&gy[..], (np, 1)));
-            bf16::gemm_strided_with(
-                g.products,
-                (k, np, cout_g),
-                (&mut col, col_strides),
-                false,
-                (lhs, rhs),
-                true,
-            );
-            if column_major {
-                // One task per image: images are disjoint in dx.
-                dx.par_chunks_mut(in_img).enumerate().for_each(|(n, dx_n)| {
-                    let dx_ng = &mut dx_n[grp * cin_g * g.h * g.w..][..cin_g * g.h * g.w];
-                    col2im_pixels(g, &col[n * p * k..][..p * k], dx_ng);
-                });
-            } else {
-                // One task per input plane of this group: planes are disjoint in dx.
-                let (kk, hw) = (g.kh * g.kw, g.h * g.w);
-                dx.par_chunks_mut(hw).enumerate().for_each(|(i, plane)| {
-                    let (n, ch) = (i / g.c_in, i % g.c_in);
-                    if ch / cin_g == grp {
-                        let rows = &col[(ch - grp * cin_g) * kk * np..][..kk * np];
-                        col2im_plane(g, rows, plane, np, n * p);
-                    }
-                });
-            }
-        }
-        Ok(())
-    })?;
-    cpu::tensor(OP, dx, (g.n, g.c_in, g.h, g.w))
-}
-
-fn backward_filter_whole_batch<T: Float>(
-    g: &Geom,
-    grad_out: &Tensor,
-    x: &Tensor,
-) -> Result<Tensor> {
-    let (k, p, cout_g) = (g.k(), g.pixels(), g.cout_g());
-    let np = g.n * p;
-    let mut dw = vec![T::ZERO; g.c_out * k];
-    cpu::with_slices::<T, _>(OP, grad_out, x, |gs, xs| {
-        for grp in 0..g.groups {
-            let rows = batch_rows(g, xs, grp);
-            let gy = gather_outputs(g, gs, grp);
-            let dst = &mut dw[grp * cout_g * k..][..cout_g * k];
-            // dw_g (cout_g × k) = gy (cout_g × np) · rows (np × k), both untransposed.
-            let (lhs, rhs) = ((&gy[..], (np, 1)), (&rows[..], (k, 1)));
-            bf16::gemm_strided_with(
-                g.products,
-                (cout_g, k, np),
-                (dst, (k, 1)),
-                false,
-                (lhs, rhs),
-                true,
-            );
-        }
-        Ok(())
-    })?;
-    cpu::tensor(OP, dw, (g.c_out, g.cin_g(), g.kh, g.kw))
 }

@@ -351,6 +351,9 @@ fn valid_range(g: &Geom, kj: usize) -> (usize, usize) {
 pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
     let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
     let np = g.n * p;
+    if g.is_pointwise() {
+        return batch_planes(g, xs, grp);
+    }
     let [sh, sw] = g.p.stride;
     let [dh, dw] = g.p.dilation;
     let (hp, wp) = padded_size(g);
@@ -383,23 +386,41 @@ pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> 
     col
 }
 
+/// [`batch_columns`] of a pointwise convolution ([`Geom::is_pointwise`]): row `c` is
+/// input channel `c`'s planes of every image side by side.
+fn batch_planes<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
+    planes_side_by_side(xs, (g.n, g.c_in, g.pixels()), g.cin_g(), grp)
+}
+
 /// Output-shaped data [n, c_out, pixels] of group `grp` as a matrix [cout_g, n * pixels].
 pub(super) fn gather_outputs<T: Float>(g: &Geom, ys: &[T], grp: usize) -> Vec<T> {
-    let (p, cout_g) = (g.pixels(), g.cout_g());
-    let len = cout_g * g.n * p;
+    planes_side_by_side(ys, (g.n, g.c_out, g.pixels()), g.cout_g(), grp)
+}
+
+/// Group `grp` (of `per_group` channels) of `data` ([n, channels, plane]) as a matrix
+/// [per_group, n * plane]: each row one channel's planes of every image side by side,
+/// one contiguous copy each, one task per row.
+fn planes_side_by_side<T: Float>(
+    data: &[T],
+    (n, channels, plane): (usize, usize, usize),
+    per_group: usize,
+    grp: usize,
+) -> Vec<T> {
+    let len = per_group * n * plane;
     let mut m: Vec<T> = Vec::with_capacity(len);
     m.spare_capacity_mut()[..len]
-        .par_chunks_mut(g.n * p)
+        .par_chunks_mut(n * plane)
         .enumerate()
         .for_each(|(c, row)| {
-            for (n, dst) in row.chunks_mut(p).enumerate() {
-                let src = &ys[(n * g.c_out + grp * cout_g + c) * p..][..p];
+            for (i, dst) in row.chunks_mut(plane).enumerate() {
+                let src = &data[(i * channels + grp * per_group + c) * plane..][..plane];
                 for (d, v) in dst.iter_mut().zip(src) {
                     d.write(*v);
                 }
             }
         });
-    // SAFETY: each of the cout_g rows is n chunks of p slots, each written from p values.
+    // SAFETY: each of the per_group rows is n chunks of `plane` slots, each written from
+    // `plane` values.
     unsafe { m.set_len(len) };
     m
 }

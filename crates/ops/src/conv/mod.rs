@@ -19,6 +19,7 @@ mod low_precision;
 mod packed_columns;
 mod params;
 pub mod transpose;
+mod whole_batch;
 mod winograd;
 mod winograd_filter;
 
