@@ -128,10 +128,12 @@ fn per_image_and_whole_batch_gemm_strategies_both_match_finite_differences() {
     // The whole-batch pixel-major im2col with stride, padding and dilation together.
     let dilated = Conv2dParams::new(2, 2).with_dilation(2).with_groups(2);
     fd_check([3, 4, 9, 8], [6, 2, 3, 3], dilated, 120);
-    // Whole-batch pointwise convolutions copy planes instead of building im2col: with
-    // more input channels than output ones (the input gradient transposed back per
-    // image), fewer, and grouped.
+    // Pointwise convolutions run image by image from 32 output pixels (6x6 here); below
+    // it over the whole batch, copying planes instead of building im2col: with more input
+    // channels than output ones (the input gradient transposed back per image), fewer,
+    // and grouped.
     let pointwise = Conv2dParams::new(1, 0);
+    fd_check([3, 5, 6, 6], [3, 5, 1, 1], pointwise, 130);
     fd_check([3, 6, 5, 4], [2, 6, 1, 1], pointwise, 140);
     fd_check([2, 2, 3, 5], [5, 2, 1, 1], pointwise, 150);
     fd_check([2, 6, 4, 4], [4, 3, 1, 1], pointwise.with_groups(2), 160);
