@@ -249,7 +249,7 @@ pub(super) fn backward_data<T: Float>(g: &Geom, gs: &[T], ws: &[T]) -> Vec<T> {
 }
 
 /// One channel's weight gradient from one image: `dw[tap] += Σ gy · x at the tap`, each
-/// tap's sum in 16 lanes, then added in f64.
+/// tap's sum in lanes ([`tap_sum`]), then added in f64.
 struct FilterTaps<'a, T> {
     padded: &'a [T],
     pcols: usize,
@@ -282,7 +282,10 @@ impl<T: Float> WideKernel for FilterTaps<'_, T> {
     }
 }
 
-/// `Σ gy · x at tap (ky, kx)` over one plane, in `L` lanes (the row's tail apart), in f64.
+/// `Σ gy · x at tap (ky, kx)` over one plane, in f64: each row in blocks of `L` values, a
+/// wide row's rest (`L` = 16) in at most one block of 8 and one of 4, each block size
+/// summing into lanes of its own (a 28-wide row is 16 + 8 + 4), the last values one by
+/// one.
 #[inline(always)]
 fn tap_sum<T: Float, const L: usize>(
     padded: &[T],
@@ -292,22 +295,43 @@ fn tap_sum<T: Float, const L: usize>(
     (ky, kx): (usize, usize),
 ) -> f64 {
     let full = ow - ow % L;
-    let (mut lanes, mut tail) = ([T::ZERO; L], T::ZERO);
+    let (by_8, by_4) = if L == LANES {
+        let by_8 = full + (ow - full) / 8 * 8;
+        (by_8, by_8 + (ow - by_8) / 4 * 4)
+    } else {
+        (full, full)
+    };
+    let (mut lanes, mut l8, mut l4) = ([T::ZERO; L], [T::ZERO; 8], [T::ZERO; 4]);
+    let mut tail = T::ZERO;
     for (oy, grow) in gy.chunks_exact(ow).enumerate() {
         let row = &padded[(oy + ky) * pcols + kx..][..ow];
-        let blocks = grow[..full]
-            .chunks_exact(L)
-            .zip(row[..full].chunks_exact(L));
-        for (gl, xl) in blocks {
-            for l in 0..L {
-                lanes[l] += gl[l] * xl[l];
-            }
+        multiply_add(&mut lanes, &grow[..full], &row[..full]);
+        if L == LANES {
+            multiply_add(&mut l8, &grow[full..by_8], &row[full..by_8]);
+            multiply_add(&mut l4, &grow[by_8..by_4], &row[by_8..by_4]);
         }
-        for (g, x) in grow[full..].iter().zip(&row[full..]) {
+        for (g, x) in grow[by_4..].iter().zip(&row[by_4..]) {
             tail += *g * *x;
         }
     }
-    lanes.iter().fold(tail.to_f64(), |s, v| s + v.to_f64())
+    let mut sum = lanes.iter().fold(tail.to_f64(), |s, v| s + v.to_f64());
+    if by_8 > full {
+        sum = l8.iter().fold(sum, |s, v| s + v.to_f64());
+    }
+    if by_4 > by_8 {
+        sum = l4.iter().fold(sum, |s, v| s + v.to_f64());
+    }
+    sum
+}
+
+/// `lanes[l] += g[i] · x[i]` for every `i ≡ l` (mod `L`); `g` and `x` are whole blocks.
+#[inline(always)]
+fn multiply_add<T: Float, const L: usize>(lanes: &mut [T; L], g: &[T], x: &[T]) {
+    for (gl, xl) in g.chunks_exact(L).zip(x.chunks_exact(L)) {
+        for l in 0..L {
+            lanes[l] += gl[l] * xl[l];
+        }
+    }
 }
 
 /// Weight gradient: `dw[c, tap] = Σ_n Σ_pixels gy[n, c] · x[n, c] at the tap`, in f64.
