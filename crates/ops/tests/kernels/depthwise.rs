@@ -89,6 +89,14 @@ fn cases() -> Vec<Case> {
             k: 3,
             p: p(1, 0, 1),
         },
+        // A row of 16 + 8 + 4 + 2 (the weight gradient's blocks of every size).
+        Case {
+            c: 2,
+            h: 3,
+            w: 30,
+            k: 3,
+            p: p(1, 1, 1),
+        },
         // Rows of 4 to 15: half and quarter blocks and a tail.
         Case {
             c: 2,
