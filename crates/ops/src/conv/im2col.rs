@@ -347,13 +347,14 @@ fn valid_range(g: &Geom, kj: usize) -> (usize, usize) {
 /// The im2col matrix of group `grp` for every image: [k, n * pixels], filled in parallel
 /// (one task per input channel, each writing its own kh*kw rows once). Each plane is first
 /// copied into a zero-padded one, so that every output row is an unchecked strided copy
-/// (the small planes of whole-batch layers make per-row bounds work the larger cost).
+/// (the small planes of whole-batch layers make per-row bounds work the larger cost); a
+/// pointwise convolution's planes are the matrix's rows as they are ([`batch_planes`]).
 pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
-    let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
-    let np = g.n * p;
     if g.is_pointwise() {
         return batch_planes(g, xs, grp);
     }
+    let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
+    let np = g.n * p;
     let [sh, sw] = g.p.stride;
     let [dh, dw] = g.p.dilation;
     let (hp, wp) = padded_size(g);

@@ -57,7 +57,8 @@ pub(super) fn forward<T: Float>(
     cpu::tensor(OP, out, (g.n, g.c_out, g.oh, g.ow))
 }
 
-/// The input gradient: `wᵀ · grad_out` of every image at once, added back by col2im.
+/// The input gradient: `wᵀ · grad_out` of every image at once, added back by col2im (a
+/// pointwise convolution's, one value per input position, transposed back per image).
 pub(super) fn backward_data<T: Float>(g: &Geom, grad_out: &Tensor, w: &Tensor) -> Result<Tensor> {
     let (k, p, cin_g, cout_g) = (g.k(), g.pixels(), g.cin_g(), g.cout_g());
     let np = g.n * p;
