@@ -79,28 +79,39 @@ impl<T: Float> WideKernel for Correlate<'_, T> {
         }
         let (padded, pcols, taps, k) = (self.padded, self.pcols, self.taps, self.k);
         for (oy, orow) in self.out.chunks_exact_mut(self.cols).enumerate() {
-            let mut ox = 0;
-            while ox + LANES <= orow.len() {
-                let at = (oy, ox);
-                correlate_block::<T, LANES>(padded, pcols, taps, k, at, &mut orow[ox..]);
-                ox += LANES;
-            }
-            // Narrow planes (8x8, 4x4) in half and quarter blocks, the rest one at a time.
-            while ox + LANES / 2 <= orow.len() {
-                let at = (oy, ox);
-                correlate_block::<T, { LANES / 2 }>(padded, pcols, taps, k, at, &mut orow[ox..]);
-                ox += LANES / 2;
-            }
-            while ox + LANES / 4 <= orow.len() {
-                let at = (oy, ox);
-                correlate_block::<T, { LANES / 4 }>(padded, pcols, taps, k, at, &mut orow[ox..]);
-                ox += LANES / 4;
-            }
-            while ox < orow.len() {
-                correlate_block::<T, 1>(padded, pcols, taps, k, (oy, ox), &mut orow[ox..]);
-                ox += 1;
-            }
+            correlate_run(padded, pcols, taps, k, oy, orow);
         }
+    }
+}
+
+/// `out`: the outputs of row `oy` from column 0 (or, over the padded width, a run that
+/// spans rows), in register blocks of 16, then of 8 and 4 (narrow planes: 8x8, 4x4), the
+/// rest one at a time.
+#[inline(always)]
+fn correlate_run<T: Float>(
+    padded: &[T],
+    pcols: usize,
+    taps: &[T],
+    k: (usize, usize),
+    oy: usize,
+    out: &mut [T],
+) {
+    let mut ox = 0;
+    while ox + LANES <= out.len() {
+        correlate_block::<T, LANES>(padded, pcols, taps, k, (oy, ox), &mut out[ox..]);
+        ox += LANES;
+    }
+    while ox + LANES / 2 <= out.len() {
+        correlate_block::<T, { LANES / 2 }>(padded, pcols, taps, k, (oy, ox), &mut out[ox..]);
+        ox += LANES / 2;
+    }
+    while ox + LANES / 4 <= out.len() {
+        correlate_block::<T, { LANES / 4 }>(padded, pcols, taps, k, (oy, ox), &mut out[ox..]);
+        ox += LANES / 4;
+    }
+    while ox < out.len() {
+        correlate_block::<T, 1>(padded, pcols, taps, k, (oy, ox), &mut out[ox..]);
+        ox += 1;
     }
 }
 
@@ -139,23 +150,7 @@ fn correlate_flat<T: Float>(c: Correlate<'_, T>, scratch: &mut Vec<T>) {
         scratch.resize(span, T::ZERO);
     }
     let flat = &mut scratch[..span];
-    let mut j = 0;
-    while j + LANES <= span {
-        correlate_block::<T, LANES>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
-        j += LANES;
-    }
-    while j + LANES / 2 <= span {
-        correlate_block::<T, { LANES / 2 }>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
-        j += LANES / 2;
-    }
-    while j + LANES / 4 <= span {
-        correlate_block::<T, { LANES / 4 }>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
-        j += LANES / 4;
-    }
-    while j < span {
-        correlate_block::<T, 1>(padded, pcols, taps, k, (0, j), &mut flat[j..]);
-        j += 1;
-    }
+    correlate_run(padded, pcols, taps, k, 0, flat);
     for (oy, orow) in c.out.chunks_exact_mut(c.cols).enumerate() {
         orow.copy_from_slice(&flat[oy * pcols..][..c.cols]);
     }

@@ -348,10 +348,10 @@ fn valid_range(g: &Geom, kj: usize) -> (usize, usize) {
 /// (one task per input channel, each writing its own kh*kw rows once). Each plane is first
 /// copied into a zero-padded one, so that every output row is an unchecked strided copy
 /// (the small planes of whole-batch layers make per-row bounds work the larger cost); a
-/// pointwise convolution's planes are the matrix's rows as they are ([`batch_planes`]).
+/// pointwise convolution's planes are the matrix's rows as they are.
 pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
     if g.is_pointwise() {
-        return batch_planes(g, xs, grp);
+        return planes_side_by_side(xs, (g.n, g.c_in, g.pixels()), g.cin_g(), grp);
     }
     let (k, p, hw) = (g.k(), g.pixels(), g.h * g.w);
     let np = g.n * p;
@@ -385,12 +385,6 @@ pub(super) fn batch_columns<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> 
     // written whole (oh rows of ow values; the padded plane holds every window).
     unsafe { col.set_len(k * np) };
     col
-}
-
-/// [`batch_columns`] of a pointwise convolution ([`Geom::is_pointwise`]): row `c` is
-/// input channel `c`'s planes of every image side by side.
-fn batch_planes<T: Float>(g: &Geom, xs: &[T], grp: usize) -> Vec<T> {
-    planes_side_by_side(xs, (g.n, g.c_in, g.pixels()), g.cin_g(), grp)
 }
 
 /// Output-shaped data [n, c_out, pixels] of group `grp` as a matrix [cout_g, n * pixels].
